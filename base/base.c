@@ -1,0 +1,98 @@
+#include "mo_base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mo_diag_init(struct mo_diag *d)
+{
+	d->status = MO_OK;
+	d->msg[0] = '\0';
+}
+
+enum mo_status mo_diag_vset(struct mo_diag *d, enum mo_status status,
+			    const char *fmt, va_list ap)
+{
+	if (d->status == MO_OK) {
+		d->status = status;
+		vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+		/* One line per error, whatever a file name contains. */
+		for (char *c = d->msg; *c; c++)
+			if (*c == '\n' || *c == '\r')
+				*c = ' ';
+	}
+	return status;
+}
+
+enum mo_status mo_diag_set(struct mo_diag *d, enum mo_status status,
+			   const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	mo_diag_vset(d, status, fmt, ap);
+	va_end(ap);
+	return status;
+}
+
+enum mo_status mo_diag_nomem(struct mo_diag *d)
+{
+	return mo_diag_set(d, MO_ERR_NOMEM, "out of memory");
+}
+
+const char *mo_status_name(enum mo_status s)
+{
+	switch (s) {
+	case MO_OK: return "ok";
+	case MO_ERR_INPUT: return "bad input";
+	case MO_ERR_USAGE: return "usage error";
+	case MO_ERR_NOMEM: return "out of memory";
+	case MO_ERR_INTERNAL: return "internal error";
+	}
+	return "unknown status";
+}
+
+static unsigned long alloc_count;
+static unsigned long alloc_fail_at;
+
+static int alloc_should_fail(void)
+{
+	alloc_count++;
+	return alloc_fail_at != 0 && alloc_count >= alloc_fail_at;
+}
+
+unsigned long mo_alloc_fail_after(unsigned long n)
+{
+	unsigned long made = alloc_count;
+	alloc_count = 0;
+	alloc_fail_at = n;
+	return made;
+}
+
+void *mo_malloc(size_t n)
+{
+	return alloc_should_fail() ? NULL : malloc(n ? n : 1);
+}
+
+void *mo_calloc(size_t count, size_t size)
+{
+	return alloc_should_fail() ? NULL : calloc(count ? count : 1, size ? size : 1);
+}
+
+void *mo_realloc(void *p, size_t n)
+{
+	return alloc_should_fail() ? NULL : realloc(p, n ? n : 1);
+}
+
+void mo_free(void *p)
+{
+	free(p);
+}
+
+char *mo_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *c = mo_malloc(n);
+	if (c)
+		memcpy(c, s, n);
+	return c;
+}

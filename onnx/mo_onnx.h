@@ -1,0 +1,83 @@
+/* mo_onnx: ONNX models in and out.
+ *
+ * The model is the protobuf-c representation generated at build time from the
+ * system's onnx.proto, so every later stage reads the same structs that are
+ * written back. Fields this onnx.proto does not know are kept by protobuf-c and
+ * written back as they were: a model that nothing changed round-trips byte for
+ * byte. Tensors stored as external data are memory-mapped, never copied. */
+#ifndef MO_ONNX_H
+#define MO_ONNX_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mo_base.h"
+#include "onnx.pb-c.h"
+
+struct mo_model;
+
+/* Loads a model file. `path` may be relative; external data locations are
+ * resolved against the model's folder and must stay inside it. */
+enum mo_status mo_onnx_load(const char *path, struct mo_model **out,
+			    struct mo_diag *d);
+
+/* Loads a model from memory (the buffer is not kept). `dir` is the folder that
+ * external data is relative to, or NULL to reject external data. `name` is how
+ * messages refer to the model. */
+enum mo_status mo_onnx_load_buffer(const uint8_t *buf, size_t len,
+				   const char *dir, const char *name,
+				   struct mo_model **out, struct mo_diag *d);
+
+void mo_onnx_free(struct mo_model *m);
+
+/* The model's protobuf; stages may read it freely and edit it in place. */
+Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m);
+
+/* The path or name the model was loaded from. */
+const char *mo_onnx_name(const struct mo_model *m);
+
+/* The serialized size the model had when it was loaded. */
+size_t mo_onnx_file_size(const struct mo_model *m);
+
+/* The bytes of a tensor stored as raw_data or as external data (a view into
+ * the model or a mapping of the external file, valid while `m` lives). Returns
+ * MO_ERR_INPUT for tensors whose values are in typed fields (float_data, ...):
+ * those have no byte image. */
+enum mo_status mo_onnx_tensor_bytes(const struct mo_model *m,
+				    const Onnx__TensorProto *t,
+				    const uint8_t **data, size_t *len,
+				    struct mo_diag *d);
+
+/* Size in bytes of one element of an ONNX TensorProto.DataType, 0 for types
+ * without a fixed size (string) or unknown types. Sub-byte types (int4) report
+ * 1 and are sized by mo_onnx_tensor_nbytes. */
+size_t mo_onnx_dtype_size(int32_t data_type);
+const char *mo_onnx_dtype_name(int32_t data_type);
+
+/* Number of bytes a tensor's values occupy, wherever they are stored. */
+uint64_t mo_onnx_tensor_nbytes(const struct mo_model *m,
+			       const Onnx__TensorProto *t);
+
+/* Number of external data files the model references. */
+size_t mo_onnx_external_file_count(const struct mo_model *m);
+/* The i-th external data file, as written in the model (relative). */
+const char *mo_onnx_external_file(const struct mo_model *m, size_t i);
+
+/* Checks the structure of the main graph and of every subgraph: the graph is
+ * acyclic; every node input is a graph input, an initializer, a node output
+ * or the empty (omitted optional) name, with names from enclosing graphs
+ * visible in subgraphs; every name is defined once; every graph output is
+ * defined. */
+enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d);
+
+/* Writes the model to `path` atomically: a temporary file in the same folder
+ * that is renamed over `path` only once it is complete and flushed. On
+ * failure nothing is left at `path` or beside it. */
+enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
+			    struct mo_diag *d);
+
+/* Prints a one-screen summary: IR version, opsets, producer, nodes per op
+ * type, inputs and outputs with shapes, weight bytes. */
+void mo_onnx_print_summary(const struct mo_model *m, FILE *out);
+
+#endif
