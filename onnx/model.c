@@ -61,11 +61,14 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 	return false;
 }
 
-static bool wire_type_fits(ProtobufCType type, unsigned wire)
+static bool wire_type_fits(const ProtobufCFieldDescriptor *f, unsigned wire)
 {
-	if (wire == 2)
-		return true; /* length-delimited, or a packed repeated scalar */
-	switch (type) {
+	bool is_len = f->type == PROTOBUF_C_TYPE_STRING ||
+		      f->type == PROTOBUF_C_TYPE_BYTES ||
+		      f->type == PROTOBUF_C_TYPE_MESSAGE;
+	if (wire == 2) /* length-delimited, or a packed repeated scalar */
+		return is_len || f->label == PROTOBUF_C_LABEL_REPEATED;
+	switch (f->type) {
 	case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32:
 	case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_INT64:
 	case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_UINT64:
@@ -102,7 +105,7 @@ static enum scan_result scan_message(struct scan *s,
 		unsigned wire = (unsigned)(tag & 7);
 		const ProtobufCFieldDescriptor *f =
 			protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
-		if (f && !wire_type_fits(f->type, wire)) {
+		if (f && !wire_type_fits(f, wire)) {
 			s->bad_offset = (size_t)(field_start - s->start);
 			s->bad_field = f->name;
 			return SCAN_NOT_MODEL;

@@ -331,15 +331,14 @@ static enum mo_status check_graph(const struct graph_check *c,
 	 * initializer may share its name with an input. */
 	for (size_t i = 0; !st && i < g->n_input; i++)
 		st = define(c, &s, str(g->input[i]->name), -1, "a graph input");
+	struct scope inits = { 0 };
 	for (size_t i = 0; !st && i < g->n_initializer; i++) {
 		const char *name = str(g->initializer[i]->name);
-		const int *p = map_get(&s.names, name);
-		bool is_input = false;
-		for (size_t k = 0; p && k < g->n_input; k++)
-			is_input |= strcmp(str(g->input[k]->name), name) == 0;
-		if (!is_input)
+		st = define(c, &inits, name, -1, "an initializer");
+		if (!st && !map_get(&s.names, name)) /* else it is also an input */
 			st = define(c, &s, name, -1, "an initializer");
 	}
+	map_free(&inits.names);
 	for (size_t i = 0; !st && i < g->n_sparse_initializer; i++) {
 		const Onnx__SparseTensorProto *sp = g->sparse_initializer[i];
 		if (sp->values)

@@ -1,0 +1,508 @@
+/* Loading and saving: byte-exact round trips, external data, hostile bytes,
+ * allocation failures. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mo_onnx.h"
+#include "tmodel.h"
+
+static const int64_t dims_2x4[] = { 2, 4 };
+static const int64_t dims_4x3[] = { 4, 3 };
+static const int64_t dims_4[] = { 4 };
+
+/* X(2x4) · W(4x3) -> Y */
+static void build_matmul(struct tm *t)
+{
+	static const float w[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
+	tm_init(t);
+	tm_input(t, &t->graph, "X", 2, dims_2x4);
+	tm_initializer(t, &t->graph, "W", 2, dims_4x3, w, 12);
+	tm_node(t, &t->graph, "MatMul", "mm", (const char *[]){ "X", "W", NULL },
+		(const char *[]){ "Y", NULL });
+	tm_output(t, &t->graph, "Y");
+}
+
+static char *make_tmpdir(void)
+{
+	char tmpl[] = "/tmp/mo_test_XXXXXX";
+	char *d = mkdtemp(tmpl);
+	assert_non_null(d);
+	return strdup(d);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	fclose(f);
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc(*len ? *len : 1);
+	assert_int_equal(fread(b, 1, *len, f), *len);
+	fclose(f);
+	return b;
+}
+
+static size_t count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static enum mo_status load_buf(const uint8_t *b, size_t n, struct mo_model **m,
+			       struct mo_diag *d)
+{
+	mo_diag_init(d);
+	return mo_onnx_load_buffer(b, n, NULL, "test", m, d);
+}
+
+static void loads_fields_of_a_valid_model(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	struct mo_model *m;
+	struct mo_diag d;
+	assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+	Onnx__ModelProto *p = mo_onnx_proto(m);
+	assert_int_equal(p->ir_version, 8);
+	assert_int_equal(p->graph->n_node, 1);
+	assert_string_equal(p->graph->node[0]->op_type, "MatMul");
+	const uint8_t *data;
+	size_t len;
+	assert_int_equal(mo_onnx_tensor_bytes(m, p->graph->initializer[0], &data, &len, &d), MO_OK);
+	assert_int_equal(len, 48);
+	float w5;
+	memcpy(&w5, data + 5 * sizeof(float), sizeof w5);
+	assert_true(w5 == 6.0f);
+	assert_int_equal(mo_onnx_validate(m, &d), MO_OK);
+	mo_onnx_free(m);
+	tm_free(&t);
+}
+
+/* Saves `b` through load + save and returns the bytes written. */
+static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
+{
+	char *dir = make_tmpdir();
+	char path[512];
+	snprintf(path, sizeof path, "%s/out.onnx", dir);
+	struct mo_model *m;
+	struct mo_diag d;
+	assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+	assert_int_equal(mo_onnx_save(m, path, &d), MO_OK);
+	mo_onnx_free(m);
+	uint8_t *r = read_file(path, out_len);
+	assert_int_equal(count_entries(dir), 1); /* no temporary left beside it */
+	rm_rf(dir);
+	free(dir);
+	return r;
+}
+
+static void save_roundtrips_byte_for_byte(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n, rn;
+	uint8_t *b = tm_pack(&t, &n);
+	uint8_t *r = roundtrip(b, n, &rn);
+	assert_int_equal(rn, n);
+	assert_memory_equal(r, b, n);
+	free(r);
+	tm_free(&t);
+}
+
+/* Fields a newer onnx.proto added must survive a round trip unchanged. */
+static void unknown_fields_are_kept(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n, rn;
+	uint8_t *b = tm_pack(&t, &n);
+	/* field 1000, length-delimited, "new!", then field 1001 varint 7 */
+	static const uint8_t extra[] = { 0xc2, 0x3e, 4, 'n', 'e', 'w', '!', 0xc8, 0x3e, 7 };
+	uint8_t *c = malloc(n + sizeof extra);
+	memcpy(c, b, n);
+	memcpy(c + n, extra, sizeof extra);
+	uint8_t *r = roundtrip(c, n + sizeof extra, &rn);
+	assert_int_equal(rn, n + sizeof extra);
+	assert_memory_equal(r, c, rn);
+	free(r);
+	free(c);
+	tm_free(&t);
+}
+
+static void expect_input_error(const uint8_t *b, size_t n, const char *needle)
+{
+	struct mo_model *m;
+	struct mo_diag d;
+	assert_int_equal(load_buf(b, n, &m, &d), MO_ERR_INPUT);
+	assert_null(m);
+	if (!strstr(d.msg, needle))
+		fail_msg("message '%s' does not mention '%s'", d.msg, needle);
+	assert_null(strchr(d.msg, '\n'));
+}
+
+static void empty_and_random_bytes_are_rejected(void **state)
+{
+	(void)state;
+	expect_input_error((const uint8_t *)"", 0, "empty");
+	uint8_t junk[4096];
+	uint64_t x = 88172645463325252ull;
+	for (size_t i = 0; i < sizeof junk; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		junk[i] = (uint8_t)x;
+	}
+	expect_input_error(junk, sizeof junk, "not a");
+	/* a text file */
+	const char *text = "hello, this is not a model\n";
+	expect_input_error((const uint8_t *)text, strlen(text), "not a");
+}
+
+static void protobufs_that_are_not_models_are_rejected(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	/* a TensorProto: field 2 is a varint there, a string in ModelProto */
+	Onnx__TensorProto *w = t.graph.initializer[0];
+	size_t n = onnx__tensor_proto__get_packed_size(w);
+	uint8_t *b = tm_alloc(&t, n);
+	onnx__tensor_proto__pack(w, b);
+	expect_input_error(b, n, "not an ONNX model");
+	/* a GraphProto */
+	n = onnx__graph_proto__get_packed_size(&t.graph);
+	b = tm_alloc(&t, n);
+	onnx__graph_proto__pack(&t.graph, b);
+	expect_input_error(b, n, "not an ONNX model");
+	/* a well-formed message with only fields ModelProto does not know */
+	static const uint8_t only_unknown[] = { 0xc8, 0x3e, 7 };
+	expect_input_error(only_unknown, sizeof only_unknown, "not an ONNX model");
+	tm_free(&t);
+}
+
+/* Every prefix of a model and every single-bit corruption is either loaded
+ * and validated or rejected with a message; never a crash or a leak (the
+ * sanitizer build checks the latter). */
+static void truncations_and_bit_flips_never_crash(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	uint8_t *c = malloc(n);
+	size_t rejected = 0;
+	for (size_t len = 0; len < n; len++) {
+		memcpy(c, b, len); /* a fresh copy, so reading past `len` is caught */
+		struct mo_model *m;
+		struct mo_diag d;
+		enum mo_status s = load_buf(c, len, &m, &d);
+		if (s == MO_OK)
+			s = mo_onnx_validate(m, &d);
+		assert_true(s == MO_OK || s == MO_ERR_INPUT);
+		rejected += s != MO_OK;
+		mo_onnx_free(m);
+	}
+	assert_true(rejected > n / 2);
+	for (size_t bit = 0; bit < n * 8; bit++) {
+		memcpy(c, b, n);
+		c[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		struct mo_model *m;
+		struct mo_diag d;
+		enum mo_status s = load_buf(c, n, &m, &d);
+		if (s == MO_OK)
+			s = mo_onnx_validate(m, &d);
+		assert_true(s == MO_OK || s == MO_ERR_INPUT);
+		mo_onnx_free(m);
+	}
+	free(c);
+	tm_free(&t);
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+	do {
+		p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+		v >>= 7;
+	} while (v);
+	return n;
+}
+
+/* Graphs nested through If-style attributes far deeper than any model: the
+ * loader refuses instead of recursing off the stack. */
+static void absurd_nesting_is_refused(void **state)
+{
+	(void)state;
+	enum { DEPTH = 400 }; /* x3 messages a level */
+	size_t cap = DEPTH * 40 + 64;
+	uint8_t *buf = malloc(cap), *tmp = malloc(cap);
+	size_t len = 0; /* innermost: an empty GraphProto */
+	for (int i = 0; i < DEPTH; i++) {
+		/* Attribute{g(6): graph} -> Node{attribute(5)} -> Graph{node(1)} */
+		static const uint8_t tags[3] = { (6 << 3) | 2, (5 << 3) | 2, (1 << 3) | 2 };
+		for (int k = 0; k < 3; k++) {
+			size_t h = 0;
+			tmp[h++] = tags[k];
+			h += put_varint(tmp + h, len);
+			memcpy(tmp + h, buf, len);
+			len += h;
+			memcpy(buf, tmp, len);
+		}
+	}
+	/* Model{ir_version(1)=8, graph(7)} */
+	size_t h = 0;
+	tmp[h++] = (1 << 3) | 0;
+	tmp[h++] = 8;
+	tmp[h++] = (7 << 3) | 2;
+	h += put_varint(tmp + h, len);
+	memcpy(tmp + h, buf, len);
+	expect_input_error(tmp, h + len, "nested");
+	free(buf);
+	free(tmp);
+}
+
+/* ---- external data ---- */
+
+struct ext_fixture {
+	char *dir;
+	char model[1024];
+	float data[16];
+};
+
+static void ext_setup(struct ext_fixture *f)
+{
+	f->dir = make_tmpdir();
+	for (int i = 0; i < 16; i++)
+		f->data[i] = (float)i * 0.5f;
+	char p[512];
+	snprintf(p, sizeof p, "%s/weights.bin", f->dir);
+	write_file(p, f->data, sizeof f->data);
+	snprintf(f->model, sizeof f->model, "%s/model.onnx", f->dir);
+}
+
+static void ext_teardown(struct ext_fixture *f)
+{
+	rm_rf(f->dir);
+	free(f->dir);
+}
+
+/* Writes a model whose initializer W (shape [4]) is external data. */
+static void write_ext_model(struct ext_fixture *f, const char *location,
+			    long long offset, long long length, size_t rank,
+			    const int64_t *dims)
+{
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 1, dims_4);
+	tm_external(&t, &t.graph, "W", rank, dims, location, offset, length);
+	tm_node(&t, &t.graph, "Add", NULL, (const char *[]){ "X", "W", NULL },
+		(const char *[]){ "Y", NULL });
+	tm_output(&t, &t.graph, "Y");
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	write_file(f->model, b, n);
+	tm_free(&t);
+}
+
+static void external_data_is_mapped_in_place(void **state)
+{
+	(void)state;
+	struct ext_fixture f;
+	ext_setup(&f);
+	write_ext_model(&f, "weights.bin", 8, 16, 1, dims_4);
+	struct mo_model *m;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_onnx_load(f.model, &m, &d), MO_OK);
+	const uint8_t *data;
+	size_t len;
+	Onnx__TensorProto *w = mo_onnx_proto(m)->graph->initializer[0];
+	assert_int_equal(mo_onnx_tensor_bytes(m, w, &data, &len, &d), MO_OK);
+	assert_int_equal(len, 16);
+	assert_memory_equal(data, (const uint8_t *)f.data + 8, 16);
+	assert_int_equal(mo_onnx_tensor_nbytes(m, w), 16);
+	assert_int_equal(mo_onnx_external_file_count(m), 1);
+	assert_string_equal(mo_onnx_external_file(m, 0), "weights.bin");
+	mo_onnx_free(m);
+
+	/* Without offset and length the tensor is the whole file. */
+	static const int64_t dims_16[] = { 16 };
+	write_ext_model(&f, "./weights.bin", -1, -1, 1, dims_16);
+	mo_diag_init(&d);
+	assert_int_equal(mo_onnx_load(f.model, &m, &d), MO_OK);
+	w = mo_onnx_proto(m)->graph->initializer[0];
+	assert_int_equal(mo_onnx_tensor_bytes(m, w, &data, &len, &d), MO_OK);
+	assert_int_equal(len, 64);
+	assert_memory_equal(data, f.data, 64);
+	mo_onnx_free(m);
+	ext_teardown(&f);
+}
+
+static void expect_ext_error(struct ext_fixture *f, const char *needle)
+{
+	struct mo_model *m;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_onnx_load(f->model, &m, &d), MO_ERR_INPUT);
+	assert_null(m);
+	if (!strstr(d.msg, needle))
+		fail_msg("message '%s' does not mention '%s'", d.msg, needle);
+}
+
+static void external_data_outside_the_folder_is_refused(void **state)
+{
+	(void)state;
+	struct ext_fixture f;
+	ext_setup(&f);
+	char sub[600], link[700], target[600];
+	/* the model sits in a subfolder; the weights are one level up */
+	snprintf(sub, sizeof sub, "%s/sub", f.dir);
+	assert_int_equal(mkdir(sub, 0755), 0);
+	snprintf(f.model, sizeof f.model, "%s/model.onnx", sub);
+	write_ext_model(&f, "../weights.bin", 0, 16, 1, dims_4);
+	expect_ext_error(&f, "outside the model's folder");
+	snprintf(target, sizeof target, "%s/weights.bin", f.dir);
+	write_ext_model(&f, target, 0, 16, 1, dims_4); /* absolute */
+	expect_ext_error(&f, "outside the model's folder");
+	snprintf(link, sizeof link, "%s/link.bin", sub);
+	assert_int_equal(symlink(target, link), 0);
+	write_ext_model(&f, "link.bin", 0, 16, 1, dims_4);
+	expect_ext_error(&f, "resolves outside");
+	ext_teardown(&f);
+}
+
+static void external_data_past_the_end_is_refused(void **state)
+{
+	(void)state;
+	struct ext_fixture f;
+	ext_setup(&f);
+	write_ext_model(&f, "weights.bin", 56, 16, 1, dims_4);
+	expect_ext_error(&f, "past the end");
+	write_ext_model(&f, "weights.bin", 100, 16, 1, dims_4);
+	expect_ext_error(&f, "past the end");
+	write_ext_model(&f, "weights.bin", 0, (long long)1 << 62, 1, dims_4);
+	expect_ext_error(&f, "past the end");
+	write_ext_model(&f, "weights.bin", 0, 12, 1, dims_4);
+	expect_ext_error(&f, "its shape needs 16");
+	write_ext_model(&f, "missing.bin", 0, 16, 1, dims_4);
+	expect_ext_error(&f, "missing.bin");
+	ext_teardown(&f);
+}
+
+static void save_replaces_atomically_and_fails_cleanly(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	char *dir = make_tmpdir();
+	char path[600], bad[600];
+	snprintf(path, sizeof path, "%s/out.onnx", dir);
+	write_file(path, "old contents", 12);
+	struct mo_model *m;
+	struct mo_diag d;
+	assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+	assert_int_equal(mo_onnx_save(m, path, &d), MO_OK);
+	size_t rn;
+	uint8_t *r = read_file(path, &rn);
+	assert_int_equal(rn, n);
+	assert_memory_equal(r, b, n);
+	free(r);
+	assert_int_equal(count_entries(dir), 1);
+
+	snprintf(bad, sizeof bad, "%s/no/such/folder/out.onnx", dir);
+	assert_int_equal(mo_onnx_save(m, bad, &d), MO_ERR_INPUT);
+	assert_non_null(strstr(d.msg, "does not exist"));
+	mo_diag_init(&d);
+	assert_int_equal(mo_onnx_save(m, dir, &d), MO_ERR_INPUT); /* a folder */
+	assert_int_equal(count_entries(dir), 1);
+	mo_onnx_free(m);
+	rm_rf(dir);
+	free(dir);
+	tm_free(&t);
+}
+
+/* Each allocation in turn fails: loading and validating report out of memory
+ * (never crash, never leak), until there are enough to succeed. */
+static void allocation_failures_are_reported(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_matmul(&t);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	unsigned long k;
+	for (k = 1; k < 10000; k++) {
+		mo_alloc_fail_after(k);
+		struct mo_model *m;
+		struct mo_diag d;
+		enum mo_status s = load_buf(b, n, &m, &d);
+		if (s == MO_OK)
+			s = mo_onnx_validate(m, &d);
+		mo_onnx_free(m);
+		assert_true(s == MO_OK || s == MO_ERR_NOMEM);
+		if (s == MO_OK)
+			break;
+		assert_string_equal(d.msg, "out of memory");
+	}
+	mo_alloc_fail_after(0);
+	assert_true(k > 5 && k < 10000);
+	tm_free(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(loads_fields_of_a_valid_model),
+		cmocka_unit_test(save_roundtrips_byte_for_byte),
+		cmocka_unit_test(unknown_fields_are_kept),
+		cmocka_unit_test(empty_and_random_bytes_are_rejected),
+		cmocka_unit_test(protobufs_that_are_not_models_are_rejected),
+		cmocka_unit_test(truncations_and_bit_flips_never_crash),
+		cmocka_unit_test(absurd_nesting_is_refused),
+		cmocka_unit_test(external_data_is_mapped_in_place),
+		cmocka_unit_test(external_data_outside_the_folder_is_refused),
+		cmocka_unit_test(external_data_past_the_end_is_refused),
+		cmocka_unit_test(save_replaces_atomically_and_fails_cleanly),
+		cmocka_unit_test(allocation_failures_are_reported),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,194 @@
+#include "tmodel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *tm_alloc(struct tm *t, size_t n)
+{
+	void *p = calloc(1, n ? n : 1);
+	t->allocs = realloc(t->allocs, (t->n_allocs + 1) * sizeof *t->allocs);
+	if (!p || !t->allocs)
+		abort();
+	t->allocs[t->n_allocs++] = p;
+	return p;
+}
+
+static char *dup(struct tm *t, const char *s)
+{
+	char *c = tm_alloc(t, strlen(s) + 1);
+	strcpy(c, s);
+	return c;
+}
+
+/* Appends p to a protobuf-c repeated pointer field. */
+#define APPEND(t, arr, n, p)                                                  \
+	do {                                                                  \
+		void *old_ = (arr);                                           \
+		(arr) = tm_alloc((t), ((n) + 1) * sizeof *(arr));             \
+		if (n)                                                        \
+			memcpy((arr), old_, (n) * sizeof *(arr));             \
+		(arr)[(n)++] = (p);                                           \
+	} while (0)
+
+void tm_init(struct tm *t)
+{
+	memset(t, 0, sizeof *t);
+	onnx__model_proto__init(&t->model);
+	onnx__graph_proto__init(&t->graph);
+	onnx__operator_set_id_proto__init(&t->opset);
+	t->opset.has_version = 1;
+	t->opset.version = 17;
+	t->opsets[0] = &t->opset;
+	t->model.has_ir_version = 1;
+	t->model.ir_version = 8;
+	t->model.producer_name = "mirage-onnx-tests";
+	t->model.n_opset_import = 1;
+	t->model.opset_import = t->opsets;
+	t->model.graph = &t->graph;
+	t->graph.name = "test";
+}
+
+void tm_free(struct tm *t)
+{
+	for (size_t i = 0; i < t->n_allocs; i++)
+		free(t->allocs[i]);
+	free(t->allocs);
+}
+
+static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
+					size_t rank, const int64_t *dims)
+{
+	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
+	onnx__value_info_proto__init(v);
+	v->name = dup(t, name);
+	Onnx__TypeProto *ty = tm_alloc(t, sizeof *ty);
+	onnx__type_proto__init(ty);
+	Onnx__TypeProto__Tensor *tt = tm_alloc(t, sizeof *tt);
+	onnx__type_proto__tensor__init(tt);
+	tt->has_elem_type = 1;
+	tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	if (dims) {
+		Onnx__TensorShapeProto *sh = tm_alloc(t, sizeof *sh);
+		onnx__tensor_shape_proto__init(sh);
+		for (size_t i = 0; i < rank; i++) {
+			Onnx__TensorShapeProto__Dimension *d = tm_alloc(t, sizeof *d);
+			onnx__tensor_shape_proto__dimension__init(d);
+			d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+			d->dim_value = dims[i];
+			APPEND(t, sh->dim, sh->n_dim, d);
+		}
+		tt->shape = sh;
+	}
+	ty->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+	ty->tensor_type = tt;
+	v->type = ty;
+	return v;
+}
+
+void tm_input(struct tm *t, Onnx__GraphProto *g, const char *name, size_t rank,
+	      const int64_t *dims)
+{
+	APPEND(t, g->input, g->n_input, value_info(t, name, rank, dims));
+}
+
+void tm_output(struct tm *t, Onnx__GraphProto *g, const char *name)
+{
+	APPEND(t, g->output, g->n_output, value_info(t, name, 0, NULL));
+}
+
+Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
+			 const char *name, const char *const *inputs,
+			 const char *const *outputs)
+{
+	Onnx__NodeProto *n = tm_alloc(t, sizeof *n);
+	onnx__node_proto__init(n);
+	n->op_type = dup(t, op);
+	if (name)
+		n->name = dup(t, name);
+	for (; inputs && *inputs; inputs++)
+		APPEND(t, n->input, n->n_input, dup(t, *inputs));
+	for (; outputs && *outputs; outputs++)
+		APPEND(t, n->output, n->n_output, dup(t, *outputs));
+	APPEND(t, g->node, g->n_node, n);
+	return n;
+}
+
+static Onnx__TensorProto *tensor(struct tm *t, const char *name, size_t rank,
+				 const int64_t *dims)
+{
+	Onnx__TensorProto *x = tm_alloc(t, sizeof *x);
+	onnx__tensor_proto__init(x);
+	x->name = dup(t, name);
+	x->has_data_type = 1;
+	x->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	x->n_dims = rank;
+	x->dims = tm_alloc(t, rank * sizeof *x->dims);
+	memcpy(x->dims, dims, rank * sizeof *x->dims);
+	return x;
+}
+
+Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char *name,
+				  size_t rank, const int64_t *dims, const float *data, size_t n)
+{
+	Onnx__TensorProto *x = tensor(t, name, rank, dims);
+	x->has_raw_data = 1;
+	x->raw_data.len = n * sizeof(float);
+	x->raw_data.data = tm_alloc(t, x->raw_data.len);
+	memcpy(x->raw_data.data, data, x->raw_data.len);
+	APPEND(t, g->initializer, g->n_initializer, x);
+	return x;
+}
+
+static void entry(struct tm *t, Onnx__TensorProto *x, const char *k, const char *v)
+{
+	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
+	onnx__string_string_entry_proto__init(e);
+	e->key = dup(t, k);
+	e->value = dup(t, v);
+	APPEND(t, x->external_data, x->n_external_data, e);
+}
+
+Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *name,
+			       size_t rank, const int64_t *dims, const char *location,
+			       long long offset, long long length)
+{
+	Onnx__TensorProto *x = tensor(t, name, rank, dims);
+	char buf[32];
+	x->has_data_location = 1;
+	x->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+	entry(t, x, "location", location);
+	if (offset >= 0) {
+		snprintf(buf, sizeof buf, "%lld", offset);
+		entry(t, x, "offset", buf);
+	}
+	if (length >= 0) {
+		snprintf(buf, sizeof buf, "%lld", length);
+		entry(t, x, "length", buf);
+	}
+	APPEND(t, g->initializer, g->n_initializer, x);
+	return x;
+}
+
+Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *attr)
+{
+	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
+	onnx__attribute_proto__init(a);
+	a->name = dup(t, attr);
+	a->has_type = 1;
+	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+	Onnx__GraphProto *g = tm_alloc(t, sizeof *g);
+	onnx__graph_proto__init(g);
+	g->name = dup(t, attr);
+	a->g = g;
+	APPEND(t, node->attribute, node->n_attribute, a);
+	return g;
+}
+
+uint8_t *tm_pack(struct tm *t, size_t *len)
+{
+	*len = onnx__model_proto__get_packed_size(&t->model);
+	uint8_t *buf = tm_alloc(t, *len);
+	onnx__model_proto__pack(&t->model, buf);
+	return buf;
+}

@@ -1,0 +1,43 @@
+/* Builds small ONNX models in memory for the unit tests. Everything a builder
+ * allocates is released by tm_free. */
+#ifndef TMODEL_H
+#define TMODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "onnx.pb-c.h"
+
+struct tm {
+	Onnx__ModelProto model;
+	Onnx__GraphProto graph;
+	Onnx__OperatorSetIdProto opset;
+	Onnx__OperatorSetIdProto *opsets[1];
+	void **allocs;
+	size_t n_allocs;
+};
+
+void tm_init(struct tm *t);
+void tm_free(struct tm *t);
+/* Adds a float32 graph input/output of the given shape to a graph. */
+void tm_input(struct tm *t, Onnx__GraphProto *g, const char *name, size_t rank, const int64_t *dims);
+void tm_output(struct tm *t, Onnx__GraphProto *g, const char *name);
+/* Adds a node; inputs and outputs are NULL-terminated lists. */
+Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
+			 const char *name, const char *const *inputs,
+			 const char *const *outputs);
+/* Adds a float32 initializer with raw data (n floats). */
+Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char *name,
+				  size_t rank, const int64_t *dims, const float *data, size_t n);
+/* Adds a float32 initializer stored as external data. offset/length < 0: absent. */
+Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *name,
+			       size_t rank, const int64_t *dims, const char *location,
+			       long long offset, long long length);
+/* A new empty graph for a subgraph attribute of `node`. */
+Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *attr);
+/* Serializes; the buffer is owned by t. */
+uint8_t *tm_pack(struct tm *t, size_t *len);
+/* Allocation tracked by t. */
+void *tm_alloc(struct tm *t, size_t n);
+
+#endif
