@@ -593,6 +593,8 @@ const char *mo_onnx_external_file(const struct mo_model *m, size_t i)
 static const struct mo_extref *find_extref(const struct mo_model *m,
 					   const Onnx__TensorProto *t)
 {
+	if (m->n_ext_refs == 0)
+		return NULL;
 	struct mo_extref key = { .tensor = t };
 	return bsearch(&key, m->ext_refs, m->n_ext_refs, sizeof key, extref_cmp);
 }

@@ -15,6 +15,7 @@ debs=(
   libcmocka-dev                           # unit tests
   clang libclang-rt-14-dev                # libFuzzer harness
   python3-venv
+  locales                                 # ONNX Runtime's StringNormalizer needs en_US.UTF-8
 )
 
 missing=()
@@ -27,6 +28,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! locale -a 2>/dev/null | grep -qi '^en_US\.utf-\?8$'; then
+  echo "setup: generating the en_US.UTF-8 locale"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO sed -i 's/^# *\(en_US.UTF-8 UTF-8\)/\1/' /etc/locale.gen
+  $SUDO locale-gen >/dev/null
 fi
 
 # The virtual environment is rebuilt when the pinned requirements change.

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the mirage-onnx command line.
+
+Every bad input gets one line on stderr naming the problem, exit code 1, no
+output file and an untouched input; usage errors exit 2; a good model is
+summarized and written unchanged, external data included.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+CLI = None
+IR_VERSION = 8  # what ONNX Runtime reads, whatever the onnx package writes
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def matmul_model(w=None):
+    """Y = X · W with W (4, 3) as an initializer."""
+    if w is None:
+        w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             producer_name="cli_test", ir_version=IR_VERSION)
+
+
+def raw_model(nodes, inputs=("x",), outputs=("y",)):
+    """A model built without ONNX's checker, so it may be malformed."""
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [4])
+    graph = helper.make_graph(nodes, "g", [vi(n) for n in inputs], [vi(n) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=IR_VERSION)
+
+
+def external_model(folder, location, offset, length):
+    """A MatMul model whose weight W (48 bytes) is external data."""
+    with open(os.path.join(folder, "weights.bin"), "wb") as f:
+        f.write(np.arange(12, dtype=np.float32).tobytes())
+    m = matmul_model()
+    w = m.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", offset), ("length", length)):
+        if v is not None:
+            e = w.external_data.add()
+            e.key, e.value = k, str(v)
+    return m
+
+
+class Cli(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mo_cli_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def run_cli(self, *args):
+        return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
+
+    def write(self, name, data):
+        p = self.path(name)
+        with open(p, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.SerializeToString())
+        return p
+
+    def listing(self):
+        out = []
+        for root, dirs, files in os.walk(self.dir):
+            out += [os.path.relpath(os.path.join(root, f), self.dir) for f in files]
+        return sorted(out)
+
+    def assert_bad_input(self, model, needle, out=None):
+        """Exit 1, one line naming the problem, nothing written, input kept."""
+        out = out or self.path("out.onnx")
+        before = self.listing()
+        original = read(model) if os.path.isfile(model) else None
+        r = self.run_cli(model, "-o", out)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("mirage-onnx: error: "), lines[0])
+        self.assertIn(needle, lines[0])
+        self.assertEqual(self.listing(), before, "files appeared or vanished")
+        if original is not None:
+            self.assertEqual(read(model), original, "input changed")
+
+    # ---- bad input ----
+
+    def test_missing_file(self):
+        self.assert_bad_input(self.path("nope.onnx"), "No such file")
+
+    def test_folder(self):
+        os.mkdir(self.path("folder.onnx"))
+        self.assert_bad_input(self.path("folder.onnx"), "is a folder")
+
+    def test_empty_file(self):
+        self.assert_bad_input(self.write("empty.onnx", b""), "empty")
+
+    def test_truncated_protobuf(self):
+        data = matmul_model().SerializeToString()
+        for cut in (len(data) // 3, len(data) // 2, len(data) - 5):
+            with self.subTest(cut=cut):
+                self.assert_bad_input(self.write("cut.onnx", data[:cut]), "truncated")
+
+    def test_random_bytes(self):
+        rng = np.random.default_rng(1)
+        for i in range(5):
+            with self.subTest(i=i):
+                data = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+                self.assert_bad_input(self.write("rand.onnx", data), "not a")
+
+    def test_protobuf_that_is_not_a_model(self):
+        t = numpy_helper.from_array(np.ones((3, 3), np.float32), "t")
+        self.assert_bad_input(self.write("tensor.onnx", t), "not an ONNX model")
+        g = matmul_model().graph
+        self.assert_bad_input(self.write("graph.onnx", g), "not an ONNX model")
+
+    def test_cycle(self):
+        m = raw_model([helper.make_node("Add", ["x", "c"], ["b"], name="n1"),
+                       helper.make_node("Relu", ["b"], ["c"], name="n2")], outputs=["c"])
+        self.assert_bad_input(self.write("cycle.onnx", m), "cycle")
+
+    def test_dangling_input(self):
+        m = raw_model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")])
+        self.assert_bad_input(self.write("dangling.onnx", m), "'ghost'")
+
+    def test_duplicate_output_name(self):
+        m = raw_model([helper.make_node("Relu", ["x"], ["y"], name="a"),
+                       helper.make_node("Neg", ["x"], ["y"], name="b")])
+        self.assert_bad_input(self.write("dup.onnx", m), "defined twice")
+
+    def test_dangling_name_in_subgraph(self):
+        branch = lambda src: helper.make_graph(
+            [helper.make_node("Relu", [src], ["o"])], "b", [],
+            [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])])
+        node = helper.make_node("If", ["cond"], ["y"], name="if",
+                                then_branch=branch("x"), else_branch=branch("ghost"))
+        m = raw_model([node], inputs=("x", "cond"))
+        self.assert_bad_input(self.write("sub.onnx", m), "else_branch")
+
+    def test_external_data_outside_the_folder(self):
+        os.mkdir(self.path("inner"))
+        m = external_model(self.dir, "../weights.bin", 0, 48)
+        self.assert_bad_input(self.write("inner/model.onnx", m), "outside the model's folder",
+                              out=self.path("inner", "out.onnx"))
+        m = external_model(self.dir, "/etc/passwd", 0, 48)
+        self.assert_bad_input(self.write("abs.onnx", m), "outside the model's folder")
+
+    def test_external_data_past_the_end(self):
+        m = external_model(self.dir, "weights.bin", 16, 48)
+        self.assert_bad_input(self.write("past.onnx", m), "past the end")
+        m = external_model(self.dir, "weights.bin", 4096, None)
+        self.assert_bad_input(self.write("past2.onnx", m), "past the end")
+
+    def test_output_in_a_missing_folder(self):
+        model = self.write("m.onnx", matmul_model())
+        self.assert_bad_input(model, "does not exist", out=self.path("no", "such", "o.onnx"))
+
+    def test_output_is_the_input(self):
+        model = self.write("m.onnx", matmul_model())
+        self.assert_bad_input(model, "output is the input", out=model)
+        self.assert_bad_input(model, "output is the input",
+                              out=os.path.join(self.dir, ".", "m.onnx"))
+        os.symlink(model, self.path("link.onnx"))
+        self.assert_bad_input(model, "output is the input", out=self.path("link.onnx"))
+
+    def test_output_is_a_folder(self):
+        model = self.write("m.onnx", matmul_model())
+        os.mkdir(self.path("outdir"))
+        self.assert_bad_input(model, "is a folder", out=self.path("outdir"))
+
+    # ---- usage ----
+
+    def test_usage_errors_exit_2(self):
+        model = self.write("m.onnx", matmul_model())
+        for args in ([], ["--bogus", model], [model, "-o"], [model, "other.onnx"]):
+            with self.subTest(args=args):
+                r = self.run_cli(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+                self.assertIn("--help", r.stderr)
+
+    def test_help_documents_every_flag_and_exit_code(self):
+        r = self.run_cli("--help")
+        self.assertEqual(r.returncode, 0)
+        for flag in ("--output", "--quiet", "--help", "--version", "-o", "-q", "-h", "-V"):
+            self.assertIn(flag, r.stdout)
+        for code in ("0  success", "1  bad input", "2  usage", "3  internal"):
+            self.assertIn(code, r.stdout)
+
+    def test_version(self):
+        r = self.run_cli("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^mirage-onnx \d+\.\d+\.\d+\n$")
+
+    # ---- good models ----
+
+    def test_good_model_is_summarized_and_written_unchanged(self):
+        model = self.write("m.onnx", matmul_model())
+        out = self.path("out.onnx")
+        r = self.run_cli(model, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        for s in ("IR version", "ai.onnx 17", "cli_test", "MatMul 1",
+                  "X: float32 [2, 4]", "Y: float32 [2, 3]", "48 B of weights"):
+            self.assertIn(s, r.stdout)
+        self.assertEqual(read(out), read(model))
+        self.assertEqual(self.listing(), ["m.onnx", "out.onnx"])
+        r = self.run_cli("-q", model, "-o", out)  # overwrites an existing output
+        self.assertEqual((r.returncode, r.stdout), (0, ""))
+
+    def test_external_data_model_runs_in_onnxruntime(self):
+        import onnxruntime as ort
+        m = external_model(self.dir, "weights.bin", 0, 48)
+        model = self.write("ext.onnx", m)
+        out = self.path("ext_out.onnx")
+        r = self.run_cli(model, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("1 external data file", r.stdout)
+        self.assertEqual(read(out), read(model))
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        s = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+        y = s.run(None, {"X": x})[0]
+        np.testing.assert_allclose(y, x @ np.arange(12, dtype=np.float32).reshape(4, 3))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    args, rest = ap.parse_known_args()
+    CLI = os.path.abspath(args.cli)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
