@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test twice: in a normal
+# build with warnings as errors, and in an AddressSanitizer +
+# UndefinedBehaviorSanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+scripts/setup.sh
+
+echo "== build (warnings are errors)"
+cmake -S . -B build -DMO_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs" >/dev/null
+echo "== tests"
+ctest --test-dir build -j"$jobs" --output-on-failure
+
+echo "== build (ASan + UBSan)"
+cmake -S . -B build-asan -DMO_WERROR=ON -DMO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j"$jobs" >/dev/null
+echo "== tests under ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  ctest --test-dir build-asan -j"$jobs" --output-on-failure
