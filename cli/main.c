@@ -79,6 +79,30 @@ static int same_file(const char *a, const char *b)
 	       sa.st_ino == sb.st_ino;
 }
 
+/* OUT names external data by paths relative to its own folder, so written
+ * elsewhere it would not find the weights: say so. */
+static void warn_if_external_data_stays_behind(const struct mo_model *m,
+					       const char *out_path)
+{
+	size_t n = mo_onnx_external_file_count(m);
+	if (n == 0 || !mo_onnx_dir(m))
+		return;
+	char *copy = strdup(out_path);
+	char *slash = copy ? strrchr(copy, '/') : NULL;
+	const char *folder = !copy ? NULL : !slash ? "." : slash == copy ? "/" : copy;
+	if (slash && slash != copy)
+		*slash = '\0';
+	char *real = folder ? realpath(folder, NULL) : NULL;
+	if (real && strcmp(real, mo_onnx_dir(m)) != 0)
+		fprintf(stderr,
+			"mirage-onnx: warning: %s refers to %zu external data file%s ('%s'%s) "
+			"relative to its own folder; copy %s beside it\n",
+			out_path, n, n == 1 ? "" : "s", mo_onnx_external_file(m, 0),
+			n > 1 ? ", ..." : "", n == 1 ? "it" : "them");
+	free(real);
+	free(copy);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -130,6 +154,7 @@ int main(int argc, char **argv)
 		}
 		if (!quiet)
 			printf("%-10s %s\n", "wrote", out_path);
+		warn_if_external_data_stays_behind(m, out_path);
 	}
 	mo_onnx_free(m);
 	return EXIT_OK;

@@ -36,6 +36,10 @@ Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m);
 /* The path or name the model was loaded from. */
 const char *mo_onnx_name(const struct mo_model *m);
 
+/* The canonical folder external data is resolved against; NULL for a model
+ * loaded from memory without one. */
+const char *mo_onnx_dir(const struct mo_model *m);
+
 /* The serialized size the model had when it was loaded. */
 size_t mo_onnx_file_size(const struct mo_model *m);
 

@@ -582,6 +582,7 @@ void mo_onnx_free(struct mo_model *m)
 
 Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m) { return m->proto; }
 const char *mo_onnx_name(const struct mo_model *m) { return m->name; }
+const char *mo_onnx_dir(const struct mo_model *m) { return m->dir; }
 size_t mo_onnx_file_size(const struct mo_model *m) { return m->file_size; }
 size_t mo_onnx_external_file_count(const struct mo_model *m) { return m->n_ext_files; }
 

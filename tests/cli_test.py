@@ -238,6 +238,11 @@ class Cli(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("1 external data file", r.stdout)
         self.assertEqual(read(out), read(model))
+        os.mkdir(self.path("elsewhere"))
+        r = self.run_cli("-q", model, "-o", self.path("elsewhere", "o.onnx"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("warning: ", r.stderr)
+        self.assertIn("'weights.bin'", r.stderr)
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         s = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
         y = s.run(None, {"X": x})[0]
