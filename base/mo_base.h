@@ -47,4 +47,42 @@ char *mo_strdup(const char *s);
  * allocations made since the previous call. */
 unsigned long mo_alloc_fail_after(unsigned long n);
 
+/* A map from strings to ints; keys are borrowed (they must outlive the map).
+ * Allocation failure makes put return false. */
+struct mo_strmap {
+	const char **keys;
+	int *vals;
+	size_t cap, n;
+};
+void mo_strmap_free(struct mo_strmap *m);
+const int *mo_strmap_get(const struct mo_strmap *m, const char *key);
+/* Inserts key -> val unless key is present; *had says which happened. */
+int mo_strmap_put(struct mo_strmap *m, const char *key, int val, int *had);
+
+/* A bump allocator for IR lifetimes: everything allocated from it is freed at
+ * once. mark/rewind give scratch space (the search's). Allocation failure is
+ * sticky: once an allocation fails, `failed` stays set and later calls return
+ * NULL, so callers may check once at a boundary. */
+struct mo_arena_block;
+struct mo_arena {
+	struct mo_arena_block *head;
+	int failed;
+};
+struct mo_arena_mark {
+	struct mo_arena_block *block;
+	size_t used;
+};
+
+void mo_arena_init(struct mo_arena *a);
+void mo_arena_free(struct mo_arena *a);
+/* Zeroed memory aligned for any type; NULL (and a->failed) on failure. */
+void *mo_arena_alloc(struct mo_arena *a, size_t n);
+/* Zeroed array of count elements, with overflow checked. */
+void *mo_arena_array(struct mo_arena *a, size_t count, size_t size);
+char *mo_arena_strdup(struct mo_arena *a, const char *s);
+char *mo_arena_printf(struct mo_arena *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+struct mo_arena_mark mo_arena_mark(const struct mo_arena *a);
+void mo_arena_rewind(struct mo_arena *a, struct mo_arena_mark m);
+
 #endif

@@ -7,6 +7,8 @@
 
 #include "mo_base.h"
 #include "mo_onnx.h"
+#include "mo_part.h"
+#include "mo_tp.h"
 
 #ifndef MO_VERSION
 #define MO_VERSION "0.0.0"
@@ -24,7 +26,8 @@ static const char usage_text[] =
 	"\n"
 	"Loads an ONNX model, checks its structure, prints a summary and, with -o,\n"
 	"writes the model to OUT. At this stage of the project OUT is written\n"
-	"unchanged: fusion comes with the later stages.\n"
+	"unchanged: fusion comes with the later stages. --list-regions shows the\n"
+	"regions the search will fuse.\n"
 	"\n"
 	"options:\n"
 	"  -o, --output OUT   write the model to OUT (atomically: a temporary file in\n"
@@ -34,6 +37,25 @@ static const char usage_text[] =
 	"                     relative to the model, so write OUT in MODEL's folder\n"
 	"                     when the model has external data.\n"
 	"  -q, --quiet        print nothing but errors and warnings\n"
+	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
+	"                     outputs with shapes and dtypes, exps on the longest path,\n"
+	"                     FLOPs, and bytes moved fused vs op by op; then why the\n"
+	"                     other ops are not fused\n"
+	"      --json         with --list-regions: print one JSON object\n"
+	"                     {\"regions\": [{\"nodes\": [...], \"inputs\": [...],\n"
+	"                     \"outputs\": [...], ...}], \"unfused\": [...]} and nothing else\n"
+	"      --dot FILE     write the graph with its regions colored, for Graphviz\n"
+	"                     (dot -Tsvg FILE -o graph.svg)\n"
+	"      --dump-tp      print the imported tensor program (every tensor's dtype\n"
+	"                     and shape, every op's class) as JSON and nothing else\n"
+	"      --dim NAME=N   bind the symbolic dimension NAME to N (repeatable)\n"
+	"      --input-shape NAME=2x4096\n"
+	"                     give input NAME this shape (repeatable)\n"
+	"      --max-region-ops N\n"
+	"                     split regions larger than N ops (default 32)\n"
+	"\n"
+	"Nodes without a name are called OpType_INDEX (INDEX: the node's position\n"
+	"in the graph) in every output.\n"
 	"  -h, --help         print this help and exit\n"
 	"  -V, --version      print the version and exit\n"
 	"\n"
@@ -68,6 +90,79 @@ static int usage_error(const char *msg, const char *arg)
 	fprintf(stderr, "mirage-onnx: %s%s%s (see mirage-onnx --help)\n", msg,
 		arg ? " " : "", arg ? arg : "");
 	return EXIT_USAGE;
+}
+
+struct cli {
+	const char *out_path, *dot_path;
+	int quiet, list_regions, json, dump_tp;
+	struct mo_import_options import;
+	struct mo_part_options part;
+};
+
+static int run(struct cli *cli, int argc, char **argv);
+
+/* Writes text made by `print` to path atomically. */
+static int write_text_file(const char *path,
+			   void (*print)(const struct mo_tp *, const struct mo_partition *, FILE *),
+			   const struct mo_tp *tp, const struct mo_partition *p)
+{
+	size_t n = strlen(path) + 16;
+	char *tmp = malloc(n);
+	if (!tmp)
+		return EXIT_INTERNAL;
+	snprintf(tmp, n, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	int ok = f != NULL;
+	if (f) {
+		print(tp, p, f);
+		ok = !ferror(f);
+		ok &= fclose(f) == 0;
+		ok = ok && rename(tmp, path) == 0;
+		if (!ok)
+			remove(tmp);
+	}
+	if (!ok)
+		fprintf(stderr, "mirage-onnx: error: %s: cannot write\n", path);
+	free(tmp);
+	return ok ? EXIT_OK : EXIT_BAD_INPUT;
+}
+
+/* Import, partition, and print what was asked for. */
+static int show_regions(const struct cli *cli, const struct mo_model *m, struct mo_diag *d)
+{
+	struct mo_tp *tp;
+	if (mo_tp_import(m, &cli->import, &tp, d)) {
+		if (d->status == MO_ERR_USAGE)
+			return usage_error(d->msg, NULL);
+		return fail(d);
+	}
+	for (int i = 0; i < tp->n_warnings; i++)
+		fprintf(stderr, "mirage-onnx: warning: %s\n", tp->warnings[i]);
+	if (cli->dump_tp) {
+		mo_tp_print_json(tp, stdout);
+		mo_tp_free(tp);
+		return EXIT_OK;
+	}
+	struct mo_partition *p;
+	if (mo_part_run(tp, &cli->part, &p, d)) {
+		mo_tp_free(tp);
+		return fail(d);
+	}
+	int rc = EXIT_OK;
+	if (cli->list_regions) {
+		if (cli->json) {
+			mo_part_print_json(tp, p, stdout);
+		} else {
+			if (!cli->quiet)
+				fputc('\n', stdout);
+			mo_part_print(tp, p, stdout);
+		}
+	}
+	if (cli->dot_path)
+		rc = write_text_file(cli->dot_path, mo_part_print_dot, tp, p);
+	mo_part_free(p);
+	mo_tp_free(tp);
+	return rc;
 }
 
 /* Writing over the input would destroy it if anything went wrong, and the
@@ -105,27 +200,79 @@ static void warn_if_external_data_stays_behind(const struct mo_model *m,
 
 int main(int argc, char **argv)
 {
+	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
+	       OPT_MAX_REGION_OPS };
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "list-regions", no_argument, NULL, OPT_LIST },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "dot", required_argument, NULL, OPT_DOT },
+		{ "dump-tp", no_argument, NULL, OPT_DUMP_TP },
+		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "input-shape", required_argument, NULL, OPT_INPUT_SHAPE },
+		{ "max-region-ops", required_argument, NULL, OPT_MAX_REGION_OPS },
 		{ 0 },
 	};
-	const char *out_path = NULL;
-	int quiet = 0, c;
+	struct cli cli = { .part = MO_PART_DEFAULTS };
+	int c;
+	struct mo_diag d;
+	mo_diag_init(&d);
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":o:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'o': out_path = optarg; break;
-		case 'q': quiet = 1; break;
+		case 'o': cli.out_path = optarg; break;
+		case 'q': cli.quiet = 1; break;
 		case 'h': fputs(usage_text, stdout); return EXIT_OK;
 		case 'V': printf("mirage-onnx %s\n", MO_VERSION); return EXIT_OK;
-		case ':': return usage_error("missing argument for", argv[optind - 1]);
-		default: return usage_error("unknown option", argv[optind - 1]);
+		case OPT_LIST: cli.list_regions = 1; break;
+		case OPT_JSON: cli.json = 1; break;
+		case OPT_DOT: cli.dot_path = optarg; break;
+		case OPT_DUMP_TP: cli.dump_tp = 1; break;
+		case OPT_DIM:
+		case OPT_INPUT_SHAPE:
+			if ((c == OPT_DIM ? mo_tp_add_dim : mo_tp_add_input_shape)(&cli.import, optarg, &d)) {
+				mo_import_options_free(&cli.import);
+				if (d.status == MO_ERR_USAGE)
+					return usage_error(d.msg, NULL);
+				return fail(&d);
+			}
+			break;
+		case OPT_MAX_REGION_OPS: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 100000) {
+				mo_import_options_free(&cli.import);
+				return usage_error("--max-region-ops needs a number from 1 to 100000, not",
+						   optarg);
+			}
+			cli.part.max_ops = (int)v;
+			break;
+		}
+		case ':':
+			mo_import_options_free(&cli.import);
+			return usage_error("missing argument for", argv[optind - 1]);
+		default:
+			mo_import_options_free(&cli.import);
+			return usage_error("unknown option", argv[optind - 1]);
 		}
 	}
+	if (cli.json && !cli.list_regions) {
+		mo_import_options_free(&cli.import);
+		return usage_error("--json goes with --list-regions", NULL);
+	}
+	int rc = run(&cli, argc, argv);
+	mo_import_options_free(&cli.import);
+	return rc;
+}
+
+static int run(struct cli *cli, int argc, char **argv)
+{
+	const char *out_path = cli->out_path;
+	int quiet = cli->quiet || cli->json || cli->dump_tp;
 	if (optind == argc)
 		return usage_error("no model given", NULL);
 	if (argc - optind > 1)
@@ -134,6 +281,8 @@ int main(int argc, char **argv)
 
 	struct mo_diag d;
 	mo_diag_init(&d);
+	if (cli->dot_path && out_path && strcmp(cli->dot_path, out_path) == 0)
+		return usage_error("--dot and -o name the same file:", out_path);
 	if (out_path && (strcmp(out_path, in_path) == 0 || same_file(in_path, out_path))) {
 		mo_diag_set(&d, MO_ERR_INPUT, "%s: output is the input model; choose another -o",
 			    out_path);
@@ -147,6 +296,13 @@ int main(int argc, char **argv)
 	}
 	if (!quiet)
 		mo_onnx_print_summary(m, stdout);
+	if (cli->list_regions || cli->dot_path || cli->dump_tp) {
+		int rc = show_regions(cli, m, &d);
+		if (rc) {
+			mo_onnx_free(m);
+			return rc;
+		}
+	}
 	if (out_path) {
 		if (mo_onnx_save(m, out_path, &d)) {
 			mo_onnx_free(m);

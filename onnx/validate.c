@@ -4,89 +4,13 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* ---- a string -> int map keyed by names owned by the protobuf ---- */
-
-struct name_map {
-	const char **keys;
-	int *vals;
-	size_t cap, n;
-};
-
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 1099511628211ull;
-	return h;
-}
-
-static void map_free(struct name_map *m)
-{
-	mo_free(m->keys);
-	mo_free(m->vals);
-	*m = (struct name_map){ 0 };
-}
-
-static size_t map_slot(const struct name_map *m, const char *k)
-{
-	size_t i = hash_str(k) & (m->cap - 1);
-	while (m->keys[i] && strcmp(m->keys[i], k) != 0)
-		i = (i + 1) & (m->cap - 1);
-	return i;
-}
-
-static const int *map_get(const struct name_map *m, const char *k)
-{
-	if (!m->cap)
-		return NULL;
-	size_t i = map_slot(m, k);
-	return m->keys[i] ? &m->vals[i] : NULL;
-}
-
-static bool map_grow(struct name_map *m)
-{
-	size_t cap = m->cap ? m->cap * 2 : 64;
-	struct name_map g = { mo_calloc(cap, sizeof *g.keys),
-			      mo_calloc(cap, sizeof *g.vals), cap, 0 };
-	if (!g.keys || !g.vals) {
-		map_free(&g);
-		return false;
-	}
-	for (size_t i = 0; i < m->cap; i++) {
-		if (m->keys[i]) {
-			size_t j = map_slot(&g, m->keys[i]);
-			g.keys[j] = m->keys[i];
-			g.vals[j] = m->vals[i];
-			g.n++;
-		}
-	}
-	map_free(m);
-	*m = g;
-	return true;
-}
-
-/* Inserts k -> v unless k is present; *had tells which happened. */
-static bool map_put(struct name_map *m, const char *k, int v, bool *had)
-{
-	if ((m->n + 1) * 2 > m->cap && !map_grow(m))
-		return false;
-	size_t i = map_slot(m, k);
-	*had = m->keys[i] != NULL;
-	if (!*had) {
-		m->keys[i] = k;
-		m->vals[i] = v;
-		m->n++;
-	}
-	return true;
-}
-
 /* ---- graphs ---- */
 
 /* The names a graph defines; a subgraph sees its own and every enclosing
  * graph's names. Values: producing node index, or -1 for inputs and
  * initializers. */
 struct scope {
-	struct name_map names;
+	struct mo_strmap names;
 	const struct scope *parent;
 };
 
@@ -95,13 +19,13 @@ struct scope {
 struct name_list {
 	const char **v;
 	size_t n, cap;
-	struct name_map seen;
+	struct mo_strmap seen;
 };
 
 static bool list_add(struct name_list *l, const char *name)
 {
-	bool had;
-	if (!map_put(&l->seen, name, 0, &had))
+	int had;
+	if (!mo_strmap_put(&l->seen, name, 0, &had))
 		return false;
 	if (had)
 		return true;
@@ -120,13 +44,13 @@ static bool list_add(struct name_list *l, const char *name)
 static void list_free(struct name_list *l)
 {
 	mo_free(l->v);
-	map_free(&l->seen);
+	mo_strmap_free(&l->seen);
 }
 
 static bool defined_outside(const struct scope *s, const char *name)
 {
 	for (; s; s = s->parent)
-		if (map_get(&s->names, name))
+		if (mo_strmap_get(&s->names, name))
 			return true;
 	return false;
 }
@@ -290,7 +214,7 @@ static enum mo_status check_subgraphs(const struct graph_check *c,
 			struct name_list reads = { 0 };
 			enum mo_status st = check_graph(&sc, sub, s, &reads);
 			for (size_t r = 0; !st && r < reads.n; r++) {
-				const int *p = map_get(&s->names, reads.v[r]);
+				const int *p = mo_strmap_get(&s->names, reads.v[r]);
 				if (p) {
 					if (*p >= 0 && !deps_add(dg, (size_t)*p, ni))
 						st = mo_diag_nomem(c->d);
@@ -309,8 +233,8 @@ static enum mo_status check_subgraphs(const struct graph_check *c,
 static enum mo_status define(const struct graph_check *c, struct scope *s,
 			     const char *name, int producer, const char *what)
 {
-	bool had;
-	if (!map_put(&s->names, name, producer, &had))
+	int had;
+	if (!mo_strmap_put(&s->names, name, producer, &had))
 		return mo_diag_nomem(c->d);
 	if (had)
 		return fail(c, "tensor '%s' is defined twice (again as %s)", name, what);
@@ -335,10 +259,10 @@ static enum mo_status check_graph(const struct graph_check *c,
 	for (size_t i = 0; !st && i < g->n_initializer; i++) {
 		const char *name = str(g->initializer[i]->name);
 		st = define(c, &inits, name, -1, "an initializer");
-		if (!st && !map_get(&s.names, name)) /* else it is also an input */
+		if (!st && !mo_strmap_get(&s.names, name)) /* else it is also an input */
 			st = define(c, &s, name, -1, "an initializer");
 	}
-	map_free(&inits.names);
+	mo_strmap_free(&inits.names);
 	for (size_t i = 0; !st && i < g->n_sparse_initializer; i++) {
 		const Onnx__SparseTensorProto *sp = g->sparse_initializer[i];
 		if (sp->values)
@@ -359,7 +283,7 @@ static enum mo_status check_graph(const struct graph_check *c,
 			const char *in = str(node->input[k]);
 			if (!*in)
 				continue; /* an omitted optional input */
-			const int *p = map_get(&s.names, in);
+			const int *p = mo_strmap_get(&s.names, in);
 			if (p) {
 				if (*p >= 0 && !deps_add(&dg, (size_t)*p, i))
 					st = mo_diag_nomem(c->d);
@@ -377,7 +301,7 @@ static enum mo_status check_graph(const struct graph_check *c,
 	}
 	for (size_t i = 0; !st && i < g->n_output; i++) {
 		const char *out = str(g->output[i]->name);
-		if (map_get(&s.names, out))
+		if (mo_strmap_get(&s.names, out))
 			continue;
 		if (defined_outside(parent, out)) {
 			if (!list_add(outer_reads, out))
@@ -389,7 +313,7 @@ static enum mo_status check_graph(const struct graph_check *c,
 	if (!st)
 		st = check_acyclic(c, g, &dg);
 	deps_free(&dg);
-	map_free(&s.names);
+	mo_strmap_free(&s.names);
 	return st;
 }
 

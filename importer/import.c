@@ -1,0 +1,1353 @@
+/* ModelProto -> tensor program. */
+#include "importer_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Integer constants up to this many elements are read and folded: enough for
+ * any shape, axes list or index vector, small enough to never matter. */
+#define MAX_FOLD 64
+
+struct importer {
+	struct mo_tp *tp;
+	const struct mo_import_options *opt;
+	const Onnx__GraphProto *g;
+	struct mo_strmap names; /* tensor name -> index */
+	struct mo_strmap vinfo; /* name -> value_info index (see vinfo_at) */
+	struct mo_diag *d;
+	int cap_tensors;
+};
+
+static const char *str(const char *s) { return s ? s : ""; }
+
+/* ---- attributes ---- */
+
+static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name)
+{
+	for (size_t i = 0; i < n->n_attribute; i++)
+		if (strcmp(str(n->attribute[i]->name), name) == 0)
+			return n->attribute[i];
+	return NULL;
+}
+
+static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
+{
+	const Onnx__AttributeProto *a = attr(n, name);
+	return a && a->has_i ? a->i : dflt;
+}
+
+static double attr_float(const Onnx__NodeProto *n, const char *name, double dflt)
+{
+	const Onnx__AttributeProto *a = attr(n, name);
+	return a && a->has_f ? a->f : dflt;
+}
+
+/* Copies an INTS attribute; returns its length, or -1 if absent. */
+static int attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *v, int max)
+{
+	const Onnx__AttributeProto *a = attr(n, name);
+	if (!a || (a->n_ints == 0 && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS))
+		return -1;
+	if ((int)a->n_ints > max)
+		return -2;
+	for (size_t i = 0; i < a->n_ints; i++)
+		v[i] = a->ints[i];
+	return (int)a->n_ints;
+}
+
+/* ---- constants ---- */
+
+/* Reads the values of a small tensor into ivals or fvals. */
+static bool read_values(struct importer *im, struct mo_tensor *t,
+			const Onnx__TensorProto *p)
+{
+	uint64_t n = mo_tensor_numel(t);
+	if (!t->shape_known || n > MAX_FOLD)
+		return false;
+	const uint8_t *raw = NULL;
+	size_t raw_len = 0;
+	struct mo_diag scratch;
+	mo_diag_init(&scratch);
+	if (p->has_raw_data || (p->has_data_location &&
+				p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)) {
+		if (mo_onnx_tensor_bytes(im->tp->model, p, &raw, &raw_len, &scratch))
+			return false;
+	}
+	struct mo_arena *a = &im->tp->arena;
+	switch (p->data_type) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: {
+		bool is64 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+		size_t have = raw ? raw_len / (is64 ? 8 : 4) : is64 ? p->n_int64_data : p->n_int32_data;
+		if (have != n)
+			return false;
+		t->ivals = mo_arena_array(a, n ? n : 1, sizeof *t->ivals);
+		if (!t->ivals)
+			return false;
+		for (size_t i = 0; i < n; i++) {
+			if (raw && is64) {
+				memcpy(&t->ivals[i], raw + 8 * i, 8);
+			} else if (raw) {
+				int32_t v;
+				memcpy(&v, raw + 4 * i, 4);
+				t->ivals[i] = v;
+			} else {
+				t->ivals[i] = is64 ? p->int64_data[i] : p->int32_data[i];
+			}
+		}
+		break;
+	}
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
+		bool is64 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+		size_t have = raw ? raw_len / (is64 ? 8 : 4) : is64 ? p->n_double_data : p->n_float_data;
+		if (have != n)
+			return false;
+		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
+		if (!t->fvals)
+			return false;
+		for (size_t i = 0; i < n; i++) {
+			if (raw && is64) {
+				memcpy(&t->fvals[i], raw + 8 * i, 8);
+			} else if (raw) {
+				float v;
+				memcpy(&v, raw + 4 * i, 4);
+				t->fvals[i] = v;
+			} else {
+				t->fvals[i] = is64 ? p->double_data[i] : p->float_data[i];
+			}
+		}
+		break;
+	}
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
+		size_t have = raw ? raw_len / 2 : p->n_int32_data;
+		if (have != n)
+			return false;
+		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
+		if (!t->fvals)
+			return false;
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h;
+			if (raw)
+				memcpy(&h, raw + 2 * i, 2);
+			else
+				h = (uint16_t)p->int32_data[i];
+			int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+			double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
+						  : ldexp(m | 0x400, e - 25);
+			t->fvals[i] = (h & 0x8000) ? -v : v;
+		}
+		break;
+	}
+	default:
+		return false;
+	}
+	t->n_vals = n;
+	return true;
+}
+
+/* ---- tensors ---- */
+
+static int new_tensor(struct importer *im, const char *name, enum mo_tensor_kind kind)
+{
+	struct mo_tp *tp = im->tp;
+	if (tp->n_tensors == im->cap_tensors) {
+		int cap = im->cap_tensors ? im->cap_tensors * 2 : 256;
+		struct mo_tensor *t = mo_arena_array(&tp->arena, (size_t)cap, sizeof *t);
+		if (!t)
+			return -1;
+		if (tp->n_tensors)
+			memcpy(t, tp->tensors, (size_t)tp->n_tensors * sizeof *t);
+		tp->tensors = t;
+		im->cap_tensors = cap;
+	}
+	int i = tp->n_tensors++;
+	struct mo_tensor *t = &tp->tensors[i];
+	memset(t, 0, sizeof *t);
+	t->name = name;
+	t->kind = kind;
+	t->producer = -1;
+	t->source_node = -1;
+	int had;
+	if (!mo_strmap_put(&im->names, name, i, &had))
+		return -1;
+	return i;
+}
+
+static int find(struct importer *im, const char *name)
+{
+	const int *p = mo_strmap_get(&im->names, name);
+	return p ? *p : -1;
+}
+
+static enum mo_status nomem(struct importer *im)
+{
+	return mo_diag_nomem(im->d);
+}
+
+/* Shape from a TypeProto, binding symbolic dims; false if unknown. */
+static bool shape_from_type(struct importer *im, const Onnx__TypeProto *ty,
+			    struct mo_tensor *t, const char **unbound)
+{
+	if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+		return false;
+	const Onnx__TypeProto__Tensor *tt = ty->tensor_type;
+	if (tt->has_elem_type)
+		t->dtype = tt->elem_type;
+	if (!tt->shape || tt->shape->n_dim > MO_MAX_RANK)
+		return false;
+	int64_t dims[MO_MAX_RANK];
+	for (size_t i = 0; i < tt->shape->n_dim; i++) {
+		const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[i];
+		if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+			dims[i] = dim->dim_value;
+			continue;
+		}
+		const char *param = dim->value_case ==
+			ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? str(dim->dim_param) : "";
+		bool bound = false;
+		for (int k = 0; im->opt && k < im->opt->n_dims; k++) {
+			if (*param && strcmp(im->opt->dim_names[k], param) == 0) {
+				dims[i] = im->opt->dim_values[k];
+				bound = true;
+			}
+		}
+		if (!bound) {
+			if (unbound)
+				*unbound = *param ? param : "?";
+			return false;
+		}
+	}
+	return mo_tensor_set_shape(t, (int)tt->shape->n_dim, dims) ||
+	       (t->shape_known = false);
+}
+
+static bool shape_absurd(const Onnx__TypeProto *ty)
+{
+	if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+	    !ty->tensor_type->shape)
+		return false;
+	const Onnx__TensorShapeProto *s = ty->tensor_type->shape;
+	if (s->n_dim > MO_MAX_RANK)
+		return false; /* high rank is unusual, not absurd: left unknown */
+	struct mo_tensor t;
+	int64_t dims[MO_MAX_RANK];
+	for (size_t i = 0; i < s->n_dim; i++)
+		dims[i] = s->dim[i]->value_case ==
+			ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? s->dim[i]->dim_value : 1;
+	return !mo_tensor_set_shape(&t, (int)s->n_dim, dims);
+}
+
+static enum mo_status add_warning(struct importer *im, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static enum mo_status add_warning(struct importer *im, const char *fmt, ...)
+{
+	struct mo_tp *tp = im->tp;
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	const char **w = mo_arena_array(&tp->arena, (size_t)tp->n_warnings + 1, sizeof *w);
+	char *s = mo_arena_strdup(&tp->arena, buf);
+	if (!w || !s)
+		return nomem(im);
+	if (tp->n_warnings)
+		memcpy(w, tp->warnings, (size_t)tp->n_warnings * sizeof *w);
+	w[tp->n_warnings++] = s;
+	tp->warnings = w;
+	return MO_OK;
+}
+
+static const Onnx__ValueInfoProto *vinfo_at(const struct importer *im, int i)
+{
+	const Onnx__GraphProto *g = im->g;
+	if (i < (int)g->n_value_info)
+		return g->value_info[i];
+	return g->output[i - (int)g->n_value_info];
+}
+
+static enum mo_status import_graph_io(struct importer *im)
+{
+	struct mo_tp *tp = im->tp;
+	const Onnx__GraphProto *g = im->g;
+	int had;
+	for (size_t i = 0; i < g->n_value_info; i++)
+		if (!mo_strmap_put(&im->vinfo, str(g->value_info[i]->name), (int)i, &had))
+			return nomem(im);
+	for (size_t i = 0; i < g->n_output; i++)
+		if (!mo_strmap_put(&im->vinfo, str(g->output[i]->name),
+				   (int)(g->n_value_info + i), &had))
+			return nomem(im);
+
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		const Onnx__TensorProto *p = g->initializer[i];
+		int k = new_tensor(im, str(p->name), MO_T_INITIALIZER);
+		if (k < 0)
+			return nomem(im);
+		struct mo_tensor *t = &tp->tensors[k];
+		t->init = p;
+		t->dtype = p->data_type;
+		if (p->n_dims > MO_MAX_RANK)
+			continue;
+		if (!mo_tensor_set_shape(t, (int)p->n_dims, p->dims))
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: initializer '%s' has an absurd shape",
+					   mo_onnx_name(tp->model), t->name);
+		read_values(im, t, p);
+		if (tp->arena.failed)
+			return nomem(im);
+	}
+	tp->inputs = mo_arena_array(&tp->arena, g->n_input ? g->n_input : 1, sizeof(int));
+	if (!tp->inputs)
+		return nomem(im);
+	for (size_t i = 0; i < g->n_input; i++) {
+		const Onnx__ValueInfoProto *v = g->input[i];
+		if (find(im, str(v->name)) >= 0)
+			continue; /* an initializer listed as input (IR < 4) */
+		int k = new_tensor(im, str(v->name), MO_T_INPUT);
+		if (k < 0)
+			return nomem(im);
+		struct mo_tensor *t = &tp->tensors[k];
+		tp->inputs[tp->n_inputs++] = k;
+		if (shape_absurd(v->type))
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: input '%s' declares an absurd shape",
+					   mo_onnx_name(tp->model), t->name);
+		const char *unbound = NULL;
+		bool known = shape_from_type(im, v->type, t, &unbound);
+		for (int o = 0; im->opt && o < im->opt->n_input_shapes; o++) {
+			if (strcmp(im->opt->input_shape_names[o], t->name) == 0) {
+				if (!mo_tensor_set_shape(t, im->opt->input_shape_ranks[o],
+							 im->opt->input_shape_dims[o]))
+					return mo_diag_set(im->d, MO_ERR_INPUT,
+							   "--input-shape %s: absurd shape", t->name);
+				known = true;
+			}
+		}
+		if (!known && unbound &&
+		    add_warning(im, "input '%s' has the symbolic dimension '%s'; bind it "
+				"with --dim %s=N (ops that depend on it are not fused)",
+				t->name, unbound, unbound))
+			return im->d->status;
+	}
+	for (int o = 0; im->opt && o < im->opt->n_input_shapes; o++) {
+		int k = find(im, im->opt->input_shape_names[o]);
+		if (k < 0 || tp->tensors[k].kind != MO_T_INPUT)
+			return mo_diag_set(im->d, MO_ERR_USAGE,
+					   "--input-shape: the model has no input '%s'",
+					   im->opt->input_shape_names[o]);
+	}
+	return MO_OK;
+}
+
+/* ---- nodes ---- */
+
+/* Names a subgraph (recursively) reads that it does not define. */
+static enum mo_status subgraph_reads(struct importer *im, const Onnx__GraphProto *g,
+				     const struct mo_strmap *outer,
+				     struct mo_strmap *defined, int *list, int *n, int max)
+{
+	int had;
+	for (size_t i = 0; i < g->n_input; i++)
+		if (!mo_strmap_put(defined, str(g->input[i]->name), 0, &had))
+			return nomem(im);
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (!mo_strmap_put(defined, str(g->initializer[i]->name), 0, &had))
+			return nomem(im);
+	for (size_t i = 0; i < g->n_node; i++)
+		for (size_t k = 0; k < g->node[i]->n_output; k++)
+			if (!mo_strmap_put(defined, str(g->node[i]->output[k]), 0, &had))
+				return nomem(im);
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *node = g->node[i];
+		for (size_t k = 0; k < node->n_input; k++) {
+			const char *name = str(node->input[k]);
+			if (!*name || mo_strmap_get(defined, name))
+				continue;
+			const int *tp_ = mo_strmap_get(outer, name);
+			int t = tp_ ? *tp_ : -1;
+			bool dup = false;
+			for (int j = 0; j < *n; j++)
+				dup |= list[j] == t;
+			if (t >= 0 && !dup && *n < max)
+				list[(*n)++] = t;
+		}
+		for (size_t a = 0; a < node->n_attribute; a++) {
+			const Onnx__AttributeProto *at = node->attribute[a];
+			if (at->g && subgraph_reads(im, at->g, outer, defined, list, n, max))
+				return im->d->status;
+			for (size_t k = 0; k < at->n_graphs; k++)
+				if (subgraph_reads(im, at->graphs[k], outer, defined, list, n, max))
+					return im->d->status;
+		}
+	}
+	for (size_t i = 0; i < g->n_output; i++) {
+		const char *name = str(g->output[i]->name);
+		const int *tp_ = mo_strmap_get(defined, name) ? NULL : mo_strmap_get(outer, name);
+		bool dup = false;
+		for (int j = 0; tp_ && j < *n; j++)
+			dup |= list[j] == *tp_;
+		if (tp_ && !dup && *n < max)
+			list[(*n)++] = *tp_;
+	}
+	return MO_OK;
+}
+
+static bool has_subgraph(const Onnx__NodeProto *n)
+{
+	for (size_t a = 0; a < n->n_attribute; a++)
+		if (n->attribute[a]->g || n->attribute[a]->n_graphs)
+			return true;
+	return false;
+}
+
+/* The default-domain opset the model imports. */
+static int64_t default_opset(const Onnx__ModelProto *p)
+{
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const char *dom = str(p->opset_import[i]->domain);
+		if (!*dom || strcmp(dom, "ai.onnx") == 0)
+			return p->opset_import[i]->version;
+	}
+	return 1;
+}
+
+/* Which ONNX inputs of an op are parameters that must be constant (bit i set
+ * for input i) at the model's opset; the rest are data. */
+static unsigned param_mask(enum mo_op k, int64_t opset)
+{
+	switch (k) {
+	case MO_OP_RESHAPE: case MO_OP_EXPAND: return 1u << 1;
+	case MO_OP_POW: return 1u << 1;
+	case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: return opset >= 13 ? 1u << 1 : 0;
+	case MO_OP_REDUCE_SUM: return opset >= 13 ? 1u << 1 : 0;
+	case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: return opset >= 18 ? 1u << 1 : 0;
+	case MO_OP_SPLIT: return opset >= 13 ? 1u << 1 : 0;
+	case MO_OP_SLICE: return opset >= 10 ? 0x1eu : 0;
+	case MO_OP_CLIP: return opset >= 11 ? 0x6u : 0;
+	case MO_OP_MATMUL: case MO_OP_GEMM: case MO_OP_ADD: case MO_OP_SUB:
+	case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL:
+	case MO_OP_SQRT: case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_SOFTMAX:
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: case MO_OP_TRANSPOSE:
+	case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_IDENTITY: case MO_OP_CAST:
+	case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU: case MO_OP_TANH:
+	case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN: case MO_OP_GATHER:
+	case MO_OP_OPAQUE: case MO_OP__COUNT:
+		return 0;
+	}
+	return 0;
+}
+
+static const struct mo_tensor *param(const struct importer *im, const Onnx__NodeProto *n,
+				     size_t i)
+{
+	if (i >= n->n_input || !*str(n->input[i]))
+		return NULL;
+	const int *k = mo_strmap_get(&im->names, n->input[i]);
+	return k ? &im->tp->tensors[*k] : NULL;
+}
+
+/* Integer values of a parameter input: >= 0 count, -1 absent, -2 not constant. */
+static int param_ints(const struct importer *im, const Onnx__NodeProto *n, size_t i,
+		      int64_t *v, int max)
+{
+	const struct mo_tensor *t = param(im, n, i);
+	if (i >= n->n_input || !*str(n->input[i]))
+		return -1;
+	if (!t || !t->ivals || (int)t->n_vals > max)
+		return -2;
+	memcpy(v, t->ivals, t->n_vals * sizeof *v);
+	return (int)t->n_vals;
+}
+
+static void normalize_axes(struct mo_op_params *p, int rank)
+{
+	for (int i = 0; i < p->n_axes; i++)
+		if (p->axes[i] < 0)
+			p->axes[i] += rank;
+}
+
+/* Reads the op's attributes and constant parameters into op->p. Returns a
+ * reason when the op cannot be an in-table op (it becomes a boundary). */
+static const char *parse_params(struct importer *im, struct mo_tp_op *op,
+				const Onnx__NodeProto *n, int rank)
+{
+	struct mo_op_params *p = &op->p;
+	int64_t opset = im->tp->opset;
+	int64_t tmp[MO_MAX_RANK * 8];
+	int c;
+	switch (op->kind) {
+	case MO_OP_GEMM:
+		p->alpha = attr_float(n, "alpha", 1.0);
+		p->beta = attr_float(n, "beta", 1.0);
+		p->trans_a = (int)attr_int(n, "transA", 0);
+		p->trans_b = (int)attr_int(n, "transB", 0);
+		return NULL;
+	case MO_OP_POW: {
+		const struct mo_tensor *e = param(im, n, 1);
+		if (!e || !e->fvals || e->n_vals != 1)
+			return "the exponent is not a constant scalar";
+		p->exponent = e->fvals[0];
+		p->has_exponent = true;
+		return NULL;
+	}
+	case MO_OP_SOFTMAX: {
+		int64_t axis = attr_int(n, "axis", opset >= 13 ? -1 : 1);
+		if (axis < 0)
+			axis += rank;
+		/* before opset 13 Softmax normalizes over every dim from axis on */
+		p->n_axes = 0;
+		for (int64_t a = axis; a < (opset >= 13 ? axis + 1 : rank) && a < rank; a++)
+			p->axes[p->n_axes++] = a;
+		if (p->n_axes == 0)
+			return "Softmax axis out of range";
+		return NULL;
+	}
+	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
+		p->keepdims = (int)attr_int(n, "keepdims", 1);
+		p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
+		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
+						: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
+		if (c == -2)
+			return "the axes are not a constant";
+		p->n_axes = c > 0 ? c : 0;
+		if (p->n_axes == 0 && !p->noop_with_empty_axes) {
+			for (int d = 0; d < rank; d++)
+				p->axes[d] = d;
+			p->n_axes = rank;
+		}
+		normalize_axes(p, rank);
+		return NULL;
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
+		p->axes[0] = attr_int(n, "axis", -1);
+		p->n_axes = 1;
+		p->epsilon = attr_float(n, "epsilon", 1e-5);
+		return NULL;
+	case MO_OP_TRANSPOSE:
+		c = attr_ints(n, "perm", p->axes, MO_MAX_RANK);
+		if (c == -2)
+			return "rank too large";
+		if (c < 0) {
+			for (int d = 0; d < rank; d++)
+				p->axes[d] = rank - 1 - d;
+			c = rank;
+		}
+		p->n_axes = c;
+		return NULL;
+	case MO_OP_RESHAPE: case MO_OP_EXPAND:
+		c = param_ints(im, n, 1, tmp, MO_MAX_RANK);
+		if (c < 0)
+			return "the target shape is not a constant";
+		p->allowzero = (int)attr_int(n, "allowzero", 0);
+		p->n_sizes = c;
+		p->sizes = mo_arena_array(&im->tp->arena, (size_t)c + 1, sizeof *p->sizes);
+		if (p->sizes)
+			memcpy((int64_t *)p->sizes, tmp, (size_t)c * sizeof *tmp);
+		return NULL;
+	case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE:
+		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
+						: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
+		if (c == -2)
+			return "the axes are not a constant";
+		p->n_axes = c > 0 ? c : 0;
+		if (op->kind == MO_OP_SQUEEZE)
+			normalize_axes(p, rank);
+		return NULL;
+	case MO_OP_FLATTEN:
+		p->axes[0] = attr_int(n, "axis", 1);
+		p->n_axes = 1;
+		return NULL;
+	case MO_OP_CONCAT: case MO_OP_GATHER:
+		p->axes[0] = attr_int(n, "axis", 0);
+		p->n_axes = 1;
+		return NULL;
+	case MO_OP_SPLIT:
+		p->axes[0] = attr_int(n, "axis", 0);
+		p->n_axes = 1;
+		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, tmp, MO_MAX_RANK * 8)
+						: attr_ints(n, "split", tmp, MO_MAX_RANK * 8);
+		if (c == -2)
+			return "the split sizes are not a constant";
+		if (c > 0) {
+			p->n_sizes = c;
+			p->sizes = mo_arena_array(&im->tp->arena, (size_t)c, sizeof *p->sizes);
+			if (p->sizes)
+				memcpy((int64_t *)p->sizes, tmp, (size_t)c * sizeof *tmp);
+		}
+		return NULL;
+	case MO_OP_SLICE: {
+		int64_t st[MO_MAX_RANK], en[MO_MAX_RANK], ax[MO_MAX_RANK], sp[MO_MAX_RANK];
+		int ns, ne, na, nsp;
+		if (opset >= 10) {
+			ns = param_ints(im, n, 1, st, MO_MAX_RANK);
+			ne = param_ints(im, n, 2, en, MO_MAX_RANK);
+			na = param_ints(im, n, 3, ax, MO_MAX_RANK);
+			nsp = param_ints(im, n, 4, sp, MO_MAX_RANK);
+		} else {
+			ns = attr_ints(n, "starts", st, MO_MAX_RANK);
+			ne = attr_ints(n, "ends", en, MO_MAX_RANK);
+			na = attr_ints(n, "axes", ax, MO_MAX_RANK);
+			nsp = -1;
+		}
+		if (ns < 0 || ne != ns || na == -2 || nsp == -2 || (na >= 0 && na != ns) ||
+		    (nsp >= 0 && nsp != ns))
+			return "the slice bounds are not constants";
+		p->n_axes = ns;
+		for (int i = 0; i < ns; i++) {
+			p->axes[i] = na >= 0 ? ax[i] : i;
+			p->starts[i] = st[i];
+			p->ends[i] = en[i];
+			p->steps[i] = nsp >= 0 ? sp[i] : 1;
+		}
+		return NULL;
+	}
+	case MO_OP_CAST:
+		p->to = (int32_t)attr_int(n, "to", 0);
+		return NULL;
+	case MO_OP_GELU: {
+		const Onnx__AttributeProto *a = attr(n, "approximate");
+		snprintf(p->approximate, sizeof p->approximate, "%s",
+			 a && a->has_s ? (const char *)a->s.data : "none");
+		if (a && a->has_s && a->s.len < sizeof p->approximate)
+			p->approximate[a->s.len] = '\0';
+		return NULL;
+	}
+	case MO_OP_CLIP:
+		if (opset < 11)
+			return NULL;
+		for (size_t i = 1; i < 3; i++)
+			if (i < n->n_input && *str(n->input[i])) {
+				const struct mo_tensor *t = param(im, n, i);
+				if (!t || !t->fvals)
+					return "the clip bounds are not constants";
+			}
+		return NULL;
+	case MO_OP_MATMUL: case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL:
+	case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL: case MO_OP_SQRT:
+	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_IDENTITY: case MO_OP_RELU:
+	case MO_OP_ERF: case MO_OP_TANH: case MO_OP_WHERE: case MO_OP_MAX:
+	case MO_OP_MIN: case MO_OP_OPAQUE: case MO_OP__COUNT:
+		return NULL;
+	}
+	return NULL;
+}
+
+static bool is_float(int32_t dt)
+{
+	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+}
+
+static bool is_int(int32_t dt)
+{
+	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+}
+
+/* The Lax class of this instance; sets op->note when it is a boundary. */
+static void classify(struct mo_tp *tp, struct mo_tp_op *op)
+{
+	op->lax = mo_op_table[op->kind].lax;
+	op->exps = mo_op_table[op->kind].exps;
+	if (op->lax == MO_LAX_NONE) {
+		if (!op->note)
+			op->note = op->kind == MO_OP_OPAQUE ? "not in the op table"
+							    : "not fusable";
+		return;
+	}
+	for (int i = 0; i < op->n_in; i++) {
+		if (op->in[i] < 0)
+			continue;
+		const struct mo_tensor *t = &tp->tensors[op->in[i]];
+		if (!t->shape_known) {
+			op->note = "an input's shape is unknown";
+			goto boundary;
+		}
+		if (!is_float(t->dtype) && !(op->kind == MO_OP_WHERE && i == 0)) {
+			op->note = "computes on non-float tensors";
+			goto boundary;
+		}
+	}
+	for (int i = 0; i < op->n_out; i++) {
+		if (op->out[i] < 0)
+			continue;
+		const struct mo_tensor *t = &tp->tensors[op->out[i]];
+		if (!t->shape_known || !is_float(t->dtype)) {
+			op->note = !t->shape_known ? "an output's shape is unknown"
+						   : "produces non-float tensors";
+			goto boundary;
+		}
+	}
+	if (op->kind == MO_OP_POW) {
+		double e = op->p.exponent;
+		if (e == 1 || e == 2 || e == 3 || e == 4) {
+			op->lax = MO_LAX_MULTILINEAR;
+		} else if (e == -1 || e == -0.5) {
+			op->lax = MO_LAX_DIVISION;
+		} else if (e == 0.5) {
+			op->lax = MO_LAX_UNINTERPRETED;
+		} else {
+			op->note = "Pow with an exponent other than 1, 2, 3, 4, 0.5, -0.5, -1";
+			goto boundary;
+		}
+	}
+	return;
+boundary:
+	op->lax = MO_LAX_NONE;
+	op->exps = 0;
+}
+
+/* Integer constant folding of shape arithmetic. Returns true when the node's
+ * output values were computed (the node then needs no TP op). */
+static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	const char *ty = str(n->op_type);
+	if (n->n_output != 1 || op->n_out != 1 || op->out[0] < 0 ||
+	    (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0))
+		return false;
+	struct mo_tensor *y = &tp->tensors[op->out[0]];
+	int64_t v[MAX_FOLD];
+	size_t nv = 0;
+	const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &tp->tensors[op->in[0]] : NULL;
+	if (!a)
+		return false;
+	if (strcmp(ty, "Shape") == 0 || strcmp(ty, "Size") == 0) {
+		if (!a->shape_known)
+			return false;
+		if (ty[1] == 'i') {
+			v[0] = (int64_t)mo_tensor_numel(a);
+			nv = 1;
+			y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+			mo_tensor_set_shape(y, 0, NULL);
+		} else {
+			int64_t s = attr_int(n, "start", 0), e = attr_int(n, "end", a->rank);
+			if (s < 0)
+				s += a->rank;
+			if (e < 0)
+				e += a->rank;
+			s = s < 0 ? 0 : s > a->rank ? a->rank : s;
+			e = e < s ? s : e > a->rank ? a->rank : e;
+			for (int64_t d = s; d < e; d++)
+				v[nv++] = a->dims[d];
+			int64_t dims[1] = { (int64_t)nv };
+			y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+			mo_tensor_set_shape(y, 1, dims);
+		}
+	} else {
+		for (int i = 0; i < op->n_in; i++)
+			if (op->in[i] >= 0 && !tp->tensors[op->in[i]].ivals)
+				return false;
+		if (!y->shape_known || !is_int(y->dtype) || mo_tensor_numel(y) > MAX_FOLD)
+			return false;
+		size_t ny = mo_tensor_numel(y);
+		if (strcmp(ty, "Identity") == 0 || strcmp(ty, "Reshape") == 0 ||
+		    strcmp(ty, "Squeeze") == 0 || strcmp(ty, "Unsqueeze") == 0 ||
+		    strcmp(ty, "Flatten") == 0 || strcmp(ty, "Cast") == 0) {
+			if (a->n_vals != ny)
+				return false;
+			memcpy(v, a->ivals, ny * sizeof *v);
+			nv = ny;
+		} else if (strcmp(ty, "Concat") == 0) {
+			if (y->rank != 1)
+				return false;
+			for (int i = 0; i < op->n_in; i++) {
+				const struct mo_tensor *t = &tp->tensors[op->in[i]];
+				if (nv + t->n_vals > MAX_FOLD)
+					return false;
+				memcpy(v + nv, t->ivals, t->n_vals * sizeof *v);
+				nv += t->n_vals;
+			}
+		} else if (strcmp(ty, "Gather") == 0) {
+			const struct mo_tensor *idx = &tp->tensors[op->in[1]];
+			if (a->rank != 1 || op->p.axes[0] != 0)
+				return false;
+			for (size_t i = 0; i < idx->n_vals; i++) {
+				int64_t k = idx->ivals[i] < 0 ? idx->ivals[i] + (int64_t)a->n_vals
+							      : idx->ivals[i];
+				if (k < 0 || k >= (int64_t)a->n_vals)
+					return false;
+				v[nv++] = a->ivals[k];
+			}
+		} else if (strcmp(ty, "Slice") == 0) {
+			if (a->rank != 1 || op->p.n_axes != 1 || y->rank != 1)
+				return false;
+			int64_t s = op->p.starts[0], st = op->p.steps[0], len = y->dims[0];
+			int64_t nn = (int64_t)a->n_vals;
+			if (s < 0)
+				s += nn;
+			s = st > 0 ? (s < 0 ? 0 : s > nn ? nn : s) : (s < 0 ? 0 : s > nn - 1 ? nn - 1 : s);
+			for (int64_t i = 0; i < len; i++)
+				v[nv++] = a->ivals[s + i * st];
+		} else if (strcmp(ty, "Add") == 0 || strcmp(ty, "Sub") == 0 ||
+			   strcmp(ty, "Mul") == 0 || strcmp(ty, "Div") == 0) {
+			const struct mo_tensor *b = &tp->tensors[op->in[1]];
+			if ((a->n_vals != ny && a->n_vals != 1) || (b->n_vals != ny && b->n_vals != 1))
+				return false;
+			for (size_t i = 0; i < ny; i++) {
+				int64_t x = a->ivals[a->n_vals == 1 ? 0 : i];
+				int64_t z = b->ivals[b->n_vals == 1 ? 0 : i];
+				switch (ty[0]) {
+				case 'A': v[i] = x + z; break;
+				case 'S': v[i] = x - z; break;
+				case 'M': v[i] = x * z; break;
+				default:
+					if (z == 0)
+						return false;
+					v[i] = x / z;
+					if ((x % z != 0) && ((x < 0) != (z < 0)))
+						v[i]--; /* ONNX integer Div floors */
+				}
+			}
+			nv = ny;
+		} else {
+			return false;
+		}
+		if (nv != ny)
+			return false;
+	}
+	y->ivals = mo_arena_array(&tp->arena, nv ? nv : 1, sizeof *y->ivals);
+	if (!y->ivals)
+		return false;
+	memcpy(y->ivals, v, nv * sizeof *v);
+	y->n_vals = nv;
+	y->kind = MO_T_CONST;
+	return true;
+}
+
+static enum mo_status import_constant(struct importer *im, const Onnx__NodeProto *n,
+				      int node_index)
+{
+	struct mo_tp *tp = im->tp;
+	if (n->n_output < 1 || !*str(n->output[0]))
+		return MO_OK;
+	int k = new_tensor(im, n->output[0], MO_T_CONST);
+	if (k < 0)
+		return nomem(im);
+	struct mo_tensor *t = &tp->tensors[k];
+	t->source_node = node_index;
+	const Onnx__AttributeProto *a = n->n_attribute ? n->attribute[0] : NULL;
+	const char *an = a ? str(a->name) : "";
+	if (a && a->t && strcmp(an, "value") == 0) {
+		t->init = a->t;
+		t->dtype = a->t->data_type;
+		if (a->t->n_dims <= MO_MAX_RANK &&
+		    !mo_tensor_set_shape(t, (int)a->t->n_dims, a->t->dims))
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: Constant '%s' has an absurd shape",
+					   mo_onnx_name(tp->model), t->name);
+		read_values(im, t, a->t);
+	} else if (a && strcmp(an, "value_int") == 0) {
+		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+		mo_tensor_set_shape(t, 0, NULL);
+		t->ivals = mo_arena_alloc(&tp->arena, sizeof *t->ivals);
+		if (t->ivals)
+			t->ivals[0] = a->i;
+		t->n_vals = 1;
+	} else if (a && strcmp(an, "value_float") == 0) {
+		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		mo_tensor_set_shape(t, 0, NULL);
+		t->fvals = mo_arena_alloc(&tp->arena, sizeof *t->fvals);
+		if (t->fvals)
+			t->fvals[0] = a->f;
+		t->n_vals = 1;
+	} else if (a && strcmp(an, "value_ints") == 0 && a->n_ints <= MAX_FOLD) {
+		int64_t dims[1] = { (int64_t)a->n_ints };
+		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+		mo_tensor_set_shape(t, 1, dims);
+		t->ivals = mo_arena_array(&tp->arena, a->n_ints + 1, sizeof *t->ivals);
+		if (t->ivals)
+			memcpy(t->ivals, a->ints, a->n_ints * sizeof *t->ivals);
+		t->n_vals = a->n_ints;
+	} else if (a && strcmp(an, "value_floats") == 0 && a->n_floats <= MAX_FOLD) {
+		int64_t dims[1] = { (int64_t)a->n_floats };
+		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		mo_tensor_set_shape(t, 1, dims);
+		t->fvals = mo_arena_array(&tp->arena, a->n_floats + 1, sizeof *t->fvals);
+		for (size_t i = 0; t->fvals && i < a->n_floats; i++)
+			t->fvals[i] = a->floats[i];
+		t->n_vals = a->n_floats;
+	}
+	/* else: sparse or string constants: a constant of unknown shape */
+	return tp->arena.failed ? nomem(im) : MO_OK;
+}
+
+static enum mo_status import_node(struct importer *im, int ni)
+{
+	struct mo_tp *tp = im->tp;
+	const Onnx__NodeProto *n = im->g->node[ni];
+	const char *ty = str(n->op_type);
+	bool default_domain = !*str(n->domain) || strcmp(n->domain, "ai.onnx") == 0;
+	if (default_domain && strcmp(ty, "Constant") == 0)
+		return import_constant(im, n, ni);
+
+	struct mo_tp_op op = { .node = ni, .kind = mo_op_lookup(n->domain, ty) };
+	if (has_subgraph(n))
+		op.kind = MO_OP_OPAQUE;
+	unsigned pmask = param_mask(op.kind, tp->opset);
+	struct mo_arena *ar = &tp->arena;
+	op.in = mo_arena_array(ar, n->n_input + 1, sizeof(int));
+	op.param_in = mo_arena_array(ar, n->n_input + 1, sizeof(int));
+	op.out = mo_arena_array(ar, n->n_output + 1, sizeof(int));
+	if (!op.in || !op.param_in || !op.out)
+		return nomem(im);
+	for (size_t i = 0; i < n->n_input; i++) {
+		int t = *str(n->input[i]) ? find(im, n->input[i]) : -1;
+		if (i < 32 && (pmask >> i) & 1) {
+			if (t >= 0)
+				op.param_in[op.n_params++] = t;
+		} else {
+			op.in[op.n_in++] = t;
+		}
+	}
+	/* Names a subgraph reads from this graph are implicit inputs. */
+	if (has_subgraph(n)) {
+		int max = tp->n_tensors;
+		op.implicit = mo_arena_array(ar, (size_t)max + 1, sizeof(int));
+		if (!op.implicit)
+			return nomem(im);
+		for (size_t a = 0; a < n->n_attribute; a++) {
+			const Onnx__AttributeProto *at = n->attribute[a];
+			size_t ng = (at->g ? 1 : 0) + at->n_graphs;
+			for (size_t k = 0; k < ng; k++) {
+				const Onnx__GraphProto *sub = at->g && k == 0 ? at->g
+						: at->graphs[k - (at->g ? 1 : 0)];
+				struct mo_strmap defined = { 0 };
+				enum mo_status st = subgraph_reads(im, sub, &im->names, &defined,
+								   op.implicit, &op.n_implicit, max);
+				mo_strmap_free(&defined);
+				if (st)
+					return st;
+			}
+		}
+	}
+	for (size_t i = 0; i < n->n_output; i++) {
+		if (!*str(n->output[i])) {
+			op.out[op.n_out++] = -1;
+			continue;
+		}
+		int k = new_tensor(im, n->output[i], MO_T_VALUE);
+		if (k < 0)
+			return nomem(im);
+		tp->tensors[k].source_node = ni;
+		op.out[op.n_out++] = k;
+	}
+
+	const struct mo_tensor *x0 = op.n_in && op.in[0] >= 0 ? &tp->tensors[op.in[0]] : NULL;
+	int rank = x0 && x0->shape_known ? x0->rank : 0;
+	const char *why = NULL;
+	if (op.kind != MO_OP_OPAQUE) {
+		why = parse_params(im, &op, n, rank);
+		if (tp->arena.failed)
+			return nomem(im);
+		if (!why && !mo_infer(tp, &op, n, &why) && why == mo_why_absurd)
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: node '%s' (%s) would make a tensor of absurd shape",
+					   mo_onnx_name(tp->model), tp->node_names[ni], ty);
+		if (why)
+			op.note = why;
+	}
+	if (fold(im, n, &op)) {
+		tp->node_op[ni] = -1;
+		return MO_OK;
+	}
+	/* Where inference could not say, the model's value_info may. */
+	for (int i = 0; i < op.n_out; i++) {
+		if (op.out[i] < 0 || tp->tensors[op.out[i]].shape_known)
+			continue;
+		struct mo_tensor *t = &tp->tensors[op.out[i]];
+		const int *v = mo_strmap_get(&im->vinfo, t->name);
+		if (v)
+			shape_from_type(im, vinfo_at(im, *v)->type, t, NULL);
+	}
+	classify(tp, &op);
+	if (why) {
+		op.lax = MO_LAX_NONE;
+		op.exps = 0;
+	}
+	int index = tp->n_ops++;
+	tp->ops[index] = op;
+	tp->node_op[ni] = index;
+	for (int i = 0; i < op.n_out; i++)
+		if (op.out[i] >= 0)
+			tp->tensors[op.out[i]].producer = index;
+	return MO_OK;
+}
+
+/* ---- order and names ---- */
+
+static enum mo_status topo_order(struct importer *im, int *order)
+{
+	const Onnx__GraphProto *g = im->g;
+	int n = (int)g->n_node;
+	struct mo_strmap producer = { 0 };
+	int *indeg = mo_calloc((size_t)n + 1, sizeof *indeg);
+	int *head = mo_calloc((size_t)n + 1, sizeof *head);
+	int n_edges = 0;
+	for (int i = 0; i < n; i++)
+		n_edges += (int)g->node[i]->n_input + 1;
+	int *next = mo_calloc((size_t)n_edges + 1, sizeof *next);
+	int *to = mo_calloc((size_t)n_edges + 1, sizeof *to);
+	enum mo_status st = MO_OK;
+	if (!indeg || !head || !next || !to) {
+		st = nomem(im);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		head[i] = -1;
+		for (size_t k = 0; k < g->node[i]->n_output; k++) {
+			int had;
+			if (*str(g->node[i]->output[k]) &&
+			    !mo_strmap_put(&producer, g->node[i]->output[k], i, &had)) {
+				st = nomem(im);
+				goto out;
+			}
+		}
+	}
+	/* Data edges only; the validator has already proven the graph acyclic
+	 * including subgraph reads, and those are added below as implicit. */
+	int e = 0;
+	for (int i = 0; i < n; i++) {
+		const Onnx__NodeProto *node = g->node[i];
+		for (size_t k = 0; k < node->n_input; k++) {
+			const int *p = *str(node->input[k]) ? mo_strmap_get(&producer, node->input[k]) : NULL;
+			if (!p || *p == i)
+				continue;
+			to[e] = i;
+			next[e] = head[*p];
+			head[*p] = e++;
+			indeg[i]++;
+		}
+	}
+	/* Subgraph reads: a node that owns a subgraph waits for what it reads. */
+	for (int i = 0; i < n; i++) {
+		if (!has_subgraph(g->node[i]))
+			continue;
+		int max = (int)producer.n + 1, cnt = 0;
+		int *list = mo_calloc((size_t)max + 1, sizeof *list);
+		struct mo_strmap defined = { 0 };
+		if (!list) {
+			st = nomem(im);
+			goto out;
+		}
+		for (size_t a = 0; !st && a < g->node[i]->n_attribute; a++) {
+			const Onnx__AttributeProto *at = g->node[i]->attribute[a];
+			size_t ng = (at->g ? 1 : 0) + at->n_graphs;
+			for (size_t k = 0; !st && k < ng; k++)
+				st = subgraph_reads(im, at->g && k == 0 ? at->g
+						    : at->graphs[k - (at->g ? 1 : 0)],
+						    &producer, &defined, list, &cnt, max);
+		}
+		mo_strmap_free(&defined);
+		for (int k = 0; !st && k < cnt; k++) {
+			int p = list[k];
+			if (p == i)
+				continue;
+			int *grown_next = mo_realloc(next, ((size_t)e + 2) * sizeof *next);
+			if (grown_next)
+				next = grown_next;
+			int *grown_to = mo_realloc(to, ((size_t)e + 2) * sizeof *to);
+			if (grown_to)
+				to = grown_to;
+			if (!grown_next || !grown_to) {
+				st = nomem(im);
+				break;
+			}
+			to[e] = i;
+			next[e] = head[p];
+			head[p] = e++;
+			indeg[i]++;
+		}
+		mo_free(list);
+		if (st)
+			goto out;
+	}
+	int qh = 0, qt = 0;
+	for (int i = 0; i < n; i++)
+		if (indeg[i] == 0)
+			order[qt++] = i;
+	while (qh < qt) {
+		int v = order[qh++];
+		for (int k = head[v]; k >= 0; k = next[k])
+			if (--indeg[to[k]] == 0)
+				order[qt++] = to[k];
+	}
+	if (qt != n)
+		st = mo_diag_set(im->d, MO_ERR_INPUT, "%s: the graph has a cycle",
+				 mo_onnx_name(im->tp->model));
+out:
+	mo_strmap_free(&producer);
+	mo_free(indeg);
+	mo_free(head);
+	mo_free(next);
+	mo_free(to);
+	return st;
+}
+
+/* Every node gets a name used consistently in every output: its own if it
+ * has a unique one, else OpType_index (with a suffix if that is taken). */
+static enum mo_status name_nodes(struct importer *im)
+{
+	struct mo_tp *tp = im->tp;
+	const Onnx__GraphProto *g = im->g;
+	struct mo_strmap seen = { 0 }, count = { 0 };
+	enum mo_status st = MO_OK;
+	int had;
+	for (size_t i = 0; i < g->n_node; i++) {
+		const char *nm = str(g->node[i]->name);
+		const int *c = mo_strmap_get(&count, nm);
+		if (*nm && !c && !mo_strmap_put(&count, nm, 1, &had))
+			st = nomem(im);
+		else if (c)
+			(*(int *)c)++;
+	}
+	for (size_t i = 0; !st && i < g->n_node; i++) {
+		const char *nm = str(g->node[i]->name);
+		if (*nm && *mo_strmap_get(&count, nm) == 1) {
+			tp->node_names[i] = nm;
+			continue;
+		}
+		const char *base = *nm ? nm : str(g->node[i]->op_type);
+		char *gen = mo_arena_printf(&tp->arena, "%s_%zu", base, i);
+		for (int k = 2; gen && (mo_strmap_get(&count, gen) || mo_strmap_get(&seen, gen)); k++)
+			gen = mo_arena_printf(&tp->arena, "%s_%zu_%d", base, i, k);
+		if (!gen || !mo_strmap_put(&seen, gen, 1, &had))
+			st = nomem(im);
+		tp->node_names[i] = gen;
+	}
+	mo_strmap_free(&seen);
+	mo_strmap_free(&count);
+	return st;
+}
+
+static enum mo_status record_consumers(struct importer *im)
+{
+	struct mo_tp *tp = im->tp;
+	const Onnx__GraphProto *g = im->g;
+	int *cnt = mo_calloc((size_t)tp->n_tensors + 1, sizeof *cnt);
+	if (!cnt)
+		return nomem(im);
+	/* Two passes: count, then fill. Subgraph reads count as consumption. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int ni = 0; ni < (int)g->n_node; ni++) {
+			const Onnx__NodeProto *n = g->node[ni];
+			int op = tp->node_op[ni];
+			int n_imp = op >= 0 ? tp->ops[op].n_implicit : 0;
+			for (size_t k = 0; k < n->n_input + (size_t)n_imp; k++) {
+				int t = k < n->n_input ? (*str(n->input[k]) ? find(im, n->input[k]) : -1)
+						       : tp->ops[op].implicit[k - n->n_input];
+				if (t < 0)
+					continue;
+				struct mo_tensor *x = &tp->tensors[t];
+				if (pass == 0) {
+					cnt[t]++;
+				} else {
+					bool dup = x->n_consumers && x->consumers[x->n_consumers - 1] == ni;
+					if (!dup)
+						x->consumers[x->n_consumers++] = ni;
+				}
+			}
+		}
+		if (pass == 0) {
+			for (int t = 0; t < tp->n_tensors; t++) {
+				tp->tensors[t].consumers =
+					mo_arena_array(&tp->arena, (size_t)cnt[t] + 1, sizeof(int));
+				if (!tp->tensors[t].consumers) {
+					mo_free(cnt);
+					return nomem(im);
+				}
+			}
+		}
+	}
+	mo_free(cnt);
+	tp->outputs = mo_arena_array(&tp->arena, g->n_output + 1, sizeof(int));
+	if (!tp->outputs)
+		return nomem(im);
+	for (size_t i = 0; i < g->n_output; i++) {
+		int t = find(im, str(g->output[i]->name));
+		if (t < 0)
+			continue;
+		tp->tensors[t].is_graph_output = true;
+		tp->outputs[tp->n_outputs++] = t;
+		/* a graph output's declared shape fills what inference left open */
+		struct mo_tensor *x = &tp->tensors[t];
+		if (!x->shape_known)
+			shape_from_type(im, g->output[i]->type, x, NULL);
+	}
+	return MO_OK;
+}
+
+enum mo_status mo_tp_import(const struct mo_model *m,
+			    const struct mo_import_options *opt,
+			    struct mo_tp **out, struct mo_diag *d)
+{
+	*out = NULL;
+	struct mo_tp *tp = mo_calloc(1, sizeof *tp);
+	if (!tp)
+		return mo_diag_nomem(d);
+	mo_arena_init(&tp->arena);
+	tp->model = m;
+	const Onnx__ModelProto *p = mo_onnx_proto(m);
+	struct importer im = { .tp = tp, .opt = opt, .g = p->graph, .d = d };
+	tp->opset = default_opset(p);
+	tp->n_nodes = (int)im.g->n_node;
+	size_t nn = (size_t)tp->n_nodes + 1;
+	tp->ops = mo_arena_array(&tp->arena, nn, sizeof *tp->ops);
+	tp->node_names = mo_arena_array(&tp->arena, nn, sizeof *tp->node_names);
+	tp->node_op = mo_arena_array(&tp->arena, nn, sizeof *tp->node_op);
+	int *order = mo_calloc(nn, sizeof *order);
+	enum mo_status st = MO_OK;
+	if (!tp->ops || !tp->node_names || !tp->node_op || !order)
+		st = mo_diag_nomem(d);
+	for (int i = 0; !st && i < tp->n_nodes; i++)
+		tp->node_op[i] = -1;
+	if (!st)
+		st = name_nodes(&im);
+	if (!st)
+		st = import_graph_io(&im);
+	if (!st)
+		st = topo_order(&im, order);
+	for (int i = 0; !st && i < tp->n_nodes; i++)
+		st = import_node(&im, order[i]);
+	if (!st)
+		st = record_consumers(&im);
+	mo_free(order);
+	mo_strmap_free(&im.names);
+	mo_strmap_free(&im.vinfo);
+	if (st) {
+		mo_tp_free(tp);
+		return st;
+	}
+	*out = tp;
+	return MO_OK;
+}
+
+void mo_tp_free(struct mo_tp *tp)
+{
+	if (!tp)
+		return;
+	mo_arena_free(&tp->arena);
+	mo_free(tp);
+}
+
+/* ---- options ---- */
+
+static bool parse_i64(const char *s, const char *end, int64_t *v)
+{
+	if (s == end)
+		return false;
+	int64_t r = 0;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9' || r > (INT64_MAX - 9) / 10)
+			return false;
+		r = r * 10 + (*s - '0');
+	}
+	*v = r;
+	return true;
+}
+
+static bool grow_options(struct mo_import_options *o, int dims_or_shapes)
+{
+	if (dims_or_shapes == 0) {
+		const char **n = mo_realloc(o->dim_names, ((size_t)o->n_dims + 1) * sizeof *n);
+		if (!n)
+			return false;
+		o->dim_names = n;
+		int64_t *v = mo_realloc(o->dim_values, ((size_t)o->n_dims + 1) * sizeof *v);
+		if (!v)
+			return false;
+		o->dim_values = v;
+		return true;
+	}
+	size_t k = (size_t)o->n_input_shapes + 1;
+	const char **n = mo_realloc(o->input_shape_names, k * sizeof *n);
+	if (!n)
+		return false;
+	o->input_shape_names = n;
+	int *r = mo_realloc(o->input_shape_ranks, k * sizeof *r);
+	if (!r)
+		return false;
+	o->input_shape_ranks = r;
+	int64_t(*dd)[MO_MAX_RANK] = mo_realloc(o->input_shape_dims, k * sizeof *dd);
+	if (!dd)
+		return false;
+	o->input_shape_dims = dd;
+	return true;
+}
+
+enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
+			     struct mo_diag *d)
+{
+	const char *eq = strchr(arg, '=');
+	int64_t v;
+	if (!eq || eq == arg || !parse_i64(eq + 1, eq + strlen(eq), &v) || v <= 0)
+		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=VALUE with VALUE > 0", arg);
+	char *name = mo_malloc((size_t)(eq - arg) + 1);
+	if (!name || !grow_options(o, 0)) {
+		mo_free(name);
+		return mo_diag_nomem(d);
+	}
+	memcpy(name, arg, (size_t)(eq - arg));
+	name[eq - arg] = '\0';
+	o->dim_names[o->n_dims] = name;
+	o->dim_values[o->n_dims++] = v;
+	return MO_OK;
+}
+
+enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
+				     struct mo_diag *d)
+{
+	const char *eq = strchr(arg, '=');
+	if (!eq || eq == arg)
+		return mo_diag_set(d, MO_ERR_USAGE, "--input-shape %s: expected NAME=2x4096", arg);
+	int64_t dims[MO_MAX_RANK];
+	int rank = 0;
+	const char *s = eq + 1;
+	if (*s) {
+		for (;;) {
+			const char *x = strchr(s, 'x');
+			const char *end = x ? x : s + strlen(s);
+			if (rank == MO_MAX_RANK || !parse_i64(s, end, &dims[rank]))
+				return mo_diag_set(d, MO_ERR_USAGE,
+						   "--input-shape %s: expected NAME=2x4096 (at most %d dims)",
+						   arg, MO_MAX_RANK);
+			rank++;
+			if (!x)
+				break;
+			s = x + 1;
+		}
+	}
+	char *name = mo_malloc((size_t)(eq - arg) + 1);
+	if (!name || !grow_options(o, 1)) {
+		mo_free(name);
+		return mo_diag_nomem(d);
+	}
+	memcpy(name, arg, (size_t)(eq - arg));
+	name[eq - arg] = '\0';
+	int k = o->n_input_shapes++;
+	o->input_shape_names[k] = name;
+	o->input_shape_ranks[k] = rank;
+	memcpy(o->input_shape_dims[k], dims, sizeof dims);
+	return MO_OK;
+}
+
+void mo_import_options_free(struct mo_import_options *o)
+{
+	for (int i = 0; i < o->n_dims; i++)
+		mo_free((char *)o->dim_names[i]);
+	for (int i = 0; i < o->n_input_shapes; i++)
+		mo_free((char *)o->input_shape_names[i]);
+	mo_free(o->dim_names);
+	mo_free(o->dim_values);
+	mo_free(o->input_shape_names);
+	mo_free(o->input_shape_ranks);
+	mo_free(o->input_shape_dims);
+	*o = (struct mo_import_options){ 0 };
+}

@@ -1,0 +1,83 @@
+/* The tensor program as JSON (--dump-tp), and JSON string escaping. */
+#include "importer_int.h"
+
+#include <inttypes.h>
+
+void mo_json_string(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(out, "\\%c", *c);
+		else if (*c < 0x20)
+			fprintf(out, "\\u%04x", *c);
+		else
+			fputc(*c, out);
+	}
+	fputc('"', out);
+}
+
+static const char *kind_name(enum mo_tensor_kind k)
+{
+	switch (k) {
+	case MO_T_INPUT: return "input";
+	case MO_T_INITIALIZER: return "initializer";
+	case MO_T_CONST: return "constant";
+	case MO_T_VALUE: return "value";
+	}
+	return "?";
+}
+
+static void int_list(FILE *out, const int *v, int n, const struct mo_tp *tp)
+{
+	fputc('[', out);
+	for (int i = 0, first = 1; i < n; i++) {
+		if (v[i] < 0)
+			continue;
+		if (!first)
+			fputs(", ", out);
+		first = 0;
+		mo_json_string(out, tp->tensors[v[i]].name);
+	}
+	fputc(']', out);
+}
+
+void mo_tp_print_json(const struct mo_tp *tp, FILE *out)
+{
+	fputs("{\"tensors\": [", out);
+	for (int i = 0; i < tp->n_tensors; i++) {
+		const struct mo_tensor *t = &tp->tensors[i];
+		fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", out);
+		mo_json_string(out, t->name);
+		fprintf(out, ", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ",
+			kind_name(t->kind), mo_onnx_dtype_name(t->dtype));
+		if (!t->shape_known) {
+			fputs("null", out);
+		} else {
+			fputc('[', out);
+			for (int d = 0; d < t->rank; d++)
+				fprintf(out, "%s%" PRId64, d ? ", " : "", t->dims[d]);
+			fputc(']', out);
+		}
+		fputc('}', out);
+	}
+	fputs("],\n\"ops\": [", out);
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		fputs(i ? ",\n  {\"node\": " : "\n  {\"node\": ", out);
+		mo_json_string(out, tp->node_names[op->node]);
+		fputs(", \"op\": ", out);
+		mo_json_string(out, mo_onnx_proto(tp->model)->graph->node[op->node]->op_type);
+		fprintf(out, ", \"class\": \"%s\", \"exps\": %d, \"inputs\": ",
+			mo_lax_name(op->lax), op->exps);
+		int_list(out, op->in, op->n_in, tp);
+		fputs(", \"outputs\": ", out);
+		int_list(out, op->out, op->n_out, tp);
+		if (op->note) {
+			fputs(", \"note\": ", out);
+			mo_json_string(out, op->note);
+		}
+		fputc('}', out);
+	}
+	fputs("]}\n", out);
+}

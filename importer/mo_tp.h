@@ -1,0 +1,213 @@
+/* mo_tp: the tensor program (DESIGN §3) and the importer that builds it from
+ * an ONNX model.
+ *
+ * A tensor program is what the main ONNX graph computes at the kernel level:
+ * ops from the one op table, each tensor with a dtype and (where it can be
+ * known) a static shape. Initializers are referenced in place. Integer shape
+ * arithmetic (Constant, Shape, Gather, Concat, ... over constants) is folded at
+ * import time into constant tensors, so Reshape targets, Unsqueeze axes and
+ * the like are plain parameters of the op that reads them. Every TP op
+ * remembers the ONNX node it came from. */
+#ifndef MO_TP_H
+#define MO_TP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mo_base.h"
+#include "mo_onnx.h"
+
+#define MO_MAX_RANK 8
+
+/* How an op stands with respect to the Lax fragment (paper §5): what the
+ * partitioner may put in a region and what the verifier can reason about. */
+enum mo_lax {
+	MO_LAX_MULTILINEAR,   /* linear in each operand: MatMul, Add, Mul, sums */
+	MO_LAX_LAYOUT,        /* moves data only: Transpose, Reshape, Concat */
+	MO_LAX_DIVISION,      /* Div, Reciprocal, x^-1 */
+	MO_LAX_EXP,           /* one exponentiation: Exp, Sigmoid, Softmax */
+	MO_LAX_COMPOSITE,     /* decomposes into the above: LayerNorm, RMSNorm */
+	MO_LAX_UNINTERPRETED, /* not Lax, but element-wise or a reduction the
+			       * verifier treats as a fixed random function:
+			       * Sqrt, Relu, Erf, Tanh, Clip, Where, ReduceMax */
+	MO_LAX_NONE,          /* a region boundary */
+};
+
+/* The op table, as an X-macro: NAME, ONNX op_type, default Lax class, number
+ * of exps on any path through the op. Every table the tool keeps per op is
+ * sized by MO_OP__COUNT, so an op missing from one fails the build. */
+#define MO_OP_LIST(X)                                        \
+	X(MATMUL, "MatMul", MULTILINEAR, 0)                  \
+	X(GEMM, "Gemm", MULTILINEAR, 0)                      \
+	X(ADD, "Add", MULTILINEAR, 0)                        \
+	X(SUB, "Sub", MULTILINEAR, 0)                        \
+	X(MUL, "Mul", MULTILINEAR, 0)                        \
+	X(DIV, "Div", DIVISION, 0)                           \
+	X(NEG, "Neg", MULTILINEAR, 0)                        \
+	X(RECIPROCAL, "Reciprocal", DIVISION, 0)             \
+	X(POW, "Pow", MULTILINEAR, 0)                        \
+	X(SQRT, "Sqrt", UNINTERPRETED, 0)                    \
+	X(EXP, "Exp", EXP, 1)                                \
+	X(SIGMOID, "Sigmoid", EXP, 1)                        \
+	X(SOFTMAX, "Softmax", EXP, 1)                        \
+	X(REDUCE_SUM, "ReduceSum", MULTILINEAR, 0)           \
+	X(REDUCE_MEAN, "ReduceMean", MULTILINEAR, 0)         \
+	X(REDUCE_MAX, "ReduceMax", UNINTERPRETED, 0)         \
+	X(LAYER_NORM, "LayerNormalization", COMPOSITE, 0)    \
+	X(RMS_NORM, "RMSNormalization", COMPOSITE, 0)        \
+	X(TRANSPOSE, "Transpose", LAYOUT, 0)                 \
+	X(RESHAPE, "Reshape", LAYOUT, 0)                     \
+	X(SQUEEZE, "Squeeze", LAYOUT, 0)                     \
+	X(UNSQUEEZE, "Unsqueeze", LAYOUT, 0)                 \
+	X(FLATTEN, "Flatten", LAYOUT, 0)                     \
+	X(CONCAT, "Concat", LAYOUT, 0)                       \
+	X(SPLIT, "Split", LAYOUT, 0)                         \
+	X(SLICE, "Slice", LAYOUT, 0)                         \
+	X(EXPAND, "Expand", LAYOUT, 0)                       \
+	X(IDENTITY, "Identity", LAYOUT, 0)                   \
+	X(CAST, "Cast", LAYOUT, 0)                           \
+	X(RELU, "Relu", UNINTERPRETED, 0)                    \
+	X(ERF, "Erf", UNINTERPRETED, 0)                      \
+	X(GELU, "Gelu", UNINTERPRETED, 0)                    \
+	X(TANH, "Tanh", UNINTERPRETED, 0)                    \
+	X(CLIP, "Clip", UNINTERPRETED, 0)                    \
+	X(WHERE, "Where", UNINTERPRETED, 0)                  \
+	X(MAX, "Max", UNINTERPRETED, 0)                      \
+	X(MIN, "Min", UNINTERPRETED, 0)                      \
+	X(GATHER, "Gather", NONE, 0)                         \
+	X(OPAQUE, "", NONE, 0)
+
+enum mo_op {
+#define X(name, onnx, lax, exps) MO_OP_##name,
+	MO_OP_LIST(X)
+#undef X
+	MO_OP__COUNT
+};
+
+struct mo_op_info {
+	const char *name;  /* as ONNX spells it; "" for OPAQUE */
+	enum mo_lax lax;   /* the class of a typical instance */
+	uint8_t exps;      /* exps on any path through the op */
+};
+extern const struct mo_op_info mo_op_table[MO_OP__COUNT];
+const char *mo_lax_name(enum mo_lax lax);
+
+enum mo_tensor_kind {
+	MO_T_INPUT,       /* a graph input */
+	MO_T_INITIALIZER, /* a weight: an initializer (also one listed as input) */
+	MO_T_CONST,       /* a Constant node's output or a folded value */
+	MO_T_VALUE,       /* computed by a TP op */
+};
+
+struct mo_tensor {
+	const char *name;
+	enum mo_tensor_kind kind;
+	int32_t dtype;           /* ONNX TensorProto.DataType; 0 unknown */
+	bool shape_known;
+	int rank;
+	int64_t dims[MO_MAX_RANK];
+	int producer;            /* TP op index, or -1 */
+	int source_node;         /* ONNX node that made it (CONST/VALUE), or -1 */
+	const Onnx__TensorProto *init; /* INITIALIZER, or CONST from a Constant node */
+	int64_t *ivals;          /* values of a small integer constant, or NULL */
+	double *fvals;           /* values of a small float constant, or NULL */
+	size_t n_vals;
+	bool is_graph_output;
+	int n_consumers;         /* ONNX nodes reading it (inputs or subgraphs) */
+	int *consumers;          /* their indices */
+};
+
+/* Per-op parameters in one fixed layout (no struct per op). Axes are
+ * normalized to 0..rank-1. */
+struct mo_op_params {
+	int n_axes;
+	int64_t axes[MO_MAX_RANK]; /* reductions, squeeze/unsqueeze, softmax
+				    * and norm axis (1), concat/split/gather
+				    * axis (1), transpose perm (rank) */
+	int keepdims, noop_with_empty_axes;
+	int trans_a, trans_b;
+	double alpha, beta;        /* Gemm */
+	double epsilon;            /* norms */
+	double exponent;           /* Pow's constant exponent */
+	bool has_exponent;
+	int32_t to;                /* Cast */
+	int64_t starts[MO_MAX_RANK], ends[MO_MAX_RANK], steps[MO_MAX_RANK];
+				   /* Slice: per entry of axes, as written */
+	const int64_t *sizes;      /* Reshape/Expand target, Split sizes */
+	int n_sizes;
+	int allowzero;             /* Reshape */
+	char approximate[8];       /* Gelu: "none" or "tanh" */
+};
+
+struct mo_tp_op {
+	enum mo_op kind;
+	enum mo_lax lax;   /* of this instance (Pow and Cast depend on it) */
+	uint8_t exps;
+	int node;          /* ONNX node index in the main graph */
+	int n_in, n_out;
+	int *in;           /* data inputs: tensor index, -1 when omitted */
+	int *out;          /* tensor index, -1 when omitted */
+	int n_params;      /* constant inputs folded into params */
+	int *param_in;
+	int n_implicit;    /* tensors its subgraphs read from the main graph */
+	int *implicit;
+	struct mo_op_params p;
+	const char *note;  /* why the op is a boundary, if it is one */
+};
+
+struct mo_tp {
+	struct mo_arena arena;
+	const struct mo_model *model;
+	int n_tensors, n_ops, n_nodes;
+	struct mo_tensor *tensors;
+	struct mo_tp_op *ops;       /* in topological order */
+	const char **node_names;    /* stable name of every main-graph node */
+	int *node_op;               /* TP op of each node, -1 if folded/constant */
+	int64_t opset;              /* default-domain opset version */
+	int n_inputs, n_outputs;
+	int *inputs, *outputs;      /* graph inputs (not weights) and outputs */
+	int n_warnings;
+	const char **warnings;
+};
+
+/* Binds symbolic dimensions and overrides input shapes. */
+struct mo_import_options {
+	int n_dims;
+	const char **dim_names;
+	int64_t *dim_values;
+	int n_input_shapes;
+	const char **input_shape_names;
+	int *input_shape_ranks;
+	int64_t (*input_shape_dims)[MO_MAX_RANK];
+};
+
+/* Parses "NAME=VALUE" and "NAME=2x4096" flag values into options (the
+ * strings are referenced, not copied). */
+enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
+			     struct mo_diag *d);
+enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
+				     struct mo_diag *d);
+void mo_import_options_free(struct mo_import_options *o);
+
+enum mo_status mo_tp_import(const struct mo_model *m,
+			    const struct mo_import_options *opt,
+			    struct mo_tp **out, struct mo_diag *d);
+void mo_tp_free(struct mo_tp *tp);
+
+/* Number of elements, 0 if the shape is unknown. */
+uint64_t mo_tensor_numel(const struct mo_tensor *t);
+uint64_t mo_tensor_bytes(const struct mo_tensor *t);
+/* Floating-point operations of one op (an estimate for reports). */
+uint64_t mo_tp_op_flops(const struct mo_tp *tp, const struct mo_tp_op *op);
+/* "float32 [2, 4096]" into buf. */
+void mo_tensor_describe(const struct mo_tensor *t, char *buf, size_t len);
+
+/* The tensor program as one JSON object: tensors with dtypes and shapes, ops
+ * with their class and ONNX node. For tests and --dump-tp. */
+void mo_tp_print_json(const struct mo_tp *tp, FILE *out);
+
+/* JSON string escaping shared by every JSON writer of the tool. */
+void mo_json_string(FILE *out, const char *s);
+
+#endif

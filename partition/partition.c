@@ -1,0 +1,538 @@
+/* Greedy convex partitioning of the fusable ops. */
+#include "mo_part.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The op-level dependency graph, in CSR form. */
+struct opgraph {
+	int n;
+	int *pred_start, *pred; /* producers of each op's inputs */
+	int *succ_start, *succ;
+};
+
+static void opgraph_free(struct opgraph *g)
+{
+	mo_free(g->pred_start);
+	mo_free(g->pred);
+	mo_free(g->succ_start);
+	mo_free(g->succ);
+}
+
+/* Calls f on the producer op of every tensor op reads (data, parameters and
+ * subgraph reads). */
+#define FOR_EACH_PRED(tp, op, p, body)                                          \
+	do {                                                                   \
+		const struct mo_tp_op *op_ = (op);                             \
+		for (int k_ = 0; k_ < op_->n_in + op_->n_params + op_->n_implicit; k_++) { \
+			int t_ = k_ < op_->n_in ? op_->in[k_]                  \
+				: k_ < op_->n_in + op_->n_params ? op_->param_in[k_ - op_->n_in] \
+				: op_->implicit[k_ - op_->n_in - op_->n_params]; \
+			int p = t_ >= 0 ? (tp)->tensors[t_].producer : -1;     \
+			if (p < 0)                                             \
+				continue;                                      \
+			body;                                                  \
+		}                                                              \
+	} while (0)
+
+static bool opgraph_build(const struct mo_tp *tp, struct opgraph *g)
+{
+	int n = tp->n_ops;
+	g->n = n;
+	g->pred_start = mo_calloc((size_t)n + 1, sizeof(int));
+	g->succ_start = mo_calloc((size_t)n + 1, sizeof(int));
+	if (!g->pred_start || !g->succ_start)
+		return false;
+	int e = 0;
+	for (int v = 0; v < n; v++) {
+		FOR_EACH_PRED(tp, &tp->ops[v], u, {
+			(void)u;
+			e++;
+		});
+	}
+	g->pred = mo_calloc((size_t)e + 1, sizeof(int));
+	g->succ = mo_calloc((size_t)e + 1, sizeof(int));
+	int *fill = mo_calloc((size_t)n + 1, sizeof(int));
+	if (!g->pred || !g->succ || !fill) {
+		mo_free(fill);
+		return false;
+	}
+	int k = 0;
+	for (int v = 0; v < n; v++) {
+		g->pred_start[v] = k;
+		FOR_EACH_PRED(tp, &tp->ops[v], u, {
+			g->pred[k++] = u;
+			g->succ_start[u + 1]++;
+		});
+	}
+	g->pred_start[n] = k;
+	for (int v = 0; v < n; v++)
+		g->succ_start[v + 1] += g->succ_start[v];
+	for (int v = 0; v < n; v++)
+		for (int i = g->pred_start[v]; i < g->pred_start[v + 1]; i++) {
+			int u = g->pred[i];
+			g->succ[g->succ_start[u] + fill[u]++] = v;
+		}
+	mo_free(fill);
+	return true;
+}
+
+/* Union-find with a circular member list per set. */
+struct sets {
+	int *parent, *size, *next;
+	int *stamp; /* per op: last search that visited its set (by rep) */
+	int search;
+	int *queue;
+};
+
+static int find(struct sets *s, int x)
+{
+	while (s->parent[x] != x) {
+		s->parent[x] = s->parent[s->parent[x]];
+		x = s->parent[x];
+	}
+	return x;
+}
+
+static void unite(struct sets *s, int a, int b)
+{
+	a = find(s, a);
+	b = find(s, b);
+	if (s->size[a] < s->size[b]) {
+		int t = a;
+		a = b;
+		b = t;
+	}
+	s->parent[b] = a;
+	s->size[a] += s->size[b];
+	int t = s->next[a];
+	s->next[a] = s->next[b];
+	s->next[b] = t;
+}
+
+/* Is there a path from set a to set b that passes through some other set?
+ * (The direct edge being merged does not count.) With the quotient graph
+ * acyclic before the merge, no such path means acyclic after it. */
+static bool indirect_path(const struct opgraph *g, struct sets *s, int a, int b)
+{
+	int qh = 0, qt = 0;
+	s->search++;
+	for (int m = a, first = 1; first || m != a; m = s->next[m], first = 0) {
+		for (int i = g->succ_start[m]; i < g->succ_start[m + 1]; i++) {
+			int r = find(s, g->succ[i]);
+			if (r == a || r == b || s->stamp[r] == s->search)
+				continue;
+			s->stamp[r] = s->search;
+			s->queue[qt++] = r;
+		}
+	}
+	while (qh < qt) {
+		int r = s->queue[qh++];
+		for (int m = r, first = 1; first || m != r; m = s->next[m], first = 0) {
+			for (int i = g->succ_start[m]; i < g->succ_start[m + 1]; i++) {
+				int x = find(s, g->succ[i]);
+				if (x == b)
+					return true;
+				if (x == a || s->stamp[x] == s->search)
+					continue;
+				s->stamp[x] = s->search;
+				s->queue[qt++] = x;
+			}
+		}
+	}
+	return false;
+}
+
+static bool is_matmul(const struct mo_tp_op *op)
+{
+	return op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+/* Most exps and most MatMuls on one path inside the union of sets a and b
+ * (a path between two members of a convex set stays inside it). */
+static void path_maxima(const struct mo_tp *tp, const struct opgraph *g, struct sets *s,
+			int a, int b, int *members, int *e, int *mm, int *max_e, int *max_mm)
+{
+	int n = 0;
+	for (int r = 0; r < (a == b ? 1 : 2); r++) {
+		int start = r ? b : a;
+		for (int m = start, first = 1; first || m != start; m = s->next[m], first = 0)
+			members[n++] = m;
+	}
+	qsort(members, (size_t)n, sizeof *members, cmp_int);
+	*max_e = *max_mm = 0;
+	for (int i = 0; i < n; i++) {
+		int v = members[i], best_e = 0, best_mm = 0;
+		for (int k = g->pred_start[v]; k < g->pred_start[v + 1]; k++) {
+			int u = g->pred[k], ru = find(s, u);
+			if (ru != a && ru != b)
+				continue;
+			if (e[u] > best_e)
+				best_e = e[u];
+			if (mm[u] > best_mm)
+				best_mm = mm[u];
+		}
+		e[v] = best_e + tp->ops[v].exps;
+		mm[v] = best_mm + (is_matmul(&tp->ops[v]) ? 1 : 0);
+		if (e[v] > *max_e)
+			*max_e = e[v];
+		if (mm[v] > *max_mm)
+			*max_mm = mm[v];
+	}
+}
+
+struct cand {
+	uint64_t bytes;
+	int u, v;
+};
+
+static int cand_cmp(const void *x, const void *y)
+{
+	const struct cand *a = x, *b = y;
+	if (a->bytes != b->bytes)
+		return a->bytes < b->bytes ? 1 : -1;
+	if (a->u != b->u)
+		return a->u < b->u ? -1 : 1;
+	return (a->v > b->v) - (a->v < b->v);
+}
+
+static bool fusable(const struct mo_tp_op *op)
+{
+	return op->lax != MO_LAX_NONE;
+}
+
+static bool computes(const struct mo_tp_op *op)
+{
+	return op->lax != MO_LAX_LAYOUT && op->lax != MO_LAX_NONE;
+}
+
+/* ---- describing the regions ---- */
+
+static bool in_list(const int *v, int n, int x)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] == x)
+			return true;
+	return false;
+}
+
+static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
+			       struct mo_region *r, int ri, int *node_region,
+			       struct mo_diag *d)
+{
+	struct mo_arena *a = &p->arena;
+	int max_t = 0;
+	for (int i = 0; i < r->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[r->ops[i]];
+		max_t += op->n_in + op->n_out;
+	}
+	r->inputs = mo_arena_array(a, (size_t)max_t + 1, sizeof(int));
+	r->outputs = mo_arena_array(a, (size_t)max_t + 1, sizeof(int));
+	if (!r->inputs || !r->outputs)
+		return mo_diag_nomem(d);
+	for (int i = 0; i < r->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[r->ops[i]];
+		r->flops += mo_tp_op_flops(tp, op);
+		for (int k = 0; k < op->n_in; k++) {
+			int t = op->in[k];
+			if (t < 0)
+				continue;
+			r->bytes_unfused += mo_tensor_bytes(&tp->tensors[t]);
+			int prod = tp->tensors[t].producer;
+			bool inside = prod >= 0 && p->op_region[prod] == ri;
+			if (!inside && !in_list(r->inputs, r->n_inputs, t))
+				r->inputs[r->n_inputs++] = t;
+		}
+		for (int k = 0; k < op->n_out; k++) {
+			int t = op->out[k];
+			if (t < 0)
+				continue;
+			const struct mo_tensor *x = &tp->tensors[t];
+			r->bytes_unfused += mo_tensor_bytes(x);
+			bool used_outside = x->is_graph_output;
+			for (int c = 0; c < x->n_consumers && !used_outside; c++) {
+				int cop = tp->node_op[x->consumers[c]];
+				/* a folded consumer (Shape) needs the shape, not the values */
+				used_outside = cop >= 0 && p->op_region[cop] != ri;
+			}
+			if (used_outside)
+				r->outputs[r->n_outputs++] = t;
+		}
+	}
+	for (int i = 0; i < r->n_inputs; i++)
+		r->bytes_fused += mo_tensor_bytes(&tp->tensors[r->inputs[i]]);
+	for (int i = 0; i < r->n_outputs; i++)
+		r->bytes_fused += mo_tensor_bytes(&tp->tensors[r->outputs[i]]);
+
+	int n_nodes = 0;
+	for (int i = 0; i < tp->n_nodes; i++)
+		n_nodes += node_region[i] == ri;
+	r->nodes = mo_arena_array(a, (size_t)n_nodes + 1, sizeof(int));
+	if (!r->nodes)
+		return mo_diag_nomem(d);
+	for (int i = 0; i < tp->n_nodes; i++)
+		if (node_region[i] == ri)
+			r->nodes[r->n_nodes++] = i;
+	return MO_OK;
+}
+
+/* ONNX nodes that made no TP op (Constant, folded shape arithmetic) belong to
+ * a region when everything that reads their outputs does. */
+static void absorb_constant_nodes(const struct mo_tp *tp, int *node_region)
+{
+	bool changed = true;
+	while (changed) {
+		changed = false;
+		for (int t = 0; t < tp->n_tensors; t++) {
+			const struct mo_tensor *x = &tp->tensors[t];
+			int src = x->source_node;
+			if (src < 0 || tp->node_op[src] >= 0 || node_region[src] >= 0 ||
+			    x->n_consumers == 0 || x->is_graph_output)
+				continue;
+			int r = node_region[x->consumers[0]];
+			bool all = r >= 0;
+			for (int c = 1; c < x->n_consumers && all; c++)
+				all = node_region[x->consumers[c]] == r;
+			/* every output of the node must agree */
+			for (int u = 0; u < tp->n_tensors && all; u++) {
+				const struct mo_tensor *y = &tp->tensors[u];
+				if (u == t || y->source_node != src)
+					continue;
+				all = !y->is_graph_output;
+				for (int c = 0; c < y->n_consumers && all; c++)
+					all = node_region[y->consumers[c]] == r;
+			}
+			if (all) {
+				node_region[src] = r;
+				changed = true;
+			}
+		}
+	}
+}
+
+enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options *opt,
+			   struct mo_partition **out, struct mo_diag *d)
+{
+	*out = NULL;
+	int n = tp->n_ops;
+	struct mo_partition *p = mo_calloc(1, sizeof *p);
+	struct opgraph g = { 0 };
+	struct sets s = { 0 };
+	struct cand *cands = NULL;
+	int *members = NULL, *e = NULL, *mm = NULL, *node_region = NULL, *rep_index = NULL;
+	enum mo_status st = MO_OK;
+	if (!p) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	mo_arena_init(&p->arena);
+	size_t nn = (size_t)n + 1;
+	s.parent = mo_calloc(nn, sizeof(int));
+	s.size = mo_calloc(nn, sizeof(int));
+	s.next = mo_calloc(nn, sizeof(int));
+	s.stamp = mo_calloc(nn, sizeof(int));
+	s.queue = mo_calloc(nn, sizeof(int));
+	members = mo_calloc(nn, sizeof(int));
+	e = mo_calloc(nn, sizeof(int));
+	mm = mo_calloc(nn, sizeof(int));
+	p->op_region = mo_arena_array(&p->arena, nn, sizeof(int));
+	if (!s.parent || !s.size || !s.next || !s.stamp || !s.queue || !members || !e ||
+	    !mm || !p->op_region || !opgraph_build(tp, &g)) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		s.parent[i] = s.next[i] = i;
+		s.size[i] = 1;
+	}
+
+	/* Candidate merges: every tensor edge between two fusable ops. */
+	int nc = 0;
+	cands = mo_calloc((size_t)g.pred_start[n] + 1, sizeof *cands);
+	if (!cands) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int v = 0; v < n; v++) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		if (!fusable(op))
+			continue;
+		for (int k = 0; k < op->n_in; k++) {
+			int t = op->in[k];
+			int u = t >= 0 ? tp->tensors[t].producer : -1;
+			if (u < 0 || !fusable(&tp->ops[u]))
+				continue;
+			cands[nc++] = (struct cand){ mo_tensor_bytes(&tp->tensors[t]), u, v };
+		}
+	}
+	qsort(cands, (size_t)nc, sizeof *cands, cand_cmp);
+	for (int i = 0; i < nc; i++) {
+		int a = find(&s, cands[i].u), b = find(&s, cands[i].v);
+		if (a == b || s.size[a] + s.size[b] > opt->max_ops)
+			continue;
+		int max_e, max_mm;
+		path_maxima(tp, &g, &s, a, b, members, e, mm, &max_e, &max_mm);
+		if (max_e > opt->max_exps || max_mm > opt->max_matmul_chain)
+			continue;
+		if (indirect_path(&g, &s, a, b))
+			continue;
+		unite(&s, a, b);
+	}
+
+	/* Regions: sets of two or more ops of which at least one computes. */
+	rep_index = mo_calloc(nn, sizeof(int));
+	node_region = mo_calloc((size_t)tp->n_nodes + 1, sizeof(int));
+	if (!rep_index || !node_region) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		rep_index[i] = -1;
+		p->op_region[i] = -1;
+	}
+	for (int i = 0; i < tp->n_nodes; i++)
+		node_region[i] = -1;
+	int nr = 0;
+	for (int v = 0; v < n; v++) { /* numbered by their first op: stable */
+		int r = find(&s, v);
+		if (rep_index[r] >= 0 || s.size[r] < 2)
+			continue;
+		bool any = false;
+		for (int m = r, first = 1; first || m != r; m = s.next[m], first = 0)
+			any |= computes(&tp->ops[m]);
+		if (any)
+			rep_index[r] = nr++;
+	}
+	p->regions = mo_arena_array(&p->arena, (size_t)nr + 1, sizeof *p->regions);
+	if (!p->regions) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	p->n_regions = nr;
+	for (int v = 0; v < n; v++) {
+		int ri = rep_index[find(&s, v)];
+		p->op_region[v] = ri;
+		if (ri >= 0) {
+			node_region[tp->ops[v].node] = ri;
+			p->regions[ri].n_ops++;
+		}
+	}
+	for (int ri = 0; ri < nr; ri++) {
+		struct mo_region *r = &p->regions[ri];
+		r->ops = mo_arena_array(&p->arena, (size_t)r->n_ops, sizeof(int));
+		if (!r->ops) {
+			st = mo_diag_nomem(d);
+			goto out;
+		}
+		r->n_ops = 0;
+	}
+	for (int v = 0; v < n; v++) {
+		int ri = p->op_region[v];
+		if (ri >= 0)
+			p->regions[ri].ops[p->regions[ri].n_ops++] = v;
+	}
+	absorb_constant_nodes(tp, node_region);
+	for (int ri = 0; !st && ri < nr; ri++) {
+		struct mo_region *r = &p->regions[ri];
+		int first = r->ops[0], max_e, max_mm;
+		int rep = find(&s, first);
+		path_maxima(tp, &g, &s, rep, rep, members, e, mm, &max_e, &max_mm);
+		r->exps = max_e;
+		r->matmul_chain = max_mm;
+		st = describe(tp, p, r, ri, node_region, d);
+	}
+out:
+	opgraph_free(&g);
+	mo_free(s.parent);
+	mo_free(s.size);
+	mo_free(s.next);
+	mo_free(s.stamp);
+	mo_free(s.queue);
+	mo_free(cands);
+	mo_free(members);
+	mo_free(e);
+	mo_free(mm);
+	mo_free(node_region);
+	mo_free(rep_index);
+	if (st) {
+		mo_part_free(p);
+		return st;
+	}
+	*out = p;
+	return MO_OK;
+}
+
+void mo_part_free(struct mo_partition *p)
+{
+	if (!p)
+		return;
+	mo_arena_free(&p->arena);
+	mo_free(p);
+}
+
+bool mo_part_check(const struct mo_tp *tp, const struct mo_partition *p,
+		   char *why, size_t why_len)
+{
+	/* Collapse: node id = region for region ops, else n_regions + op. Then
+	 * Kahn's algorithm on the quotient graph; a cycle there also catches a
+	 * non-convex region (a path that leaves and re-enters is a cycle). */
+	int n = tp->n_ops, nq = p->n_regions + n;
+	struct opgraph g = { 0 };
+	int *indeg = mo_calloc((size_t)nq + 1, sizeof(int));
+	int *queue = mo_calloc((size_t)nq + 1, sizeof(int));
+	bool ok = false;
+	if (!indeg || !queue || !opgraph_build(tp, &g)) {
+		snprintf(why, why_len, "out of memory");
+		goto out;
+	}
+#define QID(v) (p->op_region[v] >= 0 ? p->op_region[v] : p->n_regions + (v))
+	for (int v = 0; v < n; v++)
+		for (int k = g.pred_start[v]; k < g.pred_start[v + 1]; k++)
+			if (QID(g.pred[k]) != QID(v))
+				indeg[QID(v)]++;
+	int qh = 0, qt = 0, done = 0;
+	for (int q = 0; q < nq; q++) {
+		bool used = q < p->n_regions || p->op_region[q - p->n_regions] < 0;
+		if (!used)
+			done++; /* an op inside a region is counted through it */
+		else if (indeg[q] == 0)
+			queue[qt++] = q;
+	}
+	while (qh < qt) {
+		int q = queue[qh++];
+		done++;
+		for (int v = 0; v < n; v++) {
+			if (QID(v) != q)
+				continue;
+			for (int k = g.succ_start[v]; k < g.succ_start[v + 1]; k++) {
+				int w = QID(g.succ[k]);
+				if (w != q && --indeg[w] == 0)
+					queue[qt++] = w;
+			}
+		}
+	}
+#undef QID
+	ok = done == nq;
+	if (!ok)
+		snprintf(why, why_len, "collapsing the regions makes a cycle");
+	for (int ri = 0; ok && ri < p->n_regions; ri++) {
+		const struct mo_region *r = &p->regions[ri];
+		for (int i = 0; ok && i < r->n_ops; i++) {
+			if (!fusable(&tp->ops[r->ops[i]])) {
+				snprintf(why, why_len, "region %d holds a boundary op", ri + 1);
+				ok = false;
+			}
+		}
+	}
+out:
+	opgraph_free(&g);
+	mo_free(indeg);
+	mo_free(queue);
+	return ok;
+}
