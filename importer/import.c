@@ -437,6 +437,7 @@ static unsigned param_mask(enum mo_op k, int64_t opset)
 	case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_IDENTITY: case MO_OP_CAST:
 	case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU: case MO_OP_TANH:
 	case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN: case MO_OP_GATHER:
+	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 	case MO_OP_OPAQUE: case MO_OP__COUNT:
 		return 0;
 	}
@@ -631,7 +632,8 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL: case MO_OP_SQRT:
 	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_IDENTITY: case MO_OP_RELU:
 	case MO_OP_ERF: case MO_OP_TANH: case MO_OP_WHERE: case MO_OP_MAX:
-	case MO_OP_MIN: case MO_OP_OPAQUE: case MO_OP__COUNT:
+	case MO_OP_MIN: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	case MO_OP_OPAQUE: case MO_OP__COUNT:
 		return NULL;
 	}
 	return NULL;

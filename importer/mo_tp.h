@@ -75,6 +75,10 @@ enum mo_lax {
 	X(WHERE, "Where", UNINTERPRETED, 0)                  \
 	X(MAX, "Max", UNINTERPRETED, 0)                      \
 	X(MIN, "Min", UNINTERPRETED, 0)                      \
+	X(ABS, "Abs", UNINTERPRETED, 0)                      \
+	X(COS, "Cos", UNINTERPRETED, 0)                      \
+	X(SIN, "Sin", UNINTERPRETED, 0)                      \
+	X(LOG, "Log", UNINTERPRETED, 0)                      \
 	X(GATHER, "Gather", NONE, 0)                         \
 	X(OPAQUE, "", NONE, 0)
 

@@ -72,6 +72,7 @@ static uint64_t per_element(enum mo_op k)
 {
 	switch (k) {
 	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_TANH: case MO_OP_ERF:
+	case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 		return 4;
 	case MO_OP_GELU:
 		return 8;
@@ -87,7 +88,7 @@ static uint64_t per_element(enum mo_op k)
 	case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL:
 	case MO_OP_SQRT: case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN:
 	case MO_OP_REDUCE_MAX: case MO_OP_RELU: case MO_OP_CLIP: case MO_OP_WHERE:
-	case MO_OP_MAX: case MO_OP_MIN:
+	case MO_OP_MAX: case MO_OP_MIN: case MO_OP_ABS:
 		return 1;
 	case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE:
 	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_SPLIT:

@@ -80,7 +80,7 @@ static bool opgraph_build(const struct mo_tp *tp, struct opgraph *g)
 /* Union-find with a circular member list per set. */
 struct sets {
 	int *parent, *size, *next;
-	int *stamp; /* per op: last search that visited its set (by rep) */
+	int *stamp, *back; /* per rep: last searches that visited the set */
 	int search;
 	int *queue;
 };
@@ -110,37 +110,48 @@ static void unite(struct sets *s, int a, int b)
 	s->next[b] = t;
 }
 
-/* Is there a path from set a to set b that passes through some other set?
- * (The direct edge being merged does not count.) With the quotient graph
- * acyclic before the merge, no such path means acyclic after it. */
-static bool indirect_path(const struct opgraph *g, struct sets *s, int a, int b)
+/* The sets on paths from set a to set b (other than a and b) into reps[];
+ * their count, or -1 when one of them holds an op that cannot be fused.
+ * Merging a and b needs all of them too: anything less leaves a path that
+ * leaves the region and comes back (collapsing it would make a cycle). */
+static int between(const struct opgraph *g, struct sets *s, const bool *ok, int a, int b,
+		   int *reps)
 {
-	int qh = 0, qt = 0;
-	s->search++;
-	for (int m = a, first = 1; first || m != a; m = s->next[m], first = 0) {
-		for (int i = g->succ_start[m]; i < g->succ_start[m + 1]; i++) {
-			int r = find(s, g->succ[i]);
-			if (r == a || r == b || s->stamp[r] == s->search)
-				continue;
-			s->stamp[r] = s->search;
-			s->queue[qt++] = r;
-		}
-	}
+	int qh = 0, qt = 0, id = ++s->search;
+	/* forward from a: stamp = id */
+	s->stamp[a] = id;
+	s->queue[qt++] = a;
 	while (qh < qt) {
 		int r = s->queue[qh++];
-		for (int m = r, first = 1; first || m != r; m = s->next[m], first = 0) {
+		for (int m = r, first = 1; first || m != r; m = s->next[m], first = 0)
 			for (int i = g->succ_start[m]; i < g->succ_start[m + 1]; i++) {
 				int x = find(s, g->succ[i]);
-				if (x == b)
-					return true;
-				if (x == a || s->stamp[x] == s->search)
+				if (s->stamp[x] == id || x == b)
 					continue;
-				s->stamp[x] = s->search;
+				s->stamp[x] = id;
 				s->queue[qt++] = x;
 			}
-		}
 	}
-	return false;
+	/* backward from b among those: back = id2 */
+	int id2 = ++s->search, n = 0;
+	qh = qt = 0;
+	s->back[b] = id2;
+	s->queue[qt++] = b;
+	while (qh < qt) {
+		int r = s->queue[qh++];
+		for (int m = r, first = 1; first || m != r; m = s->next[m], first = 0)
+			for (int i = g->pred_start[m]; i < g->pred_start[m + 1]; i++) {
+				int x = find(s, g->pred[i]);
+				if (x == a || s->stamp[x] != id || s->back[x] == id2)
+					continue;
+				s->back[x] = id2;
+				s->queue[qt++] = x;
+				if (!ok[x])
+					return -1;
+				reps[n++] = x;
+			}
+	}
+	return n;
 }
 
 static bool is_matmul(const struct mo_tp_op *op)
@@ -154,15 +165,16 @@ static int cmp_int(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Most exps and most MatMuls on one path inside the union of sets a and b
- * (a path between two members of a convex set stays inside it). */
+/* Most exps and most MatMuls on one path inside the union of the sets
+ * reps[0..nr) (a path between two members of a convex set stays inside it). */
 static void path_maxima(const struct mo_tp *tp, const struct opgraph *g, struct sets *s,
-			int a, int b, int *members, int *e, int *mm, int *max_e, int *max_mm)
+			const int *reps, int nr, int *members, int *e, int *mm, int *max_e,
+			int *max_mm)
 {
-	int n = 0;
-	for (int r = 0; r < (a == b ? 1 : 2); r++) {
-		int start = r ? b : a;
-		for (int m = start, first = 1; first || m != start; m = s->next[m], first = 0)
+	int n = 0, id = ++s->search;
+	for (int r = 0; r < nr; r++) {
+		s->stamp[reps[r]] = id;
+		for (int m = reps[r], first = 1; first || m != reps[r]; m = s->next[m], first = 0)
 			members[n++] = m;
 	}
 	qsort(members, (size_t)n, sizeof *members, cmp_int);
@@ -170,8 +182,8 @@ static void path_maxima(const struct mo_tp *tp, const struct opgraph *g, struct 
 	for (int i = 0; i < n; i++) {
 		int v = members[i], best_e = 0, best_mm = 0;
 		for (int k = g->pred_start[v]; k < g->pred_start[v + 1]; k++) {
-			int u = g->pred[k], ru = find(s, u);
-			if (ru != a && ru != b)
+			int u = g->pred[k];
+			if (s->stamp[find(s, u)] != id)
 				continue;
 			if (e[u] > best_e)
 				best_e = e[u];
@@ -188,18 +200,75 @@ static void path_maxima(const struct mo_tp *tp, const struct opgraph *g, struct 
 }
 
 struct cand {
+	int core;
 	uint64_t bytes;
 	int u, v;
 };
 
+/* Core edges first, then larger tensors first; ties from the end of the
+ * graph backwards, so a region grows from the consumer towards its inputs
+ * (a norm joins the MatMul it feeds rather than being cut in the middle). */
 static int cand_cmp(const void *x, const void *y)
 {
 	const struct cand *a = x, *b = y;
+	if (a->core != b->core)
+		return a->core < b->core ? 1 : -1;
 	if (a->bytes != b->bytes)
 		return a->bytes < b->bytes ? 1 : -1;
-	if (a->u != b->u)
-		return a->u < b->u ? -1 : 1;
-	return (a->v > b->v) - (a->v < b->v);
+	if (a->v != b->v)
+		return a->v < b->v ? 1 : -1;
+	return (a->u < b->u) - (a->u > b->u);
+}
+
+/* A MatMul whose operands are both computed (no weight): attention's Q·Kᵀ
+ * and P·V, GEMM chains. */
+static bool activation_matmul(const struct mo_tp *tp, const struct mo_tp_op *op)
+{
+	if (!is_matmul(op) || op->n_in < 2)
+		return false;
+	for (int i = 0; i < 2; i++) {
+		int t = op->in[i];
+		if (t < 0 || tp->tensors[t].kind == MO_T_INITIALIZER ||
+		    tp->tensors[t].kind == MO_T_CONST)
+			return false;
+	}
+	return true;
+}
+
+/* Core edges lie between two activation MatMuls with no other MatMul in
+ * between (Q·Kᵀ -> scale -> mask -> softmax -> P·V). Their intermediates grow
+ * with the square of the sequence and hold no weights, so they are merged
+ * before anything else claims the MatMuls at either end. */
+static void mark_core(const struct mo_tp *tp, const struct opgraph *g, bool *fwd, bool *bwd)
+{
+	for (int v = 0; v < tp->n_ops; v++) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		fwd[v] = false;
+		if (op->lax == MO_LAX_NONE)
+			continue;
+		if (activation_matmul(tp, op)) {
+			fwd[v] = true;
+			continue;
+		}
+		if (is_matmul(op))
+			continue;
+		for (int k = g->pred_start[v]; k < g->pred_start[v + 1] && !fwd[v]; k++)
+			fwd[v] = fwd[g->pred[k]];
+	}
+	for (int v = tp->n_ops - 1; v >= 0; v--) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		bwd[v] = false;
+		if (op->lax == MO_LAX_NONE)
+			continue;
+		if (activation_matmul(tp, op)) {
+			bwd[v] = true;
+			continue;
+		}
+		if (is_matmul(op))
+			continue;
+		for (int k = g->succ_start[v]; k < g->succ_start[v + 1] && !bwd[v]; k++)
+			bwd[v] = bwd[g->succ[k]];
+	}
 }
 
 static bool fusable(const struct mo_tp_op *op)
@@ -325,6 +394,8 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	struct opgraph g = { 0 };
 	struct sets s = { 0 };
 	struct cand *cands = NULL;
+	bool *okv = NULL;
+	int *reps = NULL;
 	int *members = NULL, *e = NULL, *mm = NULL, *node_region = NULL, *rep_index = NULL;
 	enum mo_status st = MO_OK;
 	if (!p) {
@@ -337,12 +408,15 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	s.size = mo_calloc(nn, sizeof(int));
 	s.next = mo_calloc(nn, sizeof(int));
 	s.stamp = mo_calloc(nn, sizeof(int));
+	s.back = mo_calloc(nn, sizeof(int));
+	reps = mo_calloc(nn + 2, sizeof(int));
+	okv = mo_calloc(nn, sizeof(bool));
 	s.queue = mo_calloc(nn, sizeof(int));
 	members = mo_calloc(nn, sizeof(int));
 	e = mo_calloc(nn, sizeof(int));
 	mm = mo_calloc(nn, sizeof(int));
 	p->op_region = mo_arena_array(&p->arena, nn, sizeof(int));
-	if (!s.parent || !s.size || !s.next || !s.stamp || !s.queue || !members || !e ||
+	if (!s.parent || !s.size || !s.next || !s.stamp || !s.back || !reps || !okv || !s.queue || !members || !e ||
 	    !mm || !p->op_region || !opgraph_build(tp, &g)) {
 		st = mo_diag_nomem(d);
 		goto out;
@@ -355,7 +429,12 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	/* Candidate merges: every tensor edge between two fusable ops. */
 	int nc = 0;
 	cands = mo_calloc((size_t)g.pred_start[n] + 1, sizeof *cands);
-	if (!cands) {
+	bool *fwd = mo_calloc(nn, sizeof(bool)), *bwd = mo_calloc(nn, sizeof(bool));
+	if (fwd && bwd)
+		mark_core(tp, &g, fwd, bwd);
+	if (!cands || !fwd || !bwd) {
+		mo_free(fwd);
+		mo_free(bwd);
 		st = mo_diag_nomem(d);
 		goto out;
 	}
@@ -368,21 +447,35 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 			int u = t >= 0 ? tp->tensors[t].producer : -1;
 			if (u < 0 || !fusable(&tp->ops[u]))
 				continue;
-			cands[nc++] = (struct cand){ mo_tensor_bytes(&tp->tensors[t]), u, v };
+			cands[nc++] = (struct cand){ fwd[u] && bwd[v],
+						     mo_tensor_bytes(&tp->tensors[t]), u, v };
 		}
 	}
+	mo_free(fwd);
+	mo_free(bwd);
 	qsort(cands, (size_t)nc, sizeof *cands, cand_cmp);
+	for (int v = 0; v < n; v++)
+		okv[v] = fusable(&tp->ops[v]);
 	for (int i = 0; i < nc; i++) {
 		int a = find(&s, cands[i].u), b = find(&s, cands[i].v);
-		if (a == b || s.size[a] + s.size[b] > opt->max_ops)
+		if (a == b)
+			continue;
+		int nb = between(&g, &s, okv, a, b, reps + 2);
+		if (nb < 0)
+			continue;
+		reps[0] = a;
+		reps[1] = b;
+		int size = 0;
+		for (int k = 0; k < nb + 2; k++)
+			size += s.size[reps[k]];
+		if (size > opt->max_ops)
 			continue;
 		int max_e, max_mm;
-		path_maxima(tp, &g, &s, a, b, members, e, mm, &max_e, &max_mm);
+		path_maxima(tp, &g, &s, reps, nb + 2, members, e, mm, &max_e, &max_mm);
 		if (max_e > opt->max_exps || max_mm > opt->max_matmul_chain)
 			continue;
-		if (indirect_path(&g, &s, a, b))
-			continue;
-		unite(&s, a, b);
+		for (int k = 1; k < nb + 2; k++)
+			unite(&s, reps[0], reps[k]);
 	}
 
 	/* Regions: sets of two or more ops of which at least one computes. */
@@ -442,7 +535,7 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 		struct mo_region *r = &p->regions[ri];
 		int first = r->ops[0], max_e, max_mm;
 		int rep = find(&s, first);
-		path_maxima(tp, &g, &s, rep, rep, members, e, mm, &max_e, &max_mm);
+		path_maxima(tp, &g, &s, &rep, 1, members, e, mm, &max_e, &max_mm);
 		r->exps = max_e;
 		r->matmul_chain = max_mm;
 		st = describe(tp, p, r, ri, node_region, d);
@@ -453,7 +546,10 @@ out:
 	mo_free(s.size);
 	mo_free(s.next);
 	mo_free(s.stamp);
+	mo_free(s.back);
 	mo_free(s.queue);
+	mo_free(reps);
+	mo_free(okv);
 	mo_free(cands);
 	mo_free(members);
 	mo_free(e);
