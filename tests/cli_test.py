@@ -6,6 +6,7 @@ output file and an untouched input; usage errors exit 2; a good model is
 summarized and written unchanged, external data included.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -189,6 +190,80 @@ class Cli(unittest.TestCase):
         os.mkdir(self.path("outdir"))
         self.assert_bad_input(model, "is a folder", out=self.path("outdir"))
 
+    def test_absurd_declared_shape(self):
+        m = raw_model([helper.make_node("Relu", ["x"], ["y"])])
+        m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 50
+        model = self.write("huge.onnx", m)
+        r = self.run_cli(model, "--list-regions")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.splitlines()), 1)
+        self.assertIn("absurd shape", r.stderr)
+
+    # ---- regions ----
+
+    def rmsnorm_model(self, batch):
+        """RMSNorm + MatMul with unnamed nodes and a symbolic batch dim."""
+        w = numpy_helper.from_array(np.ones((8, 4), np.float32), "W")
+        g = numpy_helper.from_array(np.ones(8, np.float32), "G")
+        two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+        eps = numpy_helper.from_array(np.array(1e-6, np.float32), "eps")
+        nodes = [helper.make_node("Pow", ["X", "two"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                 helper.make_node("Add", ["ms", "eps"], ["mse"]),
+                 helper.make_node("Sqrt", ["mse"], ["rms"]),
+                 helper.make_node("Div", ["X", "rms"], ["n"]),
+                 helper.make_node("Mul", ["n", "G"], ["ng"]),
+                 helper.make_node("MatMul", ["ng", "W"], ["Y"])]
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, 8])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, 4])], [w, g, two, eps])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                 ir_version=IR_VERSION)
+
+    def regions(self, *args):
+        r = self.run_cli(*args, "--list-regions", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout), r.stderr
+
+    def test_symbolic_dims_are_bound_with_dim(self):
+        model = self.write("sym.onnx", self.rmsnorm_model("batch"))
+        doc, err = self.regions(model)
+        self.assertEqual(doc["regions"], [])
+        self.assertIn("--dim batch=N", err)
+        doc, err = self.regions(model, "--dim", "batch=3")
+        self.assertEqual(err, "")
+        self.assertEqual(len(doc["regions"]), 1)
+        self.assertEqual(doc["regions"][0]["input_types"]["X"]["shape"], [3, 8])
+        doc, _ = self.regions(model, "--input-shape", "X=5x8")
+        self.assertEqual(doc["regions"][0]["output_types"]["Y"]["shape"], [5, 4])
+        for bad in (["--dim", "batch"], ["--dim", "batch=-1"], ["--input-shape", "X=2xq"],
+                    ["--input-shape", "nope=2x8"]):
+            with self.subTest(bad=bad):
+                r = self.run_cli(model, "--list-regions", *bad)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1)
+
+    def test_unnamed_nodes_get_stable_names_everywhere(self):
+        model = self.write("unnamed.onnx", self.rmsnorm_model(2))
+        doc, _ = self.regions(model)
+        names = doc["regions"][0]["nodes"]
+        self.assertEqual(names, ["Pow_0", "ReduceMean_1", "Add_2", "Sqrt_3", "Div_4",
+                                 "Mul_5", "MatMul_6"])
+        self.assertEqual(self.regions(model)[0], doc)  # the same on every run
+        text = self.run_cli(model, "--list-regions").stdout
+        dot = self.path("g.dot")
+        self.assertEqual(self.run_cli(model, "-q", "--dot", dot).returncode, 0)
+        with open(dot) as f:
+            dot_text = f.read()
+        for n in names:
+            self.assertIn(n, text)
+            self.assertIn(n, dot_text)
+
+    def test_json_needs_list_regions(self):
+        model = self.write("m.onnx", matmul_model())
+        r = self.run_cli(model, "--json")
+        self.assertEqual(r.returncode, 2)
+
     # ---- usage ----
 
     def test_usage_errors_exit_2(self):
@@ -203,7 +278,9 @@ class Cli(unittest.TestCase):
     def test_help_documents_every_flag_and_exit_code(self):
         r = self.run_cli("--help")
         self.assertEqual(r.returncode, 0)
-        for flag in ("--output", "--quiet", "--help", "--version", "-o", "-q", "-h", "-V"):
+        for flag in ("--output", "--quiet", "--help", "--version", "-o", "-q", "-h", "-V",
+                     "--list-regions", "--json", "--dot", "--dump-tp", "--dim",
+                     "--input-shape", "--max-region-ops"):
             self.assertIn(flag, r.stdout)
         for code in ("0  success", "1  bad input", "2  usage", "3  internal"):
             self.assertIn(code, r.stdout)
