@@ -47,6 +47,7 @@ const char *mo_status_name(enum mo_status s)
 	case MO_ERR_USAGE: return "usage error";
 	case MO_ERR_NOMEM: return "out of memory";
 	case MO_ERR_INTERNAL: return "internal error";
+	case MO_ERR_UNSUPPORTED: return "unsupported";
 	}
 	return "unknown status";
 }

@@ -14,6 +14,7 @@ enum mo_status {
 	MO_ERR_USAGE,    /* the command line is wrong */
 	MO_ERR_NOMEM,    /* an allocation failed */
 	MO_ERR_INTERNAL, /* a bug in mirage-onnx */
+	MO_ERR_UNSUPPORTED, /* valid input that this tool cannot handle (yet) */
 };
 
 /* Keeps the first error reported into it (as SQLite's parse context does):

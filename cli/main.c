@@ -8,6 +8,7 @@
 #include "mo_base.h"
 #include "mo_onnx.h"
 #include "mo_part.h"
+#include "mo_superopt.h"
 #include "mo_tp.h"
 
 #ifndef MO_VERSION
@@ -23,6 +24,7 @@ enum exit_code {
 
 static const char usage_text[] =
 	"usage: mirage-onnx MODEL [-o OUT] [options]\n"
+	"       mirage-onnx equiv A.onnx B.onnx [options]   (see mirage-onnx equiv --help)\n"
 	"\n"
 	"Loads an ONNX model, checks its structure, prints a summary and, with -o,\n"
 	"writes the model to OUT. At this stage of the project OUT is written\n"
@@ -75,6 +77,7 @@ static int exit_for(enum mo_status s)
 	case MO_ERR_USAGE: return EXIT_USAGE;
 	case MO_ERR_NOMEM: return EXIT_INTERNAL;
 	case MO_ERR_INTERNAL: return EXIT_INTERNAL;
+	case MO_ERR_UNSUPPORTED: return EXIT_BAD_INPUT;
 	}
 	return EXIT_INTERNAL;
 }
@@ -198,8 +201,130 @@ static void warn_if_external_data_stays_behind(const struct mo_model *m,
 	free(copy);
 }
 
+static const char equiv_usage[] =
+	"usage: mirage-onnx equiv A.onnx B.onnx [options]\n"
+	"\n"
+	"Decides whether two programs with the same input and output names compute\n"
+	"the same outputs: several trials of random testing over a finite field\n"
+	"(every output element compared), then a float check. Use it to check your\n"
+	"own graph rewrites. Sqrt, Relu, Erf, Tanh, Where, ReduceMax and other ops\n"
+	"outside Lax are treated as unknown functions applied to the same operands;\n"
+	"ops the verifier cannot model (Gather, control flow, integer arithmetic)\n"
+	"give a clear message and exit 2. The math is in superopt/VERIFIER.md.\n"
+	"\n"
+	"options:\n"
+	"  --trials N      finite-field trials that must agree (default 3)\n"
+	"  --seed N        seed of the random inputs (default 1)\n"
+	"  --rtol X, --atol X\n"
+	"                  tolerance of the float check (default 1e-4, 1e-5)\n"
+	"  --dim NAME=N    bind a symbolic dimension in both models (repeatable)\n"
+	"  -h, --help      print this help\n"
+	"\n"
+	"prints EQUIVALENT, NOT EQUIVALENT (with the first differing output and\n"
+	"element) or INCONCLUSIVE, and exits:\n"
+	"  0  EQUIVALENT\n"
+	"  1  NOT EQUIVALENT\n"
+	"  2  INCONCLUSIVE, or an op the verifier cannot model\n"
+	"  3  error: unreadable model, different interfaces, usage\n";
+
+static int equiv_fail(const struct mo_diag *d, int code)
+{
+	fprintf(stderr, "mirage-onnx equiv: %s\n", d->msg);
+	return code;
+}
+
+static int equiv_main(int argc, char **argv)
+{
+	enum { OPT_TRIALS = 256, OPT_SEED, OPT_RTOL, OPT_ATOL, OPT_EDIM };
+	static const struct option longopts[] = {
+		{ "trials", required_argument, NULL, OPT_TRIALS },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "rtol", required_argument, NULL, OPT_RTOL },
+		{ "atol", required_argument, NULL, OPT_ATOL },
+		{ "dim", required_argument, NULL, OPT_EDIM },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct mo_equiv_options opt = MO_EQUIV_DEFAULTS;
+	struct mo_import_options imp = { 0 };
+	struct mo_diag d;
+	mo_diag_init(&d);
+	int c, rc = 3;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		char *end = NULL;
+		switch (c) {
+		case 'h':
+			fputs(equiv_usage, stdout);
+			mo_import_options_free(&imp);
+			return 0;
+		case OPT_TRIALS: {
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 1000)
+				goto usage;
+			opt.trials = (int)v;
+			break;
+		}
+		case OPT_SEED:
+			opt.seed = strtoull(optarg, &end, 10);
+			if (*end)
+				goto usage;
+			break;
+		case OPT_RTOL:
+		case OPT_ATOL: {
+			double v = strtod(optarg, &end);
+			if (*end || !(v >= 0))
+				goto usage;
+			*(c == OPT_RTOL ? &opt.rtol : &opt.atol) = v;
+			break;
+		}
+		case OPT_EDIM:
+			if (mo_tp_add_dim(&imp, optarg, &d))
+				goto usage;
+			break;
+		default:
+			goto usage;
+		}
+	}
+	if (argc - optind != 2)
+		goto usage;
+	struct mo_model *m[2] = { NULL, NULL };
+	struct mo_tp *tp[2] = { NULL, NULL };
+	for (int i = 0; i < 2; i++) {
+		if (mo_onnx_load(argv[optind + i], &m[i], &d) || mo_onnx_validate(m[i], &d) ||
+		    mo_tp_import(m[i], &imp, &tp[i], &d)) {
+			rc = equiv_fail(&d, 3);
+			goto out;
+		}
+	}
+	struct mo_equiv_report rep;
+	if (mo_equiv(tp[0], tp[1], &opt, &rep, &d)) {
+		/* an op the verifier cannot model is "cannot decide" (2); the rest are errors */
+		rc = equiv_fail(&d, d.status == MO_ERR_UNSUPPORTED ? 2 : 3);
+		goto out;
+	}
+	static const char *names[] = { "EQUIVALENT", "NOT EQUIVALENT", "INCONCLUSIVE" };
+	printf("%s\n  %s\n", names[rep.verdict], rep.detail);
+	rc = rep.verdict == MO_EQUIVALENT ? 0 : rep.verdict == MO_NOT_EQUIVALENT ? 1 : 2;
+out:
+	for (int i = 0; i < 2; i++) {
+		mo_tp_free(tp[i]);
+		mo_onnx_free(m[i]);
+	}
+	mo_import_options_free(&imp);
+	return rc;
+usage:
+	mo_import_options_free(&imp);
+	fprintf(stderr, "mirage-onnx equiv: bad usage%s%s (see mirage-onnx equiv --help)\n",
+		d.msg[0] ? ": " : "", d.msg);
+	return 3;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
+		return equiv_main(argc - 1, argv + 1);
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS };
 	static const struct option longopts[] = {

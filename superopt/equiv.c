@@ -1,0 +1,313 @@
+/* The verdict: finite-field trials, then the float check. */
+#include "mo_superopt.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+static const struct mo_tensor *out_tensor(const struct mo_tp *tp, int k)
+{
+	return &tp->tensors[tp->outputs[k]];
+}
+
+static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
+{
+	if (a->shape_known != b->shape_known || a->rank != b->rank)
+		return false;
+	for (int d = 0; d < a->rank; d++)
+		if (a->dims[d] != b->dims[d])
+			return false;
+	return true;
+}
+
+/* Index of the tensor named `name` among b's graph inputs/outputs, or -1. */
+static int find_io(const struct mo_tp *tp, const int *list, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(tp->tensors[list[i]].name, name) == 0)
+			return i;
+	return -1;
+}
+
+static enum mo_status check_interfaces(const struct mo_tp *a, const struct mo_tp *b,
+				       struct mo_diag *d)
+{
+	if (a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "the models have different numbers of inputs or outputs (%d/%d vs %d/%d)",
+				   a->n_inputs, a->n_outputs, b->n_inputs, b->n_outputs);
+	for (int i = 0; i < a->n_inputs; i++) {
+		const struct mo_tensor *ta = &a->tensors[a->inputs[i]];
+		int j = find_io(b, b->inputs, b->n_inputs, ta->name);
+		if (j < 0)
+			return mo_diag_set(d, MO_ERR_INPUT, "input '%s' is only in the first model",
+					   ta->name);
+		if (!same_shape(ta, &b->tensors[b->inputs[j]]))
+			return mo_diag_set(d, MO_ERR_INPUT, "input '%s' has different shapes",
+					   ta->name);
+	}
+	for (int i = 0; i < a->n_outputs; i++) {
+		const struct mo_tensor *ta = out_tensor(a, i);
+		int j = find_io(b, b->outputs, b->n_outputs, ta->name);
+		if (j < 0)
+			return mo_diag_set(d, MO_ERR_INPUT, "output '%s' is only in the first model",
+					   ta->name);
+		if (!same_shape(ta, out_tensor(b, j)))
+			return mo_diag_set(d, MO_ERR_INPUT, "output '%s' has different shapes",
+					   ta->name);
+	}
+	return MO_OK;
+}
+
+/* A bound on the degree of the rational function each output is, numerator
+ * and denominator together (see VERIFIER.md). Capped: beyond it the bound is
+ * reported as 1, i.e. no claim. */
+#define DEGREE_CAP 1000000
+
+static int degree_bound(const struct mo_tp *tp)
+{
+	int *deg = mo_calloc((size_t)tp->n_tensors + 1, sizeof *deg);
+	if (!deg)
+		return DEGREE_CAP;
+	for (int t = 0; t < tp->n_tensors; t++)
+		deg[t] = tp->tensors[t].kind == MO_T_INPUT ? 1 : 0;
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		long sum = 0, max = 0;
+		for (int k = 0; k < op->n_in; k++) {
+			int t = op->in[k];
+			if (t < 0)
+				continue;
+			sum += deg[t];
+			max = deg[t] > max ? deg[t] : max;
+		}
+		long r;
+		switch (op->lax) {
+		case MO_LAX_LAYOUT: r = max; break;
+		case MO_LAX_EXP: r = 1; break; /* exp(x) enters as a fresh value */
+		case MO_LAX_UNINTERPRETED: r = 1; break; /* a random function: fresh */
+		case MO_LAX_MULTILINEAR:
+			r = op->kind == MO_OP_ADD || op->kind == MO_OP_SUB || op->kind == MO_OP_NEG ||
+				    op->kind == MO_OP_REDUCE_SUM || op->kind == MO_OP_REDUCE_MEAN
+				    ? max : sum;
+			if (op->kind == MO_OP_POW)
+				r = (long)(max * (op->p.exponent > 0 ? op->p.exponent : 1));
+			break;
+		case MO_LAX_DIVISION: case MO_LAX_COMPOSITE: r = 2 * sum + 2; break;
+		case MO_LAX_NONE: r = DEGREE_CAP; break;
+		default: r = DEGREE_CAP;
+		}
+		if (r > DEGREE_CAP)
+			r = DEGREE_CAP;
+		for (int k = 0; k < op->n_out; k++)
+			if (op->out[k] >= 0)
+				deg[op->out[k]] = (int)r;
+	}
+	int best = 1;
+	for (int k = 0; k < tp->n_outputs; k++)
+		best = deg[tp->outputs[k]] > best ? deg[tp->outputs[k]] : best;
+	mo_free(deg);
+	return best;
+}
+
+static void describe_index(const struct mo_tensor *t, uint64_t i, char *buf, size_t len)
+{
+	int64_t idx[MO_MAX_RANK];
+	for (int d = t->rank - 1; d >= 0; d--) {
+		idx[d] = (int64_t)(i % (uint64_t)t->dims[d]);
+		i /= (uint64_t)t->dims[d];
+	}
+	size_t n = (size_t)snprintf(buf, len, "[");
+	for (int d = 0; d < t->rank && n < len; d++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? ", " : "", idx[d]);
+	if (n < len)
+		snprintf(buf + n, len - n, "]");
+}
+
+/* The first element where the two results differ: output k, element i. */
+static bool first_difference(const struct mo_tp *a, const struct mo_tp *b,
+			     const struct mo_eval_result *ra, const struct mo_eval_result *rb,
+			     int *out_k, uint64_t *out_i)
+{
+	for (int k = 0; k < a->n_outputs; k++) {
+		int j = find_io(b, b->outputs, b->n_outputs, out_tensor(a, k)->name);
+		const struct mo_ff *x = ra->values[k], *y = rb->values[j];
+		for (uint64_t i = 0; i < ra->counts[k]; i++) {
+			if (x[i].p != y[i].p || x[i].q != y[i].q) {
+				*out_k = k;
+				*out_i = i;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Does either program use an op the verifier treats as an unknown function?
+ * Only then can a finite-field difference hide a real equality. */
+static bool uses_uninterpreted(const struct mo_tp *tp)
+{
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		if (op->lax == MO_LAX_UNINTERPRETED || op->lax == MO_LAX_COMPOSITE ||
+		    (op->kind == MO_OP_POW && (op->p.exponent == 0.5 || op->p.exponent == -0.5)))
+			return true;
+	}
+	return false;
+}
+
+/* The float check at one input scale. Elements where either side is not
+ * finite (overflow at large scales) carry no information and are skipped. */
+static enum mo_status float_check(const struct mo_tp *a, const struct mo_tp *b,
+				  const struct mo_equiv_options *opt, double scale,
+				  struct mo_equiv_report *rep, int *bad_k, uint64_t *bad_i,
+				  struct mo_diag *d)
+{
+	struct mo_eval_result ra, rb;
+	enum mo_status st = mo_eval_scaled(a, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, NULL,
+					   &ra, d);
+	if (st)
+		return st;
+	st = mo_eval_scaled(b, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, NULL, &rb, d);
+	if (st) {
+		mo_eval_result_free(&ra);
+		return st;
+	}
+	*bad_k = -1;
+	rep->float_max_abs = rep->float_max_rel = 0;
+	for (int k = 0; k < a->n_outputs; k++) {
+		int j = find_io(b, b->outputs, b->n_outputs, out_tensor(a, k)->name);
+		const double *x = ra.values[k], *y = rb.values[j];
+		for (uint64_t i = 0; i < ra.counts[k]; i++) {
+			if (!isfinite(x[i]) || !isfinite(y[i]))
+				continue;
+			/* tolerances are relative to the input scale */
+			double diff = fabs(x[i] - y[i]);
+			double rel = diff / (fabs(y[i]) > 1e-30 ? fabs(y[i]) : 1e-30);
+			if (diff > rep->float_max_abs)
+				rep->float_max_abs = diff;
+			if (rel > rep->float_max_rel && diff > opt->atol)
+				rep->float_max_rel = rel;
+			if (diff > opt->atol * scale + opt->rtol * fabs(y[i]) && *bad_k < 0) {
+				*bad_k = k;
+				*bad_i = i;
+			}
+		}
+	}
+	mo_eval_result_free(&ra);
+	mo_eval_result_free(&rb);
+	return MO_OK;
+}
+
+enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
+			const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
+			struct mo_diag *d)
+{
+	memset(rep, 0, sizeof *rep);
+	enum mo_status st = check_interfaces(a, b, d);
+	if (st)
+		return st;
+	const struct mo_field *f = mo_field_get();
+	int da = degree_bound(a), db = degree_bound(b);
+	rep->degree = da > db ? da : db;
+
+	int ff_k = -1;
+	uint64_t ff_i = 0;
+	int agreeing = 0;
+	struct mo_eval_cache ca = { 0 }, cb = { 0 };
+	/* a trial with a division by zero says nothing: draw again, a few times */
+	for (int t = 0; agreeing < opt->trials && t < opt->trials * 4; t++) {
+		struct mo_eval_result ra, rb;
+		uint64_t seed = opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
+		st = mo_eval_scaled(a, MO_EVAL_FF, seed, 1.0, &ca, &ra, d);
+		if (!st) {
+			st = mo_eval_scaled(b, MO_EVAL_FF, seed, 1.0, &cb, &rb, d);
+			if (st)
+				mo_eval_result_free(&ra);
+		}
+		if (st) {
+			mo_eval_cache_free(&ca);
+			mo_eval_cache_free(&cb);
+			return st;
+		}
+		rep->trials_run++;
+		bool inconclusive = ra.div_by_zero || rb.div_by_zero;
+		bool differ = !inconclusive && first_difference(a, b, &ra, &rb, &ff_k, &ff_i);
+		mo_eval_result_free(&ra);
+		mo_eval_result_free(&rb);
+		if (inconclusive) {
+			rep->trials_inconclusive++;
+			continue;
+		}
+		if (differ)
+			break;
+		agreeing++;
+	}
+	mo_eval_cache_free(&ca);
+	mo_eval_cache_free(&cb);
+
+	int fk;
+	uint64_t fi;
+	st = float_check(a, b, opt, 1.0, rep, &fk, &fi, d);
+	if (st)
+		return st;
+	char where[160];
+	if (ff_k >= 0) {
+		const struct mo_tensor *t = out_tensor(a, ff_k);
+		describe_index(t, ff_i, where, sizeof where);
+		/* Without unknown functions a difference in the field is a
+		 * difference of rational functions (exp included): proof enough.
+		 * With them, look for it in floating point at several magnitudes
+		 * (an eps shows only when the values are small). */
+		bool proven = !uses_uninterpreted(a) && !uses_uninterpreted(b);
+		static const double scales[] = { 1e-3, 1e3, 1e-6 };
+		for (int s = 0; !proven && fk < 0 && s < 3; s++) {
+			struct mo_equiv_report probe = *rep;
+			st = float_check(a, b, opt, scales[s], &probe, &fk, &fi, d);
+			if (st)
+				return st;
+		}
+		if (proven || fk >= 0) {
+			rep->verdict = MO_NOT_EQUIVALENT;
+			snprintf(rep->detail, sizeof rep->detail,
+				 "output '%s' differs at %s in the finite field; in floating point "
+				 "the largest difference is %.3g",
+				 t->name, where, rep->float_max_abs);
+		} else {
+			rep->verdict = MO_INCONCLUSIVE;
+			snprintf(rep->detail, sizeof rep->detail,
+				 "output '%s' differs at %s in the finite field, yet floating point "
+				 "agrees (largest difference %.3g): the programs may be equal through "
+				 "an identity of an op the verifier does not interpret",
+				 t->name, where, rep->float_max_abs);
+		}
+		return MO_OK;
+	}
+	if (agreeing < opt->trials) {
+		rep->verdict = MO_INCONCLUSIVE;
+		snprintf(rep->detail, sizeof rep->detail,
+			 "%d of %d finite-field trials divided by zero", rep->trials_inconclusive,
+			 rep->trials_run);
+		return MO_OK;
+	}
+	if (fk >= 0) {
+		const struct mo_tensor *t = out_tensor(a, fk);
+		describe_index(t, fi, where, sizeof where);
+		rep->verdict = MO_INCONCLUSIVE;
+		snprintf(rep->detail, sizeof rep->detail,
+			 "the finite field says equal, but in floating point output '%s' differs "
+			 "at %s by %.3g (beyond rtol %.g, atol %.g): numerically unstable?",
+			 t->name, where, rep->float_max_abs, opt->rtol, opt->atol);
+		return MO_OK;
+	}
+	rep->verdict = MO_EQUIVALENT;
+	/* Per trial a wrong "equal" has probability at most 2·D/q (VERIFIER.md). */
+	double per = 2.0 * rep->degree / (double)f->q;
+	rep->error_bound = per >= 1 ? 1 : pow(per, agreeing);
+	snprintf(rep->detail, sizeof rep->detail,
+		 "%d finite-field trials over p = %" PRIu64 ", q = %" PRIu64
+		 " agree on every element; degree bound %d, so a wrong verdict has probability "
+		 "at most %.3g; float check: largest difference %.3g",
+		 agreeing, f->p, f->q, rep->degree, rep->error_bound, rep->float_max_abs);
+	return MO_OK;
+}

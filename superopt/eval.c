@@ -1,0 +1,1163 @@
+/* The float and finite-field evaluators of tensor programs.
+ *
+ * One walk over the ops; index arithmetic (broadcasting, transposes, slices,
+ * reductions) is shared, and only the arithmetic of an element differs
+ * between the two domains. */
+#include "mo_superopt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ev {
+	const struct mo_tp *tp;
+	enum mo_eval_domain dom;
+	uint64_t seed;
+	const struct mo_field *f;
+	size_t es;     /* element size: sizeof(double) or sizeof(struct mo_ff) */
+	double scale;  /* of float inputs */
+	struct mo_eval_cache *cache;
+	void **vals;   /* per tensor */
+	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */
+	struct mo_diag *d;
+	bool div0;
+	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
+};
+
+/* ---- hashing: inputs and uninterpreted functions ---- */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+static uint64_t h3(uint64_t a, uint64_t b, uint64_t c)
+{
+	return mix(mix(mix(a) ^ b) ^ c);
+}
+
+/* ---- element arithmetic ---- */
+
+typedef struct mo_ff ff;
+
+static ff ff_add(const struct mo_field *f, ff a, ff b)
+{
+	ff r = { (a.p + b.p) % f->p, 0 };
+	r.q = a.q == MO_FF_DEAD || b.q == MO_FF_DEAD ? MO_FF_DEAD : (a.q + b.q) % f->q;
+	return r;
+}
+
+static ff ff_neg(const struct mo_field *f, ff a)
+{
+	ff r = { a.p ? f->p - a.p : 0, a.q == MO_FF_DEAD ? MO_FF_DEAD : a.q ? f->q - a.q : 0 };
+	return r;
+}
+
+static ff ff_mul(const struct mo_field *f, ff a, ff b)
+{
+	ff r = { mo_ff_mulmod(a.p, b.p, f->p), 0 };
+	r.q = a.q == MO_FF_DEAD || b.q == MO_FF_DEAD ? MO_FF_DEAD : mo_ff_mulmod(a.q, b.q, f->q);
+	return r;
+}
+
+static ff ff_inv(struct ev *e, ff a)
+{
+	const struct mo_field *f = e->f;
+	if (a.p == 0 || a.q == 0) {
+		e->div0 = true;
+		return (ff){ 0, 0 };
+	}
+	ff r = { mo_ff_powmod(a.p, f->p - 2, f->p), MO_FF_DEAD };
+	if (a.q != MO_FF_DEAD)
+		r.q = mo_ff_powmod(a.q, f->q - 2, f->q);
+	return r;
+}
+
+static ff ff_exp(struct ev *e, ff a)
+{
+	if (a.q == MO_FF_DEAD) {
+		e->bad = "two exps on one path: the program is outside Lax";
+		return (ff){ 0, 0 };
+	}
+	return (ff){ mo_ff_powmod(e->f->omega, a.q, e->f->p), MO_FF_DEAD };
+}
+
+/* A fixed random function `fn` of its argument(s), for ops the verifier does
+ * not interpret: the same operands give the same value in both programs. */
+static ff ff_uf(struct ev *e, uint64_t fn, ff a, ff b)
+{
+	uint64_t h = h3(e->seed ^ fn, a.p, a.q);
+	h = h3(h, b.p, b.q);
+	return (ff){ mix(h) % e->f->p, mix(h ^ 0x5555) % e->f->q };
+}
+
+static ff ff_const(struct ev *e, double v)
+{
+	ff r = { 0, 0 };
+	if (!mo_ff_from_double(e->f, v, &r))
+		e->bad = "a constant is not finite";
+	return r;
+}
+
+static ff ff_int(const struct mo_field *f, uint64_t n)
+{
+	return (ff){ n % f->p, n % f->q };
+}
+
+/* ---- tensors ---- */
+
+static uint64_t numel(const struct mo_tensor *t)
+{
+	return mo_tensor_numel(t);
+}
+
+static void strides_of(const struct mo_tensor *t, int64_t *s)
+{
+	int64_t acc = 1;
+	for (int d = t->rank - 1; d >= 0; d--) {
+		s[d] = acc;
+		acc *= t->dims[d];
+	}
+}
+
+static void *alloc_vals(struct ev *e, uint64_t n)
+{
+	void *p = mo_calloc(n ? n : 1, e->es);
+	if (!p)
+		e->bad = "out of memory";
+	return p;
+}
+
+
+/* Decodes an initializer or constant into doubles. */
+static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, double *out)
+{
+	uint64_t n = numel(t);
+	if (t->fvals || t->ivals) {
+		if (t->n_vals != n)
+			return false;
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = t->fvals ? t->fvals[i] : (double)t->ivals[i];
+		return true;
+	}
+	const Onnx__TensorProto *p = t->init;
+	if (!p)
+		return false;
+	const uint8_t *raw = NULL;
+	size_t len = 0;
+	struct mo_diag scratch;
+	mo_diag_init(&scratch);
+	bool has_bytes = mo_onnx_tensor_bytes(tp->model, p, &raw, &len, &scratch) == MO_OK;
+	switch (p->data_type) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+		if (has_bytes && len == n * 4) {
+			for (uint64_t i = 0; i < n; i++) {
+				float v;
+				memcpy(&v, raw + 4 * i, 4);
+				out[i] = v;
+			}
+			return true;
+		}
+		if (p->n_float_data != n)
+			return false;
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = p->float_data[i];
+		return true;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+		if (has_bytes && len == n * 8) {
+			memcpy(out, raw, n * 8);
+			return true;
+		}
+		if (p->n_double_data != n)
+			return false;
+		memcpy(out, p->double_data, n * 8);
+		return true;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
+		bool bf = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+		if (!(has_bytes && len == n * 2) && p->n_int32_data != n)
+			return false;
+		for (uint64_t i = 0; i < n; i++) {
+			uint16_t h;
+			if (has_bytes && len == n * 2)
+				memcpy(&h, raw + 2 * i, 2);
+			else
+				h = (uint16_t)p->int32_data[i];
+			if (bf) {
+				uint32_t bits = (uint32_t)h << 16;
+				float v;
+				memcpy(&v, &bits, 4);
+				out[i] = v;
+			} else {
+				int ex = (h >> 10) & 0x1f, m = h & 0x3ff;
+				double v = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY)
+							   : ldexp(m | 0x400, ex - 25);
+				out[i] = (h & 0x8000) ? -v : v;
+			}
+		}
+		return true;
+	}
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT8:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: {
+		size_t w = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
+			 : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4 : 1;
+		if (has_bytes && len == n * w) {
+			for (uint64_t i = 0; i < n; i++) {
+				int64_t v = 0;
+				if (w == 8)
+					memcpy(&v, raw + 8 * i, 8);
+				else if (w == 4) {
+					int32_t x;
+					memcpy(&x, raw + 4 * i, 4);
+					v = x;
+				} else {
+					v = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT8
+						    ? (int8_t)raw[i] : raw[i];
+				}
+				out[i] = (double)v;
+			}
+			return true;
+		}
+		if (w == 8 && p->n_int64_data == n) {
+			for (uint64_t i = 0; i < n; i++)
+				out[i] = (double)p->int64_data[i];
+			return true;
+		}
+		if (w != 8 && p->n_int32_data == n) {
+			for (uint64_t i = 0; i < n; i++)
+				out[i] = p->int32_data[i];
+			return true;
+		}
+		return false;
+	}
+	default:
+		return false;
+	}
+}
+
+static bool load_leaf(struct ev *e, int ti)
+{
+	const struct mo_tensor *t = &e->tp->tensors[ti];
+	if (!t->shape_known) {
+		e->bad = "a tensor's shape is unknown";
+		return false;
+	}
+	uint64_t n = numel(t);
+	if (e->dom == MO_EVAL_FF && e->cache && e->cache->leaf && e->cache->leaf[ti]) {
+		e->vals[ti] = e->cache->leaf[ti];
+		e->borrowed[ti] = true;
+		return true;
+	}
+	void *v = alloc_vals(e, n);
+	if (!v)
+		return false;
+	e->vals[ti] = v;
+	if (t->kind == MO_T_INPUT) {
+		uint64_t hn = hash_str(t->name);
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t h = h3(hn, i, e->seed);
+			if (e->dom == MO_EVAL_FF) {
+				((ff *)v)[i] = (ff){ h % e->f->p, mix(h) % e->f->q };
+			} else {
+				/* uniform in [-1, 1) */
+				((double *)v)[i] = ((double)(h >> 11) * 0x1p-52 - 1.0) * e->scale;
+			}
+		}
+		return true;
+	}
+	double *tmp = e->dom == MO_EVAL_FLOAT ? v : mo_calloc(n ? n : 1, sizeof *tmp);
+	if (!tmp) {
+		e->bad = "out of memory";
+		return false;
+	}
+	bool ok = read_doubles(e->tp, t, tmp);
+	if (ok && e->dom == MO_EVAL_FF)
+		for (uint64_t i = 0; i < n && !e->bad; i++)
+			((ff *)v)[i] = ff_const(e, tmp[i]);
+	if (tmp != v)
+		mo_free(tmp);
+	if (!ok)
+		e->bad = "a weight's values cannot be read";
+	if (ok && !e->bad && e->dom == MO_EVAL_FF && e->cache && e->cache->leaf) {
+		e->cache->leaf[ti] = v; /* handed over: later walks borrow it */
+		e->borrowed[ti] = true;
+	}
+	return ok && !e->bad;
+}
+
+/* ---- index helpers ---- */
+
+/* For each element of `out`, the offset of the element of `in` that
+ * broadcasting reads. */
+static void bcast_offsets(const struct mo_tensor *out, const struct mo_tensor *in,
+			  uint64_t *offs)
+{
+	int64_t is[MO_MAX_RANK], idx[MO_MAX_RANK] = { 0 };
+	strides_of(in, is);
+	uint64_t n = numel(out);
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t o = 0;
+		for (int d = 0; d < in->rank; d++) {
+			int od = d + out->rank - in->rank;
+			if (in->dims[d] != 1)
+				o += (uint64_t)(idx[od] * is[d]);
+		}
+		offs[i] = o;
+		for (int d = out->rank - 1; d >= 0; d--) {
+			if (++idx[d] < out->dims[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+}
+
+/* ---- ops ---- */
+
+static const struct mo_tensor *T(struct ev *e, int i) { return &e->tp->tensors[i]; }
+
+/* Element-wise ops with broadcasting (up to three operands). */
+static void elementwise(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *y = T(e, op->out[0]);
+	uint64_t n = numel(y);
+	int nin = op->n_in > 3 ? 3 : op->n_in;
+	uint64_t *offs[3] = { NULL, NULL, NULL };
+	void *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	e->vals[op->out[0]] = out;
+	for (int k = 0; k < nin; k++) {
+		if (op->in[k] < 0)
+			continue;
+		offs[k] = mo_calloc(n ? n : 1, sizeof(uint64_t));
+		if (!offs[k]) {
+			e->bad = "out of memory";
+			goto done;
+		}
+		bcast_offsets(y, T(e, op->in[k]), offs[k]);
+	}
+	const struct mo_op_params *p = &op->p;
+	uint64_t fn = (uint64_t)op->kind * 0x100000001b3ull;
+	if (op->kind == MO_OP_CLIP) { /* different bounds: a different function */
+		for (int k = 0; k < op->n_params; k++) {
+			const struct mo_tensor *b = T(e, op->param_in[k]);
+			uint64_t bits = 0;
+			if (b->fvals && b->n_vals == 1)
+				memcpy(&bits, &b->fvals[0], sizeof bits);
+			fn = mix(fn ^ bits ^ (uint64_t)k);
+		}
+	}
+	if (e->dom == MO_EVAL_FLOAT) {
+		double *Y = out;
+		const double *A = e->vals[op->in[0]];
+		const double *B = nin > 1 && op->in[1] >= 0 ? e->vals[op->in[1]] : NULL;
+		const double *C = nin > 2 && op->in[2] >= 0 ? e->vals[op->in[2]] : NULL;
+		double lo = -INFINITY, hi = INFINITY;
+		if (op->kind == MO_OP_CLIP) {
+			for (int k = 0; k < op->n_params; k++) {
+				const struct mo_tensor *b = T(e, op->param_in[k]);
+				if (b->fvals && b->n_vals == 1)
+					*(k == 0 ? &lo : &hi) = b->fvals[0];
+			}
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			double a = A[offs[0][i]], b = B ? B[offs[1][i]] : 0, c = C ? C[offs[2][i]] : 0;
+			double r = 0;
+			switch (op->kind) {
+			case MO_OP_ADD: r = a + b; break;
+			case MO_OP_SUB: r = a - b; break;
+			case MO_OP_MUL: r = a * b; break;
+			case MO_OP_DIV: r = a / b; break;
+			case MO_OP_POW: r = pow(a, p->exponent); break;
+			case MO_OP_MAX: r = a > b ? a : b; break;
+			case MO_OP_MIN: r = a < b ? a : b; break;
+			case MO_OP_WHERE: r = a != 0 ? b : c; break;
+			case MO_OP_NEG: r = -a; break;
+			case MO_OP_RECIPROCAL: r = 1 / a; break;
+			case MO_OP_SQRT: r = sqrt(a); break;
+			case MO_OP_EXP: r = exp(a); break;
+			case MO_OP_SIGMOID: r = 1 / (1 + exp(-a)); break;
+			case MO_OP_RELU: r = a > 0 ? a : 0; break;
+			case MO_OP_ERF: r = erf(a); break;
+			case MO_OP_TANH: r = tanh(a); break;
+			case MO_OP_ABS: r = fabs(a); break;
+			case MO_OP_COS: r = cos(a); break;
+			case MO_OP_SIN: r = sin(a); break;
+			case MO_OP_LOG: r = log(a); break;
+			case MO_OP_CLIP: r = a < lo ? lo : a > hi ? hi : a; break;
+			case MO_OP_GELU:
+				r = strcmp(p->approximate, "tanh") == 0
+					    ? 0.5 * a * (1 + tanh(sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+					    : 0.5 * a * (1 + erf(a / sqrt(2)));
+				break;
+			default: e->bad = "not an element-wise op"; goto done;
+			}
+			Y[i] = r;
+		}
+	} else {
+		ff *Y = out;
+		const ff *A = e->vals[op->in[0]];
+		const ff *B = nin > 1 && op->in[1] >= 0 ? e->vals[op->in[1]] : NULL;
+		const ff *C = nin > 2 && op->in[2] >= 0 ? e->vals[op->in[2]] : NULL;
+		const struct mo_field *f = e->f;
+		ff one = ff_int(f, 1);
+		for (uint64_t i = 0; i < n && !e->bad; i++) {
+			ff a = A[offs[0][i]], b = B ? B[offs[1][i]] : one, c = C ? C[offs[2][i]] : one;
+			ff r;
+			switch (op->kind) {
+			case MO_OP_ADD: r = ff_add(f, a, b); break;
+			case MO_OP_SUB: r = ff_add(f, a, ff_neg(f, b)); break;
+			case MO_OP_MUL: r = ff_mul(f, a, b); break;
+			case MO_OP_DIV: r = ff_mul(f, a, ff_inv(e, b)); break;
+			case MO_OP_NEG: r = ff_neg(f, a); break;
+			case MO_OP_RECIPROCAL: r = ff_inv(e, a); break;
+			case MO_OP_POW: {
+				double x = p->exponent;
+				if (x == 0.5 || x == -0.5) {
+					r = ff_uf(e, MO_OP_SQRT * 0x100000001b3ull, a, one);
+					if (x < 0)
+						r = ff_inv(e, r);
+				} else if (x == -1) {
+					r = ff_inv(e, a);
+				} else if (x >= 1 && x <= 4 && x == floor(x)) {
+					r = a;
+					for (int k = 1; k < (int)x; k++)
+						r = ff_mul(f, r, a);
+				} else {
+					e->bad = "Pow with an exponent the verifier cannot model";
+					r = a;
+				}
+				break;
+			}
+			case MO_OP_EXP: r = ff_exp(e, a); break;
+			case MO_OP_SIGMOID: /* 1 / (1 + exp(-a)): one exp */
+				r = ff_inv(e, ff_add(f, one, ff_exp(e, ff_neg(f, a))));
+				break;
+			case MO_OP_MAX: case MO_OP_MIN: { /* symmetric in its operands */
+				ff lo = a.p < b.p || (a.p == b.p && a.q <= b.q) ? a : b;
+				ff hi2 = lo.p == a.p && lo.q == a.q ? b : a;
+				r = ff_uf(e, fn, lo, hi2);
+				break;
+			}
+			case MO_OP_WHERE: r = ff_uf(e, fn, a, ff_uf(e, fn + 1, b, c)); break;
+			case MO_OP_SQRT: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_TANH:
+			case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+			case MO_OP_CLIP: case MO_OP_GELU:
+				r = ff_uf(e, op->kind == MO_OP_GELU && !strcmp(p->approximate, "tanh")
+						     ? fn + 7 : fn, a, one);
+				break;
+			default: e->bad = "not an element-wise op"; goto done;
+			}
+			Y[i] = r;
+		}
+	}
+done:
+	for (int k = 0; k < 3; k++)
+		mo_free(offs[k]);
+}
+
+/* A dot product of k elements with strides, in the domain. */
+static void dot(struct ev *e, const void *a, int64_t sa, const void *b, int64_t sb,
+		int64_t k, void *out)
+{
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *A = a, *B = b;
+		double s = 0;
+		for (int64_t i = 0; i < k; i++)
+			s += A[i * sa] * B[i * sb];
+		*(double *)out = s;
+		return;
+	}
+	const ff *A = a, *B = b;
+	const struct mo_field *f = e->f;
+	/* products below 2^124: sixteen fit in 128 bits before reducing */
+	unsigned __int128 sp = 0, sq = 0;
+	bool dead = false;
+	for (int64_t i = 0; i < k; i++) {
+		ff x = A[i * sa], y = B[i * sb];
+		sp += (unsigned __int128)x.p * y.p;
+		if (x.q == MO_FF_DEAD || y.q == MO_FF_DEAD)
+			dead = true;
+		else
+			sq += (unsigned __int128)x.q * y.q;
+		if ((i & 15) == 15) {
+			sp %= f->p;
+			sq %= f->q;
+		}
+	}
+	*(ff *)out = (ff){ (uint64_t)(sp % f->p), dead ? MO_FF_DEAD : (uint64_t)(sq % f->q) };
+}
+
+/* All M output rows at once when B's rows are contiguous:
+ * y[i][j] = Σ_k a[i·sam + k·sak] B[k·sbk + j]. B is streamed once, row by row,
+ * and each row is reused for every i while it is in cache. */
+static bool rows_accumulate(struct ev *e, const void *a, int64_t sam, int64_t sak,
+			    const void *b, int64_t sbk, int64_t m, int64_t k, int64_t n,
+			    void *out)
+{
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *A = a, *B = b;
+		double *Y = out;
+		for (int64_t j = 0; j < m * n; j++)
+			Y[j] = 0;
+		for (int64_t l = 0; l < k; l++) {
+			const double *row = B + l * sbk;
+			for (int64_t i = 0; i < m; i++) {
+				double x = A[i * sam + l * sak];
+				double *y = Y + i * n;
+				for (int64_t j = 0; j < n; j++)
+					y[j] += x * row[j];
+			}
+		}
+		return true;
+	}
+	const ff *A = a, *B = b;
+	const struct mo_field *f = e->f;
+	size_t mn = (size_t)(m * n);
+	unsigned __int128 *acc = mo_calloc(mn * 2, sizeof *acc);
+	bool *dead = mo_calloc(mn, sizeof *dead);
+	if (!acc || !dead) {
+		mo_free(acc);
+		mo_free(dead);
+		return false;
+	}
+	unsigned __int128 *aq = acc + mn;
+	for (int64_t l = 0; l < k; l++) {
+		const ff *row = B + l * sbk;
+		for (int64_t i = 0; i < m; i++) {
+			ff x = A[i * sam + l * sak];
+			unsigned __int128 *ap = acc + i * n, *qq = aq + i * n;
+			bool *dd = dead + i * n;
+			if (x.q == MO_FF_DEAD) {
+				for (int64_t j = 0; j < n; j++) {
+					ap[j] += (unsigned __int128)x.p * row[j].p;
+					dd[j] = true;
+				}
+				continue;
+			}
+			for (int64_t j = 0; j < n; j++) {
+				ap[j] += (unsigned __int128)x.p * row[j].p;
+				if (row[j].q == MO_FF_DEAD)
+					dd[j] = true;
+				else
+					qq[j] += (unsigned __int128)x.q * row[j].q;
+			}
+		}
+		/* p products are below 2^124: reduce every 16; q products below
+		 * 2^62 fit 2^66 times, so q is reduced once at the end */
+		if ((l & 15) == 15)
+			for (size_t j = 0; j < mn; j++)
+				acc[j] %= f->p;
+	}
+	ff *Y = out;
+	for (size_t j = 0; j < mn; j++)
+		Y[j] = (ff){ (uint64_t)(acc[j] % f->p), dead[j] ? MO_FF_DEAD : (uint64_t)(aq[j] % f->q) };
+	mo_free(acc);
+	mo_free(dead);
+	return true;
+}
+
+static void matmul(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *a = T(e, op->in[0]), *b = T(e, op->in[1]), *y = T(e, op->out[0]);
+	bool gemm = op->kind == MO_OP_GEMM;
+	int ra = a->rank, rb = b->rank;
+	int64_t M = ra == 1 ? 1 : a->dims[ra - 2], K = a->dims[ra - 1];
+	int64_t N = rb == 1 ? 1 : b->dims[rb - 1];
+	int64_t sam = ra == 1 ? 0 : K, sak = 1, sbk = rb == 1 ? 1 : N, sbn = rb == 1 ? 0 : 1;
+	if (gemm) {
+		M = op->p.trans_a ? a->dims[1] : a->dims[0];
+		K = op->p.trans_a ? a->dims[0] : a->dims[1];
+		N = op->p.trans_b ? b->dims[0] : b->dims[1];
+		sam = op->p.trans_a ? 1 : K;
+		sak = op->p.trans_a ? M : 1;
+		sbk = op->p.trans_b ? 1 : N;
+		sbn = op->p.trans_b ? K : 1;
+	}
+	uint64_t n = numel(y);
+	char *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	e->vals[op->out[0]] = out;
+	/* batch: broadcast the leading dims of a and b over y's */
+	int yb = gemm ? 0 : y->rank - (ra > 1) - (rb > 1);
+	struct mo_tensor ybatch = { .shape_known = true, .rank = yb };
+	struct mo_tensor abatch = { .shape_known = true, .rank = ra > 2 ? ra - 2 : 0 };
+	struct mo_tensor bbatch = { .shape_known = true, .rank = rb > 2 ? rb - 2 : 0 };
+	memcpy(ybatch.dims, y->dims, sizeof(int64_t) * (size_t)yb);
+	memcpy(abatch.dims, a->dims, sizeof(int64_t) * (size_t)abatch.rank);
+	memcpy(bbatch.dims, b->dims, sizeof(int64_t) * (size_t)bbatch.rank);
+	uint64_t nb = numel(&ybatch);
+	uint64_t *oa = mo_calloc(nb, sizeof *oa), *ob = mo_calloc(nb, sizeof *ob);
+	if (!oa || !ob) {
+		e->bad = "out of memory";
+		goto done;
+	}
+	bcast_offsets(&ybatch, &abatch, oa);
+	bcast_offsets(&ybatch, &bbatch, ob);
+	const char *A = e->vals[op->in[0]], *B = e->vals[op->in[1]];
+	size_t es = e->es;
+	for (uint64_t bi = 0; bi < nb; bi++) {
+		const char *ab = A + oa[bi] * (uint64_t)(M * K) * es;
+		const char *bb = B + ob[bi] * (uint64_t)(K * N) * es;
+		char *yb_ = out + bi * (uint64_t)(M * N) * es;
+		if (sbn == 1 && N > 1) {
+			if (!rows_accumulate(e, ab, sam, sak, bb, sbk, M, K, N, yb_)) {
+				e->bad = "out of memory";
+				goto done;
+			}
+			continue;
+		}
+		for (int64_t i = 0; i < M; i++) {
+			for (int64_t j = 0; j < N; j++)
+				dot(e, ab + (uint64_t)(i * sam) * es, sak, bb + (uint64_t)(j * sbn) * es,
+				    sbk, K, yb_ + (uint64_t)(i * N + j) * es);
+		}
+	}
+	if (gemm) { /* alpha·AB + beta·C */
+		double alpha = op->p.alpha, beta = op->p.beta;
+		const struct mo_tensor *c = op->n_in > 2 && op->in[2] >= 0 ? T(e, op->in[2]) : NULL;
+		uint64_t *oc = c ? mo_calloc(n, sizeof *oc) : NULL;
+		if (c && !oc) {
+			e->bad = "out of memory";
+			goto done;
+		}
+		if (c)
+			bcast_offsets(y, c, oc);
+		for (uint64_t i = 0; i < n; i++) {
+			if (e->dom == MO_EVAL_FLOAT) {
+				double *Y = (double *)out;
+				Y[i] = alpha * Y[i] + (c ? beta * ((double *)e->vals[op->in[2]])[oc[i]] : 0);
+			} else {
+				ff *Y = (ff *)out;
+				Y[i] = ff_mul(e->f, ff_const(e, alpha), Y[i]);
+				if (c)
+					Y[i] = ff_add(e->f, Y[i], ff_mul(e->f, ff_const(e, beta),
+									 ((ff *)e->vals[op->in[2]])[oc[i]]));
+			}
+		}
+		mo_free(oc);
+	}
+done:
+	mo_free(oa);
+	mo_free(ob);
+}
+
+/* For each element of x, the index of the group (output element) a reduction
+ * over `axes` puts it in; returns the group count. */
+static uint64_t groups_of(const struct mo_tensor *x, const int64_t *axes, int n_axes,
+			  uint64_t *g, uint64_t *group_size)
+{
+	bool red[MO_MAX_RANK] = { false };
+	for (int i = 0; i < n_axes; i++)
+		red[axes[i]] = true;
+	int64_t idx[MO_MAX_RANK] = { 0 };
+	uint64_t n = numel(x), ng = 1, gs = 1;
+	for (int d = 0; d < x->rank; d++) {
+		if (red[d])
+			gs *= (uint64_t)x->dims[d];
+		else
+			ng *= (uint64_t)x->dims[d];
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t o = 0;
+		for (int d = 0; d < x->rank; d++)
+			if (!red[d])
+				o = o * (uint64_t)x->dims[d] + (uint64_t)idx[d];
+		g[i] = o;
+		for (int d = x->rank - 1; d >= 0; d--) {
+			if (++idx[d] < x->dims[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+	*group_size = gs;
+	return ng;
+}
+
+enum red_kind { RED_SUM, RED_MEAN, RED_MAX };
+
+/* Reduces x over axes into a new array of group values. */
+static void *reduce(struct ev *e, const void *xv, const struct mo_tensor *x,
+		    const int64_t *axes, int n_axes, enum red_kind kind, uint64_t **groups_out)
+{
+	uint64_t n = numel(x), gs;
+	uint64_t *g = mo_calloc(n ? n : 1, sizeof *g);
+	if (!g) {
+		e->bad = "out of memory";
+		return NULL;
+	}
+	uint64_t ng = groups_of(x, axes, n_axes, g, &gs);
+	void *r = alloc_vals(e, ng);
+	if (!r) {
+		mo_free(g);
+		return NULL;
+	}
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *X = xv;
+		double *R = r;
+		for (uint64_t i = 0; i < ng; i++)
+			R[i] = kind == RED_MAX ? -INFINITY : 0;
+		for (uint64_t i = 0; i < n; i++)
+			R[g[i]] = kind == RED_MAX ? (X[i] > R[g[i]] ? X[i] : R[g[i]]) : R[g[i]] + X[i];
+		if (kind == RED_MEAN)
+			for (uint64_t i = 0; i < ng; i++)
+				R[i] /= (double)gs;
+	} else {
+		const ff *X = xv;
+		ff *R = r;
+		for (uint64_t i = 0; i < n; i++) {
+			/* max: a symmetric random function of the group (order-free sum
+			 * of a hash of each element) */
+			ff v = kind == RED_MAX ? ff_uf(e, 0x6d6178, X[i], ff_int(e->f, 0)) : X[i];
+			R[g[i]] = ff_add(e->f, R[g[i]], v);
+		}
+		if (kind == RED_MEAN) {
+			ff inv = ff_inv(e, ff_int(e->f, gs));
+			for (uint64_t i = 0; i < ng; i++)
+				R[i] = ff_mul(e->f, R[i], inv);
+		}
+	}
+	if (groups_out)
+		*groups_out = g;
+	else
+		mo_free(g);
+	return r;
+}
+
+static void reduce_op(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *x = T(e, op->in[0]);
+	if (op->p.n_axes == 0) { /* noop_with_empty_axes */
+		void *v = alloc_vals(e, numel(x));
+		if (v)
+			memcpy(v, e->vals[op->in[0]], numel(x) * e->es);
+		e->vals[op->out[0]] = v;
+		return;
+	}
+	enum red_kind k = op->kind == MO_OP_REDUCE_SUM ? RED_SUM
+			: op->kind == MO_OP_REDUCE_MEAN ? RED_MEAN : RED_MAX;
+	e->vals[op->out[0]] = reduce(e, e->vals[op->in[0]], x, op->p.axes, op->p.n_axes, k, NULL);
+}
+
+static void softmax(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *x = T(e, op->in[0]);
+	uint64_t n = numel(x), *g = NULL;
+	void *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	e->vals[op->out[0]] = out;
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *X = e->vals[op->in[0]];
+		double *mx = reduce(e, X, x, op->p.axes, op->p.n_axes, RED_MAX, &g);
+		if (!mx)
+			return;
+		double *Y = out;
+		for (uint64_t i = 0; i < n; i++)
+			Y[i] = exp(X[i] - mx[g[i]]);
+		double *s = reduce(e, Y, x, op->p.axes, op->p.n_axes, RED_SUM, NULL);
+		for (uint64_t i = 0; s && i < n; i++)
+			Y[i] /= s[g[i]];
+		mo_free(mx);
+		mo_free(s);
+	} else {
+		/* the max-subtraction cancels exactly; the field needs none */
+		const ff *X = e->vals[op->in[0]];
+		ff *Y = out;
+		for (uint64_t i = 0; i < n && !e->bad; i++)
+			Y[i] = ff_exp(e, X[i]);
+		ff *s = reduce(e, Y, x, op->p.axes, op->p.n_axes, RED_SUM, &g);
+		for (uint64_t i = 0; s && i < n; i++)
+			Y[i] = ff_mul(e->f, Y[i], ff_inv(e, s[g[i]]));
+		mo_free(s);
+	}
+	mo_free(g);
+}
+
+/* LayerNormalization and RMSNormalization over axis..rank-1. */
+static void norm(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *x = T(e, op->in[0]);
+	int64_t axes[MO_MAX_RANK];
+	int na = 0;
+	for (int64_t d = op->p.axes[0]; d < x->rank; d++)
+		axes[na++] = d;
+	uint64_t n = numel(x), *g = NULL, *go_s = NULL, *go_b = NULL;
+	bool layer = op->kind == MO_OP_LAYER_NORM;
+	void *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	e->vals[op->out[0]] = out;
+	const struct mo_tensor *sc = op->n_in > 1 && op->in[1] >= 0 ? T(e, op->in[1]) : NULL;
+	const struct mo_tensor *bi = layer && op->n_in > 2 && op->in[2] >= 0 ? T(e, op->in[2]) : NULL;
+	go_s = sc ? mo_calloc(n, sizeof *go_s) : NULL;
+	go_b = bi ? mo_calloc(n, sizeof *go_b) : NULL;
+	if ((sc && !go_s) || (bi && !go_b)) {
+		e->bad = "out of memory";
+		goto done;
+	}
+	if (sc)
+		bcast_offsets(x, sc, go_s);
+	if (bi)
+		bcast_offsets(x, bi, go_b);
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *X = e->vals[op->in[0]];
+		double *Y = out, *mean = NULL, *var;
+		if (layer) {
+			mean = reduce(e, X, x, axes, na, RED_MEAN, &g);
+			if (!mean)
+				goto done;
+		}
+		double *sq = mo_calloc(n ? n : 1, sizeof *sq);
+		if (!sq) {
+			mo_free(mean);
+			e->bad = "out of memory";
+			goto done;
+		}
+		if (!g) {
+			uint64_t gs;
+			g = mo_calloc(n ? n : 1, sizeof *g);
+			if (g)
+				groups_of(x, axes, na, g, &gs);
+		}
+		for (uint64_t i = 0; g && i < n; i++) {
+			double dv = X[i] - (mean ? mean[g[i]] : 0);
+			sq[i] = dv * dv;
+		}
+		var = g ? reduce(e, sq, x, axes, na, RED_MEAN, NULL) : NULL;
+		for (uint64_t i = 0; var && i < n; i++) {
+			double dv = X[i] - (mean ? mean[g[i]] : 0);
+			double yv = dv / sqrt(var[g[i]] + op->p.epsilon);
+			if (sc)
+				yv *= ((double *)e->vals[op->in[1]])[go_s[i]];
+			if (bi)
+				yv += ((double *)e->vals[op->in[2]])[go_b[i]];
+			Y[i] = yv;
+		}
+		mo_free(sq);
+		mo_free(mean);
+		mo_free(var);
+	} else {
+		const ff *X = e->vals[op->in[0]];
+		ff *Y = out, *mean = NULL, *var;
+		const struct mo_field *f = e->f;
+		if (layer) {
+			mean = reduce(e, X, x, axes, na, RED_MEAN, &g);
+			if (!mean)
+				goto done;
+		}
+		ff *sq = mo_calloc(n ? n : 1, sizeof *sq);
+		if (!sq) {
+			mo_free(mean);
+			e->bad = "out of memory";
+			goto done;
+		}
+		if (!g) {
+			uint64_t gs;
+			g = mo_calloc(n ? n : 1, sizeof *g);
+			if (g)
+				groups_of(x, axes, na, g, &gs);
+		}
+		for (uint64_t i = 0; g && i < n; i++) {
+			ff dv = mean ? ff_add(f, X[i], ff_neg(f, mean[g[i]])) : X[i];
+			sq[i] = ff_mul(f, dv, dv);
+		}
+		var = g ? reduce(e, sq, x, axes, na, RED_MEAN, NULL) : NULL;
+		ff eps = ff_const(e, (double)(float)op->p.epsilon), one = ff_int(f, 1);
+		for (uint64_t i = 0; var && i < n; i++) {
+			ff dv = mean ? ff_add(f, X[i], ff_neg(f, mean[g[i]])) : X[i];
+			ff rs = ff_uf(e, MO_OP_SQRT * 0x100000001b3ull, ff_add(f, var[g[i]], eps), one);
+			ff yv = ff_mul(f, dv, ff_inv(e, rs));
+			if (sc)
+				yv = ff_mul(f, yv, ((ff *)e->vals[op->in[1]])[go_s[i]]);
+			if (bi)
+				yv = ff_add(f, yv, ((ff *)e->vals[op->in[2]])[go_b[i]]);
+			Y[i] = yv;
+		}
+		mo_free(sq);
+		mo_free(mean);
+		mo_free(var);
+	}
+	if (op->n_out > 1 && op->out[1] >= 0)
+		e->bad = "LayerNormalization's Mean and InvStdDev outputs are not modeled";
+done:
+	mo_free(g);
+	mo_free(go_s);
+	mo_free(go_b);
+}
+
+/* Copies elements: out[i] = in[src[i]]. */
+static void gather_elems(struct ev *e, int in_t, int out_t, const uint64_t *src, uint64_t n)
+{
+	char *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	const char *in = e->vals[in_t];
+	for (uint64_t i = 0; i < n; i++)
+		memcpy(out + i * e->es, in + src[i] * e->es, e->es);
+	e->vals[out_t] = out;
+}
+
+/* Layout ops: each output element is one input element. */
+static void layout(struct ev *e, const struct mo_tp_op *op)
+{
+	const struct mo_tensor *x = T(e, op->in[0]);
+	for (int o = 0; o < op->n_out; o++) {
+		if (op->out[o] < 0)
+			continue;
+		const struct mo_tensor *y = T(e, op->out[o]);
+		uint64_t n = numel(y);
+		uint64_t *src = mo_calloc(n ? n : 1, sizeof *src);
+		if (!src) {
+			e->bad = "out of memory";
+			return;
+		}
+		int64_t xs[MO_MAX_RANK], idx[MO_MAX_RANK] = { 0 };
+		strides_of(x, xs);
+		int64_t start[MO_MAX_RANK] = { 0 }, step[MO_MAX_RANK];
+		for (int d = 0; d < MO_MAX_RANK; d++)
+			step[d] = 1;
+		int in_index = 0; /* Concat: which input an element comes from */
+		if (op->kind == MO_OP_SLICE) {
+			for (int i = 0; i < op->p.n_axes; i++) {
+				int64_t a = op->p.axes[i] < 0 ? op->p.axes[i] + x->rank : op->p.axes[i];
+				int64_t dn = x->dims[a], s = op->p.starts[i], st = op->p.steps[i];
+				if (s < 0)
+					s += dn;
+				s = st > 0 ? (s < 0 ? 0 : s > dn ? dn : s)
+					   : (s < 0 ? 0 : s > dn - 1 ? dn - 1 : s);
+				start[a] = s;
+				step[a] = st;
+			}
+		}
+		if (op->kind == MO_OP_SPLIT) {
+			int64_t off = 0;
+			for (int k = 0; k < o; k++)
+				off += T(e, op->out[k])->dims[op->p.axes[0]];
+			start[op->p.axes[0]] = off;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t s = 0;
+			switch (op->kind) {
+			case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE:
+			case MO_OP_FLATTEN: case MO_OP_IDENTITY: case MO_OP_CAST:
+				s = i;
+				break;
+			case MO_OP_TRANSPOSE:
+				for (int d = 0; d < y->rank; d++)
+					s += (uint64_t)(idx[d] * xs[op->p.axes[d]]);
+				break;
+			case MO_OP_EXPAND:
+				for (int d = 0; d < x->rank; d++) {
+					int od = d + y->rank - x->rank;
+					if (x->dims[d] != 1)
+						s += (uint64_t)(idx[od] * xs[d]);
+				}
+				break;
+			case MO_OP_SLICE: case MO_OP_SPLIT:
+				for (int d = 0; d < y->rank; d++)
+					s += (uint64_t)((start[d] + idx[d] * step[d]) * xs[d]);
+				break;
+			case MO_OP_CONCAT: {
+				int64_t a = op->p.axes[0], pos = idx[a];
+				in_index = 0;
+				while (pos >= T(e, op->in[in_index])->dims[a]) {
+					pos -= T(e, op->in[in_index])->dims[a];
+					in_index++;
+				}
+				const struct mo_tensor *xi = T(e, op->in[in_index]);
+				int64_t st[MO_MAX_RANK];
+				strides_of(xi, st);
+				for (int d = 0; d < y->rank; d++)
+					s += (uint64_t)((d == a ? pos : idx[d]) * st[d]);
+				/* encode the input in the high bits */
+				s |= (uint64_t)in_index << 56;
+				break;
+			}
+			default:
+				e->bad = "not a layout op";
+				mo_free(src);
+				return;
+			}
+			src[i] = s;
+			for (int d = y->rank - 1; d >= 0; d--) {
+				if (++idx[d] < y->dims[d])
+					break;
+				idx[d] = 0;
+			}
+		}
+		if (op->kind == MO_OP_CONCAT) {
+			char *out = alloc_vals(e, n);
+			for (uint64_t i = 0; out && i < n; i++) {
+				const char *in = e->vals[op->in[src[i] >> 56]];
+				memcpy(out + i * e->es, in + (src[i] & ((1ull << 56) - 1)) * e->es, e->es);
+			}
+			e->vals[op->out[o]] = out;
+		} else {
+			gather_elems(e, op->in[0], op->out[o], src, n);
+		}
+		mo_free(src);
+	}
+}
+
+static void run_op(struct ev *e, const struct mo_tp_op *op)
+{
+	switch (op->kind) {
+	case MO_OP_MATMUL: case MO_OP_GEMM:
+		matmul(e, op);
+		return;
+	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG:
+	case MO_OP_RECIPROCAL: case MO_OP_POW: case MO_OP_SQRT: case MO_OP_EXP:
+	case MO_OP_SIGMOID: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
+	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN:
+	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+		elementwise(e, op);
+		return;
+	case MO_OP_SOFTMAX:
+		softmax(e, op);
+		return;
+	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
+		reduce_op(e, op);
+		return;
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
+		norm(e, op);
+		return;
+	case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE:
+	case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_SPLIT: case MO_OP_SLICE:
+	case MO_OP_EXPAND: case MO_OP_IDENTITY: case MO_OP_CAST:
+		layout(e, op);
+		return;
+	case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:
+		e->bad = "the verifier cannot evaluate this op";
+		return;
+	}
+}
+
+enum mo_status mo_eval(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
+		       struct mo_eval_result *out, struct mo_diag *d)
+{
+	return mo_eval_scaled(tp, domain, seed, 1.0, NULL, out, d);
+}
+
+void mo_eval_cache_free(struct mo_eval_cache *c)
+{
+	for (int i = 0; c->leaf && c->tp && i < c->tp->n_tensors; i++)
+		mo_free(c->leaf[i]);
+	mo_free(c->leaf);
+	c->leaf = NULL;
+	c->tp = NULL;
+}
+
+enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain,
+			      uint64_t seed, double scale, struct mo_eval_cache *cache,
+			      struct mo_eval_result *out, struct mo_diag *d)
+{
+	memset(out, 0, sizeof *out);
+	out->domain = domain;
+	if (cache && !cache->leaf) {
+		cache->tp = tp;
+		cache->leaf = mo_calloc((size_t)tp->n_tensors + 1, sizeof *cache->leaf);
+	}
+	if (cache && cache->tp != tp)
+		cache = NULL;
+	struct ev e = { .tp = tp, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
+			.scale = scale, .cache = cache,
+			.es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff) };
+	e.vals = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.vals);
+	e.borrowed = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.borrowed);
+	if (!e.vals || !e.borrowed) {
+		mo_free(e.vals);
+		mo_free(e.borrowed);
+		return mo_diag_nomem(d);
+	}
+	enum mo_status st = MO_OK;
+	for (int i = 0; i < tp->n_tensors && !e.bad; i++) {
+		const struct mo_tensor *t = &tp->tensors[i];
+		bool needed = t->kind == MO_T_INPUT || t->kind == MO_T_INITIALIZER ||
+			      (t->kind == MO_T_CONST && t->n_consumers > 0);
+		/* integer constants feeding only folded or parameter slots stay out */
+		if (needed && t->shape_known && (t->kind != MO_T_CONST || t->fvals || t->init))
+			load_leaf(&e, i);
+	}
+	for (int i = 0; i < tp->n_ops && !e.bad; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		const char *name = tp->node_names[op->node];
+		for (int k = 0; k < op->n_in && !e.bad; k++) {
+			int t = op->in[k];
+			if (t >= 0 && !e.vals[t] && !load_leaf(&e, t) && !e.bad)
+				e.bad = "an input has no value";
+		}
+		if (e.bad)
+			break;
+		if (op->lax == MO_LAX_NONE) {
+			st = mo_diag_set(d, MO_ERR_UNSUPPORTED,
+					 "node '%s' (%s) is outside what the verifier models: %s",
+					 name, mo_onnx_proto(tp->model)->graph->node[op->node]->op_type,
+					 op->note ? op->note : "not Lax");
+			break;
+		}
+		run_op(&e, op);
+		if (e.bad)
+			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "node '%s' (%s): %s", name,
+					 mo_onnx_proto(tp->model)->graph->node[op->node]->op_type, e.bad);
+	}
+	if (!st && e.bad)
+		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "%s", e.bad);
+	if (!st) {
+		out->n_outputs = tp->n_outputs;
+		out->values = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->values);
+		out->counts = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->counts);
+		if (!out->values || !out->counts) {
+			st = mo_diag_nomem(d);
+		} else {
+			for (int k = 0; k < tp->n_outputs; k++) {
+				int t = tp->outputs[k];
+				uint64_t n = numel(&tp->tensors[t]);
+				out->counts[k] = n;
+				out->values[k] = mo_calloc(n ? n : 1, e.es);
+				if (!out->values[k] || !e.vals[t]) {
+					st = out->values[k] ? mo_diag_set(d, MO_ERR_INPUT,
+						"output '%s' has no value", tp->tensors[t].name)
+							    : mo_diag_nomem(d);
+					break;
+				}
+				memcpy(out->values[k], e.vals[t], n * e.es);
+			}
+		}
+		out->div_by_zero = e.div0;
+	}
+	for (int i = 0; i < tp->n_tensors; i++)
+		if (!e.borrowed[i])
+			mo_free(e.vals[i]);
+	mo_free(e.vals);
+	mo_free(e.borrowed);
+	if (st)
+		mo_eval_result_free(out);
+	return st;
+}
+
+void mo_eval_result_free(struct mo_eval_result *r)
+{
+	for (int k = 0; r->values && k < r->n_outputs; k++)
+		mo_free(r->values[k]);
+	mo_free(r->values);
+	mo_free(r->counts);
+	r->values = NULL;
+	r->counts = NULL;
+	r->n_outputs = 0;
+}

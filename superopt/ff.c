@@ -1,0 +1,127 @@
+/* The verifier's finite field: p, q, ω, and exact constants. */
+#include "mo_superopt.h"
+
+#include <math.h>
+
+uint64_t mo_ff_mulmod(uint64_t a, uint64_t b, uint64_t m)
+{
+	return (uint64_t)((unsigned __int128)a * b % m);
+}
+
+uint64_t mo_ff_powmod(uint64_t a, uint64_t e, uint64_t m)
+{
+	uint64_t r = 1 % m;
+	a %= m;
+	while (e) {
+		if (e & 1)
+			r = mo_ff_mulmod(r, a, m);
+		a = mo_ff_mulmod(a, a, m);
+		e >>= 1;
+	}
+	return r;
+}
+
+bool mo_is_prime_u64(uint64_t n)
+{
+	if (n < 2)
+		return false;
+	static const uint64_t small[] = { 2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37 };
+	for (int i = 0; i < 12; i++) {
+		if (n == small[i])
+			return true;
+		if (n % small[i] == 0)
+			return false;
+	}
+	uint64_t d = n - 1;
+	int s = 0;
+	while (!(d & 1)) {
+		d >>= 1;
+		s++;
+	}
+	/* these bases decide every n < 2^64 */
+	for (int i = 0; i < 12; i++) {
+		uint64_t x = mo_ff_powmod(small[i], d, n);
+		if (x == 1 || x == n - 1)
+			continue;
+		bool composite = true;
+		for (int r = 1; r < s && composite; r++) {
+			x = mo_ff_mulmod(x, x, n);
+			composite = x != n - 1;
+		}
+		if (composite)
+			return false;
+	}
+	return true;
+}
+
+static struct mo_field field;
+
+/* 2^e in both fields for every exponent a double can have, so a constant
+ * costs two multiplications instead of two modular exponentiations. */
+#define POW2_MIN (-1200)
+#define POW2_MAX 1100
+static uint64_t pow2_p[POW2_MAX - POW2_MIN + 1], pow2_q[POW2_MAX - POW2_MIN + 1];
+
+const struct mo_field *mo_field_get(void)
+{
+	if (field.p)
+		return &field;
+	struct mo_field f;
+	f.q = 2147483647; /* 2^31 - 1, prime */
+	/* p = k·q + 1 prime, as large as fits below 2^62; k even so p is odd */
+	uint64_t k = ((uint64_t)1 << 62) / f.q;
+	k &= ~(uint64_t)1;
+	while (!mo_is_prime_u64(k * f.q + 1))
+		k -= 2;
+	f.p = k * f.q + 1;
+	for (uint64_t h = 2;; h++) {
+		f.omega = mo_ff_powmod(h, (f.p - 1) / f.q, f.p);
+		if (f.omega != 1)
+			break;
+	}
+	f.inv2_p = (f.p + 1) / 2;
+	f.inv2_q = (f.q + 1) / 2;
+	int zero = -POW2_MIN;
+	pow2_p[zero] = 1;
+	pow2_q[zero] = 1;
+	for (int e = 1; e <= POW2_MAX; e++) {
+		pow2_p[zero + e] = pow2_p[zero + e - 1] * 2 % f.p;
+		pow2_q[zero + e] = pow2_q[zero + e - 1] * 2 % f.q;
+	}
+	for (int e = -1; e >= POW2_MIN; e--) {
+		pow2_p[zero + e] = mo_ff_mulmod(pow2_p[zero + e + 1], f.inv2_p, f.p);
+		pow2_q[zero + e] = mo_ff_mulmod(pow2_q[zero + e + 1], f.inv2_q, f.q);
+	}
+	field = f;
+	return &field;
+}
+
+bool mo_ff_from_double(const struct mo_field *f, double v, struct mo_ff *out)
+{
+	if (!isfinite(v))
+		return false;
+	int e;
+	double frac = frexp(fabs(v), &e); /* |v| = frac · 2^e, frac in [0.5, 1) */
+	uint64_t m = (uint64_t)ldexp(frac, 53);
+	e -= 53;
+	if (m == 0) {
+		out->p = out->q = 0;
+		return true;
+	}
+	/* drop trailing zero bits so small exponents stay in the table */
+	while (!(m & 1)) {
+		m >>= 1;
+		e++;
+	}
+	if (e < POW2_MIN || e > POW2_MAX)
+		return false;
+	uint64_t rp = mo_ff_mulmod(m % f->p, pow2_p[e - POW2_MIN], f->p);
+	uint64_t rq = mo_ff_mulmod(m % f->q, pow2_q[e - POW2_MIN], f->q);
+	if (v < 0) {
+		rp = rp ? f->p - rp : 0;
+		rq = rq ? f->q - rq : 0;
+	}
+	out->p = rp;
+	out->q = rq;
+	return true;
+}

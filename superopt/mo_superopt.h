@@ -1,0 +1,102 @@
+/* mo_superopt: proving programs equivalent (DESIGN §6), and later the search.
+ *
+ * So far: the finite-field arithmetic of the verifier, two evaluators of
+ * tensor programs (float, as the reference for the float check; finite-field,
+ * for random testing), and the verdict that `mirage-onnx equiv` prints. The
+ * mathematics is written down in superopt/VERIFIER.md. */
+#ifndef MO_SUPEROPT_H
+#define MO_SUPEROPT_H
+
+#include <stdint.h>
+
+#include "mo_tp.h"
+
+/* ---- the field ----
+ * Values are pairs (x mod p, x mod q) with q prime near 2^31 and p = k·q + 1
+ * prime below 2^62; ω has order q in Z_p, and exp(x) = ω^(x mod q) mod p. After
+ * an exp the q half has no meaning (MO_FF_DEAD): a second exp on the same path
+ * is outside Lax. */
+#define MO_FF_DEAD UINT64_MAX
+
+struct mo_ff {
+	uint64_t p, q;
+};
+
+struct mo_field {
+	uint64_t p, q, omega;
+	uint64_t inv2_p, inv2_q; /* 1/2, for the dyadic constants */
+};
+
+/* The verifier's field (deterministic: the same on every run). */
+const struct mo_field *mo_field_get(void);
+uint64_t mo_ff_mulmod(uint64_t a, uint64_t b, uint64_t m);
+uint64_t mo_ff_powmod(uint64_t a, uint64_t e, uint64_t m);
+/* Deterministic Miller-Rabin, exact for every 64-bit n. */
+bool mo_is_prime_u64(uint64_t n);
+/* The exact field value of a finite double (a dyadic rational m·2^e). */
+bool mo_ff_from_double(const struct mo_field *f, double v, struct mo_ff *out);
+
+/* ---- evaluation ---- */
+
+enum mo_eval_domain { MO_EVAL_FLOAT, MO_EVAL_FF };
+
+/* What an evaluation of a program gives: the values of its graph outputs, in
+ * tp->outputs order (doubles for MO_EVAL_FLOAT, struct mo_ff for MO_EVAL_FF). */
+struct mo_eval_result {
+	enum mo_eval_domain domain;
+	int n_outputs;
+	void **values;
+	uint64_t *counts;
+	bool div_by_zero; /* a finite-field division by zero: the trial says nothing */
+};
+
+/* Evaluates every op of tp on random inputs drawn from a hash of (input name,
+ * element index, seed), so two programs with the same input names see the
+ * same inputs. Weights are read exactly. Ops outside the Lax fragment that
+ * the verifier models (Sqrt, Relu, Erf, Tanh, ReduceMax, ...) are fixed
+ * random functions of their operands (seeded), the same in both programs.
+ * Fails with MO_ERR_INPUT naming the op it cannot evaluate. */
+enum mo_status mo_eval(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
+		       struct mo_eval_result *out, struct mo_diag *d);
+/* Weights converted to the field once and reused by later evaluations of
+ * the same program (they do not depend on the seed). */
+struct mo_eval_cache {
+	const struct mo_tp *tp;
+	struct mo_ff **leaf; /* per tensor, or NULL */
+};
+void mo_eval_cache_free(struct mo_eval_cache *c);
+
+/* The same, with float inputs drawn from [-scale, scale) and an optional
+ * cache (zero-initialized before first use). */
+enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain,
+			      uint64_t seed, double scale, struct mo_eval_cache *cache,
+			      struct mo_eval_result *out, struct mo_diag *d);
+void mo_eval_result_free(struct mo_eval_result *r);
+
+/* ---- the verdict ---- */
+
+enum mo_verdict { MO_EQUIVALENT, MO_NOT_EQUIVALENT, MO_INCONCLUSIVE };
+
+struct mo_equiv_options {
+	int trials;      /* finite-field trials that must all agree (default 3) */
+	uint64_t seed;
+	double rtol, atol; /* the float check */
+};
+#define MO_EQUIV_DEFAULTS { .trials = 3, .seed = 1, .rtol = 1e-4, .atol = 1e-5 }
+
+struct mo_equiv_report {
+	enum mo_verdict verdict;
+	int trials_run, trials_inconclusive;
+	double error_bound;  /* chance a wrong "equivalent" survives every trial */
+	int degree;          /* the degree bound it is computed from */
+	double float_max_abs, float_max_rel;
+	char detail[512];    /* first differing output and element, or why */
+};
+
+/* Decides whether a and b compute the same outputs from the same inputs.
+ * Their input and output names and shapes must match (MO_ERR_INPUT if not). */
+enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
+			const struct mo_equiv_options *opt, struct mo_equiv_report *out,
+			struct mo_diag *d);
+
+#endif
