@@ -55,10 +55,11 @@ const char *mo_status_name(enum mo_status s)
 static unsigned long alloc_count;
 static unsigned long alloc_fail_at;
 
+/* Atomic: evaluators allocate from worker threads. */
 static int alloc_should_fail(void)
 {
-	alloc_count++;
-	return alloc_fail_at != 0 && alloc_count >= alloc_fail_at;
+	unsigned long c = __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
+	return alloc_fail_at != 0 && c >= alloc_fail_at;
 }
 
 unsigned long mo_alloc_fail_after(unsigned long n)

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdarg.h>
+#include <stdint.h>
 
 /* What a fallible function returns. The message, if any, is in the caller's
  * struct mo_diag. The values map one-to-one onto the CLI's exit codes. */
@@ -59,6 +60,13 @@ void mo_strmap_free(struct mo_strmap *m);
 const int *mo_strmap_get(const struct mo_strmap *m, const char *key);
 /* Inserts key -> val unless key is present; *had says which happened. */
 int mo_strmap_put(struct mo_strmap *m, const char *key, int val, int *had);
+
+/* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per
+ * worker thread (as many as online CPUs, at most `max_threads` if > 0), and
+ * waits. Falls back to the calling thread for small n or if threads cannot
+ * be started. Deterministic: each index is handled exactly once. */
+void mo_parallel_for(uint64_t n, uint64_t min_per_thread, int max_threads,
+		     void (*fn)(void *ctx, uint64_t begin, uint64_t end), void *ctx);
 
 /* A bump allocator for IR lifetimes: everything allocated from it is freed at
  * once. mark/rewind give scratch space (the search's). Allocation failure is

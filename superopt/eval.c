@@ -140,15 +140,17 @@ static void *alloc_vals(struct ev *e, uint64_t n)
 }
 
 
-/* Decodes an initializer or constant into doubles. */
-static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, double *out)
+/* Decodes elements [start, start + cnt) of an initializer or constant into
+ * doubles. */
+static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, uint64_t start,
+			 uint64_t cnt, double *out)
 {
 	uint64_t n = numel(t);
 	if (t->fvals || t->ivals) {
 		if (t->n_vals != n)
 			return false;
-		for (uint64_t i = 0; i < n; i++)
-			out[i] = t->fvals ? t->fvals[i] : (double)t->ivals[i];
+		for (uint64_t i = 0; i < cnt; i++)
+			out[i] = t->fvals ? t->fvals[start + i] : (double)t->ivals[start + i];
 		return true;
 	}
 	const Onnx__TensorProto *p = t->init;
@@ -162,38 +164,38 @@ static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, doub
 	switch (p->data_type) {
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
 		if (has_bytes && len == n * 4) {
-			for (uint64_t i = 0; i < n; i++) {
+			for (uint64_t i = 0; i < cnt; i++) {
 				float v;
-				memcpy(&v, raw + 4 * i, 4);
+				memcpy(&v, raw + 4 * (start + i), 4);
 				out[i] = v;
 			}
 			return true;
 		}
 		if (p->n_float_data != n)
 			return false;
-		for (uint64_t i = 0; i < n; i++)
-			out[i] = p->float_data[i];
+		for (uint64_t i = 0; i < cnt; i++)
+			out[i] = p->float_data[start + i];
 		return true;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
 		if (has_bytes && len == n * 8) {
-			memcpy(out, raw, n * 8);
+			memcpy(out, raw + 8 * start, cnt * 8);
 			return true;
 		}
 		if (p->n_double_data != n)
 			return false;
-		memcpy(out, p->double_data, n * 8);
+		memcpy(out, p->double_data + start, cnt * 8);
 		return true;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
 	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
 		bool bf = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 		if (!(has_bytes && len == n * 2) && p->n_int32_data != n)
 			return false;
-		for (uint64_t i = 0; i < n; i++) {
+		for (uint64_t i = 0; i < cnt; i++) {
 			uint16_t h;
 			if (has_bytes && len == n * 2)
-				memcpy(&h, raw + 2 * i, 2);
+				memcpy(&h, raw + 2 * (start + i), 2);
 			else
-				h = (uint16_t)p->int32_data[i];
+				h = (uint16_t)p->int32_data[start + i];
 			if (bf) {
 				uint32_t bits = (uint32_t)h << 16;
 				float v;
@@ -216,36 +218,61 @@ static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, doub
 		size_t w = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
 			 : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4 : 1;
 		if (has_bytes && len == n * w) {
-			for (uint64_t i = 0; i < n; i++) {
+			for (uint64_t i = 0; i < cnt; i++) {
+				uint64_t k = start + i;
 				int64_t v = 0;
 				if (w == 8)
-					memcpy(&v, raw + 8 * i, 8);
+					memcpy(&v, raw + 8 * k, 8);
 				else if (w == 4) {
 					int32_t x;
-					memcpy(&x, raw + 4 * i, 4);
+					memcpy(&x, raw + 4 * k, 4);
 					v = x;
 				} else {
 					v = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT8
-						    ? (int8_t)raw[i] : raw[i];
+						    ? (int8_t)raw[k] : raw[k];
 				}
 				out[i] = (double)v;
 			}
 			return true;
 		}
 		if (w == 8 && p->n_int64_data == n) {
-			for (uint64_t i = 0; i < n; i++)
-				out[i] = (double)p->int64_data[i];
+			for (uint64_t i = 0; i < cnt; i++)
+				out[i] = (double)p->int64_data[start + i];
 			return true;
 		}
 		if (w != 8 && p->n_int32_data == n) {
-			for (uint64_t i = 0; i < n; i++)
-				out[i] = p->int32_data[i];
+			for (uint64_t i = 0; i < cnt; i++)
+				out[i] = p->int32_data[start + i];
 			return true;
 		}
 		return false;
 	}
 	default:
 		return false;
+	}
+}
+
+/* Converts a weight to the field, a chunk per worker thread. */
+struct convert {
+	struct ev *e;
+	const struct mo_tensor *t;
+	ff *out;
+	bool ok; /* cleared (atomically) by any chunk that fails */
+};
+
+static void convert_range(void *ctx, uint64_t begin, uint64_t end)
+{
+	struct convert *c = ctx;
+	double buf[1024];
+	for (uint64_t i = begin; i < end; i += 1024) {
+		uint64_t cnt = end - i < 1024 ? end - i : 1024;
+		if (!read_doubles(c->e->tp, c->t, i, cnt, buf)) {
+			__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
+			return;
+		}
+		for (uint64_t k = 0; k < cnt; k++)
+			if (!mo_ff_from_double(c->e->f, buf[k], &c->out[i + k]))
+				__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
 	}
 }
 
@@ -279,19 +306,14 @@ static bool load_leaf(struct ev *e, int ti)
 		}
 		return true;
 	}
-	double *tmp = e->dom == MO_EVAL_FLOAT ? v : mo_calloc(n ? n : 1, sizeof *tmp);
-	if (!tmp) {
-		e->bad = "out of memory";
-		return false;
-	}
-	bool ok = read_doubles(e->tp, t, tmp);
-	if (ok && e->dom == MO_EVAL_FF)
-		for (uint64_t i = 0; i < n && !e->bad; i++)
-			((ff *)v)[i] = ff_const(e, tmp[i]);
-	if (tmp != v)
-		mo_free(tmp);
+	struct convert c = { e, t, v, true };
+	if (e->dom == MO_EVAL_FLOAT)
+		c.ok = read_doubles(e->tp, t, 0, n, v);
+	else
+		mo_parallel_for(n, 1 << 16, 0, convert_range, &c);
+	bool ok = c.ok;
 	if (!ok)
-		e->bad = "a weight's values cannot be read";
+		e->bad = "a weight's values cannot be read or are not finite";
 	if (ok && !e->bad && e->dom == MO_EVAL_FF && e->cache && e->cache->leaf) {
 		e->cache->leaf[ti] = v; /* handed over: later walks borrow it */
 		e->borrowed[ti] = true;
@@ -502,6 +524,68 @@ static void dot(struct ev *e, const void *a, int64_t sa, const void *b, int64_t 
 	*(ff *)out = (ff){ (uint64_t)(sp % f->p), dead ? MO_FF_DEAD : (uint64_t)(sq % f->q) };
 }
 
+struct rows {
+	const struct mo_field *f;
+	const struct mo_ff *A, *B;
+	int64_t sam, sak, sbk, m, k, n;
+	struct mo_ff *Y;
+	bool ok;
+};
+
+/* Columns [j0, j1) of every output row, in the field. */
+static void rows_ff(void *ctx, uint64_t j0, uint64_t j1)
+{
+	struct rows *r = ctx;
+	const struct mo_field *f = r->f;
+	int64_t w = (int64_t)(j1 - j0), m = r->m;
+	size_t mw = (size_t)(m * w);
+	unsigned __int128 *acc = mo_calloc(mw * 2, sizeof *acc);
+	bool *dead = mo_calloc(mw, sizeof *dead);
+	if (!acc || !dead) {
+		mo_free(acc);
+		mo_free(dead);
+		__atomic_store_n(&r->ok, false, __ATOMIC_RELAXED);
+		return;
+	}
+	unsigned __int128 *aq = acc + mw;
+	for (int64_t l = 0; l < r->k; l++) {
+		const ff *row = r->B + l * r->sbk + (int64_t)j0;
+		for (int64_t i = 0; i < m; i++) {
+			ff x = r->A[i * r->sam + l * r->sak];
+			unsigned __int128 *ap = acc + i * w, *qq = aq + i * w;
+			bool *dd = dead + i * w;
+			if (x.q == MO_FF_DEAD) {
+				for (int64_t j = 0; j < w; j++) {
+					ap[j] += (unsigned __int128)x.p * row[j].p;
+					dd[j] = true;
+				}
+				continue;
+			}
+			for (int64_t j = 0; j < w; j++) {
+				ap[j] += (unsigned __int128)x.p * row[j].p;
+				if (row[j].q == MO_FF_DEAD)
+					dd[j] = true;
+				else
+					qq[j] += (unsigned __int128)x.q * row[j].q;
+			}
+		}
+		/* p products are below 2^124: reduce every 16; q products below
+		 * 2^62 fit 2^66 times, so q is reduced once at the end */
+		if ((l & 15) == 15)
+			for (size_t j = 0; j < mw; j++)
+				acc[j] %= f->p;
+	}
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < w; j++) {
+			size_t at = (size_t)(i * w + j);
+			r->Y[i * r->n + (int64_t)j0 + j] = (ff){
+				(uint64_t)(acc[at] % f->p),
+				dead[at] ? MO_FF_DEAD : (uint64_t)(aq[at] % f->q) };
+		}
+	mo_free(acc);
+	mo_free(dead);
+}
+
 /* All M output rows at once when B's rows are contiguous:
  * y[i][j] = Σ_k a[i·sam + k·sak] B[k·sbk + j]. B is streamed once, row by row,
  * and each row is reused for every i while it is in cache. */
@@ -525,50 +609,10 @@ static bool rows_accumulate(struct ev *e, const void *a, int64_t sam, int64_t sa
 		}
 		return true;
 	}
-	const ff *A = a, *B = b;
-	const struct mo_field *f = e->f;
-	size_t mn = (size_t)(m * n);
-	unsigned __int128 *acc = mo_calloc(mn * 2, sizeof *acc);
-	bool *dead = mo_calloc(mn, sizeof *dead);
-	if (!acc || !dead) {
-		mo_free(acc);
-		mo_free(dead);
-		return false;
-	}
-	unsigned __int128 *aq = acc + mn;
-	for (int64_t l = 0; l < k; l++) {
-		const ff *row = B + l * sbk;
-		for (int64_t i = 0; i < m; i++) {
-			ff x = A[i * sam + l * sak];
-			unsigned __int128 *ap = acc + i * n, *qq = aq + i * n;
-			bool *dd = dead + i * n;
-			if (x.q == MO_FF_DEAD) {
-				for (int64_t j = 0; j < n; j++) {
-					ap[j] += (unsigned __int128)x.p * row[j].p;
-					dd[j] = true;
-				}
-				continue;
-			}
-			for (int64_t j = 0; j < n; j++) {
-				ap[j] += (unsigned __int128)x.p * row[j].p;
-				if (row[j].q == MO_FF_DEAD)
-					dd[j] = true;
-				else
-					qq[j] += (unsigned __int128)x.q * row[j].q;
-			}
-		}
-		/* p products are below 2^124: reduce every 16; q products below
-		 * 2^62 fit 2^66 times, so q is reduced once at the end */
-		if ((l & 15) == 15)
-			for (size_t j = 0; j < mn; j++)
-				acc[j] %= f->p;
-	}
-	ff *Y = out;
-	for (size_t j = 0; j < mn; j++)
-		Y[j] = (ff){ (uint64_t)(acc[j] % f->p), dead[j] ? MO_FF_DEAD : (uint64_t)(aq[j] % f->q) };
-	mo_free(acc);
-	mo_free(dead);
-	return true;
+	struct rows r = { e->f, a, b, sam, sak, sbk, m, k, n, out, true };
+	/* each worker owns a range of output columns */
+	mo_parallel_for((uint64_t)n, 64, 0, rows_ff, &r);
+	return r.ok;
 }
 
 static void matmul(struct ev *e, const struct mo_tp_op *op)
