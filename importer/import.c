@@ -949,7 +949,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		why = parse_params(im, &op, n, rank);
 		if (tp->arena.failed)
 			return nomem(im);
-		if (!why && !mo_infer(tp, &op, n, &why) && why == mo_why_absurd)
+		if (!why && !mo_tp_infer(tp, &op, &why) && why == mo_why_absurd)
 			return mo_diag_set(im->d, MO_ERR_INPUT,
 					   "%s: node '%s' (%s) would make a tensor of absurd shape",
 					   mo_onnx_name(tp->model), tp->node_names[ni], ty);

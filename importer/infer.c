@@ -505,10 +505,8 @@ static bool infer_gather(struct mo_tp *tp, struct mo_tp_op *op, const char **why
 	return set_out(tp, op, 0, x->dtype, rank, dims, why);
 }
 
-bool mo_infer(struct mo_tp *tp, struct mo_tp_op *op, const Onnx__NodeProto *node,
-	      const char **why)
+bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
-	(void)node;
 	if (op->n_in == 0 || !in(tp, op, 0)) {
 		*why = "no first input";
 		return false;

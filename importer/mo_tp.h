@@ -199,6 +199,14 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 			    struct mo_tp **out, struct mo_diag *d);
 void mo_tp_free(struct mo_tp *tp);
 
+/* Infers dtype and shape of op's outputs (tensors of tp) from its inputs and
+ * params. Returns false, with *why set, when it cannot. Used by the importer
+ * and by the μGraph builders for tile shapes. */
+bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why);
+
+/* Sets t's shape; false if the shape is absurd (negative or overflowing). */
+bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);
+
 /* Number of elements, 0 if the shape is unknown. */
 uint64_t mo_tensor_numel(const struct mo_tensor *t);
 uint64_t mo_tensor_bytes(const struct mo_tensor *t);

@@ -1,5 +1,5 @@
 /* The verdict: finite-field trials, then the float check. */
-#include "mo_superopt.h"
+#include "mo_mugraph.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -64,13 +64,9 @@ static enum mo_status check_interfaces(const struct mo_tp *a, const struct mo_tp
  * reported as 1, i.e. no claim. */
 #define DEGREE_CAP 1000000
 
-static int degree_bound(const struct mo_tp *tp)
+/* Fills deg[] for the outputs of tp's ops from the degrees of their inputs. */
+static void degree_walk(const struct mo_tp *tp, int *deg)
 {
-	int *deg = mo_calloc((size_t)tp->n_tensors + 1, sizeof *deg);
-	if (!deg)
-		return DEGREE_CAP;
-	for (int t = 0; t < tp->n_tensors; t++)
-		deg[t] = tp->tensors[t].kind == MO_T_INPUT ? 1 : 0;
 	for (int i = 0; i < tp->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[i];
 		long sum = 0, max = 0;
@@ -103,10 +99,55 @@ static int degree_bound(const struct mo_tp *tp)
 			if (op->out[k] >= 0)
 				deg[op->out[k]] = (int)r;
 	}
+}
+
+static int degree_bound(const struct mo_tp *tp)
+{
+	int *deg = mo_calloc((size_t)tp->n_tensors + 1, sizeof *deg);
+	if (!deg)
+		return DEGREE_CAP;
+	for (int t = 0; t < tp->n_tensors; t++)
+		deg[t] = tp->tensors[t].kind == MO_T_INPUT ? 1 : 0;
+	degree_walk(tp, deg);
 	int best = 1;
 	for (int k = 0; k < tp->n_outputs; k++)
 		best = deg[tp->outputs[k]] > best ? deg[tp->outputs[k]] : best;
 	mo_free(deg);
+	return best;
+}
+
+/* The same for a μGraph: every input counts as degree 1 (weights too: an
+ * upper bound), an accumulator keeps its operand's degree (a sum). */
+static int mg_degree_bound(const struct mo_mugraph *mg)
+{
+	int deg[MO_MG_MAX] = { 0 };
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		deg[mg->kg.inputs[i]] = 1;
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_kg_op *op = &mg->ops[k];
+		if (!op->bg) {
+			struct mo_tp one = mg->kg;
+			one.ops = (struct mo_tp_op *)&op->op;
+			one.n_ops = 1;
+			degree_walk(&one, deg);
+			continue;
+		}
+		const struct mo_block_graph *bg = op->bg;
+		int bd[MO_MG_MAX] = { 0 };
+		for (int i = 0; i < bg->n_iters; i++)
+			bd[bg->iters[i].tile] = deg[bg->iters[i].tensor];
+		/* accumulators sit between ops: walk until nothing changes */
+		for (int pass = 0; pass < 2; pass++) {
+			degree_walk(&bg->body, bd);
+			for (int a = 0; a < bg->n_accums; a++)
+				bd[bg->accums[a].out] = bd[bg->accums[a].in];
+		}
+		for (int s = 0; s < bg->n_savers; s++)
+			deg[bg->savers[s].tensor] = bd[bg->savers[s].tile];
+	}
+	int best = 1;
+	for (int k = 0; k < mg->kg.n_outputs; k++)
+		best = deg[mg->kg.outputs[k]] > best ? deg[mg->kg.outputs[k]] : best;
 	return best;
 }
 
@@ -124,13 +165,70 @@ static void describe_index(const struct mo_tensor *t, uint64_t i, char *buf, siz
 		snprintf(buf + n, len - n, "]");
 }
 
-/* The first element where the two results differ: output k, element i. */
-static bool first_difference(const struct mo_tp *a, const struct mo_tp *b,
-			     const struct mo_eval_result *ra, const struct mo_eval_result *rb,
+/* One side of a comparison: a tensor program, or a μGraph evaluated on the
+ * inputs and weights of the program it replaces. */
+struct prog {
+	const struct mo_tp *tp;        /* the program, or the reference of mg */
+	const struct mo_mugraph *mg;
+	struct mo_eval_cache cache;
+};
+
+static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
+				double scale, struct mo_eval_result *out, struct mo_diag *d)
+{
+	if (p->mg)
+		return mo_mg_eval(p->mg, p->tp, dom, seed, scale, out, d);
+	return mo_eval_scaled(p->tp, dom, seed, scale, dom == MO_EVAL_FF ? &p->cache : NULL,
+			      out, d);
+}
+
+static bool tp_uninterpreted(const struct mo_tp *tp)
+{
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		if (op->lax == MO_LAX_UNINTERPRETED || op->lax == MO_LAX_COMPOSITE ||
+		    (op->kind == MO_OP_POW && (op->p.exponent == 0.5 || op->p.exponent == -0.5)))
+			return true;
+	}
+	return false;
+}
+
+/* Does the program use an op the verifier treats as an unknown function?
+ * Only then can a finite-field difference hide a real equality. */
+static bool prog_uninterpreted(const struct prog *p)
+{
+	if (!p->mg)
+		return tp_uninterpreted(p->tp);
+	for (int k = 0; k < p->mg->n_ops; k++) {
+		const struct mo_kg_op *op = &p->mg->ops[k];
+		if (op->bg ? tp_uninterpreted(&op->bg->body)
+			   : (op->op.lax == MO_LAX_UNINTERPRETED || op->op.lax == MO_LAX_COMPOSITE))
+			return true;
+	}
+	return false;
+}
+
+static const struct mo_tensor *prog_output(const struct prog *p, const char *name)
+{
+	const struct mo_tp *tp = p->mg ? &p->mg->kg : p->tp;
+	int k = find_io(tp, tp->outputs, tp->n_outputs, name);
+	return k < 0 ? NULL : &tp->tensors[tp->outputs[k]];
+}
+
+static int result_index(const struct mo_eval_result *r, const char *name)
+{
+	for (int k = 0; k < r->n_outputs; k++)
+		if (strcmp(r->names[k], name) == 0)
+			return k;
+	return -1;
+}
+
+/* The first element where the two results differ: output k of ra, element i. */
+static bool first_difference(const struct mo_eval_result *ra, const struct mo_eval_result *rb,
 			     int *out_k, uint64_t *out_i)
 {
-	for (int k = 0; k < a->n_outputs; k++) {
-		int j = find_io(b, b->outputs, b->n_outputs, out_tensor(a, k)->name);
+	for (int k = 0; k < ra->n_outputs; k++) {
+		int j = result_index(rb, ra->names[k]);
 		const struct mo_ff *x = ra->values[k], *y = rb->values[j];
 		for (uint64_t i = 0; i < ra->counts[k]; i++) {
 			if (x[i].p != y[i].p || x[i].q != y[i].q) {
@@ -143,53 +241,39 @@ static bool first_difference(const struct mo_tp *a, const struct mo_tp *b,
 	return false;
 }
 
-/* Does either program use an op the verifier treats as an unknown function?
- * Only then can a finite-field difference hide a real equality. */
-static bool uses_uninterpreted(const struct mo_tp *tp)
-{
-	for (int i = 0; i < tp->n_ops; i++) {
-		const struct mo_tp_op *op = &tp->ops[i];
-		if (op->lax == MO_LAX_UNINTERPRETED || op->lax == MO_LAX_COMPOSITE ||
-		    (op->kind == MO_OP_POW && (op->p.exponent == 0.5 || op->p.exponent == -0.5)))
-			return true;
-	}
-	return false;
-}
-
 /* The float check at one input scale. Elements where either side is not
- * finite (overflow at large scales) carry no information and are skipped. */
-static enum mo_status float_check(const struct mo_tp *a, const struct mo_tp *b,
+ * finite (overflow at large scales) carry no information and are skipped.
+ * *bad_name is the first output beyond tolerance, or NULL. */
+static enum mo_status float_check(struct prog *a, struct prog *b,
 				  const struct mo_equiv_options *opt, double scale,
-				  struct mo_equiv_report *rep, int *bad_k, uint64_t *bad_i,
-				  struct mo_diag *d)
+				  struct mo_equiv_report *rep, const char **bad_name,
+				  uint64_t *bad_i, struct mo_diag *d)
 {
 	struct mo_eval_result ra, rb;
-	enum mo_status st = mo_eval_scaled(a, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, NULL,
-					   &ra, d);
+	enum mo_status st = prog_eval(a, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, &ra, d);
 	if (st)
 		return st;
-	st = mo_eval_scaled(b, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, NULL, &rb, d);
+	st = prog_eval(b, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, &rb, d);
 	if (st) {
 		mo_eval_result_free(&ra);
 		return st;
 	}
-	*bad_k = -1;
-	rep->float_max_abs = rep->float_max_rel = 0;
-	for (int k = 0; k < a->n_outputs; k++) {
-		int j = find_io(b, b->outputs, b->n_outputs, out_tensor(a, k)->name);
+	*bad_name = NULL;
+	for (int k = 0; k < ra.n_outputs; k++) {
+		int j = result_index(&rb, ra.names[k]);
 		const double *x = ra.values[k], *y = rb.values[j];
 		for (uint64_t i = 0; i < ra.counts[k]; i++) {
 			if (!isfinite(x[i]) || !isfinite(y[i]))
 				continue;
-			/* tolerances are relative to the input scale */
+			/* the absolute tolerance scales with the inputs */
 			double diff = fabs(x[i] - y[i]);
 			double rel = diff / (fabs(y[i]) > 1e-30 ? fabs(y[i]) : 1e-30);
 			if (diff > rep->float_max_abs)
 				rep->float_max_abs = diff;
 			if (rel > rep->float_max_rel && diff > opt->atol)
 				rep->float_max_rel = rel;
-			if (diff > opt->atol * scale + opt->rtol * fabs(y[i]) && *bad_k < 0) {
-				*bad_k = k;
+			if (diff > opt->atol * scale + opt->rtol * fabs(y[i]) && !*bad_name) {
+				*bad_name = prog_output(a, ra.names[k])->name;
 				*bad_i = i;
 			}
 		}
@@ -199,40 +283,34 @@ static enum mo_status float_check(const struct mo_tp *a, const struct mo_tp *b,
 	return MO_OK;
 }
 
-enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
-			const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
-			struct mo_diag *d)
+/* Field trials, then the float check (VERIFIER.md). */
+static enum mo_status decide(struct prog *a, struct prog *b,
+			     const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
+			     struct mo_diag *d)
 {
-	memset(rep, 0, sizeof *rep);
-	enum mo_status st = check_interfaces(a, b, d);
-	if (st)
-		return st;
 	const struct mo_field *f = mo_field_get();
-	int da = degree_bound(a), db = degree_bound(b);
-	rep->degree = da > db ? da : db;
-
-	int ff_k = -1;
+	const char *ff_name = NULL;
 	uint64_t ff_i = 0;
 	int agreeing = 0;
-	struct mo_eval_cache ca = { 0 }, cb = { 0 };
+	enum mo_status st = MO_OK;
 	/* a trial with a division by zero says nothing: draw again, a few times */
 	for (int t = 0; agreeing < opt->trials && t < opt->trials * 4; t++) {
 		struct mo_eval_result ra, rb;
 		uint64_t seed = opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
-		st = mo_eval_scaled(a, MO_EVAL_FF, seed, 1.0, &ca, &ra, d);
-		if (!st) {
-			st = mo_eval_scaled(b, MO_EVAL_FF, seed, 1.0, &cb, &rb, d);
-			if (st)
-				mo_eval_result_free(&ra);
-		}
+		st = prog_eval(a, MO_EVAL_FF, seed, 1.0, &ra, d);
+		if (st)
+			return st;
+		st = prog_eval(b, MO_EVAL_FF, seed, 1.0, &rb, d);
 		if (st) {
-			mo_eval_cache_free(&ca);
-			mo_eval_cache_free(&cb);
+			mo_eval_result_free(&ra);
 			return st;
 		}
 		rep->trials_run++;
 		bool inconclusive = ra.div_by_zero || rb.div_by_zero;
-		bool differ = !inconclusive && first_difference(a, b, &ra, &rb, &ff_k, &ff_i);
+		int k = -1;
+		bool differ = !inconclusive && first_difference(&ra, &rb, &k, &ff_i);
+		if (differ)
+			ff_name = prog_output(a, ra.names[k])->name;
 		mo_eval_result_free(&ra);
 		mo_eval_result_free(&rb);
 		if (inconclusive) {
@@ -243,31 +321,29 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
 			break;
 		agreeing++;
 	}
-	mo_eval_cache_free(&ca);
-	mo_eval_cache_free(&cb);
 
-	int fk;
+	const char *fname;
 	uint64_t fi;
-	st = float_check(a, b, opt, 1.0, rep, &fk, &fi, d);
+	st = float_check(a, b, opt, 1.0, rep, &fname, &fi, d);
 	if (st)
 		return st;
 	char where[160];
-	if (ff_k >= 0) {
-		const struct mo_tensor *t = out_tensor(a, ff_k);
+	if (ff_name) {
+		const struct mo_tensor *t = prog_output(a, ff_name);
 		describe_index(t, ff_i, where, sizeof where);
 		/* Without unknown functions a difference in the field is a
 		 * difference of rational functions (exp included): proof enough.
 		 * With them, look for it in floating point at several magnitudes
 		 * (an eps shows only when the values are small). */
-		bool proven = !uses_uninterpreted(a) && !uses_uninterpreted(b);
+		bool proven = !prog_uninterpreted(a) && !prog_uninterpreted(b);
 		static const double scales[] = { 1e-3, 1e3, 1e-6 };
-		for (int s = 0; !proven && fk < 0 && s < 3; s++) {
+		for (int s = 0; !proven && !fname && s < 3; s++) {
 			struct mo_equiv_report probe = *rep;
-			st = float_check(a, b, opt, scales[s], &probe, &fk, &fi, d);
+			st = float_check(a, b, opt, scales[s], &probe, &fname, &fi, d);
 			if (st)
 				return st;
 		}
-		if (proven || fk >= 0) {
+		if (proven || fname) {
 			rep->verdict = MO_NOT_EQUIVALENT;
 			snprintf(rep->detail, sizeof rep->detail,
 				 "output '%s' differs at %s in the finite field; in floating point "
@@ -290,14 +366,13 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
 			 rep->trials_run);
 		return MO_OK;
 	}
-	if (fk >= 0) {
-		const struct mo_tensor *t = out_tensor(a, fk);
-		describe_index(t, fi, where, sizeof where);
+	if (fname) {
+		describe_index(prog_output(a, fname), fi, where, sizeof where);
 		rep->verdict = MO_INCONCLUSIVE;
 		snprintf(rep->detail, sizeof rep->detail,
 			 "the finite field says equal, but in floating point output '%s' differs "
 			 "at %s by %.3g (beyond rtol %.g, atol %.g): numerically unstable?",
-			 t->name, where, rep->float_max_abs, opt->rtol, opt->atol);
+			 fname, where, rep->float_max_abs, opt->rtol, opt->atol);
 		return MO_OK;
 	}
 	rep->verdict = MO_EQUIVALENT;
@@ -310,4 +385,46 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
 		 "at most %.3g; float check: largest difference %.3g",
 		 agreeing, f->p, f->q, rep->degree, rep->error_bound, rep->float_max_abs);
 	return MO_OK;
+}
+
+enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
+			const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
+			struct mo_diag *d)
+{
+	memset(rep, 0, sizeof *rep);
+	enum mo_status st = check_interfaces(a, b, d);
+	if (st)
+		return st;
+	int da = degree_bound(a), db = degree_bound(b);
+	rep->degree = da > db ? da : db;
+	struct prog pa = { .tp = a }, pb = { .tp = b };
+	st = decide(&pa, &pb, opt, rep, d);
+	mo_eval_cache_free(&pa.cache);
+	mo_eval_cache_free(&pb.cache);
+	return st;
+}
+
+enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			   const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
+			   struct mo_diag *d)
+{
+	memset(rep, 0, sizeof *rep);
+	if (mg->error[0])
+		return mo_diag_set(d, MO_ERR_INPUT, "the μGraph is invalid: %s", mg->error);
+	if (mg->kg.n_outputs != ref->n_outputs)
+		return mo_diag_set(d, MO_ERR_INPUT, "the μGraph has %d outputs, the program %d",
+				   mg->kg.n_outputs, ref->n_outputs);
+	for (int i = 0; i < mg->kg.n_outputs; i++) {
+		const struct mo_tensor *t = &mg->kg.tensors[mg->kg.outputs[i]];
+		int j = find_io(ref, ref->outputs, ref->n_outputs, t->name);
+		if (j < 0 || !same_shape(t, out_tensor(ref, j)))
+			return mo_diag_set(d, MO_ERR_INPUT, "μGraph output '%s' is not an output of "
+					   "the same shape in the program", t->name);
+	}
+	int da = mg_degree_bound(mg), db = degree_bound(ref);
+	rep->degree = da > db ? da : db;
+	struct prog pa = { .tp = ref, .mg = mg }, pb = { .tp = ref };
+	enum mo_status st = decide(&pa, &pb, opt, rep, d);
+	mo_eval_cache_free(&pb.cache);
+	return st;
 }

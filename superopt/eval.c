@@ -3,26 +3,13 @@
  * One walk over the ops; index arithmetic (broadcasting, transposes, slices,
  * reductions) is shared, and only the arithmetic of an element differs
  * between the two domains. */
-#include "mo_superopt.h"
+#include "superopt_int.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct ev {
-	const struct mo_tp *tp;
-	enum mo_eval_domain dom;
-	uint64_t seed;
-	const struct mo_field *f;
-	size_t es;     /* element size: sizeof(double) or sizeof(struct mo_ff) */
-	double scale;  /* of float inputs */
-	struct mo_eval_cache *cache;
-	void **vals;   /* per tensor */
-	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */
-	struct mo_diag *d;
-	bool div0;
-	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
-};
+
 
 /* ---- hashing: inputs and uninterpreted functions ---- */
 
@@ -276,7 +263,7 @@ static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 	}
 }
 
-static bool load_leaf(struct ev *e, int ti)
+bool mo_ev_load_leaf(struct ev *e, int ti)
 {
 	const struct mo_tensor *t = &e->tp->tensors[ti];
 	if (!t->shape_known) {
@@ -1059,7 +1046,22 @@ static void layout(struct ev *e, const struct mo_tp_op *op)
 	}
 }
 
-static void run_op(struct ev *e, const struct mo_tp_op *op)
+void mo_ev_add_into(struct ev *e, void *acc, const void *x, uint64_t n)
+{
+	if (e->dom == MO_EVAL_FLOAT) {
+		double *a = acc;
+		const double *b = x;
+		for (uint64_t i = 0; i < n; i++)
+			a[i] += b[i];
+		return;
+	}
+	ff *a = acc;
+	const ff *b = x;
+	for (uint64_t i = 0; i < n; i++)
+		a[i] = ff_add(e->f, a[i], b[i]);
+}
+
+void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op)
 {
 	switch (op->kind) {
 	case MO_OP_MATMUL: case MO_OP_GEMM:
@@ -1136,14 +1138,14 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 			      (t->kind == MO_T_CONST && t->n_consumers > 0);
 		/* integer constants feeding only folded or parameter slots stay out */
 		if (needed && t->shape_known && (t->kind != MO_T_CONST || t->fvals || t->init))
-			load_leaf(&e, i);
+			mo_ev_load_leaf(&e, i);
 	}
 	for (int i = 0; i < tp->n_ops && !e.bad; i++) {
 		const struct mo_tp_op *op = &tp->ops[i];
 		const char *name = tp->node_names[op->node];
 		for (int k = 0; k < op->n_in && !e.bad; k++) {
 			int t = op->in[k];
-			if (t >= 0 && !e.vals[t] && !load_leaf(&e, t) && !e.bad)
+			if (t >= 0 && !e.vals[t] && !mo_ev_load_leaf(&e, t) && !e.bad)
 				e.bad = "an input has no value";
 		}
 		if (e.bad)
@@ -1155,7 +1157,7 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 					 op->note ? op->note : "not Lax");
 			break;
 		}
-		run_op(&e, op);
+		mo_ev_run_op(&e, op);
 		if (e.bad)
 			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "node '%s' (%s): %s", name,
 					 mo_onnx_proto(tp->model)->graph->node[op->node]->op_type, e.bad);
@@ -1166,13 +1168,15 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 		out->n_outputs = tp->n_outputs;
 		out->values = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->values);
 		out->counts = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->counts);
-		if (!out->values || !out->counts) {
+		out->names = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->names);
+		if (!out->values || !out->counts || !out->names) {
 			st = mo_diag_nomem(d);
 		} else {
 			for (int k = 0; k < tp->n_outputs; k++) {
 				int t = tp->outputs[k];
 				uint64_t n = numel(&tp->tensors[t]);
 				out->counts[k] = n;
+				out->names[k] = tp->tensors[t].name;
 				out->values[k] = mo_calloc(n ? n : 1, e.es);
 				if (!out->values[k] || !e.vals[t]) {
 					st = out->values[k] ? mo_diag_set(d, MO_ERR_INPUT,
@@ -1201,7 +1205,9 @@ void mo_eval_result_free(struct mo_eval_result *r)
 		mo_free(r->values[k]);
 	mo_free(r->values);
 	mo_free(r->counts);
+	mo_free(r->names);
 	r->values = NULL;
 	r->counts = NULL;
+	r->names = NULL;
 	r->n_outputs = 0;
 }

@@ -45,6 +45,7 @@ enum mo_eval_domain { MO_EVAL_FLOAT, MO_EVAL_FF };
 struct mo_eval_result {
 	enum mo_eval_domain domain;
 	int n_outputs;
+	const char **names; /* of the outputs */
 	void **values;
 	uint64_t *counts;
 	bool div_by_zero; /* a finite-field division by zero: the trial says nothing */

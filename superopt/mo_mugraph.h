@@ -1,0 +1,118 @@
+/* μGraphs (paper §2): a kernel graph whose ops are pre-defined kernels or
+ * graph-defined kernels; a graph-defined kernel owns a block graph with grid
+ * dims, a for-loop range, input iterators (imap: grid dim -> tensor dim or φ,
+ * fmap: for-loop -> tensor dim or φ), block ops over tiles in shared memory,
+ * accumulators across for-loop iterations, and output savers (omap).
+ *
+ * A block graph's body is itself a small tensor program over tiles, so the
+ * ops, their shape inference and both evaluators are the tensor program's.
+ * The algorithm (ops and edges) is the body; the schedule is grid, for-loop
+ * and maps. */
+#ifndef MO_MUGRAPH_H
+#define MO_MUGRAPH_H
+
+#include "mo_superopt.h"
+
+#define MO_PHI (-1)        /* a map entry meaning "replicated": no tensor dim */
+#define MO_MG_MAX 48       /* tensors / ops per graph level */
+
+enum mo_accum_kind {
+	MO_ACC_SUM, /* sum over the for-loop iterations */
+};
+
+struct mo_bg_iter {
+	int tile;     /* body tensor it fills */
+	int tensor;   /* kernel tensor it reads */
+	int imap[3];  /* grid dim x,y,z -> tensor dim, or MO_PHI */
+	int fmap;     /* for-loop -> tensor dim, or MO_PHI */
+};
+
+struct mo_bg_accum {
+	int in, out;  /* per-iteration tile -> accumulated tile */
+	enum mo_accum_kind kind;
+};
+
+struct mo_bg_saver {
+	int tile;     /* body tensor it writes */
+	int tensor;   /* kernel tensor it makes */
+	int omap[3];  /* grid dim -> tensor dim, or MO_PHI */
+};
+
+struct mo_block_graph {
+	int grid[3];
+	int forloop;
+	struct mo_tp body; /* tiles (tensors) and block ops, in topological order */
+	int n_iters, n_accums, n_savers;
+	struct mo_bg_iter iters[MO_MG_MAX];
+	struct mo_bg_accum accums[MO_MG_MAX];
+	struct mo_bg_saver savers[MO_MG_MAX];
+};
+
+struct mo_kg_op {
+	struct mo_block_graph *bg; /* graph-defined, or NULL: op is a pre-defined kernel */
+	struct mo_tp_op op;        /* over kernel tensors (pre-defined only) */
+};
+
+struct mo_mugraph {
+	struct mo_arena arena;
+	struct mo_tp kg;   /* kernel tensors: inputs bound by name to the program's
+			    * inputs and weights; kg.outputs names the results */
+	int n_ops;
+	struct mo_kg_op ops[MO_MG_MAX];
+	char error[256];   /* first builder error; the graph is unusable if set */
+};
+
+/* ---- building (the search and the tests use these) ----
+ * Every builder returns a tensor index, or -1 after recording an error in
+ * mg->error (an infeasible candidate, the `try_` idiom): callers check once at
+ * the end. */
+struct mo_mugraph *mo_mg_new(void);
+void mo_mg_free(struct mo_mugraph *mg);
+int mo_mg_input(struct mo_mugraph *mg, const char *name, int32_t dtype, int rank,
+		const int64_t *dims);
+/* A pre-defined kernel op (MatMul, Add, ReduceSum, ...) with params p. */
+int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in,
+		 const struct mo_op_params *p);
+/* Names a kernel tensor as a program output. */
+void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name);
+
+struct mo_block_graph *mo_mg_block(struct mo_mugraph *mg, int gx, int gy, int gz,
+				   int forloop);
+int mo_bg_iter(struct mo_mugraph *mg, struct mo_block_graph *bg, int tensor,
+	       int ix, int iy, int iz, int fmap);
+int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, int n_in,
+	     const int *in, const struct mo_op_params *p);
+/* A scalar constant tile (for eps, 1/n, ...). */
+int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value);
+int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		enum mo_accum_kind kind);
+/* Saves a tile; returns the kernel tensor it becomes. */
+int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+	       int ox, int oy, int oz);
+
+/* ---- checking ---- */
+
+enum mo_target { MO_SM80, MO_SM90 };
+/* Shared memory a block may use: sm_80 163 KB, sm_90 227 KB. */
+uint64_t mo_target_smem(enum mo_target t);
+
+/* Definition 2.1: shapes match (inferred at build), maps divide the dims,
+ * tiles fit shared memory, and in a for-loop every path from an iterator to a
+ * saver crosses one accumulator. */
+bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
+		 size_t why_len);
+
+/* ---- evaluating and proving ---- */
+
+/* Evaluates the μGraph on the inputs `ref` would see (same names, same
+ * hash) and `ref`'s weights; outputs in mg->kg.outputs order. */
+enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			  enum mo_eval_domain domain, uint64_t seed, double scale,
+			  struct mo_eval_result *out, struct mo_diag *d);
+
+/* The verdict of mo_equiv, between a μGraph and the program it replaces. */
+enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			   const struct mo_equiv_options *opt, struct mo_equiv_report *out,
+			   struct mo_diag *d);
+
+#endif

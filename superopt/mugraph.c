@@ -1,0 +1,365 @@
+/* Building, checking and evaluating μGraphs. */
+#include "mo_mugraph.h"
+#include "superopt_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int fail(struct mo_mugraph *mg, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int fail(struct mo_mugraph *mg, const char *fmt, ...)
+{
+	if (!mg->error[0]) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(mg->error, sizeof mg->error, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+static bool tp_init(struct mo_mugraph *mg, struct mo_tp *tp)
+{
+	memset(tp, 0, sizeof *tp);
+	tp->tensors = mo_arena_array(&mg->arena, MO_MG_MAX, sizeof *tp->tensors);
+	tp->ops = mo_arena_array(&mg->arena, MO_MG_MAX, sizeof *tp->ops);
+	tp->outputs = mo_arena_array(&mg->arena, MO_MG_MAX, sizeof *tp->outputs);
+	tp->inputs = mo_arena_array(&mg->arena, MO_MG_MAX, sizeof *tp->inputs);
+	tp->node_names = mo_arena_array(&mg->arena, MO_MG_MAX, sizeof *tp->node_names);
+	return tp->tensors && tp->ops && tp->outputs && tp->inputs && tp->node_names;
+}
+
+struct mo_mugraph *mo_mg_new(void)
+{
+	struct mo_mugraph *mg = mo_calloc(1, sizeof *mg);
+	if (!mg)
+		return NULL;
+	mo_arena_init(&mg->arena);
+	if (!tp_init(mg, &mg->kg)) {
+		mo_mg_free(mg);
+		return NULL;
+	}
+	return mg;
+}
+
+void mo_mg_free(struct mo_mugraph *mg)
+{
+	if (!mg)
+		return;
+	mo_arena_free(&mg->arena);
+	mo_free(mg);
+}
+
+static int new_tensor(struct mo_mugraph *mg, struct mo_tp *tp, const char *name)
+{
+	if (tp->n_tensors == MO_MG_MAX)
+		return fail(mg, "more than %d tensors", MO_MG_MAX);
+	int i = tp->n_tensors++;
+	struct mo_tensor *t = &tp->tensors[i];
+	memset(t, 0, sizeof *t);
+	t->name = name ? mo_arena_strdup(&mg->arena, name)
+		       : mo_arena_printf(&mg->arena, "t%d", i);
+	t->kind = MO_T_VALUE;
+	t->producer = -1;
+	t->source_node = -1;
+	return t->name ? i : fail(mg, "out of memory");
+}
+
+int mo_mg_input(struct mo_mugraph *mg, const char *name, int32_t dtype, int rank,
+		const int64_t *dims)
+{
+	int i = new_tensor(mg, &mg->kg, name);
+	if (i < 0)
+		return -1;
+	struct mo_tensor *t = &mg->kg.tensors[i];
+	t->kind = MO_T_INPUT;
+	t->dtype = dtype;
+	if (!mo_tensor_set_shape(t, rank, dims))
+		return fail(mg, "input '%s' has an absurd shape", name);
+	mg->kg.inputs[mg->kg.n_inputs++] = i;
+	return i;
+}
+
+/* Appends an op to tp with one output and infers its shape. */
+static int add_op(struct mo_mugraph *mg, struct mo_tp *tp, enum mo_op kind, int n_in,
+		  const int *in, const struct mo_op_params *p)
+{
+	if (n_in < 1 || n_in > 3)
+		return fail(mg, "%s: bad operand count", mo_op_table[kind].name);
+	for (int k = 0; k < n_in; k++)
+		if (in[k] < 0 || in[k] >= tp->n_tensors)
+			return fail(mg, "%s: bad operand", mo_op_table[kind].name);
+	if (tp->n_ops == MO_MG_MAX)
+		return fail(mg, "more than %d ops", MO_MG_MAX);
+	int y = new_tensor(mg, tp, NULL);
+	if (y < 0)
+		return -1;
+	struct mo_tp_op *op = &tp->ops[tp->n_ops];
+	memset(op, 0, sizeof *op);
+	op->kind = kind;
+	op->lax = mo_op_table[kind].lax;
+	op->exps = mo_op_table[kind].exps;
+	op->node = tp->n_ops;
+	op->in = mo_arena_array(&mg->arena, 3, sizeof(int));
+	op->out = mo_arena_array(&mg->arena, 1, sizeof(int));
+	if (!op->in || !op->out)
+		return fail(mg, "out of memory");
+	memcpy(op->in, in, (size_t)n_in * sizeof *in);
+	op->n_in = n_in;
+	op->out[0] = y;
+	op->n_out = 1;
+	if (p)
+		op->p = *p;
+	if (kind == MO_OP_POW && !op->p.has_exponent)
+		return fail(mg, "Pow needs an exponent");
+	const char *why = NULL;
+	if (!mo_tp_infer(tp, op, &why))
+		return fail(mg, "%s: %s", mo_op_table[kind].name, why);
+	tp->tensors[y].producer = tp->n_ops;
+	tp->node_names[tp->n_ops] = mo_op_table[kind].name;
+	tp->n_ops++;
+	return y;
+}
+
+int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in,
+		 const struct mo_op_params *p)
+{
+	if (mg->n_ops == MO_MG_MAX)
+		return fail(mg, "more than %d kernels", MO_MG_MAX);
+	int before = mg->kg.n_ops;
+	int y = add_op(mg, &mg->kg, kind, n_in, in, p);
+	if (y < 0)
+		return -1;
+	/* kernel ops live in mg->ops; kg.ops only served inference */
+	mg->ops[mg->n_ops++] = (struct mo_kg_op){ .bg = NULL, .op = mg->kg.ops[before] };
+	return y;
+}
+
+void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name)
+{
+	if (tensor < 0 || tensor >= mg->kg.n_tensors) {
+		fail(mg, "output '%s' is not a tensor", name);
+		return;
+	}
+	mg->kg.tensors[tensor].name = mo_arena_strdup(&mg->arena, name);
+	mg->kg.tensors[tensor].is_graph_output = true;
+	mg->kg.outputs[mg->kg.n_outputs++] = tensor;
+}
+
+struct mo_block_graph *mo_mg_block(struct mo_mugraph *mg, int gx, int gy, int gz,
+				   int forloop)
+{
+	if (mg->n_ops == MO_MG_MAX) {
+		fail(mg, "more than %d kernels", MO_MG_MAX);
+		return NULL;
+	}
+	if (gx < 1 || gy < 1 || gz < 1 || forloop < 1) {
+		fail(mg, "grid and for-loop must be positive");
+		return NULL;
+	}
+	struct mo_block_graph *bg = mo_arena_alloc(&mg->arena, sizeof *bg);
+	if (!bg || !tp_init(mg, &bg->body)) {
+		fail(mg, "out of memory");
+		return NULL;
+	}
+	bg->grid[0] = gx;
+	bg->grid[1] = gy;
+	bg->grid[2] = gz;
+	bg->forloop = forloop;
+	mg->ops[mg->n_ops++] = (struct mo_kg_op){ .bg = bg };
+	return bg;
+}
+
+int mo_bg_iter(struct mo_mugraph *mg, struct mo_block_graph *bg, int tensor,
+	       int ix, int iy, int iz, int fmap)
+{
+	if (!bg || tensor < 0 || tensor >= mg->kg.n_tensors)
+		return fail(mg, "iterator over a missing tensor");
+	if (bg->n_iters == MO_MG_MAX)
+		return fail(mg, "too many iterators");
+	const struct mo_tensor *t = &mg->kg.tensors[tensor];
+	int64_t dims[MO_MAX_RANK];
+	memcpy(dims, t->dims, sizeof dims);
+	int imap[3] = { ix, iy, iz };
+	for (int g = 0; g < 3; g++) {
+		int d = imap[g];
+		if (d == MO_PHI)
+			continue;
+		if (d < 0 || d >= t->rank || dims[d] % bg->grid[g])
+			return fail(mg, "imap: grid dim %d does not divide dim %d of '%s'", g, d,
+				    t->name);
+		dims[d] /= bg->grid[g];
+	}
+	if (fmap != MO_PHI) {
+		if (fmap < 0 || fmap >= t->rank || dims[fmap] % bg->forloop)
+			return fail(mg, "fmap: the for-loop does not divide dim %d of '%s'", fmap,
+				    t->name);
+		dims[fmap] /= bg->forloop;
+	}
+	int tile = new_tensor(mg, &bg->body, NULL);
+	if (tile < 0)
+		return -1;
+	struct mo_tensor *x = &bg->body.tensors[tile];
+	x->kind = MO_T_INPUT;
+	x->dtype = t->dtype;
+	mo_tensor_set_shape(x, t->rank, dims);
+	bg->iters[bg->n_iters++] = (struct mo_bg_iter){ tile, tensor, { ix, iy, iz }, fmap };
+	return tile;
+}
+
+int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, int n_in,
+	     const int *in, const struct mo_op_params *p)
+{
+	if (!bg)
+		return fail(mg, "no block graph");
+	return add_op(mg, &bg->body, kind, n_in, in, p);
+}
+
+int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value)
+{
+	if (!bg)
+		return fail(mg, "no block graph");
+	int c = new_tensor(mg, &bg->body, NULL);
+	if (c < 0)
+		return -1;
+	struct mo_tensor *t = &bg->body.tensors[c];
+	t->kind = MO_T_CONST;
+	t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	mo_tensor_set_shape(t, 0, NULL);
+	t->fvals = mo_arena_alloc(&mg->arena, sizeof *t->fvals);
+	if (!t->fvals)
+		return fail(mg, "out of memory");
+	t->fvals[0] = value;
+	t->n_vals = 1;
+	return c;
+}
+
+int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		enum mo_accum_kind kind)
+{
+	if (!bg || tile < 0 || tile >= bg->body.n_tensors)
+		return fail(mg, "accumulator of a missing tile");
+	if (bg->n_accums == MO_MG_MAX)
+		return fail(mg, "too many accumulators");
+	int out = new_tensor(mg, &bg->body, NULL);
+	if (out < 0)
+		return -1;
+	struct mo_tensor *x = &bg->body.tensors[out];
+	const struct mo_tensor *src = &bg->body.tensors[tile];
+	x->dtype = src->dtype;
+	mo_tensor_set_shape(x, src->rank, src->dims);
+	bg->accums[bg->n_accums++] = (struct mo_bg_accum){ tile, out, kind };
+	return out;
+}
+
+int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int ox, int oy,
+	       int oz)
+{
+	if (!bg || tile < 0 || tile >= bg->body.n_tensors)
+		return fail(mg, "saver of a missing tile");
+	if (bg->n_savers == MO_MG_MAX)
+		return fail(mg, "too many savers");
+	const struct mo_tensor *src = &bg->body.tensors[tile];
+	int64_t dims[MO_MAX_RANK];
+	memcpy(dims, src->dims, sizeof dims);
+	int omap[3] = { ox, oy, oz };
+	bool used[MO_MAX_RANK] = { false };
+	for (int g = 0; g < 3; g++) {
+		int d = omap[g];
+		if (d == MO_PHI) {
+			if (bg->grid[g] > 1)
+				return fail(mg, "omap: grid dim %d > 1 must map to an output dim", g);
+			continue;
+		}
+		if (d < 0 || d >= src->rank || used[d])
+			return fail(mg, "omap: bad output dim %d", d);
+		used[d] = true;
+		dims[d] *= bg->grid[g];
+	}
+	int t = new_tensor(mg, &mg->kg, NULL);
+	if (t < 0)
+		return -1;
+	struct mo_tensor *x = &mg->kg.tensors[t];
+	x->dtype = src->dtype;
+	if (!mo_tensor_set_shape(x, src->rank, dims))
+		return fail(mg, "saver makes an absurd shape");
+	bg->savers[bg->n_savers++] = (struct mo_bg_saver){ tile, t, { ox, oy, oz } };
+	return t;
+}
+
+/* ---- checking ---- */
+
+uint64_t mo_target_smem(enum mo_target t)
+{
+	return t == MO_SM90 ? 227u * 1024 : 163u * 1024;
+}
+
+/* post[i]: body tensor i exists only after the for-loop (it depends on an
+ * accumulator). */
+static void phases(const struct mo_block_graph *bg, bool *post)
+{
+	for (int i = 0; i < bg->body.n_tensors; i++)
+		post[i] = false;
+	for (int a = 0; a < bg->n_accums; a++)
+		post[bg->accums[a].out] = true;
+	for (int i = 0; i < bg->body.n_ops; i++) {
+		const struct mo_tp_op *op = &bg->body.ops[i];
+		bool p = false;
+		for (int k = 0; k < op->n_in; k++)
+			p |= post[op->in[k]];
+		post[op->out[0]] = p;
+	}
+}
+
+bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
+		 size_t why_len)
+{
+	if (mg->error[0]) {
+		snprintf(why, why_len, "%s", mg->error);
+		return false;
+	}
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_block_graph *bg = mg->ops[k].bg;
+		if (!bg)
+			continue;
+		bool post[MO_MG_MAX];
+		phases(bg, post);
+		uint64_t smem = 0;
+		for (int i = 0; i < bg->body.n_tensors; i++) {
+			const struct mo_tensor *t = &bg->body.tensors[i];
+			size_t es = mo_onnx_dtype_size(t->dtype);
+			smem += mo_tensor_numel(t) * (es ? es : 4);
+		}
+		if (smem > mo_target_smem(target)) {
+			snprintf(why, why_len, "kernel %d: tiles need %llu bytes of shared memory, "
+				 "the target has %llu", k + 1, (unsigned long long)smem,
+				 (unsigned long long)mo_target_smem(target));
+			return false;
+		}
+		for (int s = 0; s < bg->n_savers; s++) {
+			int tile = bg->savers[s].tile;
+			if (bg->forloop > 1 && !post[tile]) {
+				snprintf(why, why_len, "kernel %d: a saved tile does not pass through "
+					 "an accumulator, but the for-loop runs %d times", k + 1,
+					 bg->forloop);
+				return false;
+			}
+		}
+		for (int a = 0; a < bg->n_accums; a++) {
+			if (post[bg->accums[a].in]) {
+				snprintf(why, why_len, "kernel %d: an accumulator reads a value made "
+					 "after the for-loop", k + 1);
+				return false;
+			}
+		}
+	}
+	for (int i = 0; i < mg->kg.n_outputs; i++) {
+		const struct mo_tensor *t = &mg->kg.tensors[mg->kg.outputs[i]];
+		if (!t->shape_known) {
+			snprintf(why, why_len, "output '%s' has no shape", t->name);
+			return false;
+		}
+	}
+	return true;
+}

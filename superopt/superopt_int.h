@@ -1,0 +1,33 @@
+/* Private to superopt: the evaluator's state, shared by the tensor-program
+ * and μGraph walks. */
+#ifndef SUPEROPT_INT_H
+#define SUPEROPT_INT_H
+
+#include "mo_superopt.h"
+
+struct ev {
+	const struct mo_tp *tp;
+	enum mo_eval_domain dom;
+	uint64_t seed;
+	const struct mo_field *f;
+	size_t es;     /* element size: sizeof(double) or sizeof(struct mo_ff) */
+	double scale;  /* of float inputs */
+	struct mo_eval_cache *cache;
+	void **vals;   /* per tensor */
+	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */
+	struct mo_diag *d;
+	bool div0;
+	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
+};
+
+/* Runs one op whose operands are in e->vals (tensors of e->tp); allocates
+ * its outputs. Sets e->bad on failure, e->div0 on a field division by zero. */
+void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op);
+
+/* Gives an input, initializer or constant of e->tp its values. */
+bool mo_ev_load_leaf(struct ev *e, int ti);
+
+/* acc[i] += x[i] for n elements, in e's domain. */
+void mo_ev_add_into(struct ev *e, void *acc, const void *x, uint64_t n);
+
+#endif
