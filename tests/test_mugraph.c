@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "mo_mugraph.h"
+#include "mugraphs.h"
 
 struct program {
 	struct mo_model *m;
@@ -83,60 +84,11 @@ static const struct mo_op_params *axes(int a)
 	mo_bg_op(mg, bg, kind, (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), \
 		 (int[]){ __VA_ARGS__ }, NULL)
 
-/* ---- RMSNorm + MatMul (the paper's Figure 3b) ----
- * One kernel: grid x over W's columns, y over X's rows; the for-loop walks the
- * hidden dim, accumulating X·diag(G)·W and the sum of squares; after the loop
- * the product is divided by sqrt(mean + eps). */
-enum rms_mutant { RMS_OK, RMS_WRONG_IMAP, RMS_WRONG_FMAP, RMS_NO_DIVISION,
-		  RMS_WRONG_ACCUM_DIM, RMS_OFF_BY_ONE, RMS_SWAPPED_DIV, RMS_EXTRA_EXP,
-		  RMS_MUTANTS };
-
-static struct mo_mugraph *rmsnorm_mg(const struct program *p, enum rms_mutant mut)
-{
-	struct mo_mugraph *mg = mo_mg_new();
-	int x = input(mg, p, "X"), g = input(mg, p, "norm.weight");
-	int w = input(mg, p, "proj.weight");
-	const struct mo_tensor *wt = tensor(p, "proj.weight");
-	int64_t hidden = wt->dims[0];
-	struct mo_block_graph *bg = mo_mg_block(mg, 2, 2, 1, 4);
-	int xt = mut == RMS_WRONG_IMAP ? mo_bg_iter(mg, bg, x, 0, MO_PHI, MO_PHI, 1)
-				       : mo_bg_iter(mg, bg, x, MO_PHI, 0, MO_PHI, 1);
-	int gt = mo_bg_iter(mg, bg, g, MO_PHI, MO_PHI, MO_PHI, 0);
-	int wtile = mo_bg_iter(mg, bg, w, 1, MO_PHI, MO_PHI, 0);
-	int xg = OP(bg, MO_OP_MUL, xt, gt);
-	int acc_mm = mo_bg_accum(mg, bg, OP(bg, MO_OP_MATMUL, xg, wtile), MO_ACC_SUM);
-	int xs = xt;
-	if (mut == RMS_WRONG_FMAP) /* the whole row every iteration */
-		xs = mo_bg_iter(mg, bg, x, MO_PHI, 0, MO_PHI, MO_PHI);
-	int sq = OP(bg, MO_OP_MUL, xs, xs);
-	int rs;
-	if (mut == RMS_WRONG_ACCUM_DIM) {
-		rs = mo_bg_op(mg, bg, MO_OP_REDUCE_SUM, 1, (int[]){ sq }, axes(0));
-		rs = mo_bg_op(mg, bg, MO_OP_REDUCE_SUM, 1, (int[]){ rs }, axes(1));
-	} else {
-		rs = mo_bg_op(mg, bg, MO_OP_REDUCE_SUM, 1, (int[]){ sq }, axes(1));
-	}
-	int acc_sq = mo_bg_accum(mg, bg, rs, MO_ACC_SUM);
-	double n = (double)(mut == RMS_OFF_BY_ONE ? hidden - 1 : hidden);
-	int mean = OP(bg, MO_OP_DIV, acc_sq, mo_bg_const(mg, bg, n));
-	/* the model's eps is a float32 constant */
-	int var = OP(bg, MO_OP_ADD, mean, mo_bg_const(mg, bg, (double)(float)1e-6));
-	int rms = OP(bg, MO_OP_SQRT, var);
-	int y = mut == RMS_NO_DIVISION ? acc_mm
-	      : mut == RMS_SWAPPED_DIV ? OP(bg, MO_OP_DIV, rms, acc_mm)
-				       : OP(bg, MO_OP_DIV, acc_mm, rms);
-	if (mut == RMS_EXTRA_EXP)
-		y = OP(bg, MO_OP_EXP, y);
-	int out = mo_bg_save(mg, bg, y, 1, 0, MO_PHI);
-	mo_mg_output(mg, out, "/proj/MatMul_output_0");
-	return mg;
-}
-
 static void rmsnorm_matmul_single_kernel(void **state)
 {
 	(void)state;
 	struct program p = load("rmsnorm_tiny_fp32.onnx");
-	struct mo_mugraph *mg = rmsnorm_mg(&p, RMS_OK);
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
 	char why[256], detail[512];
 	if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
 		fail_msg("invalid: %s", why);
@@ -147,7 +99,7 @@ static void rmsnorm_matmul_single_kernel(void **state)
 	mo_mg_free(mg);
 
 	for (int k = RMS_OK + 1; k < RMS_MUTANTS; k++) {
-		mg = rmsnorm_mg(&p, (enum rms_mutant)k);
+		mg = mg_rmsnorm_matmul(p.tp, (enum rms_mutant)k, 2, 2, 4);
 		if (mg->error[0]) { /* infeasible: rejected as it is built */
 			mo_mg_free(mg);
 			continue;
@@ -168,7 +120,7 @@ static void rmsnorm_mutants_are_killed_by_the_verifier(void **state)
 	struct program p = load("rmsnorm_tiny_fp32.onnx");
 	int by_verifier = 0;
 	for (int k = RMS_OK + 1; k < RMS_MUTANTS; k++) {
-		struct mo_mugraph *mg = rmsnorm_mg(&p, (enum rms_mutant)k);
+		struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, (enum rms_mutant)k, 2, 2, 4);
 		if (!mg->error[0] && verdict(mg, &p, NULL) == MO_NOT_EQUIVALENT)
 			by_verifier++;
 		mo_mg_free(mg);

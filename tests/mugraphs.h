@@ -1,0 +1,25 @@
+/* Hand-built μGraphs shared by the tests and the benchmarks. */
+#ifndef MUGRAPHS_H
+#define MUGRAPHS_H
+
+#include "mo_mugraph.h"
+
+/* RMSNorm + MatMul as one kernel (the paper's Figure 3b), for a program with
+ * inputs X [rows, hidden], weights norm.weight [hidden] and proj.weight
+ * [hidden, out], output /proj/MatMul_output_0 (models/build.py's rmsnorm).
+ * Grid x splits the output columns, y the rows; the for-loop walks hidden. */
+enum rms_mutant {
+	RMS_OK,
+	RMS_WRONG_IMAP,      /* X's rows chunked by grid x instead of y */
+	RMS_WRONG_FMAP,      /* the sum of squares reads whole rows every iteration */
+	RMS_NO_DIVISION,
+	RMS_WRONG_ACCUM_DIM, /* the sum of squares over rows and columns */
+	RMS_OFF_BY_ONE,      /* the mean divides by hidden - 1 */
+	RMS_SWAPPED_DIV,
+	RMS_EXTRA_EXP,
+	RMS_MUTANTS
+};
+struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut, int grid_x,
+				     int grid_y, int forloop);
+
+#endif
