@@ -39,6 +39,7 @@ struct mo_bg_saver {
 };
 
 struct mo_block_graph {
+	int index; /* creation order among the μGraph's block graphs */
 	int grid[3];
 	int forloop;
 	struct mo_tp body; /* tiles (tensors) and block ops, in topological order */
@@ -53,8 +54,37 @@ struct mo_kg_op {
 	struct mo_tp_op op;        /* over kernel tensors (pre-defined only) */
 };
 
+/* Every builder call is logged, so a μGraph serializes as the calls that
+ * build it and deserializes by replaying them (tensor numbers included). */
+enum mo_mg_step_kind {
+	MO_STEP_INPUT, MO_STEP_KERNEL, MO_STEP_OUTPUT, MO_STEP_BLOCK, MO_STEP_ITER,
+	MO_STEP_OP, MO_STEP_CONST, MO_STEP_ACCUM, MO_STEP_SAVE,
+};
+
+struct mo_mg_step {
+	enum mo_mg_step_kind kind;
+	int block;        /* block graph index (ITER, OP, CONST, ACCUM, SAVE) */
+	enum mo_op op;    /* KERNEL, OP */
+	int n_in, in[3];  /* KERNEL, OP; in[0]: the tensor of ITER/ACCUM/SAVE/OUTPUT */
+	struct mo_op_params p;
+	int64_t sizes[MO_MAX_RANK]; /* p.sizes, copied */
+	int map[3], fmap; /* ITER imap / SAVE omap */
+	int grid[3], forloop;
+	double value;     /* CONST */
+	const char *name; /* INPUT, OUTPUT */
+	int32_t dtype;
+	int rank;
+	int64_t dims[MO_MAX_RANK];
+};
+
+#define MO_MG_MAX_STEPS (MO_MG_MAX * 6)
+
 struct mo_mugraph {
 	struct mo_arena arena;
+	int n_steps;
+	struct mo_mg_step steps[MO_MG_MAX_STEPS];
+	int n_blocks;
+	struct mo_block_graph *blocks[MO_MG_MAX];
 	struct mo_tp kg;   /* kernel tensors: inputs bound by name to the program's
 			    * inputs and weights; kg.outputs names the results */
 	int n_ops;
@@ -89,6 +119,15 @@ int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 /* Saves a tile; returns the kernel tensor it becomes. */
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 	       int ox, int oy, int oz);
+
+/* ---- serializing ---- */
+
+/* The μGraph as JSON: {"steps": [...]} in build order. */
+void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out);
+/* Rebuilds a μGraph from mo_mg_print_json's text. */
+enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct mo_diag *d);
+/* The μGraph for Graphviz: one cluster per graph-defined kernel. */
+void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out);
 
 /* ---- checking ---- */
 

@@ -19,6 +19,30 @@ static int fail(struct mo_mugraph *mg, const char *fmt, ...)
 	return -1;
 }
 
+static struct mo_mg_step *log_step(struct mo_mugraph *mg, enum mo_mg_step_kind kind,
+				   const struct mo_block_graph *bg)
+{
+	if (mg->n_steps == MO_MG_MAX_STEPS) {
+		fail(mg, "more than %d build steps", MO_MG_MAX_STEPS);
+		return NULL;
+	}
+	struct mo_mg_step *s = &mg->steps[mg->n_steps++];
+	memset(s, 0, sizeof *s);
+	s->kind = kind;
+	s->block = bg ? bg->index : -1;
+	return s;
+}
+
+static void log_params(struct mo_mg_step *s, const struct mo_op_params *p)
+{
+	if (!p)
+		return;
+	s->p = *p;
+	s->p.sizes = NULL;
+	for (int i = 0; i < p->n_sizes && i < MO_MAX_RANK; i++)
+		s->sizes[i] = p->sizes[i];
+}
+
 static bool tp_init(struct mo_mugraph *mg, struct mo_tp *tp)
 {
 	memset(tp, 0, sizeof *tp);
@@ -75,6 +99,13 @@ int mo_mg_input(struct mo_mugraph *mg, const char *name, int32_t dtype, int rank
 	struct mo_tensor *t = &mg->kg.tensors[i];
 	t->kind = MO_T_INPUT;
 	t->dtype = dtype;
+	struct mo_mg_step *s = log_step(mg, MO_STEP_INPUT, NULL);
+	if (s) {
+		s->name = t->name;
+		s->dtype = dtype;
+		s->rank = rank;
+		memcpy(s->dims, dims, sizeof(int64_t) * (size_t)(rank > 0 ? rank : 0));
+	}
 	if (!mo_tensor_set_shape(t, rank, dims))
 		return fail(mg, "input '%s' has an absurd shape", name);
 	mg->kg.inputs[mg->kg.n_inputs++] = i;
@@ -128,6 +159,13 @@ int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in
 	if (mg->n_ops == MO_MG_MAX)
 		return fail(mg, "more than %d kernels", MO_MG_MAX);
 	int before = mg->kg.n_ops;
+	struct mo_mg_step *s = log_step(mg, MO_STEP_KERNEL, NULL);
+	if (s) {
+		s->op = kind;
+		s->n_in = n_in > 3 ? 3 : n_in;
+		memcpy(s->in, in, sizeof(int) * (size_t)s->n_in);
+		log_params(s, p);
+	}
 	int y = add_op(mg, &mg->kg, kind, n_in, in, p);
 	if (y < 0)
 		return -1;
@@ -143,6 +181,11 @@ void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name)
 		return;
 	}
 	mg->kg.tensors[tensor].name = mo_arena_strdup(&mg->arena, name);
+	struct mo_mg_step *s = log_step(mg, MO_STEP_OUTPUT, NULL);
+	if (s) {
+		s->in[0] = tensor;
+		s->name = mg->kg.tensors[tensor].name;
+	}
 	mg->kg.tensors[tensor].is_graph_output = true;
 	mg->kg.outputs[mg->kg.n_outputs++] = tensor;
 }
@@ -167,6 +210,15 @@ struct mo_block_graph *mo_mg_block(struct mo_mugraph *mg, int gx, int gy, int gz
 	bg->grid[1] = gy;
 	bg->grid[2] = gz;
 	bg->forloop = forloop;
+	bg->index = mg->n_blocks;
+	mg->blocks[mg->n_blocks++] = bg;
+	struct mo_mg_step *s = log_step(mg, MO_STEP_BLOCK, NULL);
+	if (s) {
+		s->grid[0] = gx;
+		s->grid[1] = gy;
+		s->grid[2] = gz;
+		s->forloop = forloop;
+	}
 	mg->ops[mg->n_ops++] = (struct mo_kg_op){ .bg = bg };
 	return bg;
 }
@@ -176,6 +228,14 @@ int mo_bg_iter(struct mo_mugraph *mg, struct mo_block_graph *bg, int tensor,
 {
 	if (!bg || tensor < 0 || tensor >= mg->kg.n_tensors)
 		return fail(mg, "iterator over a missing tensor");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_ITER, bg);
+	if (s) {
+		s->in[0] = tensor;
+		s->map[0] = ix;
+		s->map[1] = iy;
+		s->map[2] = iz;
+		s->fmap = fmap;
+	}
 	if (bg->n_iters == MO_MG_MAX)
 		return fail(mg, "too many iterators");
 	const struct mo_tensor *t = &mg->kg.tensors[tensor];
@@ -213,6 +273,13 @@ int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, 
 {
 	if (!bg)
 		return fail(mg, "no block graph");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_OP, bg);
+	if (s) {
+		s->op = kind;
+		s->n_in = n_in > 3 ? 3 : n_in;
+		memcpy(s->in, in, sizeof(int) * (size_t)(n_in > 0 ? s->n_in : 0));
+		log_params(s, p);
+	}
 	return add_op(mg, &bg->body, kind, n_in, in, p);
 }
 
@@ -220,6 +287,9 @@ int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value)
 {
 	if (!bg)
 		return fail(mg, "no block graph");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_CONST, bg);
+	if (s)
+		s->value = value;
 	int c = new_tensor(mg, &bg->body, NULL);
 	if (c < 0)
 		return -1;
@@ -242,6 +312,11 @@ int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 		return fail(mg, "accumulator of a missing tile");
 	if (bg->n_accums == MO_MG_MAX)
 		return fail(mg, "too many accumulators");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_ACCUM, bg);
+	if (s) {
+		s->in[0] = tile;
+		s->fmap = (int)kind;
+	}
 	int out = new_tensor(mg, &bg->body, NULL);
 	if (out < 0)
 		return -1;
@@ -260,6 +335,13 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int o
 		return fail(mg, "saver of a missing tile");
 	if (bg->n_savers == MO_MG_MAX)
 		return fail(mg, "too many savers");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_SAVE, bg);
+	if (s) {
+		s->in[0] = tile;
+		s->map[0] = ox;
+		s->map[1] = oy;
+		s->map[2] = oz;
+	}
 	const struct mo_tensor *src = &bg->body.tensors[tile];
 	int64_t dims[MO_MAX_RANK];
 	memcpy(dims, src->dims, sizeof dims);

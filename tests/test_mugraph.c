@@ -294,6 +294,76 @@ static void attention_split_kv_and_combine(void **state)
 	prove_and_kill("gqa_tiny_fp32.onnx", attention_mg, 5, 3);
 }
 
+/* Every hand-built μGraph survives JSON: parsed back it prints the same text
+ * and is proven again; the Graphviz text has one cluster per kernel. */
+static char *json_of(const struct mo_mugraph *mg)
+{
+	char *text;
+	size_t len;
+	FILE *f = open_memstream(&text, &len);
+	mo_mg_print_json(mg, f);
+	fclose(f);
+	return text;
+}
+
+static void roundtrip(const char *model, struct mo_mugraph *(*build)(const struct program *, int))
+{
+	struct program p = load(model);
+	struct mo_mugraph *mg = build(&p, 0);
+	char *a = json_of(mg);
+	struct mo_mugraph *back;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_from_json(a, &back, &d))
+		fail_msg("%s: %s\n%s", model, d.msg, a);
+	char *b = json_of(back);
+	assert_string_equal(a, b);
+	assert_int_equal(verdict(back, &p, NULL), MO_EQUIVALENT);
+	char *dot;
+	size_t len;
+	FILE *f = open_memstream(&dot, &len);
+	mo_mg_print_dot(back, f);
+	fclose(f);
+	int clusters = 0, blocks = 0;
+	for (const char *c = dot; (c = strstr(c, "subgraph cluster_")); c++)
+		clusters++;
+	for (int k = 0; k < back->n_ops; k++)
+		blocks += back->ops[k].bg != NULL;
+	assert_int_equal(clusters, blocks);
+	free(dot);
+	free(a);
+	free(b);
+	mo_mg_free(mg);
+	mo_mg_free(back);
+	unload(&p);
+}
+
+static struct mo_mugraph *rmsnorm_ok(const struct program *p, int mut)
+{
+	return mg_rmsnorm_matmul(p->tp, (enum rms_mutant)mut, 2, 2, 4);
+}
+
+static void json_round_trips(void **state)
+{
+	(void)state;
+	roundtrip("rmsnorm_tiny_fp32.onnx", rmsnorm_ok);
+	roundtrip("gated_mlp_tiny_fp32.onnx", gated_mlp_mg);
+	roundtrip("lora_tiny_fp32.onnx", lora_mg);
+	roundtrip("gqa_tiny_fp32.onnx", attention_mg);
+	/* and rejects what is not a μGraph, with a message */
+	static const char *bad[] = { "", "{", "[1, 2]", "{\"steps\": 3}",
+		"{\"steps\": [{\"step\": \"iter\", \"tensor\": 9, \"imap\": [0, 0, 0]}]}",
+		"{\"steps\": [{\"step\": \"teleport\"}]}" };
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		struct mo_mugraph *mg;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		assert_int_equal(mo_mg_from_json(bad[i], &mg, &d), MO_ERR_INPUT);
+		assert_null(mg);
+		assert_non_null(strstr(d.msg, "μGraph JSON"));
+	}
+}
+
 static void validity_rules(void **state)
 {
 	(void)state;
@@ -336,6 +406,7 @@ int main(void)
 		cmocka_unit_test(gated_mlp_single_kernel),
 		cmocka_unit_test(lora_concatenated_matmul),
 		cmocka_unit_test(attention_split_kv_and_combine),
+		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
