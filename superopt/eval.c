@@ -263,6 +263,12 @@ static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 	}
 }
 
+double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
+{
+	uint64_t h = h3(hash_str(name), index, seed);
+	return (double)(h >> 11) * 0x1p-52 - 1.0; /* uniform in [-1, 1) */
+}
+
 bool mo_ev_load_leaf(struct ev *e, int ti)
 {
 	const struct mo_tensor *t = &e->tp->tensors[ti];
@@ -284,12 +290,10 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 		uint64_t hn = hash_str(t->name);
 		for (uint64_t i = 0; i < n; i++) {
 			uint64_t h = h3(hn, i, e->seed);
-			if (e->dom == MO_EVAL_FF) {
+			if (e->dom == MO_EVAL_FF)
 				((ff *)v)[i] = (ff){ h % e->f->p, mix(h) % e->f->q };
-			} else {
-				/* uniform in [-1, 1) */
-				((double *)v)[i] = ((double)(h >> 11) * 0x1p-52 - 1.0) * e->scale;
-			}
+			else
+				((double *)v)[i] = mo_eval_float_input(t->name, i, e->seed) * e->scale;
 		}
 		return true;
 	}

@@ -59,6 +59,11 @@ struct mo_eval_result {
  * Fails with MO_ERR_INPUT naming the op it cannot evaluate. */
 enum mo_status mo_eval(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
 		       struct mo_eval_result *out, struct mo_diag *d);
+/* The float value input `name` has at element `index` under `seed` (before
+ * scaling): what mo_eval feeds a program, for tools that feed the same
+ * values to another runtime. */
+double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed);
+
 /* Weights converted to the field once and reused by later evaluations of
  * the same program (they do not depend on the seed). */
 struct mo_eval_cache {
