@@ -4,6 +4,9 @@
 
 #include "mo_mugraph.h"
 
+/* A kernel-graph input mirroring the program's tensor of that name. */
+int mg_program_input(struct mo_mugraph *mg, const struct mo_tp *p, const char *name);
+
 /* RMSNorm + MatMul as one kernel (the paper's Figure 3b), for a program with
  * inputs X [rows, hidden], weights norm.weight [hidden] and proj.weight
  * [hidden, out], output /proj/MatMul_output_0 (models/build.py's rmsnorm).
@@ -21,5 +24,13 @@ enum rms_mutant {
 };
 struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut, int grid_x,
 				     int grid_y, int forloop);
+
+/* GatedMLP silu(X·W1) ⊙ (X·W2) in one kernel (models/build.py's gated_mlp).
+ * mut 0 is the correct graph; 1..5 are the mutants listed at the builder. */
+struct mo_mugraph *mg_gated_mlp(const struct mo_tp *p, int mut);
+/* LoRA X·W + (X·A)·B as [X, XA]·[W; B] (lora); mutants 1..4. */
+struct mo_mugraph *mg_lora(const struct mo_tp *p, int mut);
+/* Attention as split-KV partial sums + a combine kernel (gqa); mutants 1..5. */
+struct mo_mugraph *mg_attention_split_kv(const struct mo_tp *p, int mut);
 
 #endif
