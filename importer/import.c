@@ -60,91 +60,34 @@ static int attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *v, int
 
 /* ---- constants ---- */
 
-/* Reads the values of a small tensor into ivals or fvals. */
+static bool is_int(int32_t dt)
+{
+	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+}
+
+/* Reads the values of a small tensor into ivals (integer types) or fvals. */
 static bool read_values(struct importer *im, struct mo_tensor *t,
 			const Onnx__TensorProto *p)
 {
 	uint64_t n = mo_tensor_numel(t);
 	if (!t->shape_known || n > MAX_FOLD)
 		return false;
-	const uint8_t *raw = NULL;
-	size_t raw_len = 0;
-	struct mo_diag scratch;
-	mo_diag_init(&scratch);
-	if (p->has_raw_data || (p->has_data_location &&
-				p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)) {
-		if (mo_onnx_tensor_bytes(im->tp->model, p, &raw, &raw_len, &scratch))
-			return false;
-	}
-	struct mo_arena *a = &im->tp->arena;
-	switch (p->data_type) {
-	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: {
-		bool is64 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-		size_t have = raw ? raw_len / (is64 ? 8 : 4) : is64 ? p->n_int64_data : p->n_int32_data;
-		if (have != n)
-			return false;
-		t->ivals = mo_arena_array(a, n ? n : 1, sizeof *t->ivals);
-		if (!t->ivals)
-			return false;
-		for (size_t i = 0; i < n; i++) {
-			if (raw && is64) {
-				memcpy(&t->ivals[i], raw + 8 * i, 8);
-			} else if (raw) {
-				int32_t v;
-				memcpy(&v, raw + 4 * i, 4);
-				t->ivals[i] = v;
-			} else {
-				t->ivals[i] = is64 ? p->int64_data[i] : p->int32_data[i];
-			}
-		}
-		break;
-	}
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: {
-		bool is64 = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
-		size_t have = raw ? raw_len / (is64 ? 8 : 4) : is64 ? p->n_double_data : p->n_float_data;
-		if (have != n)
-			return false;
-		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
-		if (!t->fvals)
-			return false;
-		for (size_t i = 0; i < n; i++) {
-			if (raw && is64) {
-				memcpy(&t->fvals[i], raw + 8 * i, 8);
-			} else if (raw) {
-				float v;
-				memcpy(&v, raw + 4 * i, 4);
-				t->fvals[i] = v;
-			} else {
-				t->fvals[i] = is64 ? p->double_data[i] : p->float_data[i];
-			}
-		}
-		break;
-	}
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: {
-		size_t have = raw ? raw_len / 2 : p->n_int32_data;
-		if (have != n)
-			return false;
-		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
-		if (!t->fvals)
-			return false;
-		for (size_t i = 0; i < n; i++) {
-			uint16_t h;
-			if (raw)
-				memcpy(&h, raw + 2 * i, 2);
-			else
-				h = (uint16_t)p->int32_data[i];
-			int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-			double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
-						  : ldexp(m | 0x400, e - 25);
-			t->fvals[i] = (h & 0x8000) ? -v : v;
-		}
-		break;
-	}
-	default:
+	double v[MAX_FOLD];
+	if (!mo_onnx_tensor_doubles(im->tp->model, p, n, 0, n, v))
 		return false;
+	struct mo_arena *a = &im->tp->arena;
+	if (is_int(p->data_type)) {
+		t->ivals = mo_arena_array(a, n ? n : 1, sizeof *t->ivals);
+		for (uint64_t i = 0; t->ivals && i < n; i++)
+			t->ivals[i] = (int64_t)v[i]; /* shapes and axes: exact below 2^53 */
+	} else {
+		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
+		if (t->fvals)
+			memcpy(t->fvals, v, n * sizeof *v);
 	}
+	if (!t->ivals && !t->fvals)
+		return false;
 	t->n_vals = n;
 	return true;
 }
@@ -647,11 +590,6 @@ static bool is_float(int32_t dt)
 	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
 }
 
-static bool is_int(int32_t dt)
-{
-	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
-	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
-}
 
 /* The Lax class of this instance; sets op->note when it is a boundary. */
 static void classify(struct mo_tp *tp, struct mo_tp_op *op)

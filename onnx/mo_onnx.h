@@ -8,6 +8,7 @@
 #ifndef MO_ONNX_H
 #define MO_ONNX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -51,6 +52,12 @@ enum mo_status mo_onnx_tensor_bytes(const struct mo_model *m,
 				    const Onnx__TensorProto *t,
 				    const uint8_t **data, size_t *len,
 				    struct mo_diag *d);
+
+/* Elements [start, start + cnt) of a tensor of n elements as doubles, from
+ * raw, typed or external data; float32/64, float16, bfloat16, int8/32/64,
+ * uint8 and bool. False for other types or data that does not match n. */
+bool mo_onnx_tensor_doubles(const struct mo_model *m, const Onnx__TensorProto *t, uint64_t n,
+			    uint64_t start, uint64_t cnt, double *out);
 
 /* Size in bytes of one element of an ONNX TensorProto.DataType, 0 for types
  * without a fixed size (string) or unknown types. Sub-byte types (int4) report

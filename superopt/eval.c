@@ -127,8 +127,7 @@ static void *alloc_vals(struct ev *e, uint64_t n)
 }
 
 
-/* Decodes elements [start, start + cnt) of an initializer or constant into
- * doubles. */
+/* Elements [start, start + cnt) of an initializer or constant as doubles. */
 static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, uint64_t start,
 			 uint64_t cnt, double *out)
 {
@@ -140,103 +139,7 @@ static bool read_doubles(const struct mo_tp *tp, const struct mo_tensor *t, uint
 			out[i] = t->fvals ? t->fvals[start + i] : (double)t->ivals[start + i];
 		return true;
 	}
-	const Onnx__TensorProto *p = t->init;
-	if (!p)
-		return false;
-	const uint8_t *raw = NULL;
-	size_t len = 0;
-	struct mo_diag scratch;
-	mo_diag_init(&scratch);
-	bool has_bytes = mo_onnx_tensor_bytes(tp->model, p, &raw, &len, &scratch) == MO_OK;
-	switch (p->data_type) {
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
-		if (has_bytes && len == n * 4) {
-			for (uint64_t i = 0; i < cnt; i++) {
-				float v;
-				memcpy(&v, raw + 4 * (start + i), 4);
-				out[i] = v;
-			}
-			return true;
-		}
-		if (p->n_float_data != n)
-			return false;
-		for (uint64_t i = 0; i < cnt; i++)
-			out[i] = p->float_data[start + i];
-		return true;
-	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
-		if (has_bytes && len == n * 8) {
-			memcpy(out, raw + 8 * start, cnt * 8);
-			return true;
-		}
-		if (p->n_double_data != n)
-			return false;
-		memcpy(out, p->double_data + start, cnt * 8);
-		return true;
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: {
-		bool bf = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
-		if (!(has_bytes && len == n * 2) && p->n_int32_data != n)
-			return false;
-		for (uint64_t i = 0; i < cnt; i++) {
-			uint16_t h;
-			if (has_bytes && len == n * 2)
-				memcpy(&h, raw + 2 * (start + i), 2);
-			else
-				h = (uint16_t)p->int32_data[start + i];
-			if (bf) {
-				uint32_t bits = (uint32_t)h << 16;
-				float v;
-				memcpy(&v, &bits, 4);
-				out[i] = v;
-			} else {
-				int ex = (h >> 10) & 0x1f, m = h & 0x3ff;
-				double v = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY)
-							   : ldexp(m | 0x400, ex - 25);
-				out[i] = (h & 0x8000) ? -v : v;
-			}
-		}
-		return true;
-	}
-	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__INT8:
-	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: {
-		size_t w = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? 8
-			 : p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? 4 : 1;
-		if (has_bytes && len == n * w) {
-			for (uint64_t i = 0; i < cnt; i++) {
-				uint64_t k = start + i;
-				int64_t v = 0;
-				if (w == 8)
-					memcpy(&v, raw + 8 * k, 8);
-				else if (w == 4) {
-					int32_t x;
-					memcpy(&x, raw + 4 * k, 4);
-					v = x;
-				} else {
-					v = p->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT8
-						    ? (int8_t)raw[k] : raw[k];
-				}
-				out[i] = (double)v;
-			}
-			return true;
-		}
-		if (w == 8 && p->n_int64_data == n) {
-			for (uint64_t i = 0; i < cnt; i++)
-				out[i] = (double)p->int64_data[start + i];
-			return true;
-		}
-		if (w != 8 && p->n_int32_data == n) {
-			for (uint64_t i = 0; i < cnt; i++)
-				out[i] = p->int32_data[start + i];
-			return true;
-		}
-		return false;
-	}
-	default:
-		return false;
-	}
+	return t->init && mo_onnx_tensor_doubles(tp->model, t->init, n, start, cnt, out);
 }
 
 /* Converts a weight to the field, a chunk per worker thread. */
