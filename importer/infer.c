@@ -89,6 +89,15 @@ static bool broadcast(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype,
 	return set_out(tp, op, 0, dtype, rank, dims, why);
 }
 
+/* Normalizes a possibly negative axis against rank (axis == rank allowed when
+ * `upto`); false if it is out of range. */
+static bool norm_axis(int64_t *axis, int rank, bool upto)
+{
+	if (*axis < 0)
+		*axis += rank;
+	return *axis >= 0 && (upto ? *axis <= rank : *axis < rank);
+}
+
 static bool infer_matmul(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
 	const struct mo_tensor *a = in(tp, op, 0), *b = in(tp, op, 1);
@@ -295,9 +304,7 @@ static bool infer_flatten(struct mo_tp *tp, struct mo_tp_op *op, const char **wh
 {
 	const struct mo_tensor *x = in(tp, op, 0);
 	int64_t axis = op->p.axes[0];
-	if (axis < 0)
-		axis += x->rank;
-	if (axis < 0 || axis > x->rank) {
+	if (!norm_axis(&axis, x->rank, true)) {
 		*why = "Flatten axis out of range";
 		return false;
 	}
@@ -311,9 +318,7 @@ static bool infer_concat(struct mo_tp *tp, struct mo_tp_op *op, const char **why
 {
 	const struct mo_tensor *x = in(tp, op, 0);
 	int64_t axis = op->p.axes[0];
-	if (axis < 0)
-		axis += x->rank;
-	if (axis < 0 || axis >= x->rank) {
+	if (!norm_axis(&axis, x->rank, false)) {
 		*why = "Concat axis out of range";
 		return false;
 	}
@@ -344,9 +349,7 @@ static bool infer_split(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
 	const struct mo_tensor *x = in(tp, op, 0);
 	int64_t axis = op->p.axes[0];
-	if (axis < 0)
-		axis += x->rank;
-	if (axis < 0 || axis >= x->rank) {
+	if (!norm_axis(&axis, x->rank, false)) {
 		*why = "Split axis out of range";
 		return false;
 	}
@@ -450,9 +453,7 @@ static bool infer_norm(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
 	const struct mo_tensor *x = in(tp, op, 0);
 	int64_t axis = op->p.axes[0];
-	if (axis < 0)
-		axis += x->rank;
-	if (axis < 0 || axis >= x->rank) {
+	if (!norm_axis(&axis, x->rank, false)) {
 		*why = "normalization axis out of range";
 		return false;
 	}
@@ -488,9 +489,7 @@ static bool infer_gather(struct mo_tp *tp, struct mo_tp_op *op, const char **why
 {
 	const struct mo_tensor *x = in(tp, op, 0), *idx = in(tp, op, 1);
 	int64_t axis = op->p.axes[0];
-	if (axis < 0)
-		axis += x->rank;
-	if (axis < 0 || axis >= x->rank || x->rank - 1 + idx->rank > MO_MAX_RANK) {
+	if (!norm_axis(&axis, x->rank, false) || x->rank - 1 + idx->rank > MO_MAX_RANK) {
 		*why = "Gather axis out of range";
 		return false;
 	}

@@ -753,11 +753,19 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 		bcast_offsets(x, sc, go_s);
 	if (bi)
 		bcast_offsets(x, bi, go_b);
+	/* the normalized group of every element, shared by both domains */
+	uint64_t gs;
+	g = mo_calloc(n ? n : 1, sizeof *g);
+	if (!g) {
+		e->bad = "out of memory";
+		goto done;
+	}
+	groups_of(x, axes, na, g, &gs);
 	if (e->dom == MO_EVAL_FLOAT) {
 		const double *X = e->vals[op->in[0]];
 		double *Y = out, *mean = NULL, *var;
 		if (layer) {
-			mean = reduce(e, X, x, axes, na, RED_MEAN, &g);
+			mean = reduce(e, X, x, axes, na, RED_MEAN, NULL);
 			if (!mean)
 				goto done;
 		}
@@ -767,17 +775,11 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 			e->bad = "out of memory";
 			goto done;
 		}
-		if (!g) {
-			uint64_t gs;
-			g = mo_calloc(n ? n : 1, sizeof *g);
-			if (g)
-				groups_of(x, axes, na, g, &gs);
-		}
-		for (uint64_t i = 0; g && i < n; i++) {
+		for (uint64_t i = 0; i < n; i++) {
 			double dv = X[i] - (mean ? mean[g[i]] : 0);
 			sq[i] = dv * dv;
 		}
-		var = g ? reduce(e, sq, x, axes, na, RED_MEAN, NULL) : NULL;
+		var = reduce(e, sq, x, axes, na, RED_MEAN, NULL);
 		for (uint64_t i = 0; var && i < n; i++) {
 			double dv = X[i] - (mean ? mean[g[i]] : 0);
 			double yv = dv / sqrt(var[g[i]] + op->p.epsilon);
@@ -795,7 +797,7 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 		ff *Y = out, *mean = NULL, *var;
 		const struct mo_field *f = e->f;
 		if (layer) {
-			mean = reduce(e, X, x, axes, na, RED_MEAN, &g);
+			mean = reduce(e, X, x, axes, na, RED_MEAN, NULL);
 			if (!mean)
 				goto done;
 		}
@@ -805,17 +807,11 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 			e->bad = "out of memory";
 			goto done;
 		}
-		if (!g) {
-			uint64_t gs;
-			g = mo_calloc(n ? n : 1, sizeof *g);
-			if (g)
-				groups_of(x, axes, na, g, &gs);
-		}
-		for (uint64_t i = 0; g && i < n; i++) {
+		for (uint64_t i = 0; i < n; i++) {
 			ff dv = mean ? ff_add(f, X[i], ff_neg(f, mean[g[i]])) : X[i];
 			sq[i] = ff_mul(f, dv, dv);
 		}
-		var = g ? reduce(e, sq, x, axes, na, RED_MEAN, NULL) : NULL;
+		var = reduce(e, sq, x, axes, na, RED_MEAN, NULL);
 		ff eps = ff_const(e, (double)(float)op->p.epsilon), one = ff_int(f, 1);
 		for (uint64_t i = 0; var && i < n; i++) {
 			ff dv = mean ? ff_add(f, X[i], ff_neg(f, mean[g[i]])) : X[i];
