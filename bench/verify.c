@@ -67,6 +67,32 @@ int main(int argc, char **argv)
 	printf("full verification: %.2f s (%d finite-field trials of both programs on every "
 	       "output element, then the float check)\n", t, rep.trials_run);
 	printf("verdict: %s; %s\n", names[rep.verdict], rep.detail);
+
+	/* the fast check the search runs per candidate: the reference once per
+	 * seed, then two blocks of each candidate */
+	struct mo_ref_cache rc;
+	mo_ref_cache_init(&rc, tp);
+	struct mo_quick_report q;
+	t0 = now();
+	if (mo_mg_quick_check(mg, &rc, 1, 2, &q, &d)) {
+		fprintf(stderr, "%s\n", d.msg);
+		return 1;
+	}
+	double first = now() - t0;
+	t0 = now();
+	int n = 10;
+	for (int i = 0; i < n && q.verdict == MO_EQUIVALENT; i++)
+		if (mo_mg_quick_check(mg, &rc, 1, 2, &q, &d)) {
+			fprintf(stderr, "%s\n", d.msg);
+			return 1;
+		}
+	double each = (now() - t0) / n;
+	printf("fast check: %.2f s the first time (the reference program evaluated once), "
+	       "then %.3f s per candidate (%llu of %llu output elements compared): %s\n",
+	       first, each, (unsigned long long)q.compared,
+	       (unsigned long long)mo_tensor_numel(&mg->kg.tensors[mg->kg.outputs[0]]),
+	       names[q.verdict]);
+	mo_ref_cache_free(&rc);
 	mo_mg_free(mg);
 	mo_tp_free(tp);
 	mo_onnx_free(m);

@@ -96,6 +96,9 @@ struct mo_op_info {
 };
 extern const struct mo_op_info mo_op_table[MO_OP__COUNT];
 const char *mo_lax_name(enum mo_lax lax);
+/* Each output element depends only on the same (broadcast) element of each
+ * operand: the ops a thread graph may hold. */
+bool mo_op_elementwise(enum mo_op op);
 
 enum mo_tensor_kind {
 	MO_T_INPUT,       /* a graph input */

@@ -24,6 +24,27 @@ const char *mo_lax_name(enum mo_lax lax)
 	return "?";
 }
 
+bool mo_op_elementwise(enum mo_op op)
+{
+	switch (op) {
+	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG:
+	case MO_OP_RECIPROCAL: case MO_OP_POW: case MO_OP_SQRT: case MO_OP_EXP:
+	case MO_OP_SIGMOID: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
+	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN:
+	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG: case MO_OP_CAST:
+	case MO_OP_IDENTITY:
+		return true;
+	case MO_OP_MATMUL: case MO_OP_GEMM: case MO_OP_SOFTMAX: case MO_OP_REDUCE_SUM:
+	case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: case MO_OP_LAYER_NORM:
+	case MO_OP_RMS_NORM: case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE:
+	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_SPLIT:
+	case MO_OP_SLICE: case MO_OP_EXPAND: case MO_OP_GATHER: case MO_OP_OPAQUE:
+	case MO_OP__COUNT:
+		return false;
+	}
+	return false;
+}
+
 enum mo_op mo_op_lookup(const char *domain, const char *op_type)
 {
 	if (domain && *domain && strcmp(domain, "ai.onnx") != 0)

@@ -139,8 +139,13 @@ static int mg_degree_bound(const struct mo_mugraph *mg)
 		/* accumulators sit between ops: walk until nothing changes */
 		for (int pass = 0; pass < 2; pass++) {
 			degree_walk(&bg->body, bd);
-			for (int a = 0; a < bg->n_accums; a++)
-				bd[bg->accums[a].out] = bd[bg->accums[a].in];
+			for (int a = 0; a < bg->n_accums; a++) {
+				const struct mo_bg_accum *x = &bg->accums[a];
+				/* a running max is a random function (fresh); a rescaled
+				 * sum multiplies each term by up to one exp per iteration */
+				bd[x->out] = x->kind == MO_ACC_SUM ? bd[x->in]
+					   : x->kind == MO_ACC_MAX ? 1 : bd[x->in] + bg->forloop;
+			}
 		}
 		for (int s = 0; s < bg->n_savers; s++)
 			deg[bg->savers[s].tensor] = bd[bg->savers[s].tile];
@@ -171,15 +176,16 @@ struct prog {
 	const struct mo_tp *tp;        /* the program, or the reference of mg */
 	const struct mo_mugraph *mg;
 	struct mo_eval_cache cache;
+	struct mo_eval_cache *weights; /* the field weights in use: &cache, or shared */
 };
 
 static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
 				double scale, struct mo_eval_result *out, struct mo_diag *d)
 {
+	struct mo_eval_cache *w = dom != MO_EVAL_FF ? NULL : p->weights ? p->weights : &p->cache;
 	if (p->mg)
-		return mo_mg_eval(p->mg, p->tp, dom, seed, scale, out, d);
-	return mo_eval_scaled(p->tp, dom, seed, scale, dom == MO_EVAL_FF ? &p->cache : NULL,
-			      out, d);
+		return mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, w, out, d);
+	return mo_eval_scaled(p->tp, dom, seed, scale, w, out, d);
 }
 
 static bool tp_uninterpreted(const struct mo_tp *tp)
@@ -204,6 +210,9 @@ static bool prog_uninterpreted(const struct prog *p)
 		if (op->bg ? tp_uninterpreted(&op->bg->body)
 			   : (op->op.lax == MO_LAX_UNINTERPRETED || op->op.lax == MO_LAX_COMPOSITE))
 			return true;
+		for (int a = 0; op->bg && a < op->bg->n_accums; a++)
+			if (op->bg->accums[a].kind != MO_ACC_SUM)
+				return true; /* the running max */
 	}
 	return false;
 }
@@ -424,6 +433,7 @@ enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
 	int da = mg_degree_bound(mg), db = degree_bound(ref);
 	rep->degree = da > db ? da : db;
 	struct prog pa = { .tp = ref, .mg = mg }, pb = { .tp = ref };
+	pa.weights = &pb.cache; /* one program's weights, converted once */
 	enum mo_status st = decide(&pa, &pb, opt, rep, d);
 	mo_eval_cache_free(&pb.cache);
 	return st;

@@ -89,6 +89,16 @@ static ff ff_uf(struct ev *e, uint64_t fn, ff a, ff b)
 	return (ff){ mix(h) % e->f->p, mix(h ^ 0x5555) % e->f->q };
 }
 
+/* A random function symmetric in its operands (Max, Min). */
+static ff ff_symmetric(struct ev *e, uint64_t fn, ff a, ff b)
+{
+	ff lo = a.p < b.p || (a.p == b.p && a.q <= b.q) ? a : b;
+	ff hi = lo.p == a.p && lo.q == a.q ? b : a;
+	return ff_uf(e, fn, lo, hi);
+}
+
+static const uint64_t FN_MAX = (uint64_t)MO_OP_MAX * 0x100000001b3ull;
+
 static ff ff_const(struct ev *e, double v)
 {
 	ff r = { 0, 0 };
@@ -267,7 +277,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 		bcast_offsets(y, T(e, op->in[k]), offs[k]);
 	}
 	const struct mo_op_params *p = &op->p;
-	uint64_t fn = (uint64_t)op->kind * 0x100000001b3ull;
+	uint64_t fn = op->kind == MO_OP_MAX ? FN_MAX : (uint64_t)op->kind * 0x100000001b3ull;
 	if (op->kind == MO_OP_CLIP) { /* different bounds: a different function */
 		for (int k = 0; k < op->n_params; k++) {
 			const struct mo_tensor *b = T(e, op->param_in[k]);
@@ -363,12 +373,9 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_SIGMOID: /* 1 / (1 + exp(-a)): one exp */
 				r = ff_inv(e, ff_add(f, one, ff_exp(e, ff_neg(f, a))));
 				break;
-			case MO_OP_MAX: case MO_OP_MIN: { /* symmetric in its operands */
-				ff lo = a.p < b.p || (a.p == b.p && a.q <= b.q) ? a : b;
-				ff hi2 = lo.p == a.p && lo.q == a.q ? b : a;
-				r = ff_uf(e, fn, lo, hi2);
+			case MO_OP_MAX: case MO_OP_MIN:
+				r = ff_symmetric(e, fn, a, b);
 				break;
-			}
 			case MO_OP_WHERE: r = ff_uf(e, fn, a, ff_uf(e, fn + 1, b, c)); break;
 			case MO_OP_SQRT: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_TANH:
 			case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
@@ -962,6 +969,58 @@ void mo_ev_add_into(struct ev *e, void *acc, const void *x, uint64_t n)
 	const ff *b = x;
 	for (uint64_t i = 0; i < n; i++)
 		a[i] = ff_add(e->f, a[i], b[i]);
+}
+
+void mo_ev_max_into(struct ev *e, void *runmax, const void *m, uint64_t n, bool first)
+{
+	if (first) {
+		memcpy(runmax, m, n * e->es);
+		return;
+	}
+	if (e->dom == MO_EVAL_FLOAT) {
+		double *r = runmax;
+		const double *x = m;
+		for (uint64_t i = 0; i < n; i++)
+			r[i] = x[i] > r[i] ? x[i] : r[i];
+		return;
+	}
+	ff *r = runmax;
+	const ff *x = m;
+	for (uint64_t i = 0; i < n; i++)
+		r[i] = ff_symmetric(e, FN_MAX, r[i], x[i]);
+}
+
+void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_tensor *vt,
+			const void *m, const void *old_max, const void *new_max,
+			const struct mo_tensor *mt, bool first)
+{
+	uint64_t n = numel(vt);
+	uint64_t *o = mo_calloc(n ? n : 1, sizeof *o);
+	if (!o) {
+		e->bad = "out of memory";
+		return;
+	}
+	bcast_offsets(vt, mt, o);
+	if (e->dom == MO_EVAL_FLOAT) {
+		double *A = acc;
+		const double *V = v, *M = m, *M0 = old_max, *M1 = new_max;
+		for (uint64_t i = 0; i < n; i++) {
+			double keep = first ? 0 : A[i] * exp(M0[o[i]] - M1[o[i]]);
+			A[i] = keep + V[i] * exp(M[o[i]] - M1[o[i]]);
+		}
+	} else {
+		const struct mo_field *f = e->f;
+		ff *A = acc;
+		const ff *V = v, *M = m, *M0 = old_max, *M1 = new_max;
+		for (uint64_t i = 0; i < n && !e->bad; i++) {
+			ff add = ff_mul(f, V[i], ff_exp(e, ff_add(f, M[o[i]], ff_neg(f, M1[o[i]]))));
+			if (!first)
+				add = ff_add(f, add, ff_mul(f, A[i], ff_exp(e, ff_add(f, M0[o[i]],
+									ff_neg(f, M1[o[i]])))));
+			A[i] = add;
+		}
+	}
+	mo_free(o);
 }
 
 void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op)

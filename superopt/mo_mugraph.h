@@ -17,7 +17,11 @@
 #define MO_MG_MAX 48       /* tensors / ops per graph level */
 
 enum mo_accum_kind {
-	MO_ACC_SUM, /* sum over the for-loop iterations */
+	MO_ACC_SUM,      /* Σ_i x_i over the for-loop iterations */
+	MO_ACC_MAX,      /* the running max M of x_i (online softmax's max) */
+	MO_ACC_RESCALED, /* Σ_i x_i·exp(m_i − M): the max-rescaled sum of online
+			  * softmax, m_i the iteration's max tile, M their running
+			  * max; kept as acc·exp(M_old − M_new) + x_i·exp(m_i − M_new) */
 };
 
 struct mo_bg_iter {
@@ -30,7 +34,17 @@ struct mo_bg_iter {
 struct mo_bg_accum {
 	int in, out;  /* per-iteration tile -> accumulated tile */
 	enum mo_accum_kind kind;
+	int max_in;   /* MO_ACC_RESCALED: the tile m_i (broadcast over in); else -1 */
 };
+
+/* A thread graph (paper §2.3): a chain of element-wise block ops that each
+ * thread runs on its own elements in registers, so the tiles between them
+ * never touch shared memory. Body ops first..last (contiguous, in order). */
+struct mo_thread_graph {
+	int first, last;
+};
+
+#define MO_BLOCK_THREADS 128 /* threads per block of every graph-defined kernel */
 
 struct mo_bg_saver {
 	int tile;     /* body tensor it writes */
@@ -47,6 +61,8 @@ struct mo_block_graph {
 	struct mo_bg_iter iters[MO_MG_MAX];
 	struct mo_bg_accum accums[MO_MG_MAX];
 	struct mo_bg_saver savers[MO_MG_MAX];
+	int n_tgs;
+	struct mo_thread_graph tgs[MO_MG_MAX / 2];
 };
 
 struct mo_kg_op {
@@ -58,7 +74,7 @@ struct mo_kg_op {
  * build it and deserializes by replaying them (tensor numbers included). */
 enum mo_mg_step_kind {
 	MO_STEP_INPUT, MO_STEP_KERNEL, MO_STEP_OUTPUT, MO_STEP_BLOCK, MO_STEP_ITER,
-	MO_STEP_OP, MO_STEP_CONST, MO_STEP_ACCUM, MO_STEP_SAVE,
+	MO_STEP_OP, MO_STEP_CONST, MO_STEP_ACCUM, MO_STEP_SAVE, MO_STEP_THREAD,
 };
 
 struct mo_mg_step {
@@ -114,8 +130,18 @@ int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, 
 	     const int *in, const struct mo_op_params *p);
 /* A scalar constant tile (for eps, 1/n, ...). */
 int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value);
+/* A sum or max accumulator (MO_ACC_SUM, MO_ACC_MAX). */
 int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 		enum mo_accum_kind kind);
+/* The max-rescaled sum of `tile` against the iteration's max tile `max_tile`
+ * (same rank, each dim equal or 1). Accumulators sharing a max tile share M,
+ * so their quotient is exact; MO_ACC_MAX of the same tile gives M itself. */
+int mo_bg_accum_rescaled(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+			 int max_tile);
+/* Makes the body ops that produced tiles first..last (all element-wise, one
+ * contiguous run) a thread graph. Returns its index. */
+int mo_bg_thread_graph(struct mo_mugraph *mg, struct mo_block_graph *bg, int first_tile,
+		       int last_tile);
 /* Saves a tile; returns the kernel tensor it becomes. */
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 	       int ox, int oy, int oz);
@@ -134,10 +160,23 @@ void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out);
 enum mo_target { MO_SM80, MO_SM90 };
 /* Shared memory a block may use: sm_80 163 KB, sm_90 227 KB. */
 uint64_t mo_target_smem(enum mo_target t);
+/* Registers: 64 K 32-bit registers per SM and at most 255 per thread, on both. */
+int mo_target_regs_per_thread(enum mo_target t);
+int mo_target_regs_per_sm(enum mo_target t);
+
+/* What a block graph needs: shared memory (tiles not held in registers by a
+ * thread graph) and registers per thread (the largest thread graph's
+ * estimate: 16 for addressing plus, per element a thread owns, one register
+ * per value live across the chain). */
+struct mo_bg_usage {
+	uint64_t smem;
+	int regs_per_thread;
+};
+void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u);
 
 /* Definition 2.1: shapes match (inferred at build), maps divide the dims,
- * tiles fit shared memory, and in a for-loop every path from an iterator to a
- * saver crosses one accumulator. */
+ * tiles fit shared memory and thread graphs the register file, and in a
+ * for-loop every path from an iterator to a saver crosses one accumulator. */
 bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		 size_t why_len);
 
@@ -148,6 +187,44 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			  enum mo_eval_domain domain, uint64_t seed, double scale,
 			  struct mo_eval_result *out, struct mo_diag *d);
+
+/* The same, with the reference's weights converted to the field once in
+ * `weights` (zero-initialized before first use; mo_eval_cache_free after). */
+enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
+				 enum mo_eval_domain domain, uint64_t seed, double scale,
+				 struct mo_eval_cache *weights, struct mo_eval_result *out,
+				 struct mo_diag *d);
+
+/* The reference program's finite-field results, computed once per seed and
+ * reused for every candidate checked against it, and its weights, converted
+ * once. */
+#define MO_REF_SEEDS 4
+struct mo_ref_cache {
+	const struct mo_tp *ref;
+	struct mo_eval_cache weights;
+	int n;
+	uint64_t seeds[MO_REF_SEEDS];
+	struct mo_eval_result results[MO_REF_SEEDS];
+};
+void mo_ref_cache_init(struct mo_ref_cache *c, const struct mo_tp *ref);
+void mo_ref_cache_free(struct mo_ref_cache *c);
+
+struct mo_quick_report {
+	enum mo_verdict verdict; /* EQUIVALENT: every compared element agrees */
+	uint64_t compared;       /* output elements compared */
+};
+
+/* The fast check the search runs on every candidate (DESIGN §6): one field
+ * trial in which each graph-defined kernel that feeds only μGraph outputs
+ * runs `blocks` of its blocks (drawn from the seed), compared on the
+ * elements those blocks wrote with the cached reference results. NOT
+ * EQUIVALENT on any difference (the search drops the candidate; an
+ * uninterpreted op's identity may hide behind it, which only costs a
+ * candidate), INCONCLUSIVE on a division by zero, EQUIVALENT when every
+ * compared element agrees; then the full verdict decides. */
+enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cache *rc,
+				 uint64_t seed, int blocks, struct mo_quick_report *rep,
+				 struct mo_diag *d);
 
 /* The verdict of mo_equiv, between a μGraph and the program it replaces. */
 enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,

@@ -305,8 +305,8 @@ int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value)
 	return c;
 }
 
-int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
-		enum mo_accum_kind kind)
+static int add_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		     enum mo_accum_kind kind, int max_tile)
 {
 	if (!bg || tile < 0 || tile >= bg->body.n_tensors)
 		return fail(mg, "accumulator of a missing tile");
@@ -315,17 +315,78 @@ int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 	struct mo_mg_step *s = log_step(mg, MO_STEP_ACCUM, bg);
 	if (s) {
 		s->in[0] = tile;
+		s->in[1] = max_tile;
+		s->n_in = max_tile >= 0 ? 2 : 1;
 		s->fmap = (int)kind;
+	}
+	const struct mo_tensor *src = &bg->body.tensors[tile];
+	if (kind == MO_ACC_RESCALED) {
+		if (max_tile < 0 || max_tile >= bg->body.n_tensors)
+			return fail(mg, "rescaled accumulator without a max tile");
+		const struct mo_tensor *m = &bg->body.tensors[max_tile];
+		if (m->rank != src->rank)
+			return fail(mg, "rescaled accumulator: the max tile has rank %d, the tile %d",
+				    m->rank, src->rank);
+		for (int d = 0; d < m->rank; d++)
+			if (m->dims[d] != 1 && m->dims[d] != src->dims[d])
+				return fail(mg, "rescaled accumulator: the max tile does not broadcast "
+					    "over the tile (dim %d)", d);
 	}
 	int out = new_tensor(mg, &bg->body, NULL);
 	if (out < 0)
 		return -1;
 	struct mo_tensor *x = &bg->body.tensors[out];
-	const struct mo_tensor *src = &bg->body.tensors[tile];
 	x->dtype = src->dtype;
 	mo_tensor_set_shape(x, src->rank, src->dims);
-	bg->accums[bg->n_accums++] = (struct mo_bg_accum){ tile, out, kind };
+	bg->accums[bg->n_accums++] = (struct mo_bg_accum){ tile, out, kind, max_tile };
 	return out;
+}
+
+int mo_bg_accum(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		enum mo_accum_kind kind)
+{
+	if (kind == MO_ACC_RESCALED)
+		return fail(mg, "a rescaled accumulator needs its max tile");
+	return add_accum(mg, bg, tile, kind, -1);
+}
+
+int mo_bg_accum_rescaled(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+			 int max_tile)
+{
+	return add_accum(mg, bg, tile, MO_ACC_RESCALED, max_tile);
+}
+
+int mo_bg_thread_graph(struct mo_mugraph *mg, struct mo_block_graph *bg, int first_tile,
+		       int last_tile)
+{
+	if (!bg)
+		return fail(mg, "no block graph");
+	struct mo_mg_step *s = log_step(mg, MO_STEP_THREAD, bg);
+	if (s) {
+		s->in[0] = first_tile;
+		s->in[1] = last_tile;
+		s->n_in = 2;
+	}
+	const struct mo_tp *b = &bg->body;
+	if (first_tile < 0 || first_tile >= b->n_tensors || last_tile < 0 ||
+	    last_tile >= b->n_tensors)
+		return fail(mg, "thread graph: missing tile");
+	int first = b->tensors[first_tile].producer, last = b->tensors[last_tile].producer;
+	if (first < 0 || last < first)
+		return fail(mg, "thread graph: tiles %d..%d are not made by a run of block ops",
+			    first_tile, last_tile);
+	for (int i = first; i <= last; i++) {
+		if (!mo_op_elementwise(b->ops[i].kind))
+			return fail(mg, "thread graph: %s is not element-wise",
+				    mo_op_table[b->ops[i].kind].name);
+		for (int g = 0; g < bg->n_tgs; g++)
+			if (i >= bg->tgs[g].first && i <= bg->tgs[g].last)
+				return fail(mg, "thread graph: a block op is in two thread graphs");
+	}
+	if (bg->n_tgs == MO_MG_MAX / 2)
+		return fail(mg, "too many thread graphs");
+	bg->tgs[bg->n_tgs] = (struct mo_thread_graph){ first, last };
+	return bg->n_tgs++;
 }
 
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int ox, int oy,
@@ -377,6 +438,82 @@ uint64_t mo_target_smem(enum mo_target t)
 	return t == MO_SM90 ? 227u * 1024 : 163u * 1024;
 }
 
+int mo_target_regs_per_thread(enum mo_target t)
+{
+	(void)t;
+	return 255;
+}
+
+int mo_target_regs_per_sm(enum mo_target t)
+{
+	(void)t;
+	return 65536;
+}
+
+/* The thread graph holding body op i, or -1. */
+static int tg_of(const struct mo_block_graph *bg, int op)
+{
+	for (int g = 0; g < bg->n_tgs; g++)
+		if (op >= bg->tgs[g].first && op <= bg->tgs[g].last)
+			return g;
+	return -1;
+}
+
+/* Is body tensor t a register value: made inside a thread graph and read
+ * only inside the same one (not accumulated, not saved, not a max tile)? */
+static bool in_registers(const struct mo_block_graph *bg, int t)
+{
+	int p = bg->body.tensors[t].producer;
+	int g = p >= 0 ? tg_of(bg, p) : -1;
+	if (g < 0)
+		return false;
+	for (int a = 0; a < bg->n_accums; a++)
+		if (bg->accums[a].in == t || bg->accums[a].max_in == t)
+			return false;
+	for (int s = 0; s < bg->n_savers; s++)
+		if (bg->savers[s].tile == t)
+			return false;
+	for (int i = 0; i < bg->body.n_ops; i++) {
+		const struct mo_tp_op *op = &bg->body.ops[i];
+		for (int k = 0; k < op->n_in; k++)
+			if (op->in[k] == t && tg_of(bg, i) != g)
+				return false;
+	}
+	return true;
+}
+
+void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
+{
+	u->smem = 0;
+	u->regs_per_thread = 0;
+	for (int i = 0; i < bg->body.n_tensors; i++) {
+		const struct mo_tensor *t = &bg->body.tensors[i];
+		if (in_registers(bg, i))
+			continue;
+		size_t es = mo_onnx_dtype_size(t->dtype);
+		u->smem += mo_tensor_numel(t) * (es ? es : 4);
+	}
+	for (int g = 0; g < bg->n_tgs; g++) {
+		const struct mo_thread_graph *tg = &bg->tgs[g];
+		uint64_t most = 1;
+		int live = 1; /* the value being computed */
+		for (int i = tg->first; i <= tg->last; i++) {
+			const struct mo_tp_op *op = &bg->body.ops[i];
+			uint64_t n = mo_tensor_numel(&bg->body.tensors[op->out[0]]);
+			most = n > most ? n : most;
+			for (int k = 0; k < op->n_in; k++) {
+				int p = op->in[k] >= 0 ? bg->body.tensors[op->in[k]].producer : -1;
+				if (p < tg->first || p > tg->last)
+					live++; /* an operand loaded from shared memory */
+			}
+		}
+		uint64_t per_thread = (most + MO_BLOCK_THREADS - 1) / MO_BLOCK_THREADS;
+		uint64_t regs = 16 + per_thread * (uint64_t)live;
+		int r = regs > 100000 ? 100000 : (int)regs;
+		u->regs_per_thread = r > u->regs_per_thread ? r : u->regs_per_thread;
+	}
+}
+
 /* post[i]: body tensor i exists only after the for-loop (it depends on an
  * accumulator). */
 static void phases(const struct mo_block_graph *bg, bool *post)
@@ -407,16 +544,19 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 			continue;
 		bool post[MO_MG_MAX];
 		phases(bg, post);
-		uint64_t smem = 0;
-		for (int i = 0; i < bg->body.n_tensors; i++) {
-			const struct mo_tensor *t = &bg->body.tensors[i];
-			size_t es = mo_onnx_dtype_size(t->dtype);
-			smem += mo_tensor_numel(t) * (es ? es : 4);
-		}
-		if (smem > mo_target_smem(target)) {
+		struct mo_bg_usage u;
+		mo_bg_usage(bg, &u);
+		if (u.smem > mo_target_smem(target)) {
 			snprintf(why, why_len, "kernel %d: tiles need %llu bytes of shared memory, "
-				 "the target has %llu", k + 1, (unsigned long long)smem,
+				 "the target has %llu", k + 1, (unsigned long long)u.smem,
 				 (unsigned long long)mo_target_smem(target));
+			return false;
+		}
+		if (u.regs_per_thread > mo_target_regs_per_thread(target) ||
+		    (int64_t)u.regs_per_thread * MO_BLOCK_THREADS > mo_target_regs_per_sm(target)) {
+			snprintf(why, why_len, "kernel %d: a thread graph needs %d registers per "
+				 "thread, the target allows %d", k + 1, u.regs_per_thread,
+				 mo_target_regs_per_thread(target));
 			return false;
 		}
 		for (int s = 0; s < bg->n_savers; s++) {
@@ -429,7 +569,8 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 			}
 		}
 		for (int a = 0; a < bg->n_accums; a++) {
-			if (post[bg->accums[a].in]) {
+			int m = bg->accums[a].max_in;
+			if (post[bg->accums[a].in] || (m >= 0 && post[m])) {
 				snprintf(why, why_len, "kernel %d: an accumulator reads a value made "
 					 "after the for-loop", k + 1);
 				return false;

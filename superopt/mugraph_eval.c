@@ -11,7 +11,8 @@
  * chunk along each imap'd dim, then iteration `it`'s chunk along fmap. */
 static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
 		      const struct mo_tensor *tile, char *tile_vals, const int *map,
-		      const int *grid, const int *block, int fmap, int it, bool store)
+		      const int *grid, const int *block, int fmap, int it, bool store,
+		      uint8_t *mark)
 {
 	int64_t off[MO_MAX_RANK] = { 0 }, fs[MO_MAX_RANK];
 	for (int g = 0; g < 3; g++)
@@ -32,6 +33,8 @@ static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
 			src += (uint64_t)((off[d] + idx[d]) * fs[d]);
 		if (store)
 			memcpy(full_vals + src * es, tile_vals + i * es, es);
+		if (mark)
+			mark[src] = 1;
 		else
 			memcpy(tile_vals + i * es, full_vals + src * es, es);
 		for (int d = tile->rank - 1; d >= 0; d--) {
@@ -54,7 +57,41 @@ static void free_vals(struct ev *e, const bool *keep)
 	}
 }
 
-static void run_block(struct ev *ke, const struct mo_block_graph *bg)
+/* One accumulator's update for for-loop iteration `it`. runmax/newmax: the
+ * running max of a rescaled accumulator (numel of its max tile). */
+static void accumulate(struct ev *be, const struct mo_bg_accum *x, void *acc, void **runmax,
+		       void **newmax, int it)
+{
+	const struct mo_tp *body = be->tp;
+	const struct mo_tensor *t = &body->tensors[x->out];
+	uint64_t n = mo_tensor_numel(t);
+	switch (x->kind) {
+	case MO_ACC_SUM:
+		mo_ev_add_into(be, acc, be->vals[x->in], n);
+		return;
+	case MO_ACC_MAX:
+		mo_ev_max_into(be, acc, be->vals[x->in], n, it == 0);
+		return;
+	case MO_ACC_RESCALED: {
+		const struct mo_tensor *mt = &body->tensors[x->max_in];
+		uint64_t nm = mo_tensor_numel(mt);
+		if (it > 0)
+			memcpy(*newmax, *runmax, nm * be->es);
+		mo_ev_max_into(be, *newmax, be->vals[x->max_in], nm, it == 0);
+		mo_ev_rescale_into(be, acc, be->vals[x->in], t, be->vals[x->max_in], *runmax,
+				   *newmax, mt, it == 0);
+		void *swap = *runmax;
+		*runmax = *newmax;
+		*newmax = swap;
+		return;
+	}
+	}
+}
+
+/* Runs the block graph for every block of the grid, or only the blocks
+ * `only` marks (by linear index x + gx·(y + gy·z)) when it is not NULL. */
+static void run_block(struct ev *ke, const struct mo_block_graph *bg, const uint8_t *only,
+		      uint8_t **marks)
 {
 	const struct mo_tp *body = &bg->body;
 	int nt = body->n_tensors;
@@ -64,8 +101,10 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 	be.vals = mo_calloc((size_t)nt + 1, sizeof *be.vals);
 	be.borrowed = mo_calloc((size_t)nt + 1, sizeof *be.borrowed);
 	void **acc = mo_calloc((size_t)bg->n_accums + 1, sizeof *acc);
+	void **runmax = mo_calloc((size_t)bg->n_accums + 1, sizeof *runmax);
+	void **newmax = mo_calloc((size_t)bg->n_accums + 1, sizeof *newmax);
 	bool post[MO_MG_MAX], keep[MO_MG_MAX] = { false };
-	if (!be.vals || !be.borrowed || !acc) {
+	if (!be.vals || !be.borrowed || !acc || !runmax || !newmax) {
 		ke->bad = "out of memory";
 		goto out;
 	}
@@ -88,7 +127,15 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 		}
 	}
 	for (int a = 0; a < bg->n_accums && !be.bad; a++) {
-		acc[a] = mo_calloc(mo_tensor_numel(&body->tensors[bg->accums[a].out]) + 1, be.es);
+		const struct mo_bg_accum *x = &bg->accums[a];
+		acc[a] = mo_calloc(mo_tensor_numel(&body->tensors[x->out]) + 1, be.es);
+		if (x->kind == MO_ACC_RESCALED) {
+			uint64_t nm = mo_tensor_numel(&body->tensors[x->max_in]) + 1;
+			runmax[a] = mo_calloc(nm, be.es);
+			newmax[a] = mo_calloc(nm, be.es);
+			if (!runmax[a] || !newmax[a])
+				be.bad = "out of memory";
+		}
 		if (!acc[a])
 			be.bad = "out of memory";
 	}
@@ -96,6 +143,8 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 	for (block[2] = 0; block[2] < bg->grid[2] && !be.bad; block[2]++)
 	for (block[1] = 0; block[1] < bg->grid[1] && !be.bad; block[1]++)
 	for (block[0] = 0; block[0] < bg->grid[0] && !be.bad; block[0]++) {
+		if (only && !only[block[0] + bg->grid[0] * (block[1] + bg->grid[1] * block[2])])
+			continue;
 		for (int a = 0; a < bg->n_accums; a++)
 			memset(acc[a], 0, mo_tensor_numel(&body->tensors[bg->accums[a].out]) * be.es);
 		for (int it = 0; it < bg->forloop && !be.bad; it++) {
@@ -108,16 +157,14 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 					break;
 				}
 				move_tile(be.es, &ke->tp->tensors[x->tensor], ke->vals[x->tensor], tile,
-					  be.vals[x->tile], x->imap, bg->grid, block, x->fmap, it, false);
+					  be.vals[x->tile], x->imap, bg->grid, block, x->fmap, it, false,
+					  NULL);
 			}
 			for (int i = 0; i < body->n_ops && !be.bad; i++)
 				if (!post[body->ops[i].out[0]])
 					mo_ev_run_op(&be, &body->ops[i]);
-			for (int a = 0; a < bg->n_accums && !be.bad; a++) {
-				const struct mo_bg_accum *x = &bg->accums[a];
-				mo_ev_add_into(&be, acc[a], be.vals[x->in],
-					       mo_tensor_numel(&body->tensors[x->out]));
-			}
+			for (int a = 0; a < bg->n_accums && !be.bad; a++)
+				accumulate(&be, &bg->accums[a], acc[a], &runmax[a], &newmax[a], it);
 			/* the last iteration's in-loop values stay for savers of
 			 * single-iteration blocks */
 			if (it + 1 < bg->forloop)
@@ -134,7 +181,7 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 			const struct mo_bg_saver *x = &bg->savers[s];
 			move_tile(be.es, &ke->tp->tensors[x->tensor], ke->vals[x->tensor],
 				  &body->tensors[x->tile], be.vals[x->tile], x->omap, bg->grid, block,
-				  MO_PHI, 0, true);
+				  MO_PHI, 0, true, marks ? marks[x->tensor] : NULL);
 		}
 		free_vals(&be, keep);
 	}
@@ -145,16 +192,59 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg)
 		keep[i] = false;
 	free_vals(&be, keep);
 out:
-	for (int a = 0; acc && a < bg->n_accums; a++)
+	for (int a = 0; acc && a < bg->n_accums; a++) {
 		mo_free(acc[a]);
+		if (runmax)
+			mo_free(runmax[a]);
+		if (newmax)
+			mo_free(newmax[a]);
+	}
 	mo_free(acc);
+	mo_free(runmax);
+	mo_free(newmax);
 	mo_free(be.vals);
 	mo_free(be.borrowed);
 }
 
-enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
-			  enum mo_eval_domain domain, uint64_t seed, double scale,
-			  struct mo_eval_result *out, struct mo_diag *d)
+/* Kernels whose saved tensors no later kernel reads: only their outputs
+ * depend on them, so a sampled evaluation may run a few of their blocks. */
+static bool feeds_later_kernel(const struct mo_mugraph *mg, int k)
+{
+	const struct mo_block_graph *bg = mg->ops[k].bg;
+	for (int s = 0; s < bg->n_savers; s++) {
+		int t = bg->savers[s].tensor;
+		for (int j = k + 1; j < mg->n_ops; j++) {
+			const struct mo_kg_op *op = &mg->ops[j];
+			for (int i = 0; op->bg && i < op->bg->n_iters; i++)
+				if (op->bg->iters[i].tensor == t)
+					return true;
+			for (int i = 0; !op->bg && i < op->op.n_in; i++)
+				if (op->op.in[i] == t)
+					return true;
+		}
+	}
+	return false;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dull;
+	return x ^ (x >> 33);
+}
+
+struct mg_eval_opts {
+	struct mo_eval_cache *weights; /* field weights, converted once (or NULL) */
+	int blocks;                    /* > 0: sample this many blocks of the last kernels */
+	uint8_t **computed;            /* with blocks: per output, 1 where computed */
+};
+
+static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			      enum mo_eval_domain domain, uint64_t seed, double scale,
+			      const struct mg_eval_opts *o, struct mo_eval_result *out,
+			      struct mo_diag *d)
 {
 	memset(out, 0, sizeof *out);
 	out->domain = domain;
@@ -163,14 +253,27 @@ enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 	size_t es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff);
 	struct ev re = { .tp = ref, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
 			 .es = es, .scale = scale };
+	if (o->weights && domain == MO_EVAL_FF) {
+		if (!o->weights->leaf) {
+			o->weights->tp = ref;
+			o->weights->leaf = mo_calloc((size_t)ref->n_tensors + 1,
+						     sizeof *o->weights->leaf);
+		}
+		if (o->weights->tp == ref)
+			re.cache = o->weights;
+	}
 	struct ev ke = re;
 	ke.tp = &mg->kg;
+	ke.cache = NULL;
+	uint8_t **marks = NULL;
+	if (o->blocks > 0)
+		marks = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *marks);
 	re.vals = mo_calloc((size_t)ref->n_tensors + 1, sizeof *re.vals);
 	re.borrowed = mo_calloc((size_t)ref->n_tensors + 1, sizeof *re.borrowed);
 	ke.vals = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *ke.vals);
 	ke.borrowed = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *ke.borrowed);
 	enum mo_status st = MO_OK;
-	if (!re.vals || !re.borrowed || !ke.vals || !ke.borrowed) {
+	if (!re.vals || !re.borrowed || !ke.vals || !ke.borrowed || (o->blocks > 0 && !marks)) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
@@ -208,8 +311,39 @@ enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			if (!ke.vals[t])
 				ke.bad = "out of memory";
 		}
+		if (ke.bad)
+			break;
+		const struct mo_block_graph *bg = op->bg;
+		int nb = bg->grid[0] * bg->grid[1] * bg->grid[2];
+		uint8_t *only = NULL;
+		if (marks && nb > o->blocks && !feeds_later_kernel(mg, k)) {
+			only = mo_calloc((size_t)nb, 1);
+			for (int s = 0; only && s < bg->n_savers && !ke.bad; s++) {
+				int t = bg->savers[s].tensor;
+				marks[t] = mo_calloc(mo_tensor_numel(&mg->kg.tensors[t]) + 1, 1);
+				if (!marks[t])
+					ke.bad = "out of memory";
+			}
+			if (!only) {
+				ke.bad = "out of memory";
+				break;
+			}
+			/* first a block whose coordinates differ across grid dims
+			 * (the diagonal blocks hide a swapped imap), then distinct
+			 * blocks drawn from the seed */
+			only[(bg->grid[0] - 1) + bg->grid[0] * (0 + bg->grid[1] * (bg->grid[2] / 2))] = 1;
+			uint64_t h = mix64(seed ^ (uint64_t)k * 0x9e3779b97f4a7c15ull);
+			for (int picked = 1; picked < o->blocks; h = mix64(h + 1)) {
+				int b = (int)(h % (uint64_t)nb);
+				if (!only[b]) {
+					only[b] = 1;
+					picked++;
+				}
+			}
+		}
 		if (!ke.bad)
-			run_block(&ke, op->bg);
+			run_block(&ke, bg, only, only ? marks : NULL);
+		mo_free(only);
 	}
 	if (!st && ke.bad)
 		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "μGraph: %s", ke.bad);
@@ -233,6 +367,10 @@ enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 				break;
 			}
 			memcpy(out->values[i], ke.vals[t], n * es);
+			if (o->computed && marks && marks[t]) {
+				o->computed[i] = marks[t];
+				marks[t] = NULL;
+			}
 		}
 		out->div_by_zero = ke.div0;
 	}
@@ -243,6 +381,9 @@ out:
 	for (int i = 0; re.vals && i < ref->n_tensors; i++)
 		if (!re.borrowed[i])
 			mo_free(re.vals[i]);
+	for (int i = 0; marks && i < mg->kg.n_tensors; i++)
+		mo_free(marks[i]);
+	mo_free(marks);
 	mo_free(ke.vals);
 	mo_free(ke.borrowed);
 	mo_free(re.vals);
@@ -250,4 +391,108 @@ out:
 	if (st)
 		mo_eval_result_free(out);
 	return st;
+}
+
+enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			  enum mo_eval_domain domain, uint64_t seed, double scale,
+			  struct mo_eval_result *out, struct mo_diag *d)
+{
+	struct mg_eval_opts o = { 0 };
+	return mg_eval(mg, ref, domain, seed, scale, &o, out, d);
+}
+
+enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
+				 enum mo_eval_domain domain, uint64_t seed, double scale,
+				 struct mo_eval_cache *weights, struct mo_eval_result *out,
+				 struct mo_diag *d)
+{
+	struct mg_eval_opts o = { .weights = weights };
+	return mg_eval(mg, ref, domain, seed, scale, &o, out, d);
+}
+
+/* ---- the fast check ---- */
+
+void mo_ref_cache_init(struct mo_ref_cache *c, const struct mo_tp *ref)
+{
+	memset(c, 0, sizeof *c);
+	c->ref = ref;
+}
+
+void mo_ref_cache_free(struct mo_ref_cache *c)
+{
+	for (int i = 0; i < c->n; i++)
+		mo_eval_result_free(&c->results[i]);
+	mo_eval_cache_free(&c->weights);
+	c->n = 0;
+}
+
+static enum mo_status ref_results(struct mo_ref_cache *c, uint64_t seed,
+				  const struct mo_eval_result **out, struct mo_diag *d)
+{
+	for (int i = 0; i < c->n; i++) {
+		if (c->seeds[i] == seed) {
+			*out = &c->results[i];
+			return MO_OK;
+		}
+	}
+	if (c->n == MO_REF_SEEDS) { /* forget the oldest */
+		mo_eval_result_free(&c->results[0]);
+		memmove(&c->results[0], &c->results[1], sizeof c->results[0] * (MO_REF_SEEDS - 1));
+		memmove(&c->seeds[0], &c->seeds[1], sizeof c->seeds[0] * (MO_REF_SEEDS - 1));
+		c->n--;
+	}
+	enum mo_status st = mo_eval_scaled(c->ref, MO_EVAL_FF, seed, 1.0, &c->weights,
+					   &c->results[c->n], d);
+	if (st)
+		return st;
+	c->seeds[c->n] = seed;
+	*out = &c->results[c->n++];
+	return MO_OK;
+}
+
+enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cache *rc,
+				 uint64_t seed, int blocks, struct mo_quick_report *rep,
+				 struct mo_diag *d)
+{
+	memset(rep, 0, sizeof *rep);
+	const struct mo_eval_result *ref;
+	enum mo_status st = ref_results(rc, seed, &ref, d);
+	if (st)
+		return st;
+	if (ref->div_by_zero) {
+		rep->verdict = MO_INCONCLUSIVE;
+		return MO_OK;
+	}
+	uint8_t *computed[MO_MG_MAX] = { NULL };
+	struct mg_eval_opts o = { .weights = &rc->weights, .blocks = blocks > 0 ? blocks : 1,
+				  .computed = computed };
+	struct mo_eval_result r;
+	st = mg_eval(mg, rc->ref, MO_EVAL_FF, seed, 1.0, &o, &r, d);
+	if (st)
+		return st;
+	rep->verdict = r.div_by_zero ? MO_INCONCLUSIVE : MO_EQUIVALENT;
+	for (int k = 0; k < r.n_outputs && rep->verdict == MO_EQUIVALENT; k++) {
+		int j = -1;
+		for (int i = 0; i < ref->n_outputs && j < 0; i++)
+			if (strcmp(ref->names[i], r.names[k]) == 0)
+				j = i;
+		if (j < 0 || ref->counts[j] != r.counts[k]) {
+			rep->verdict = MO_NOT_EQUIVALENT;
+			break;
+		}
+		const struct mo_ff *x = r.values[k], *y = ref->values[j];
+		for (uint64_t i = 0; i < r.counts[k]; i++) {
+			if (computed[k] && !computed[k][i])
+				continue;
+			rep->compared++;
+			if (x[i].p != y[i].p || x[i].q != y[i].q) {
+				rep->verdict = MO_NOT_EQUIVALENT;
+				break;
+			}
+		}
+	}
+	for (int k = 0; k < MO_MG_MAX; k++)
+		mo_free(computed[k]);
+	mo_eval_result_free(&r);
+	return MO_OK;
 }

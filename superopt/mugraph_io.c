@@ -11,6 +11,11 @@ static const char *step_names[] = {
 	[MO_STEP_INPUT] = "input", [MO_STEP_KERNEL] = "kernel", [MO_STEP_OUTPUT] = "output",
 	[MO_STEP_BLOCK] = "block", [MO_STEP_ITER] = "iter", [MO_STEP_OP] = "op",
 	[MO_STEP_CONST] = "const", [MO_STEP_ACCUM] = "accum", [MO_STEP_SAVE] = "save",
+	[MO_STEP_THREAD] = "thread",
+};
+
+static const char *accum_names[] = {
+	[MO_ACC_SUM] = "sum", [MO_ACC_MAX] = "max", [MO_ACC_RESCALED] = "rescaled",
 };
 
 static void ints(FILE *out, const char *key, const int64_t *v, int n)
@@ -94,7 +99,13 @@ void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out)
 			fprintf(out, ", \"value\": %.17g", s->value);
 			break;
 		case MO_STEP_ACCUM:
-			fprintf(out, ", \"tile\": %d, \"kind\": \"sum\"", s->in[0]);
+			fprintf(out, ", \"tile\": %d, \"kind\": \"%s\"", s->in[0],
+				accum_names[s->fmap]);
+			if (s->fmap == MO_ACC_RESCALED)
+				fprintf(out, ", \"max\": %d", s->in[1]);
+			break;
+		case MO_STEP_THREAD:
+			fprintf(out, ", \"first\": %d, \"last\": %d", s->in[0], s->in[1]);
 			break;
 		case MO_STEP_SAVE:
 			fprintf(out, ", \"tile\": %d", s->in[0]);
@@ -430,7 +441,19 @@ enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct
 			else
 				mo_bg_const(mg, bg, v);
 		} else if (!strcmp(k, "accum")) {
-			mo_bg_accum(mg, bg, inum(s, "tile", -1), MO_ACC_SUM);
+			const struct jv *kind = get(s, "kind");
+			int ak = -1;
+			for (int j = 0; kind && kind->t == J_STR && j <= MO_ACC_RESCALED; j++)
+				if (!strcmp(kind->str, accum_names[j]))
+					ak = j;
+			if (ak < 0)
+				snprintf(mg->error, sizeof mg->error, "step %d: bad accumulator kind", i);
+			else if (ak == MO_ACC_RESCALED)
+				mo_bg_accum_rescaled(mg, bg, inum(s, "tile", -1), inum(s, "max", -1));
+			else
+				mo_bg_accum(mg, bg, inum(s, "tile", -1), (enum mo_accum_kind)ak);
+		} else if (!strcmp(k, "thread")) {
+			mo_bg_thread_graph(mg, bg, inum(s, "first", -1), inum(s, "last", -1));
 		} else if (!strcmp(k, "save")) {
 			if (!arr3(s, "omap", m))
 				snprintf(mg->error, sizeof mg->error, "step %d: bad omap", i);
@@ -501,8 +524,15 @@ void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out)
 				fprintf(out, "    b%d_%d [shape=plain, label=\"%.6g\"];\n", k, i,
 					bg->body.tensors[i].fvals[0]);
 		for (int i = 0; i < bg->n_accums; i++)
-			fprintf(out, "    b%d_%d [shape=doubleoctagon, label=\"accum sum\"];\n", k,
-				bg->accums[i].out);
+			fprintf(out, "    b%d_%d [shape=doubleoctagon, label=\"accum %s\"];\n", k,
+				bg->accums[i].out, accum_names[bg->accums[i].kind]);
+		for (int g = 0; g < bg->n_tgs; g++) {
+			fprintf(out, "    subgraph cluster_thread_%d_%d {\n      label=\"thread graph\"; "
+				"style=dashed;\n", k, g);
+			for (int i = bg->tgs[g].first; i <= bg->tgs[g].last; i++)
+				fprintf(out, "      b%d_%d;\n", k, bg->body.ops[i].out[0]);
+			fputs("    }\n", out);
+		}
 		for (int i = 0; i < bg->n_savers; i++) {
 			char a[8], b[8], c[8];
 			const struct mo_bg_saver *sv = &bg->savers[i];
@@ -517,8 +547,12 @@ void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out)
 			for (int j = 0; j < bg->body.ops[i].n_in; j++)
 				fprintf(out, "  b%d_%d -> b%d_%d;\n", k, bg->body.ops[i].in[j], k,
 					bg->body.ops[i].out[0]);
-		for (int i = 0; i < bg->n_accums; i++)
+		for (int i = 0; i < bg->n_accums; i++) {
 			fprintf(out, "  b%d_%d -> b%d_%d;\n", k, bg->accums[i].in, k, bg->accums[i].out);
+			if (bg->accums[i].max_in >= 0)
+				fprintf(out, "  b%d_%d -> b%d_%d [style=dashed];\n", k,
+					bg->accums[i].max_in, k, bg->accums[i].out);
+		}
 		for (int i = 0; i < bg->n_savers; i++)
 			fprintf(out, "  b%d_%d -> s%d_%d;\n  s%d_%d -> k%d;\n", k, bg->savers[i].tile, k,
 				i, k, i, bg->savers[i].tensor);

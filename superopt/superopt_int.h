@@ -30,4 +30,15 @@ bool mo_ev_load_leaf(struct ev *e, int ti);
 /* acc[i] += x[i] for n elements, in e's domain. */
 void mo_ev_add_into(struct ev *e, void *acc, const void *x, uint64_t n);
 
+/* runmax = first ? m : max(runmax, m) over n elements (the field's max is
+ * the random function elementwise Max uses). */
+void mo_ev_max_into(struct ev *e, void *runmax, const void *m, uint64_t n, bool first);
+
+/* One iteration of a max-rescaled accumulator: acc (shape vt) becomes
+ * acc·exp(old_max − new_max) + v·exp(m − new_max) (acc ignored when first);
+ * m, old_max, new_max have shape mt, broadcast over vt. */
+void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_tensor *vt,
+			const void *m, const void *old_max, const void *new_max,
+			const struct mo_tensor *mt, bool first);
+
 #endif

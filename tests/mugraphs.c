@@ -190,3 +190,44 @@ struct mo_mugraph *mg_attention_split_kv(const struct mo_tp *p, int mut)
 	return mg;
 }
 
+
+/* ---- attention, FlashAttention style ----
+ * One kernel: grid (head, query chunk), for-loop over KV chunks: S = Q·K,
+ * m = rowmax(S), P = exp(S − m) (a thread graph), then the max-rescaled sums
+ * of P·V and rowsum(P) against m; after the loop their quotient.
+ * mutants: 1 the row sum accumulated without rescaling, 2 exp(S) without
+ * subtracting m, 3 the numerator rescaled by a max over the wrong axis,
+ * 4 the quotient taken before the loop, each iteration overwriting it */
+struct mo_mugraph *mg_attention_flash(const struct mo_tp *p, int mut)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int q = mg_program_input(mg, p, "Q"), k = mg_program_input(mg, p, "K"), v = mg_program_input(mg, p, "V");
+	const struct mo_tensor *vt_ = tensor(p, "V");
+	int64_t heads = vt_ ? vt_->dims[0] : 1;
+	struct mo_block_graph *bg = mo_mg_block(mg, (int)heads, 2, 1, 4);
+	int qt = mo_bg_iter(mg, bg, q, 0, 1, MO_PHI, MO_PHI);
+	int kt = mo_bg_iter(mg, bg, k, 0, MO_PHI, MO_PHI, 2);
+	int vt = mo_bg_iter(mg, bg, v, 0, MO_PHI, MO_PHI, 1);
+	int s = OP(bg, MO_OP_MATMUL, qt, kt);
+	int m = mo_bg_op(mg, bg, MO_OP_REDUCE_MAX, 1, (int[]){ s }, axes(2));
+	int d = mut == 2 ? s : OP(bg, MO_OP_SUB, s, m);
+	int e = OP(bg, MO_OP_EXP, d);
+	mo_bg_thread_graph(mg, bg, mut == 2 ? e : d, e);
+	int l = mo_bg_op(mg, bg, MO_OP_REDUCE_SUM, 1, (int[]){ e }, axes(2));
+	int pv = OP(bg, MO_OP_MATMUL, e, vt);
+	if (mut == 4) {
+		int y = OP(bg, MO_OP_DIV, pv, l);
+		mo_mg_output(mg, mo_bg_save(mg, bg, y, 0, 1, MO_PHI), "/attn/MatMul_1_output_0");
+		return mg;
+	}
+	int m_o = m;
+	if (mut == 3) { /* max over the query rows, broadcast the wrong way */
+		int mm = mo_bg_op(mg, bg, MO_OP_REDUCE_MAX, 1, (int[]){ s }, axes(1));
+		m_o = mo_bg_op(mg, bg, MO_OP_REDUCE_MAX, 1, (int[]){ mm }, axes(2));
+	}
+	int num = mo_bg_accum_rescaled(mg, bg, pv, m_o);
+	int den = mut == 1 ? mo_bg_accum(mg, bg, l, MO_ACC_SUM) : mo_bg_accum_rescaled(mg, bg, l, m);
+	int y = OP(bg, MO_OP_DIV, num, den);
+	mo_mg_output(mg, mo_bg_save(mg, bg, y, 0, 1, MO_PHI), "/attn/MatMul_1_output_0");
+	return mg;
+}

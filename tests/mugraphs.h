@@ -33,4 +33,8 @@ struct mo_mugraph *mg_lora(const struct mo_tp *p, int mut);
 /* Attention as split-KV partial sums + a combine kernel (gqa); mutants 1..5. */
 struct mo_mugraph *mg_attention_split_kv(const struct mo_tp *p, int mut);
 
+/* Attention in one kernel with online softmax (max-rescaled accumulators,
+ * a thread graph for exp(S − m)) (gqa); mutants 1..4. */
+struct mo_mugraph *mg_attention_flash(const struct mo_tp *p, int mut);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,71 @@ static void attention_split_kv_and_combine(void **state)
 	prove_and_kill("gqa_tiny_fp32.onnx", mg_attention_split_kv, 5, 3);
 }
 
+static void attention_flash_online_softmax(void **state)
+{
+	(void)state;
+	prove_and_kill("gqa_tiny_fp32.onnx", mg_attention_flash, 4, 3);
+	/* the online softmax is stable where the exp-sum is not: at inputs of
+	 * magnitude 30, exp(S) overflows float, exp(S − m) does not */
+	struct program p = load("gqa_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mg_attention_flash(p.tp, 0);
+	struct mo_eval_result a, b;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_mg_eval(mg, p.tp, MO_EVAL_FLOAT, 3, 30.0, &a, &d), MO_OK);
+	assert_int_equal(mo_eval_scaled(p.tp, MO_EVAL_FLOAT, 3, 30.0, NULL, &b, &d), MO_OK);
+	const double *x = a.values[0], *y = b.values[0];
+	double worst = 0;
+	for (uint64_t i = 0; i < a.counts[0]; i++) {
+		double e = isfinite(x[i]) ? fabs(x[i] - y[i]) / (1 + fabs(y[i])) : INFINITY;
+		worst = e > worst ? e : worst;
+	}
+	if (!(worst < 1e-9))
+		fail_msg("online softmax differs from softmax by %g at scale 30", worst);
+	mo_eval_result_free(&a);
+	mo_eval_result_free(&b);
+	mo_mg_free(mg);
+	unload(&p);
+}
+
+/* The fast check: the reference is evaluated once per seed; a correct graph
+ * passes comparing only the elements of the sampled blocks; the mutants fail. */
+static void quick_check_samples_blocks(void **state)
+{
+	(void)state;
+	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct mo_ref_cache rc;
+	mo_ref_cache_init(&rc, p.tp);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	struct mo_quick_report rep;
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
+	uint64_t total = mo_tensor_numel(&mg->kg.tensors[mg->kg.outputs[0]]);
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		assert_int_equal(mo_mg_quick_check(mg, &rc, seed, 1, &rep, &d), MO_OK);
+		assert_int_equal(rep.verdict, MO_EQUIVALENT);
+		assert_int_equal(rep.compared, total / 4); /* one block of the 2x2 grid */
+	}
+	assert_int_equal(rc.n, 3);
+	assert_int_equal(mo_mg_quick_check(mg, &rc, 2, 4, &rep, &d), MO_OK);
+	assert_int_equal(rep.compared, total); /* every block */
+	assert_int_equal(rc.n, 3);            /* seed 2 came from the cache */
+	mo_mg_free(mg);
+	int killed = 0, built = 0;
+	for (int k = RMS_OK + 1; k < RMS_MUTANTS; k++) {
+		mg = mg_rmsnorm_matmul(p.tp, (enum rms_mutant)k, 2, 2, 4);
+		if (!mg->error[0]) {
+			built++;
+			enum mo_status st = mo_mg_quick_check(mg, &rc, 1, 1, &rep, &d);
+			killed += st == MO_ERR_UNSUPPORTED || (!st && rep.verdict == MO_NOT_EQUIVALENT);
+		}
+		mo_mg_free(mg);
+	}
+	assert_int_equal(killed, built);
+	mo_ref_cache_free(&rc);
+	unload(&p);
+}
+
 /* Every hand-built μGraph survives JSON: parsed back it prints the same text
  * and is proven again; the Graphviz text has one cluster per kernel. */
 static char *json_of(const struct mo_mugraph *mg)
@@ -185,18 +251,25 @@ static void roundtrip(const char *model, struct mo_mugraph *(*build)(const struc
 		fail_msg("%s: %s\n%s", model, d.msg, a);
 	char *b = json_of(back);
 	assert_string_equal(a, b);
-	assert_int_equal(verdict(back, &p, NULL), MO_EQUIVALENT);
+	char detail[512];
+	if (verdict(back, &p, detail) != MO_EQUIVALENT)
+		fail_msg("%s: %s\n%s", model, detail, a);
 	char *dot;
 	size_t len;
 	FILE *f = open_memstream(&dot, &len);
 	mo_mg_print_dot(back, f);
 	fclose(f);
-	int clusters = 0, blocks = 0;
+	int clusters = 0, blocks = 0, thread_clusters = 0, tgs = 0;
 	for (const char *c = dot; (c = strstr(c, "subgraph cluster_")); c++)
 		clusters++;
-	for (int k = 0; k < back->n_ops; k++)
+	for (const char *c = dot; (c = strstr(c, "subgraph cluster_thread_")); c++)
+		thread_clusters++;
+	for (int k = 0; k < back->n_ops; k++) {
 		blocks += back->ops[k].bg != NULL;
-	assert_int_equal(clusters, blocks);
+		tgs += back->ops[k].bg ? back->ops[k].bg->n_tgs : 0;
+	}
+	assert_int_equal(clusters - thread_clusters, blocks);
+	assert_int_equal(thread_clusters, tgs);
 	free(dot);
 	free(a);
 	free(b);
@@ -217,6 +290,7 @@ static void json_round_trips(void **state)
 	roundtrip("gated_mlp_tiny_fp32.onnx", mg_gated_mlp);
 	roundtrip("lora_tiny_fp32.onnx", mg_lora);
 	roundtrip("gqa_tiny_fp32.onnx", mg_attention_split_kv);
+	roundtrip("gqa_tiny_fp32.onnx", mg_attention_flash);
 	/* and rejects what is not a μGraph, with a message */
 	static const char *bad[] = { "", "{", "[1, 2]", "{\"steps\": 3}",
 		"{\"steps\": [{\"step\": \"iter\", \"tensor\": 9, \"imap\": [0, 0, 0]}]}",
@@ -265,6 +339,68 @@ static void validity_rules(void **state)
 	unload(&p);
 }
 
+/* A chain of `n` element-wise ops over a [1, cols] input, optionally one
+ * thread graph. */
+static struct mo_mugraph *chain(int64_t cols, int n, bool thread_graph)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 1, cols });
+	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
+	int t = mo_bg_iter(mg, bg, x, MO_PHI, MO_PHI, MO_PHI, MO_PHI), first = -1;
+	for (int i = 0; i < n; i++) {
+		t = OP(bg, i % 2 ? MO_OP_NEG : MO_OP_EXP, t);
+		first = first < 0 ? t : first;
+	}
+	if (thread_graph)
+		mo_bg_thread_graph(mg, bg, first, t);
+	mo_mg_output(mg, mo_bg_save(mg, bg, t, MO_PHI, MO_PHI, MO_PHI), "y");
+	return mg;
+}
+
+static void thread_graphs(void **state)
+{
+	(void)state;
+	char why[256];
+	/* six 32 KB tiles between the ops exceed sm_80's shared memory; in a
+	 * thread graph they are registers and only input and output remain */
+	struct mo_mugraph *mg = chain(8192, 6, false);
+	assert_false(mo_mg_valid(mg, MO_SM80, why, sizeof why));
+	assert_non_null(strstr(why, "shared memory"));
+	mo_mg_free(mg);
+	mg = chain(8192, 6, true);
+	if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
+		fail_msg("%s", why);
+	struct mo_bg_usage u;
+	mo_bg_usage(mg->blocks[0], &u);
+	assert_int_equal(u.smem, 2 * 8192 * 4);
+	assert_int_equal(u.regs_per_thread, 16 + 64 * 2);
+	mo_mg_free(mg);
+	/* 128 elements per thread need more than 255 registers */
+	mg = chain(16384, 2, true);
+	assert_false(mo_mg_valid(mg, MO_SM90, why, sizeof why));
+	assert_non_null(strstr(why, "registers"));
+	mo_mg_free(mg);
+	/* only element-wise ops, each in one thread graph */
+	mg = mo_mg_new();
+	int x = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 4, 4 });
+	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
+	int t = mo_bg_iter(mg, bg, x, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int a = OP(bg, MO_OP_MATMUL, t, t), b = OP(bg, MO_OP_EXP, a);
+	assert_int_equal(mo_bg_thread_graph(mg, bg, a, b), -1);
+	assert_non_null(strstr(mg->error, "not element-wise"));
+	mo_mg_free(mg);
+	mg = mo_mg_new();
+	x = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 4, 4 });
+	bg = mo_mg_block(mg, 1, 1, 1, 1);
+	t = mo_bg_iter(mg, bg, x, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	a = OP(bg, MO_OP_NEG, t);
+	b = OP(bg, MO_OP_EXP, a);
+	assert_int_equal(mo_bg_thread_graph(mg, bg, a, b), 0);
+	assert_int_equal(mo_bg_thread_graph(mg, bg, b, b), -1);
+	assert_non_null(strstr(mg->error, "two thread graphs"));
+	mo_mg_free(mg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -273,8 +409,11 @@ int main(void)
 		cmocka_unit_test(gated_mlp_single_kernel),
 		cmocka_unit_test(lora_concatenated_matmul),
 		cmocka_unit_test(attention_split_kv_and_combine),
+		cmocka_unit_test(attention_flash_online_softmax),
+		cmocka_unit_test(quick_check_samples_blocks),
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
+		cmocka_unit_test(thread_graphs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
