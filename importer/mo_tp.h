@@ -200,6 +200,13 @@ void mo_import_options_free(struct mo_import_options *o);
 enum mo_status mo_tp_import(const struct mo_model *m,
 			    const struct mo_import_options *opt,
 			    struct mo_tp **out, struct mo_diag *d);
+/* The program made of ops (indices into tp->ops, in topological order) with
+ * the given inputs (activations become graph inputs; weights and constants
+ * stay what they are) and outputs. Tensors keep their numbers and share
+ * tp's weights and model: tp must outlive it. Free with mo_tp_free. */
+enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
+			    const int *inputs, int n_inputs, const int *outputs, int n_outputs,
+			    struct mo_tp **out, struct mo_diag *d);
 void mo_tp_free(struct mo_tp *tp);
 
 /* Infers dtype and shape of op's outputs (tensors of tp) from its inputs and

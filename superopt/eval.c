@@ -1096,8 +1096,10 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 	enum mo_status st = MO_OK;
 	for (int i = 0; i < tp->n_tensors && !e.bad; i++) {
 		const struct mo_tensor *t = &tp->tensors[i];
-		bool needed = t->kind == MO_T_INPUT || t->kind == MO_T_INITIALIZER ||
-			      (t->kind == MO_T_CONST && t->n_consumers > 0);
+		/* (a region's program shares the model's tensors: only what its
+		 * ops read counts) */
+		bool needed = (t->kind == MO_T_INPUT || t->kind == MO_T_INITIALIZER ||
+			       t->kind == MO_T_CONST) && (t->n_consumers > 0 || t->is_graph_output);
 		/* integer constants feeding only folded or parameter slots stay out */
 		if (needed && t->shape_known && (t->kind != MO_T_CONST || t->fvals || t->init))
 			mo_ev_load_leaf(&e, i);

@@ -1,0 +1,508 @@
+/* The subexpression check of the search (paper §4.3, Table 2), through Z3.
+ *
+ * Deciding subexpr(e, target) under the quantified axioms directly makes an
+ * SMT solver loop (associativity and distributivity in both directions keep
+ * making terms), and it can then only say "unknown": no pruning. So the
+ * axioms are instantiated here, once per target, over the target's own terms:
+ * a bounded saturation applies every equality of A_eq in both directions to
+ * every term reachable from the target, recording each instance as a ground
+ * equality, and A_sub becomes the ground facts subexpr(u, TOP) for every term
+ * u found (subterms of the target and of every rewritten form; a sum over k
+ * contributes its sums over the divisors of k, by sum(i·j, x) = sum(i,
+ * sum(j, x))). Z3 then decides each query ¬subexpr(e, TOP) over these ground
+ * formulas in the theory of uninterpreted functions, where congruence closure
+ * carries every rewrite up through the terms above it: unsat means e is
+ * equal, by the instantiated axioms, to a subexpression of the target.
+ * Ground queries always terminate with sat or unsat and do not depend on
+ * order, so the search stays deterministic.
+ *
+ * Two answers come before the solver: a syntactic subterm is kept, and a
+ * term with a leaf the target lacks is pruned (every axiom keeps the set of
+ * leaves). Answers are cached by term. The instantiation is bounded (terms
+ * no larger than twice the target, at most MAX_TERMS of them), so a prefix
+ * that needs a longer chain of rewrites can be pruned: Theorem 1 holds for
+ * what the bound reaches (the property test checks it on random programs). */
+#include "mo_absexpr.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <z3.h>
+
+#define MAX_TERMS 6000
+
+struct cache_entry {
+	int id;
+	int8_t keep;
+};
+
+struct mo_subexpr {
+	struct mo_ae_pool *pool;
+	int n_targets;
+	int *targets;
+	uint64_t *target_leaves;
+	int *subterms; /* sorted ids of every syntactic subterm of every target */
+	int n_subterms;
+	/* the saturation: terms known to be subexpressions, and equalities */
+	int *known, n_known, cap_known;
+	int (*eqs)[2];
+	int n_eqs, cap_eqs;
+	pthread_mutex_t lock; /* the solver and the cache */
+	Z3_context ctx;
+	Z3_solver solver;
+	Z3_sort T, I;
+	Z3_func_decl add, mul, div, exp, sqrt, sum, fn, sub;
+	Z3_ast top;
+	int *ast_ids; /* Z3 terms made so far, by pool id (sorted with asts) */
+	Z3_ast *asts;
+	int n_asts, cap_asts;
+	struct cache_entry *cache;
+	int cache_n, cache_cap;
+	struct mo_subexpr_stats stats;
+};
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+/* ---- a small set of ids (sorted array) ---- */
+
+static int find_sorted(const int *v, int n, int id)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (v[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Adds id to the sorted set; false if it was there (or no memory). */
+static bool set_add(int **v, int *n, int *cap, int id)
+{
+	int at = find_sorted(*v, *n, id);
+	if (at < *n && (*v)[at] == id)
+		return false;
+	if (*n == *cap) {
+		int c = *cap ? *cap * 2 : 256;
+		int *nv = mo_realloc(*v, sizeof *nv * (size_t)c);
+		if (!nv)
+			return false;
+		*v = nv;
+		*cap = c;
+	}
+	memmove(&(*v)[at + 1], &(*v)[at], sizeof **v * (size_t)(*n - at));
+	(*v)[at] = id;
+	(*n)++;
+	return true;
+}
+
+/* ---- the saturation ---- */
+
+struct sat {
+	struct mo_subexpr *s;
+	int *queue, nq, capq;
+	int size_cap;
+};
+
+static void found(struct sat *st, int id)
+{
+	struct mo_subexpr *s = st->s;
+	if (id < 0 || s->n_known >= MAX_TERMS)
+		return;
+	struct mo_ae x = mo_ae_node(s->pool, id);
+	if (x.size > st->size_cap)
+		return;
+	if (!set_add(&s->known, &s->n_known, &s->cap_known, id))
+		return;
+	if (st->nq == st->capq) {
+		int c = st->capq ? st->capq * 2 : 256;
+		int *q = mo_realloc(st->queue, sizeof *q * (size_t)c);
+		if (!q)
+			return;
+		st->queue = q;
+		st->capq = c;
+	}
+	st->queue[st->nq++] = id;
+	found(st, x.a);
+	found(st, x.b);
+}
+
+static void equal(struct sat *st, int a, int b)
+{
+	struct mo_subexpr *s = st->s;
+	if (a < 0 || b < 0 || a == b || s->n_known >= MAX_TERMS)
+		return;
+	if (mo_ae_node(s->pool, b).size > st->size_cap)
+		return;
+	if (s->n_eqs == s->cap_eqs) {
+		int c = s->cap_eqs ? s->cap_eqs * 2 : 256;
+		int (*n)[2] = mo_realloc(s->eqs, sizeof *n * (size_t)c);
+		if (!n)
+			return;
+		s->eqs = n;
+		s->cap_eqs = c;
+	}
+	s->eqs[s->n_eqs][0] = a;
+	s->eqs[s->n_eqs][1] = b;
+	s->n_eqs++;
+	found(st, b);
+}
+
+#define MK(kind, a, b, k) mo_ae_make(p, kind, a, b, k)
+
+/* Every A_eq instance with u on one side. */
+static void rewrite(struct sat *st, int u)
+{
+	struct mo_ae_pool *p = st->s->pool;
+	struct mo_ae x = mo_ae_node(p, u);
+	struct mo_ae A = mo_ae_node(p, x.a), B = mo_ae_node(p, x.b);
+	bool hasA = x.a >= 0, hasB = x.b >= 0;
+	switch (x.kind) {
+	case MO_AE_ADD: case MO_AE_MUL: {
+		enum mo_ae_kind k = x.kind;
+		/* associativity: (a+b)+c = a+(b+c), both groupings of each side */
+		for (int side = 0; side < 2; side++) {
+			struct mo_ae in = side ? B : A;
+			int other = side ? x.a : x.b;
+			if (in.kind == k) {
+				equal(st, u, MK(k, in.a, MK(k, in.b, other, 0), 0));
+				equal(st, u, MK(k, in.b, MK(k, in.a, other, 0), 0));
+			}
+		}
+		if (k == MO_AE_ADD) {
+			/* distributivity: x·z + y·z = (x + y)·z */
+			if (A.kind == MO_AE_MUL && B.kind == MO_AE_MUL) {
+				int a2[2] = { A.a, A.b }, b2[2] = { B.a, B.b };
+				for (int i = 0; i < 2; i++)
+					for (int j = 0; j < 2; j++)
+						if (a2[i] == b2[j])
+							equal(st, u, MK(MO_AE_MUL, MK(MO_AE_ADD, a2[1 - i],
+										     b2[1 - j], 0), a2[i], 0));
+			}
+			/* x/z + y/z = (x + y)/z */
+			if (A.kind == MO_AE_DIV && B.kind == MO_AE_DIV && A.b == B.b)
+				equal(st, u, MK(MO_AE_DIV, MK(MO_AE_ADD, A.a, B.a, 0), A.b, 0));
+			/* sum(i, x) + sum(i, y) = sum(i, x + y) */
+			if (A.kind == MO_AE_SUM && B.kind == MO_AE_SUM && A.k == B.k)
+				equal(st, u, MK(MO_AE_SUM, MK(MO_AE_ADD, A.a, B.a, 0), -1, A.k));
+		} else {
+			for (int side = 0; side < 2; side++) {
+				struct mo_ae in = side ? B : A;
+				int other = side ? x.a : x.b;
+				/* (x + y)·z = x·z + y·z */
+				if (in.kind == MO_AE_ADD)
+					equal(st, u, MK(MO_AE_ADD, MK(MO_AE_MUL, in.a, other, 0),
+							MK(MO_AE_MUL, in.b, other, 0), 0));
+				/* x·(y/z) = (x·y)/z */
+				if (in.kind == MO_AE_DIV)
+					equal(st, u, MK(MO_AE_DIV, MK(MO_AE_MUL, other, in.a, 0), in.b, 0));
+				/* sum(i, x)·y = sum(i, x·y) */
+				if (in.kind == MO_AE_SUM)
+					equal(st, u, MK(MO_AE_SUM, MK(MO_AE_MUL, in.a, other, 0), -1, in.k));
+			}
+			/* exp(x)·exp(y) = exp(x + y); sqrt likewise */
+			if (A.kind == MO_AE_EXP && B.kind == MO_AE_EXP)
+				equal(st, u, MK(MO_AE_EXP, MK(MO_AE_ADD, A.a, B.a, 0), -1, 0));
+			if (A.kind == MO_AE_SQRT && B.kind == MO_AE_SQRT)
+				equal(st, u, MK(MO_AE_SQRT, MK(MO_AE_MUL, A.a, B.a, 0), -1, 0));
+		}
+		break;
+	}
+	case MO_AE_DIV:
+		if (hasA && A.kind == MO_AE_ADD) /* (x + y)/z = x/z + y/z */
+			equal(st, u, MK(MO_AE_ADD, MK(MO_AE_DIV, A.a, x.b, 0),
+					MK(MO_AE_DIV, A.b, x.b, 0), 0));
+		if (hasA && A.kind == MO_AE_MUL) { /* (x·y)/z = x·(y/z) */
+			equal(st, u, MK(MO_AE_MUL, A.a, MK(MO_AE_DIV, A.b, x.b, 0), 0));
+			equal(st, u, MK(MO_AE_MUL, A.b, MK(MO_AE_DIV, A.a, x.b, 0), 0));
+		}
+		if (hasA && A.kind == MO_AE_DIV) /* (x/y)/z = x/(y·z) */
+			equal(st, u, MK(MO_AE_DIV, A.a, MK(MO_AE_MUL, A.b, x.b, 0), 0));
+		if (hasB && B.kind == MO_AE_MUL) { /* x/(y·z) = (x/y)/z */
+			equal(st, u, MK(MO_AE_DIV, MK(MO_AE_DIV, x.a, B.a, 0), B.b, 0));
+			equal(st, u, MK(MO_AE_DIV, MK(MO_AE_DIV, x.a, B.b, 0), B.a, 0));
+		}
+		if (hasA && A.kind == MO_AE_SUM) /* sum(i, x)/y = sum(i, x/y) */
+			equal(st, u, MK(MO_AE_SUM, MK(MO_AE_DIV, A.a, x.b, 0), -1, A.k));
+		break;
+	case MO_AE_SUM:
+		if (A.kind == MO_AE_ADD)
+			equal(st, u, MK(MO_AE_ADD, MK(MO_AE_SUM, A.a, -1, x.k),
+					MK(MO_AE_SUM, A.b, -1, x.k), 0));
+		if (A.kind == MO_AE_MUL) {
+			equal(st, u, MK(MO_AE_MUL, MK(MO_AE_SUM, A.a, -1, x.k), A.b, 0));
+			equal(st, u, MK(MO_AE_MUL, MK(MO_AE_SUM, A.b, -1, x.k), A.a, 0));
+		}
+		if (A.kind == MO_AE_DIV)
+			equal(st, u, MK(MO_AE_DIV, MK(MO_AE_SUM, A.a, -1, x.k), A.b, 0));
+		/* sum(i·j, x) = sum(i, sum(j, x)): the inner sums are subexpressions */
+		for (int64_t d = 2; d < x.k && d <= 1 << 20; d++)
+			if (x.k % d == 0)
+				found(st, MK(MO_AE_SUM, x.a, -1, d));
+		break;
+	case MO_AE_EXP:
+		if (A.kind == MO_AE_ADD)
+			equal(st, u, MK(MO_AE_MUL, MK(MO_AE_EXP, A.a, -1, 0), MK(MO_AE_EXP, A.b, -1, 0), 0));
+		break;
+	case MO_AE_SQRT:
+		if (A.kind == MO_AE_MUL)
+			equal(st, u, MK(MO_AE_MUL, MK(MO_AE_SQRT, A.a, -1, 0),
+					MK(MO_AE_SQRT, A.b, -1, 0), 0));
+		break;
+	case MO_AE_VAR: case MO_AE_CONST: case MO_AE_FN:
+		break;
+	}
+}
+
+/* ---- Z3 ---- */
+
+static Z3_func_decl decl(Z3_context c, const char *name, int n, Z3_sort a, Z3_sort b,
+			 Z3_sort range)
+{
+	Z3_sort dom[2] = { a, b };
+	Z3_func_decl f = Z3_mk_func_decl(c, Z3_mk_string_symbol(c, name), (unsigned)n, dom, range);
+	Z3_inc_ref(c, Z3_func_decl_to_ast(c, f));
+	return f;
+}
+
+static void on_z3_error(Z3_context c, Z3_error_code e)
+{
+	(void)c;
+	(void)e; /* checked through Z3_get_error_code where it matters */
+}
+
+/* The Z3 term of pool term id (made once, kept). */
+static Z3_ast term(struct mo_subexpr *s, int id)
+{
+	int at = find_sorted(s->ast_ids, s->n_asts, id);
+	if (at < s->n_asts && s->ast_ids[at] == id)
+		return s->asts[at];
+	Z3_context c = s->ctx;
+	struct mo_ae x = mo_ae_node(s->pool, id);
+	Z3_ast a = x.a >= 0 ? term(s, x.a) : NULL, b = x.b >= 0 ? term(s, x.b) : NULL, r = NULL;
+	char name[32];
+	switch (x.kind) {
+	case MO_AE_VAR:
+	case MO_AE_CONST:
+		snprintf(name, sizeof name, "%c%lld", x.kind == MO_AE_VAR ? 'v' : 'c', (long long)x.k);
+		r = Z3_mk_const(c, Z3_mk_string_symbol(c, name), s->T);
+		break;
+	case MO_AE_ADD: r = Z3_mk_app(c, s->add, 2, (Z3_ast[]){ a, b }); break;
+	case MO_AE_MUL: r = Z3_mk_app(c, s->mul, 2, (Z3_ast[]){ a, b }); break;
+	case MO_AE_DIV: r = Z3_mk_app(c, s->div, 2, (Z3_ast[]){ a, b }); break;
+	case MO_AE_EXP: r = Z3_mk_app(c, s->exp, 1, (Z3_ast[]){ a }); break;
+	case MO_AE_SQRT: r = Z3_mk_app(c, s->sqrt, 1, (Z3_ast[]){ a }); break;
+	case MO_AE_SUM:
+		r = Z3_mk_app(c, s->sum, 2, (Z3_ast[]){ Z3_mk_int64(c, x.k, s->I), a });
+		break;
+	case MO_AE_FN:
+		r = Z3_mk_app(c, s->fn, 2, (Z3_ast[]){ Z3_mk_int64(c, x.k, s->I), a });
+		break;
+	}
+	Z3_inc_ref(c, r);
+	if (s->n_asts == s->cap_asts) {
+		int cap = s->cap_asts ? s->cap_asts * 2 : 256;
+		int *ni = mo_realloc(s->ast_ids, sizeof *ni * (size_t)cap);
+		if (ni)
+			s->ast_ids = ni;
+		Z3_ast *na = ni ? mo_realloc(s->asts, sizeof *na * (size_t)cap) : NULL;
+		if (na)
+			s->asts = na;
+		if (!ni || !na)
+			return r; /* not kept: made again next time */
+		s->cap_asts = cap;
+	}
+	at = find_sorted(s->ast_ids, s->n_asts, id);
+	memmove(&s->ast_ids[at + 1], &s->ast_ids[at], sizeof *s->ast_ids * (size_t)(s->n_asts - at));
+	memmove(&s->asts[at + 1], &s->asts[at], sizeof *s->asts * (size_t)(s->n_asts - at));
+	s->ast_ids[at] = id;
+	s->asts[at] = r;
+	s->n_asts++;
+	return r;
+}
+
+static void assert_ast(struct mo_subexpr *s, Z3_ast a)
+{
+	Z3_inc_ref(s->ctx, a);
+	Z3_solver_assert(s->ctx, s->solver, a);
+	Z3_dec_ref(s->ctx, a);
+}
+
+struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int n)
+{
+	struct mo_subexpr *s = mo_calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->pool = p;
+	pthread_mutex_init(&s->lock, NULL);
+	s->targets = mo_calloc((size_t)n + 1, sizeof *s->targets);
+	s->target_leaves = mo_calloc((size_t)n + 1, sizeof *s->target_leaves);
+	if (!s->targets || !s->target_leaves)
+		goto fail;
+	struct sat st = { .s = s, .size_cap = 8 };
+	for (int i = 0; i < n; i++) {
+		if (targets[i] < 0)
+			continue;
+		struct mo_ae t = mo_ae_node(p, targets[i]);
+		s->targets[s->n_targets] = targets[i];
+		s->target_leaves[s->n_targets++] = t.leaves;
+		st.size_cap = 2 * t.size > st.size_cap ? 2 * t.size : st.size_cap;
+		found(&st, targets[i]);
+	}
+	/* the syntactic subterms, before any rewriting */
+	s->subterms = mo_malloc(sizeof *s->subterms * (size_t)(s->n_known + 1));
+	if (!s->subterms)
+		goto fail;
+	memcpy(s->subterms, s->known, sizeof *s->subterms * (size_t)s->n_known);
+	s->n_subterms = s->n_known;
+	for (int i = 0; i < st.nq && s->n_known < MAX_TERMS; i++)
+		rewrite(&st, st.queue[i]);
+	mo_free(st.queue);
+
+	Z3_config cfg = Z3_mk_config();
+	Z3_set_param_value(cfg, "model", "false");
+	s->ctx = Z3_mk_context_rc(cfg);
+	Z3_del_config(cfg);
+	if (!s->ctx)
+		goto fail;
+	Z3_context c = s->ctx;
+	Z3_set_error_handler(c, on_z3_error);
+	s->T = Z3_mk_uninterpreted_sort(c, Z3_mk_string_symbol(c, "T"));
+	Z3_inc_ref(c, Z3_sort_to_ast(c, s->T));
+	s->I = Z3_mk_int_sort(c);
+	Z3_inc_ref(c, Z3_sort_to_ast(c, s->I));
+	Z3_sort B = Z3_mk_bool_sort(c);
+	s->add = decl(c, "add", 2, s->T, s->T, s->T);
+	s->mul = decl(c, "mul", 2, s->T, s->T, s->T);
+	s->div = decl(c, "div", 2, s->T, s->T, s->T);
+	s->exp = decl(c, "exp", 1, s->T, s->T, s->T);
+	s->sqrt = decl(c, "sqrt", 1, s->T, s->T, s->T);
+	s->sum = decl(c, "sum", 2, s->I, s->T, s->T);
+	s->fn = decl(c, "fn", 2, s->I, s->T, s->T);
+	s->sub = decl(c, "subexpr", 2, s->T, s->T, B);
+	s->top = Z3_mk_const(c, Z3_mk_string_symbol(c, "TOP"), s->T);
+	Z3_inc_ref(c, s->top);
+	s->solver = Z3_mk_simple_solver(c);
+	Z3_solver_inc_ref(c, s->solver);
+	for (int i = 0; i < s->n_eqs; i++)
+		assert_ast(s, Z3_mk_eq(c, term(s, s->eqs[i][0]), term(s, s->eqs[i][1])));
+	for (int i = 0; i < s->n_known; i++)
+		assert_ast(s, Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ term(s, s->known[i]), s->top }));
+	if (Z3_get_error_code(c) != Z3_OK)
+		goto fail;
+	return s;
+fail:
+	mo_subexpr_free(s);
+	return NULL;
+}
+
+void mo_subexpr_free(struct mo_subexpr *s)
+{
+	if (!s)
+		return;
+	if (s->ctx) {
+		Z3_context c = s->ctx;
+		for (int i = 0; i < s->n_asts; i++)
+			Z3_dec_ref(c, s->asts[i]);
+		if (s->solver)
+			Z3_solver_dec_ref(c, s->solver);
+		Z3_del_context(c);
+	}
+	pthread_mutex_destroy(&s->lock);
+	mo_free(s->targets);
+	mo_free(s->target_leaves);
+	mo_free(s->subterms);
+	mo_free(s->known);
+	mo_free(s->eqs);
+	mo_free(s->ast_ids);
+	mo_free(s->asts);
+	mo_free(s->cache);
+	mo_free(s);
+}
+
+/* One solver query: do the instantiated axioms entail subexpr(e, TOP)? */
+static bool solve(struct mo_subexpr *s, int e)
+{
+	Z3_context c = s->ctx;
+	Z3_solver_push(c, s->solver);
+	Z3_ast q = Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ term(s, e), s->top });
+	Z3_inc_ref(c, q);
+	assert_ast(s, Z3_mk_not(c, q));
+	Z3_lbool r = Z3_solver_check(c, s->solver);
+	Z3_dec_ref(c, q);
+	Z3_solver_pop(c, s->solver, 1);
+	s->stats.solver_calls++;
+	if (r == Z3_L_UNDEF)
+		s->stats.solver_unknown++;
+	return r != Z3_L_TRUE; /* unsat: entailed; unknown: keep */
+}
+
+static int cache_find(struct mo_subexpr *s, int id)
+{
+	int lo = 0, hi = s->cache_n;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (s->cache[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+bool mo_subexpr_check(struct mo_subexpr *s, int e)
+{
+	if (e < 0)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	s->stats.queries++;
+	int at = cache_find(s, e);
+	if (at < s->cache_n && s->cache[at].id == e) {
+		s->stats.cache_hits++;
+		bool keep = s->cache[at].keep;
+		pthread_mutex_unlock(&s->lock);
+		return keep;
+	}
+	bool keep = false;
+	if (bsearch(&e, s->subterms, (size_t)s->n_subterms, sizeof e, cmp_int) ||
+	    (bsearch(&e, s->known, (size_t)s->n_known, sizeof e, cmp_int))) {
+		keep = true;
+		s->stats.syntactic++;
+	} else {
+		uint64_t leaves = mo_ae_node(s->pool, e).leaves;
+		bool any = false;
+		for (int t = 0; t < s->n_targets; t++)
+			any |= !(leaves & ~s->target_leaves[t]);
+		if (any)
+			keep = solve(s, e);
+		else
+			s->stats.by_leaves++;
+	}
+	if (s->cache_n == s->cache_cap) {
+		int cap = s->cache_cap ? s->cache_cap * 2 : 256;
+		struct cache_entry *n = mo_realloc(s->cache, sizeof *n * (size_t)cap);
+		if (!n) {
+			pthread_mutex_unlock(&s->lock);
+			return keep;
+		}
+		s->cache = n;
+		s->cache_cap = cap;
+	}
+	memmove(&s->cache[at + 1], &s->cache[at], sizeof *s->cache * (size_t)(s->cache_n - at));
+	s->cache[at] = (struct cache_entry){ e, keep };
+	s->cache_n++;
+	pthread_mutex_unlock(&s->lock);
+	return keep;
+}
+
+void mo_subexpr_get_stats(struct mo_subexpr *s, struct mo_subexpr_stats *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->stats;
+	pthread_mutex_unlock(&s->lock);
+}
