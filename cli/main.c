@@ -8,6 +8,7 @@
 #include "mo_base.h"
 #include "mo_onnx.h"
 #include "mo_part.h"
+#include "search_cmd.h"
 #include "mo_superopt.h"
 #include "mo_tp.h"
 
@@ -56,6 +57,25 @@ static const char usage_text[] =
 	"      --max-region-ops N\n"
 	"                     split regions larger than N ops (default 32)\n"
 	"\n"
+	"search (superoptimization of every region):\n"
+	"      --search-only  partition, search every region and print its best\n"
+	"                     μGraph (kernels, grid, for-loop, estimated cost against\n"
+	"                     the unfused region) and the search statistics; with\n"
+	"                     --json one object {\"regions\": [{\"nodes\": [...],\n"
+	"                     \"kernels\": N, \"graph_defined_kernels\": N,\n"
+	"                     \"search_seconds\": S, \"states\": N, \"verified\": N, ...}]}\n"
+	"      --budget SECONDS  time for each region's search (default 60)\n"
+	"      --jobs N       worker threads (default: one per CPU)\n"
+	"      --max-kernel-ops N   kernels in a μGraph (default 5)\n"
+	"      --max-block-ops N    ops in a block graph (default 11)\n"
+	"      --target sm_80|sm_90 the GPU architecture (default sm_90)\n"
+	"      --gpu a100|h100|h200 the cost model's GPU (default: the target's)\n"
+	"      --no-cache     neither read nor write the result cache\n"
+	"                     ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx; a cached\n"
+	"                     μGraph is verified again before it is used)\n"
+	"      --dump-mugraph DIR   write each region's best μGraph as DIR/region_N.json\n"
+	"      --seed N       seed of the verifier's random trials (default 1)\n"
+	"\n"
 	"Nodes without a name are called OpType_INDEX (INDEX: the node's position\n"
 	"in the graph) in every output.\n"
 	"  -h, --help         print this help and exit\n"
@@ -97,9 +117,11 @@ static int usage_error(const char *msg, const char *arg)
 
 struct cli {
 	const char *out_path, *dot_path;
-	int quiet, list_regions, json, dump_tp;
+	int quiet, list_regions, json, dump_tp, search_only, no_cache;
+	const char *dump_dir;
 	struct mo_import_options import;
 	struct mo_part_options part;
+	struct mo_search_options search;
 };
 
 static int run(struct cli *cli, int argc, char **argv);
@@ -326,7 +348,8 @@ int main(int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
-	       OPT_MAX_REGION_OPS };
+	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
+	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED };
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -339,9 +362,19 @@ int main(int argc, char **argv)
 		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "input-shape", required_argument, NULL, OPT_INPUT_SHAPE },
 		{ "max-region-ops", required_argument, NULL, OPT_MAX_REGION_OPS },
+		{ "search-only", no_argument, NULL, OPT_SEARCH_ONLY },
+		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "jobs", required_argument, NULL, OPT_JOBS },
+		{ "max-kernel-ops", required_argument, NULL, OPT_MAX_KERNEL_OPS },
+		{ "max-block-ops", required_argument, NULL, OPT_MAX_BLOCK_OPS },
+		{ "target", required_argument, NULL, OPT_TARGET },
+		{ "gpu", required_argument, NULL, OPT_GPU },
+		{ "no-cache", no_argument, NULL, OPT_NO_CACHE },
+		{ "dump-mugraph", required_argument, NULL, OPT_DUMP_MUGRAPH },
+		{ "seed", required_argument, NULL, OPT_SEED },
 		{ 0 },
 	};
-	struct cli cli = { .part = MO_PART_DEFAULTS };
+	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
 	int c;
 	struct mo_diag d;
 	mo_diag_init(&d);
@@ -377,6 +410,43 @@ int main(int argc, char **argv)
 			cli.part.max_ops = (int)v;
 			break;
 		}
+		case OPT_SEARCH_ONLY: cli.search_only = 1; break;
+		case OPT_NO_CACHE: cli.no_cache = 1; break;
+		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
+		case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS: case OPT_MAX_BLOCK_OPS:
+		case OPT_SEED: {
+			char *end;
+			double v = strtod(optarg, &end);
+			double hi = c == OPT_BUDGET ? 86400 : c == OPT_JOBS ? 64 : c == OPT_SEED ? 1e15 : 24;
+			double lo = c == OPT_SEED ? 0 : c == OPT_BUDGET ? 0.1 : 1;
+			if (*end || !(v >= lo && v <= hi) || (c != OPT_BUDGET && v != (double)(long)v)) {
+				mo_import_options_free(&cli.import);
+				char msg[96];
+				snprintf(msg, sizeof msg, "%s needs a number from %g to %g, not",
+					 argv[optind - 1], lo, hi);
+				return usage_error(msg, optarg);
+			}
+			if (c == OPT_BUDGET) cli.search.budget_s = v;
+			if (c == OPT_JOBS) cli.search.jobs = (int)v;
+			if (c == OPT_MAX_KERNEL_OPS) cli.search.max_kernel_ops = (int)v;
+			if (c == OPT_MAX_BLOCK_OPS) cli.search.max_block_ops = (int)v;
+			if (c == OPT_SEED) cli.search.seed = (uint64_t)v;
+			break;
+		}
+		case OPT_TARGET:
+			if (strcmp(optarg, "sm_80") && strcmp(optarg, "sm_90")) {
+				mo_import_options_free(&cli.import);
+				return usage_error("--target is sm_80 or sm_90, not", optarg);
+			}
+			cli.search.target = optarg[3] == '8' ? MO_SM80 : MO_SM90;
+			break;
+		case OPT_GPU:
+			if (!mo_gpu_named(optarg)) {
+				mo_import_options_free(&cli.import);
+				return usage_error("--gpu is a100, h100 or h200, not", optarg);
+			}
+			cli.search.gpu = mo_gpu_named(optarg);
+			break;
 		case ':':
 			mo_import_options_free(&cli.import);
 			return usage_error("missing argument for", argv[optind - 1]);
@@ -385,9 +455,20 @@ int main(int argc, char **argv)
 			return usage_error("unknown option", argv[optind - 1]);
 		}
 	}
-	if (cli.json && !cli.list_regions) {
+	if (cli.json && !cli.list_regions && !cli.search_only) {
 		mo_import_options_free(&cli.import);
-		return usage_error("--json goes with --list-regions", NULL);
+		return usage_error("--json goes with --list-regions or --search-only", NULL);
+	}
+	if (cli.search.gpu && cli.search.gpu->target != cli.search.target) {
+		/* --gpu names the architecture too, unless --target said otherwise */
+		bool target_given = false;
+		for (int i = 1; i < argc; i++)
+			target_given |= strncmp(argv[i], "--target", 8) == 0;
+		if (target_given) {
+			mo_import_options_free(&cli.import);
+			return usage_error("--gpu and --target disagree:", cli.search.gpu->name);
+		}
+		cli.search.target = cli.search.gpu->target;
 	}
 	int rc = run(&cli, argc, argv);
 	mo_import_options_free(&cli.import);
@@ -398,6 +479,9 @@ static int run(struct cli *cli, int argc, char **argv)
 {
 	const char *out_path = cli->out_path;
 	int quiet = cli->quiet || cli->json || cli->dump_tp;
+	if (cli->search_only && cli->list_regions)
+		return usage_error("--search-only and --list-regions each print a report: "
+				   "choose one", NULL);
 	if (optind == argc)
 		return usage_error("no model given", NULL);
 	if (argc - optind > 1)
@@ -427,6 +511,19 @@ static int run(struct cli *cli, int argc, char **argv)
 			mo_onnx_free(m);
 			return rc;
 		}
+	}
+	if (cli->search_only) {
+		struct cli_search_args a = { .import = &cli->import, .part = &cli->part,
+					     .search = &cli->search, .json = cli->json,
+					     .quiet = cli->quiet, .no_cache = cli->no_cache,
+					     .dump_dir = cli->dump_dir };
+		int rc = cli_search(m, &a, &d);
+		mo_onnx_free(m);
+		if (rc == 2)
+			return usage_error(d.msg, NULL);
+		if (rc)
+			return fail(&d);
+		return EXIT_OK;
 	}
 	if (out_path) {
 		if (mo_onnx_save(m, out_path, &d)) {

@@ -81,6 +81,8 @@ void mo_subexpr_free(struct mo_subexpr *s);
  * thread-safe. A solver that gives up (resource limit) counts as yes: the
  * check only prunes what it can refute. */
 bool mo_subexpr_check(struct mo_subexpr *s, int e);
+/* Do the instantiated axioms make e equal to target number t? */
+bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t);
 void mo_subexpr_get_stats(struct mo_subexpr *s, struct mo_subexpr_stats *out);
 
 #endif

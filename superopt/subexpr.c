@@ -500,6 +500,26 @@ bool mo_subexpr_check(struct mo_subexpr *s, int e)
 	return keep;
 }
 
+bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t)
+{
+	if (e < 0 || t < 0 || t >= s->n_targets)
+		return false;
+	if (e == s->targets[t])
+		return true;
+	pthread_mutex_lock(&s->lock);
+	Z3_context c = s->ctx;
+	Z3_solver_push(c, s->solver);
+	Z3_ast q = Z3_mk_eq(c, term(s, e), term(s, s->targets[t]));
+	Z3_inc_ref(c, q);
+	assert_ast(s, Z3_mk_not(c, q));
+	Z3_lbool r = Z3_solver_check(c, s->solver);
+	Z3_dec_ref(c, q);
+	Z3_solver_pop(c, s->solver, 1);
+	s->stats.solver_calls++;
+	pthread_mutex_unlock(&s->lock);
+	return r == Z3_L_FALSE;
+}
+
 void mo_subexpr_get_stats(struct mo_subexpr *s, struct mo_subexpr_stats *out)
 {
 	pthread_mutex_lock(&s->lock);

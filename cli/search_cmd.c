@@ -1,0 +1,309 @@
+/* mirage-onnx MODEL --search-only: partition, then search every region, and
+ * print the best μGraph of each with its statistics. */
+#include "search_cmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mo_search.h"
+
+static void progress_line(void *ctx, const char *line)
+{
+	(void)ctx;
+	fprintf(stderr, "%s\n", line);
+}
+
+/* ---- the result cache (DESIGN §9) ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* The region's canonical hash: ops, their parameters and operand positions,
+ * tensor shapes and dtypes, input names, constants, and the search limits. */
+static uint64_t region_key(const struct mo_tp *tp, const struct mo_search_options *o)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	int *num = calloc((size_t)tp->n_tensors + 1, sizeof *num);
+	int next = 1;
+	for (int k = 0; k < tp->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[k];
+		h = fnv(h, &op->kind, sizeof op->kind);
+		struct mo_op_params p = op->p;
+		p.sizes = NULL;
+		h = fnv(h, &p, sizeof p);
+		for (int i = 0; i < op->n_in; i++) {
+			int t = op->in[i];
+			if (t < 0)
+				continue;
+			const struct mo_tensor *x = &tp->tensors[t];
+			if (num && !num[t]) {
+				num[t] = next++;
+				if (x->kind != MO_T_VALUE)
+					h = fnv(h, x->name, strlen(x->name));
+				if (x->fvals)
+					h = fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
+			}
+			h = fnv(h, num ? &num[t] : &t, sizeof t);
+			h = fnv(h, &x->dtype, sizeof x->dtype);
+			h = fnv(h, x->dims, sizeof x->dims[0] * (size_t)x->rank);
+		}
+	}
+	for (int j = 0; j < tp->n_outputs; j++) {
+		const char *n = tp->tensors[tp->outputs[j]].name;
+		h = fnv(h, n, strlen(n));
+	}
+	h = fnv(h, &o->target, sizeof o->target);
+	h = fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
+	free(num);
+	return h;
+}
+
+static bool cache_dir(char *buf, size_t len)
+{
+	const char *env = getenv("MIRAGE_ONNX_CACHE");
+	const char *home = getenv("HOME");
+	if (env && *env)
+		snprintf(buf, len, "%s", env);
+	else if (home && *home)
+		snprintf(buf, len, "%s/.cache/mirage-onnx", home);
+	else
+		return false;
+	char parent[1024];
+	snprintf(parent, sizeof parent, "%s", buf);
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = 0;
+		mkdir(parent, 0755);
+	}
+	return mkdir(buf, 0755) == 0 || errno == EEXIST;
+}
+
+static struct mo_mugraph *cache_load(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	char chunk[4096];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+		if (len + n + 1 > cap) {
+			cap = (len + n + 1) * 2;
+			char *t = realloc(text, cap);
+			if (!t) {
+				free(text);
+				fclose(f);
+				return NULL;
+			}
+			text = t;
+		}
+		memcpy(text + len, chunk, n);
+		len += n;
+	}
+	fclose(f);
+	if (!text)
+		return NULL;
+	text[len] = 0;
+	struct mo_mugraph *mg = NULL;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	mo_mg_from_json(text, &mg, &d);
+	free(text);
+	return mg;
+}
+
+static void write_json_file(const char *path, const struct mo_mugraph *mg)
+{
+	char tmp[1100];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	mo_mg_print_json(mg, f);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+	else
+		remove(tmp);
+}
+
+/* ---- printing ---- */
+
+static void describe_kernels(const struct mo_mugraph *mg, FILE *out)
+{
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_kg_op *op = &mg->ops[k];
+		if (!op->bg) {
+			fprintf(out, "    kernel %d: %s (pre-defined)\n", k + 1,
+				mo_op_table[op->op.kind].name);
+			continue;
+		}
+		const struct mo_block_graph *bg = op->bg;
+		fprintf(out, "    kernel %d: graph-defined, grid (%d,%d,%d), for-loop %d, %d block ops, "
+			"%d thread graph%s\n      ", k + 1, bg->grid[0], bg->grid[1], bg->grid[2],
+			bg->forloop, bg->body.n_ops + bg->n_accums, bg->n_tgs, bg->n_tgs == 1 ? "" : "s");
+		for (int i = 0; i < bg->body.n_ops; i++)
+			fprintf(out, "%s%s", i ? " " : "", mo_op_table[bg->body.ops[i].kind].name);
+		for (int a = 0; a < bg->n_accums; a++)
+			fprintf(out, " Accum(%s)", bg->accums[a].kind == MO_ACC_SUM ? "sum"
+						   : bg->accums[a].kind == MO_ACC_MAX ? "max" : "rescaled");
+		fputc('\n', out);
+	}
+}
+
+static int count_gdk(const struct mo_mugraph *mg)
+{
+	int n = 0;
+	for (int k = 0; k < mg->n_ops; k++)
+		n += mg->ops[k].bg != NULL;
+	return n;
+}
+
+int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d)
+{
+	struct mo_tp *tp;
+	if (mo_tp_import(m, a->import, &tp, d))
+		return d->status == MO_ERR_USAGE ? 2 : 1;
+	struct mo_partition *p;
+	if (mo_part_run(tp, a->part, &p, d)) {
+		mo_tp_free(tp);
+		return 1;
+	}
+	char dir[1024];
+	bool use_cache = !a->no_cache && cache_dir(dir, sizeof dir);
+	FILE *out = stdout;
+	if (a->json)
+		fputs("{\"regions\": [", out);
+	int rc = 0;
+	for (int ri = 0; ri < p->n_regions && !rc; ri++) {
+		const struct mo_region *rg = &p->regions[ri];
+		struct mo_tp *prog;
+		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
+				 rg->n_outputs, &prog, d)) {
+			rc = 3;
+			break;
+		}
+		struct mo_search_options o = *a->search;
+		if (!a->quiet && !a->json) {
+			o.progress = progress_line;
+			fprintf(stderr, "region %d/%d: %d ops, searching (budget %.0f s)\n", ri + 1,
+				p->n_regions, rg->n_ops, o.budget_s);
+		}
+		struct mo_search_result r;
+		memset(&r, 0, sizeof r);
+		bool cached = false;
+		char path[1100];
+		uint64_t key = region_key(prog, &o);
+		if (use_cache) {
+			snprintf(path, sizeof path, "%s/%016" PRIx64 ".json", dir, key);
+			struct mo_mugraph *mg = cache_load(path);
+			struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+			eo.seed = o.seed;
+			char why[256];
+			if (mg && mo_mg_valid(mg, o.target, why, sizeof why) &&
+			    !mo_mg_equiv(mg, prog, &eo, &r.verification, d) &&
+			    r.verification.verdict == MO_EQUIVALENT) {
+				r.best = mg; /* re-verified: the cache is never trusted */
+				cached = true;
+				mo_cost_mugraph(mg, o.gpu ? o.gpu : mo_gpu_of_target(o.target),
+						&r.cost_best);
+				mo_cost_program(prog, o.gpu ? o.gpu : mo_gpu_of_target(o.target),
+						&r.cost_unfused);
+			} else {
+				mo_mg_free(mg);
+				mo_diag_init(d);
+			}
+		}
+		if (!cached && mo_search(prog, &o, &r, d)) {
+			mo_tp_free(prog);
+			rc = 3;
+			break;
+		}
+		if (r.best && use_cache && !cached)
+			write_json_file(path, r.best);
+		if (r.best && a->dump_dir) {
+			char dump[1100];
+			snprintf(dump, sizeof dump, "%s/region_%d.json", a->dump_dir, ri + 1);
+			write_json_file(dump, r.best);
+		}
+		double speedup = r.best && r.cost_best.us > 0 ? r.cost_unfused.us / r.cost_best.us : 1;
+		if (a->json) {
+			fprintf(out, "%s\n  {\"nodes\": [", ri ? "," : "");
+			for (int i = 0; i < rg->n_nodes; i++) {
+				fputs(i ? ", " : "", out);
+				mo_json_string(out, tp->node_names[rg->nodes[i]]);
+			}
+			fprintf(out, "], \"fused\": %s, \"kernels\": %d, \"graph_defined_kernels\": %d, "
+				"\"cached\": %s, \"search_seconds\": %.3f, \"states\": %" PRIu64
+				", \"pruned_absexpr\": %" PRIu64 ", \"pruned_shape\": %" PRIu64
+				", \"pruned_duplicate\": %" PRIu64 ", \"pruned_dead_end\": %" PRIu64
+				", \"pruned_memory\": %" PRIu64 ", \"candidates\": %" PRIu64
+				", \"quick_rejected\": %" PRIu64 ", \"verified\": %" PRIu64
+				", \"schedules\": %d, \"budget_hit\": %s, \"solver_calls\": %" PRIu64
+				", \"cost_us\": %.3f, \"unfused_cost_us\": %.3f, \"estimated_speedup\": %.3f",
+				r.best ? "true" : "false", r.best ? r.best->n_ops : 0,
+				r.best ? count_gdk(r.best) : 0, cached ? "true" : "false", r.stats.seconds,
+				r.stats.states, r.stats.pruned_absexpr, r.stats.pruned_shape,
+				r.stats.pruned_duplicate, r.stats.pruned_dead_end, r.stats.pruned_memory,
+				r.stats.candidates, r.stats.quick_rejected, r.stats.verified,
+				r.stats.schedules, r.stats.budget_hit ? "true" : "false",
+				r.stats.subexpr.solver_calls, r.best ? r.cost_best.us : r.cost_unfused.us,
+				r.cost_unfused.us, speedup);
+			if (r.best) {
+				const struct mo_block_graph *bg = NULL;
+				for (int k = 0; k < r.best->n_ops && !bg; k++)
+					bg = r.best->ops[k].bg;
+				if (bg)
+					fprintf(out, ", \"grid\": [%d, %d, %d], \"forloop\": %d", bg->grid[0],
+						bg->grid[1], bg->grid[2], bg->forloop);
+				fprintf(out, ", \"error_bound\": %.3g", r.verification.error_bound);
+			} else {
+				fputs(", \"why\": ", out);
+				mo_json_string(out, r.why);
+			}
+			fputc('}', out);
+		} else {
+			printf("region %d: %d ops (%s", ri + 1, rg->n_ops,
+			       tp->node_names[rg->nodes[0]]);
+			if (rg->n_nodes > 1)
+				printf(" .. %s", tp->node_names[rg->nodes[rg->n_nodes - 1]]);
+			printf(")\n");
+			if (r.best) {
+				printf("  best μGraph%s: %d kernel%s, estimated %.1f µs vs %.1f µs unfused "
+				       "(%d kernels): %.2fx\n", cached ? " (from the cache, re-verified)" : "",
+				       r.best->n_ops, r.best->n_ops == 1 ? "" : "s", r.cost_best.us,
+				       r.cost_unfused.us, r.cost_unfused.kernels, speedup);
+				describe_kernels(r.best, stdout);
+				printf("  verified: %s\n", r.verification.detail);
+			} else {
+				printf("  stays unfused: %s\n", r.why);
+			}
+			if (!cached)
+				printf("  search: %.2f s, %d schedule classes, %" PRIu64 " states, pruned %"
+				       PRIu64 " by abstract expression, %" PRIu64 " by shape, %" PRIu64
+				       " duplicates, %" PRIu64 " dead ends, %" PRIu64 " by memory; %" PRIu64
+				       " candidates, %" PRIu64 " refuted by the fast check, %" PRIu64
+				       " verified%s\n", r.stats.seconds, r.stats.schedules, r.stats.states,
+				       r.stats.pruned_absexpr, r.stats.pruned_shape,
+				       r.stats.pruned_duplicate, r.stats.pruned_dead_end,
+				       r.stats.pruned_memory, r.stats.candidates, r.stats.quick_rejected,
+				       r.stats.verified, r.stats.budget_hit ? " (budget hit)" : "");
+		}
+		mo_search_result_free(&r);
+		mo_tp_free(prog);
+	}
+	if (a->json)
+		fputs("\n]}\n", out);
+	mo_part_free(p);
+	mo_tp_free(tp);
+	return rc;
+}

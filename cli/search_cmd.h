@@ -1,0 +1,19 @@
+/* mirage-onnx MODEL --search-only */
+#ifndef SEARCH_CMD_H
+#define SEARCH_CMD_H
+
+#include "mo_part.h"
+#include "mo_search.h"
+
+struct cli_search_args {
+	const struct mo_import_options *import;
+	const struct mo_part_options *part;
+	const struct mo_search_options *search;
+	bool json, quiet, no_cache;
+	const char *dump_dir; /* --dump-mugraph: region_N.json per fused region */
+};
+
+/* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why. */
+int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d);
+
+#endif

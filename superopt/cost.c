@@ -1,0 +1,136 @@
+/* The cost model (DESIGN §7): a roofline per kernel. Constants are public
+ * datasheet peaks (dense, without sparsity); what matters for ranking is
+ * their ratios. See superopt/SEARCH.md. */
+#include "mo_search.h"
+
+#include <math.h>
+#include <string.h>
+
+static const struct mo_gpu gpus[] = {
+	/* A100 SXM 80 GB: 108 SMs, 2039 GB/s HBM2e, 312 TFLOP/s fp16 TC, 19.5 fp32 */
+	{ "a100", MO_SM80, 108, 2039, 128 * 1.41 * 4, 312, 19.5, 3.0 },
+	/* H100 SXM: 132 SMs, 3350 GB/s HBM3, 989 TFLOP/s fp16 TC, 67 fp32 */
+	{ "h100", MO_SM90, 132, 3350, 128 * 1.83 * 4, 989, 67, 2.5 },
+	/* H200 SXM: H100's SMs with 4800 GB/s HBM3e */
+	{ "h200", MO_SM90, 132, 4800, 128 * 1.83 * 4, 989, 67, 2.5 },
+};
+
+const struct mo_gpu *mo_gpu_named(const char *name)
+{
+	for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++)
+		if (strcmp(gpus[i].name, name) == 0)
+			return &gpus[i];
+	return NULL;
+}
+
+const struct mo_gpu *mo_gpu_of_target(enum mo_target t)
+{
+	return t == MO_SM80 ? &gpus[0] : &gpus[1];
+}
+
+static double bytes_of(const struct mo_tensor *t)
+{
+	size_t es = mo_onnx_dtype_size(t->dtype);
+	return (double)mo_tensor_numel(t) * (double)(es ? es : 4);
+}
+
+/* One kernel: time from its DRAM traffic, its tensor-core and CUDA-core work,
+ * the blocks it runs (bandwidth and compute scale with the SMs it keeps busy,
+ * and a partial last wave costs a full one). */
+static double kernel_us(const struct mo_gpu *g, double bytes, double tc_flops, double flops,
+			double blocks)
+{
+	double busy = blocks >= g->sms ? 1.0 : blocks / g->sms;
+	double waves = ceil(blocks / g->sms), ideal = blocks / g->sms;
+	double quant = ideal > 0 && waves > 0 ? waves / (ideal > 1 ? ideal : waves) : 1.0;
+	if (blocks < g->sms)
+		quant = 1.0; /* one partial wave: already in `busy` */
+	double t_mem = bytes / (g->dram_gbs * 1e3 * busy);             /* µs */
+	double t_tc = tc_flops / (g->tc_tflops * 1e6 * busy);
+	double t_fp = flops / (g->fp32_tflops * 1e6 * busy);
+	double t = t_mem > t_tc + t_fp ? t_mem : t_tc + t_fp;
+	return t * quant + g->launch_us;
+}
+
+void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c)
+{
+	memset(c, 0, sizeof *c);
+	for (int k = 0; k < tp->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[k];
+		double bytes = 0, tc = 0, fl = 0;
+		for (int i = 0; i < op->n_in; i++)
+			if (op->in[i] >= 0)
+				bytes += bytes_of(&tp->tensors[op->in[i]]);
+		for (int i = 0; i < op->n_out; i++)
+			if (op->out[i] >= 0)
+				bytes += bytes_of(&tp->tensors[op->out[i]]);
+		const struct mo_tensor *y = op->n_out ? &tp->tensors[op->out[0]] : NULL;
+		double n = y ? (double)mo_tensor_numel(y) : 0;
+		if (op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM) {
+			const struct mo_tensor *a = &tp->tensors[op->in[0]];
+			tc = 2 * n * (double)a->dims[a->rank - 1];
+		} else {
+			fl = n;
+		}
+		/* layout ops are free when they only reinterpret memory */
+		if (op->lax == MO_LAX_LAYOUT && op->kind != MO_OP_TRANSPOSE && op->kind != MO_OP_CONCAT)
+			continue;
+		double blocks = n / 4096 > 1 ? n / 4096 : 1; /* a library kernel's grid */
+		c->us += kernel_us(g, bytes, tc, fl, blocks);
+		c->dram_bytes += bytes;
+		c->flops += tc + fl;
+		c->kernels++;
+	}
+}
+
+void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c)
+{
+	memset(c, 0, sizeof *c);
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_kg_op *op = &mg->ops[k];
+		if (!op->bg) { /* a pre-defined kernel: like the program's op */
+			struct mo_tp one = mg->kg;
+			one.ops = (struct mo_tp_op *)&op->op;
+			one.n_ops = 1;
+			struct mo_cost pc;
+			mo_cost_program(&one, g, &pc);
+			c->us += pc.us;
+			c->dram_bytes += pc.dram_bytes;
+			c->flops += pc.flops;
+			c->kernels += pc.kernels;
+			continue;
+		}
+		const struct mo_block_graph *bg = op->bg;
+		double blocks = (double)bg->grid[0] * bg->grid[1] * bg->grid[2];
+		double bytes = 0, tc = 0, fl = 0;
+		for (int i = 0; i < bg->n_iters; i++) {
+			const struct mo_tensor *t = &bg->body.tensors[bg->iters[i].tile];
+			/* a tile without an fmap is loaded once, not per iteration */
+			double loads = bg->iters[i].fmap == MO_PHI ? 1 : bg->forloop;
+			bytes += bytes_of(t) * loads * blocks;
+		}
+		for (int i = 0; i < bg->n_savers; i++)
+			bytes += bytes_of(&bg->body.tensors[bg->savers[i].tile]) * blocks;
+		for (int i = 0; i < bg->body.n_ops; i++) {
+			const struct mo_tp_op *b = &bg->body.ops[i];
+			const struct mo_tensor *y = &bg->body.tensors[b->out[0]];
+			double n = (double)mo_tensor_numel(y);
+			bool in_loop = true;
+			for (int a = 0; a < bg->n_accums; a++)
+				if (bg->accums[a].out == b->in[0] ||
+				    (b->n_in > 1 && bg->accums[a].out == b->in[1]))
+					in_loop = false;
+			double times = blocks * (in_loop ? bg->forloop : 1);
+			if (b->kind == MO_OP_MATMUL) {
+				const struct mo_tensor *a = &bg->body.tensors[b->in[0]];
+				tc += 2 * n * (double)a->dims[a->rank - 1] * times;
+			} else {
+				fl += n * times;
+			}
+		}
+		c->us += kernel_us(g, bytes, tc, fl, blocks);
+		c->dram_bytes += bytes;
+		c->flops += tc + fl;
+		c->kernels++;
+	}
+}

@@ -1,0 +1,90 @@
+/* The μGraph generator (paper §4, Algorithm 1) and the cost model that ranks
+ * what it finds (DESIGN §5, §7). See superopt/SEARCH.md. */
+#ifndef MO_SEARCH_H
+#define MO_SEARCH_H
+
+#include "mo_absexpr.h"
+#include "mo_mugraph.h"
+
+/* ---- the cost model ---- */
+
+struct mo_gpu {
+	const char *name;
+	enum mo_target target;
+	int sms;
+	double dram_gbs;      /* device memory bandwidth, GB/s */
+	double smem_gbs_sm;   /* shared memory bandwidth per SM, GB/s */
+	double tc_tflops;     /* dense fp16/bf16 tensor cores (fp32 accumulate) */
+	double fp32_tflops;   /* CUDA cores */
+	double launch_us;     /* kernel launch and tail */
+};
+
+/* "a100", "h100", "h200"; NULL if unknown. */
+const struct mo_gpu *mo_gpu_named(const char *name);
+/* The default GPU of a target: sm_80 A100, sm_90 H100. */
+const struct mo_gpu *mo_gpu_of_target(enum mo_target t);
+
+struct mo_cost {
+	double us;          /* estimated time */
+	double dram_bytes;  /* bytes moved to and from device memory */
+	double flops;
+	int kernels;
+};
+
+/* The region run op by op, each op a kernel reading and writing device memory. */
+void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c);
+/* A μGraph: per kernel, the tiles its blocks load and save, block matmuls on
+ * tensor cores, element-wise work on CUDA cores, bandwidth scaled by the
+ * fraction of SMs the grid keeps busy, waves rounded up, plus a launch. */
+void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c);
+
+/* ---- the search ---- */
+
+struct mo_search_options {
+	double budget_s;     /* wall-clock budget of the enumeration */
+	int jobs;            /* worker threads (0: one per CPU) */
+	int max_kernel_ops;  /* kernels in a μGraph */
+	int max_block_ops;   /* ops in a block graph, accumulators included */
+	enum mo_target target;
+	const struct mo_gpu *gpu; /* cost constants (NULL: the target's default) */
+	uint64_t seed;       /* of the verifier's trials */
+	/* progress lines (NULL: none) */
+	void (*progress)(void *ctx, const char *line);
+	void *progress_ctx;
+};
+#define MO_SEARCH_DEFAULTS \
+	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
+	  .target = MO_SM90, .gpu = NULL, .seed = 1 }
+
+struct mo_search_stats {
+	uint64_t states;            /* block-graph prefixes visited */
+	uint64_t pruned_absexpr;    /* ops whose expression is not a subexpression */
+	uint64_t pruned_shape;      /* ops whose shapes do not fit */
+	uint64_t pruned_duplicate;  /* ops recomputing an existing expression */
+	uint64_t pruned_dead_end;   /* prefixes with more unused tiles than ops left */
+	uint64_t pruned_memory;     /* candidates beyond shared memory or registers */
+	uint64_t candidates;        /* complete μGraphs reaching every output */
+	uint64_t quick_rejected;    /* candidates the fast check refuted */
+	uint64_t verified;          /* candidates that passed the fast check */
+	int schedules;              /* grid / for-loop classes explored */
+	double seconds;
+	bool budget_hit;
+	struct mo_subexpr_stats subexpr;
+};
+
+struct mo_search_result {
+	struct mo_mugraph *best;    /* NULL: nothing beats the unfused region */
+	struct mo_cost cost_best, cost_unfused;
+	struct mo_equiv_report verification; /* the final, full verdict of best */
+	struct mo_search_stats stats;
+	char why[256];              /* why best is NULL */
+};
+
+/* Searches for the fastest μGraph equivalent to prog (a region's program,
+ * mo_tp_region). Every candidate is checked by the fast check; the best by
+ * the cost model must pass the full verdict, else the next is tried. */
+enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
+			 struct mo_search_result *r, struct mo_diag *d);
+void mo_search_result_free(struct mo_search_result *r);
+
+#endif

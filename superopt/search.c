@@ -1,0 +1,1250 @@
+/* The μGraph generator (paper §4.1, Algorithm 1), for graph-defined kernels.
+ *
+ * 1. Axes. Every dim of every tensor of the program gets an axis label by
+ *    unifying the dims ops tie together (element-wise operands, a MatMul's
+ *    m, n and contracted k, reductions' kept dims, transposes). The output's
+ *    labels are what a grid can split; labels that never reach the output
+ *    (contracted or reduced) are what a for-loop can walk.
+ * 2. Schedule classes: up to three output axes for the grid and at most one
+ *    other axis for the for-loop. Each input's imap and fmap follow from its
+ *    labels, so an iterator never splits a dim the op it feeds would mix.
+ * 3. For each class, a depth-first enumeration of block graphs (Algorithm 1's
+ *    GenerateNextBlockOperator) at a representative tile size: ops are added
+ *    in canonical order (strictly increasing rank of (operands, op type)), each
+ *    checked for shapes, for a new abstract expression, and by the
+ *    subexpression check against the program's; a tile that depends on the
+ *    loop can cross to after the loop only through an accumulator. A prefix
+ *    whose tiles match every output's expression, with every tile consumed,
+ *    is a candidate; the fast check (a few blocks against cached results)
+ *    sorts out the wrong ones.
+ * 4. Each surviving algorithm is rebuilt at every tile size the shapes allow,
+ *    element-wise runs become thread graphs, exps feeding for-loop sums get
+ *    the online-softmax rewrite (max subtraction, rescaled accumulators),
+ *    and the cost model ranks them. The best must pass the full verdict.
+ *
+ * Classes run on worker threads; results are merged in class order, so the
+ * outcome does not depend on the thread count when the budget is not hit. */
+#include "mo_search.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_TILES 40
+#define MAX_OPS 24
+#define MAX_ALGOS 64
+#define OP_ACCUM MO_OP__COUNT /* an accumulator, as a pseudo op kind */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- 1. axes ---- */
+
+struct axes {
+	int n;
+	int *parent; /* union-find over tensor * MO_MAX_RANK + dim */
+};
+
+static int ax_find(struct axes *a, int x)
+{
+	while (a->parent[x] != x) {
+		a->parent[x] = a->parent[a->parent[x]];
+		x = a->parent[x];
+	}
+	return x;
+}
+
+static void ax_union(struct axes *a, const struct mo_tp *tp, int t1, int d1, int t2, int d2)
+{
+	if (t1 < 0 || t2 < 0 || d1 < 0 || d2 < 0 || d1 >= tp->tensors[t1].rank ||
+	    d2 >= tp->tensors[t2].rank)
+		return;
+	if (tp->tensors[t1].dims[d1] != tp->tensors[t2].dims[d2] || tp->tensors[t1].dims[d1] == 1)
+		return;
+	int x = ax_find(a, t1 * MO_MAX_RANK + d1), y = ax_find(a, t2 * MO_MAX_RANK + d2);
+	if (x != y)
+		a->parent[x < y ? y : x] = x < y ? x : y;
+}
+
+static int ax_label(struct axes *a, int t, int d)
+{
+	return ax_find(a, t * MO_MAX_RANK + d);
+}
+
+static bool axes_build(struct axes *a, const struct mo_tp *tp)
+{
+	a->n = tp->n_tensors * MO_MAX_RANK;
+	a->parent = mo_malloc(sizeof *a->parent * (size_t)(a->n + 1));
+	if (!a->parent)
+		return false;
+	for (int i = 0; i < a->n; i++)
+		a->parent[i] = i;
+	for (int k = 0; k < tp->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[k];
+		int y = op->n_out ? op->out[0] : -1;
+		if (y < 0)
+			continue;
+		int R = tp->tensors[y].rank;
+		switch (op->kind) {
+		case MO_OP_MATMUL: case MO_OP_GEMM: {
+			int A = op->in[0], B = op->in[1];
+			int ra = tp->tensors[A].rank, rb = tp->tensors[B].rank;
+			bool ta = op->kind == MO_OP_GEMM && op->p.trans_a;
+			bool tb = op->kind == MO_OP_GEMM && op->p.trans_b;
+			ax_union(a, tp, A, ta ? ra - 2 : ra - 1, B, tb ? rb - 1 : rb - 2);
+			ax_union(a, tp, A, ta ? ra - 1 : ra - 2, y, R - 2);
+			ax_union(a, tp, B, tb ? rb - 2 : rb - 1, y, R - 1);
+			for (int i = 3; i <= R; i++) {
+				ax_union(a, tp, A, ra - i, y, R - i);
+				ax_union(a, tp, B, rb - i, y, R - i);
+			}
+			if (op->kind == MO_OP_GEMM && op->n_in > 2 && op->in[2] >= 0) {
+				int C = op->in[2], rc = tp->tensors[C].rank;
+				for (int i = 1; i <= rc; i++)
+					ax_union(a, tp, C, rc - i, y, R - i);
+			}
+			break;
+		}
+		case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: {
+			int x = op->in[0], rx = tp->tensors[x].rank, j = 0;
+			for (int d = 0; d < rx; d++) {
+				bool red = op->p.n_axes == 0 && !op->p.noop_with_empty_axes;
+				for (int i = 0; i < op->p.n_axes; i++)
+					red |= (op->p.axes[i] < 0 ? op->p.axes[i] + rx : op->p.axes[i]) == d;
+				if (!red)
+					ax_union(a, tp, x, d, y, j);
+				if (!red || op->p.keepdims)
+					j++;
+			}
+			break;
+		}
+		case MO_OP_TRANSPOSE:
+			for (int d = 0; d < R && d < op->p.n_axes; d++)
+				ax_union(a, tp, op->in[0], (int)op->p.axes[d], y, d);
+			break;
+		case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: {
+			/* the same non-1 dims in the same order: tie them */
+			const struct mo_tensor *x = &tp->tensors[op->in[0]];
+			int i = 0, j = 0;
+			while (i < x->rank && j < R) {
+				if (x->dims[i] == 1) { i++; continue; }
+				if (tp->tensors[y].dims[j] == 1) { j++; continue; }
+				if (x->dims[i] != tp->tensors[y].dims[j])
+					break;
+				ax_union(a, tp, op->in[0], i++, y, j++);
+			}
+			break;
+		}
+		case MO_OP_CONCAT: case MO_OP_SPLIT: case MO_OP_SLICE: case MO_OP_GATHER:
+		case MO_OP_EXPAND: case MO_OP_OPAQUE: case MO_OP__COUNT:
+			break;
+		default: /* element-wise, softmax, norms, casts: right-aligned */
+			for (int k2 = 0; k2 < op->n_in; k2++) {
+				int x = op->in[k2];
+				if (x < 0)
+					continue;
+				int rx = tp->tensors[x].rank;
+				for (int i = 1; i <= rx && i <= R; i++)
+					ax_union(a, tp, x, rx - i, y, R - i);
+			}
+			break;
+		}
+	}
+	return true;
+}
+
+/* ---- the search's view of the program ---- */
+
+struct target {
+	const struct mo_tp *tp;
+	const struct mo_search_options *o;
+	struct axes ax;
+	struct mo_ae_pool pool;
+	int *e;                 /* abstract expression per tensor */
+	int n_out;
+	int out_e[8];
+	struct mo_subexpr *sub;
+	bool kinds[MO_OP__COUNT + 1]; /* block op kinds worth trying */
+	int n_consts;
+	double consts[16];
+	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
+	int red_labels[8], n_red_labels;
+	double deadline;
+	atomic_bool stop;
+};
+
+/* A schedule: grid axes (labels) with tile sizes, a loop axis with its chunk. */
+struct sched {
+	int n_grid;
+	int grid_label[3];
+	int64_t grid_tile[3]; /* elements per block along the axis */
+	int loop_label;       /* -1: no loop */
+	int64_t loop_chunk;
+};
+
+static int64_t label_size(struct target *T, int label)
+{
+	for (int t = 0; t < T->tp->n_tensors; t++) {
+		const struct mo_tensor *x = &T->tp->tensors[t];
+		for (int d = 0; d < x->rank && x->shape_known; d++)
+			if (x->dims[d] > 1 && ax_label(&T->ax, t, d) == label)
+				return x->dims[d];
+	}
+	return 1;
+}
+
+/* ---- the enumeration state: a block body as a small tensor program ---- */
+
+struct step {
+	int kind;          /* enum mo_op, or OP_ACCUM; -1: an iterator; -2: a constant */
+	int in[2], n_in;
+	int input;         /* iterator: which program input (index into prog inputs) */
+	double value;      /* constant */
+	int axis;          /* ReduceSum axis */
+};
+
+struct state {
+	struct target *T;
+	const struct sched *S;
+	int forloop;
+	struct mo_tp body;
+	struct mo_tensor tensors[MAX_TILES];
+	struct mo_tp_op ops[MAX_OPS];
+	int op_in[MAX_OPS][3], op_out[MAX_OPS][1];
+	int n_steps;
+	struct step steps[MAX_TILES];
+	int tile_step[MAX_TILES];
+	int e[MAX_TILES];       /* abstract expression of each tile */
+	bool post[MAX_TILES];   /* exists after the loop (depends on an accumulator) */
+	bool varies[MAX_TILES]; /* changes with the loop iteration */
+	int uses[MAX_TILES];
+	int lab[MAX_TILES][MO_MAX_RANK]; /* axis label of each tile dim, -1 for size 1 */
+	int n_iters;
+	int n_block_ops;
+	uint64_t last_rank;
+	/* results */
+	int n_algos;
+	struct algo {
+		int n_steps;
+		struct step steps[MAX_TILES];
+		int save[8]; /* tile per output */
+	} *algos;
+	struct mo_search_stats st;
+	struct mo_ref_cache rc;
+	int in_index[64];       /* program input number of each kernel input */
+};
+
+static uint64_t rank_of(int kind, const int *in, int n_in, int param)
+{
+	int hi = n_in > 1 && in[1] > in[0] ? in[1] : in[0];
+	int lo = n_in > 1 && in[1] < in[0] ? in[1] : in[0];
+	return ((uint64_t)(hi + 1) << 40) | ((uint64_t)kind << 24) | ((uint64_t)(lo + 1) << 12) |
+	       (uint64_t)(param & 0xfff);
+}
+
+/* The leaves a block graph reads: every program input and weight, in order. */
+static int prog_inputs(const struct mo_tp *tp, int *out, int max)
+{
+	int n = 0;
+	for (int t = 0; t < tp->n_tensors && n < max; t++) {
+		const struct mo_tensor *x = &tp->tensors[t];
+		if ((x->kind == MO_T_INPUT || x->kind == MO_T_INITIALIZER ||
+		     (x->kind == MO_T_CONST && !(x->n_vals == 1))) && x->n_consumers > 0)
+			out[n++] = t;
+	}
+	return n;
+}
+
+/* imap / fmap of program tensor t under schedule S. */
+static void maps_of(struct target *T, const struct sched *S, int t, int *imap, int *fmap)
+{
+	const struct mo_tensor *x = &T->tp->tensors[t];
+	for (int g = 0; g < 3; g++) {
+		imap[g] = MO_PHI;
+		for (int d = 0; g < S->n_grid && d < x->rank && imap[g] == MO_PHI; d++)
+			if (x->dims[d] > 1 && ax_label(&T->ax, t, d) == S->grid_label[g])
+				imap[g] = d;
+	}
+	*fmap = MO_PHI;
+	for (int d = 0; S->loop_label >= 0 && d < x->rank && *fmap == MO_PHI; d++)
+		if (x->dims[d] > 1 && ax_label(&T->ax, t, d) == S->loop_label)
+			*fmap = d;
+}
+
+static int grid_of(const struct sched *S, int g, struct target *T)
+{
+	return g < S->n_grid ? (int)(label_size(T, S->grid_label[g]) / S->grid_tile[g]) : 1;
+}
+
+static int new_tile(struct state *s)
+{
+	if (s->body.n_tensors >= MAX_TILES)
+		return -1;
+	int i = s->body.n_tensors++;
+	memset(&s->tensors[i], 0, sizeof s->tensors[i]);
+	s->tensors[i].name = "tile";
+	s->tensors[i].producer = -1;
+	s->tensors[i].source_node = -1;
+	s->tensors[i].kind = MO_T_VALUE;
+	s->uses[i] = 0;
+	return i;
+}
+
+static void state_init(struct state *s, struct target *T, const struct sched *S)
+{
+	memset(&s->body, 0, sizeof s->body);
+	s->T = T;
+	s->S = S;
+	s->forloop = S->loop_label >= 0 ? (int)(label_size(T, S->loop_label) / S->loop_chunk) : 1;
+	s->body.tensors = s->tensors;
+	s->body.ops = s->ops;
+	s->n_steps = 0;
+	s->n_block_ops = 0;
+	s->last_rank = 0;
+	int ins[64];
+	int n = prog_inputs(T->tp, ins, 64);
+	s->n_iters = 0;
+	for (int i = 0; i < n; i++) {
+		const struct mo_tensor *x = &T->tp->tensors[ins[i]];
+		int imap[3], fmap;
+		maps_of(T, S, ins[i], imap, &fmap);
+		int64_t dims[MO_MAX_RANK];
+		memcpy(dims, x->dims, sizeof dims);
+		for (int g = 0; g < 3; g++)
+			if (imap[g] != MO_PHI)
+				dims[imap[g]] /= grid_of(S, g, T);
+		if (fmap != MO_PHI)
+			dims[fmap] /= s->forloop;
+		int t = new_tile(s);
+		s->tensors[t] = *x;
+		s->tensors[t].kind = MO_T_INPUT;
+		s->tensors[t].producer = -1;
+		mo_tensor_set_shape(&s->tensors[t], x->rank, dims);
+		s->e[t] = T->e[ins[i]];
+		for (int dd = 0; dd < x->rank; dd++)
+			s->lab[t][dd] = dims[dd] > 1 ? ax_label(&T->ax, ins[i], dd) : -1;
+		s->post[t] = false;
+		s->varies[t] = fmap != MO_PHI && s->forloop > 1;
+		s->steps[s->n_steps] = (struct step){ .kind = -1, .input = i };
+		s->tile_step[t] = s->n_steps++;
+		s->in_index[s->n_iters++] = ins[i];
+	}
+}
+
+static bool is_out_label(struct target *T, int l)
+{
+	for (int i = 0; i < T->n_out_labels; i++)
+		if (T->out_labels[i] == l)
+			return true;
+	return false;
+}
+
+/* The axis labels of op's output from its operands'; false when the op mixes
+ * axes (a product over unlike axes, an element-wise op between unlike axes, a
+ * sum over an axis the output keeps). Shapes are already inferred. */
+static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
+{
+	struct target *T = s->T;
+	const struct mo_tensor *Y = &s->tensors[y];
+	int R = Y->rank;
+	int *out = s->lab[y];
+	for (int d = 0; d < R; d++)
+		out[d] = -1;
+	int a = op->in[0], b = op->n_in > 1 ? op->in[1] : -1;
+	const struct mo_tensor *A = &s->tensors[a];
+	switch (op->kind) {
+	case MO_OP_MATMUL: {
+		const struct mo_tensor *B = &s->tensors[b];
+		int ra = A->rank, rb = B->rank;
+		if (ra < 2 || rb < 2)
+			return false;
+		int ka = s->lab[a][ra - 1], kb = s->lab[b][rb - 2];
+		if (ka != kb || ka < 0)
+			return false;
+		out[R - 2] = s->lab[a][ra - 2];
+		out[R - 1] = s->lab[b][rb - 1];
+		for (int i = 3; i <= R; i++) {
+			int la = ra - i >= 0 ? s->lab[a][ra - i] : -1, lb = rb - i >= 0 ? s->lab[b][rb - i] : -1;
+			if (la >= 0 && lb >= 0 && la != lb)
+				return false;
+			out[R - i] = la >= 0 ? la : lb;
+		}
+		return true;
+	}
+	case MO_OP_REDUCE_SUM: {
+		int d = (int)op->p.axes[0];
+		if (is_out_label(T, s->lab[a][d]))
+			return false;
+		memcpy(out, s->lab[a], sizeof(int) * (size_t)R);
+		out[d] = -1;
+		return true;
+	}
+	default: /* element-wise: right-aligned, unlike axes do not mix */
+		for (int k = 0; k < op->n_in; k++) {
+			int x = op->in[k];
+			int rx = s->tensors[x].rank;
+			for (int i = 1; i <= rx && i <= R; i++) {
+				int l = s->lab[x][rx - i];
+				if (l < 0)
+					continue;
+				if (out[R - i] >= 0 && out[R - i] != l)
+					return false;
+				out[R - i] = l;
+			}
+		}
+		return true;
+	}
+}
+
+/* Adds a block op (or accumulator) with its shape and expression; returns
+ * the new tile or -1 (with the reason counted). */
+static int try_op(struct state *s, int kind, int a, int b, int axis, double cval)
+{
+	struct target *T = s->T;
+	int c = -1;
+	int saved_tensors = s->body.n_tensors;
+	if (kind == OP_ACCUM) {
+		int y = new_tile(s);
+		if (y < 0)
+			return -1;
+		s->tensors[y].dtype = s->tensors[a].dtype;
+		mo_tensor_set_shape(&s->tensors[y], s->tensors[a].rank, s->tensors[a].dims);
+		s->e[y] = mo_ae_make(&T->pool, MO_AE_SUM, s->e[a], -1, s->forloop);
+		memcpy(s->lab[y], s->lab[a], sizeof s->lab[y]);
+		s->post[y] = true;
+		s->varies[y] = false;
+		return y;
+	}
+	if (b == -2) { /* a scalar constant operand */
+		c = new_tile(s);
+		if (c < 0)
+			return -1;
+		struct mo_tensor *t = &s->tensors[c];
+		t->kind = MO_T_CONST;
+		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		mo_tensor_set_shape(t, 0, NULL);
+		s->e[c] = mo_ae_const(&T->pool, cval);
+		s->lab[c][0] = -1;
+		s->post[c] = false;
+		s->varies[c] = false;
+		b = c;
+	}
+	if (s->body.n_ops >= MAX_OPS) {
+		s->body.n_tensors = saved_tensors;
+		return -1;
+	}
+	int y = new_tile(s);
+	if (y < 0) {
+		s->body.n_tensors = saved_tensors;
+		return -1;
+	}
+	struct mo_tp_op *op = &s->ops[s->body.n_ops];
+	memset(op, 0, sizeof *op);
+	op->kind = (enum mo_op)kind;
+	op->lax = mo_op_table[kind].lax;
+	op->in = s->op_in[s->body.n_ops];
+	op->out = s->op_out[s->body.n_ops];
+	op->in[0] = a;
+	op->in[1] = b;
+	op->n_in = b >= 0 ? 2 : 1;
+	op->out[0] = y;
+	op->n_out = 1;
+	if (kind == MO_OP_REDUCE_SUM) {
+		op->p.n_axes = 1;
+		op->p.axes[0] = axis;
+		op->p.keepdims = 1;
+	}
+	const char *why = NULL;
+	if (!mo_tp_infer(&s->body, op, &why) || !s->tensors[y].shape_known ||
+	    !label_op(s, op, y)) {
+		s->st.pruned_shape++;
+		s->body.n_tensors = saved_tensors;
+		return -1;
+	}
+	int in[2] = { s->e[a], b >= 0 ? s->e[b] : -1 };
+	int e = mo_ae_of_op(&T->pool, &s->body, op, in);
+	/* a tile computing what another tile already holds adds nothing */
+	for (int t = 0; t < y; t++) {
+		if (s->e[t] == e && s->tensors[t].kind != MO_T_CONST) {
+			s->st.pruned_duplicate++;
+			s->body.n_tensors = saved_tensors;
+			return -1;
+		}
+	}
+	if (!mo_subexpr_check(T->sub, e)) {
+		s->st.pruned_absexpr++;
+		s->body.n_tensors = saved_tensors;
+		return -1;
+	}
+	s->e[y] = e;
+	s->post[y] = s->post[a] || (b >= 0 && s->post[b]);
+	s->varies[y] = s->varies[a] || (b >= 0 && s->varies[b]);
+	s->tensors[y].producer = s->body.n_ops;
+	s->body.n_ops++;
+	return y;
+}
+
+static void undo(struct state *s, int tiles_before, int ops_before)
+{
+	s->body.n_tensors = tiles_before;
+	s->body.n_ops = ops_before;
+}
+
+/* Output j's tile shape under the schedule. */
+static bool out_tile_shape(struct state *s, int j, int64_t *dims, int *rank)
+{
+	struct target *T = s->T;
+	int t = T->tp->outputs[j];
+	const struct mo_tensor *x = &T->tp->tensors[t];
+	int imap[3], fmap;
+	maps_of(T, s->S, t, imap, &fmap);
+	memcpy(dims, x->dims, sizeof(int64_t) * MO_MAX_RANK);
+	*rank = x->rank;
+	for (int g = 0; g < s->S->n_grid; g++) {
+		if (imap[g] == MO_PHI)
+			return false; /* a grid axis the output lacks */
+		dims[imap[g]] /= grid_of(s->S, g, T);
+	}
+	return true;
+}
+
+static bool same_dims(const struct mo_tensor *t, const int64_t *dims, int rank)
+{
+	if (t->rank != rank)
+		return false;
+	for (int d = 0; d < rank; d++)
+		if (t->dims[d] != dims[d])
+			return false;
+	return true;
+}
+
+static void record(struct state *s, const int *save)
+{
+	if (s->n_algos >= MAX_ALGOS)
+		return;
+	struct algo *a = &s->algos[s->n_algos++];
+	a->n_steps = s->n_steps;
+	memcpy(a->steps, s->steps, sizeof a->steps[0] * (size_t)s->n_steps);
+	memcpy(a->save, save, sizeof a->save);
+}
+
+/* Is the prefix complete: every output matched by a tile that may be saved,
+ * every other tile consumed? */
+static void check_complete(struct state *s)
+{
+	struct target *T = s->T;
+	int save[8];
+	for (int j = 0; j < T->n_out; j++) {
+		int64_t dims[MO_MAX_RANK];
+		int rank;
+		save[j] = -1;
+		if (!out_tile_shape(s, j, dims, &rank))
+			return;
+		for (int t = s->body.n_tensors - 1; t >= 0 && save[j] < 0; t--) {
+			if (s->forloop > 1 && !s->post[t])
+				continue;
+			if (s->tensors[t].kind == MO_T_CONST || !same_dims(&s->tensors[t], dims, rank))
+				continue;
+			bool labels = true;
+			for (int dd = 0; dd < rank; dd++)
+				labels &= dims[dd] <= 1 || s->lab[t][dd] ==
+					ax_label(&T->ax, T->tp->outputs[j], dd);
+			if (!labels)
+				continue;
+			if (s->e[t] == T->out_e[j] || mo_subexpr_equal(T->sub, s->e[t], j))
+				save[j] = t;
+		}
+		if (save[j] < 0)
+			return;
+	}
+	for (int t = 0; t < s->body.n_tensors; t++) {
+		bool saved = false;
+		for (int j = 0; j < T->n_out; j++)
+			saved |= save[j] == t;
+		if (!saved && s->uses[t] == 0 && s->tensors[t].kind != MO_T_CONST)
+			return;
+	}
+	s->st.candidates++;
+	record(s, save);
+}
+
+static bool budget_left(struct state *s)
+{
+	if (atomic_load(&s->T->stop))
+		return false;
+	if ((s->st.states & 255) == 0 && now_s() > s->T->deadline) {
+		atomic_store(&s->T->stop, true);
+		s->st.budget_hit = true;
+		return false;
+	}
+	return true;
+}
+
+static void dfs(struct state *s);
+
+/* Tries one op; recurses when it is admissible. */
+static void branch(struct state *s, int kind, int a, int b, int axis, double cval, int param)
+{
+	int ins[2] = { a, b };
+	uint64_t r = rank_of(kind, ins, b >= 0 ? 2 : 1, param);
+	if (r <= s->last_rank)
+		return;
+	int tiles = s->body.n_tensors, ops = s->body.n_ops;
+	int y = try_op(s, kind, a, b, axis, cval);
+	if (y < 0) {
+		undo(s, tiles, ops);
+		return;
+	}
+	uint64_t saved_rank = s->last_rank;
+	s->last_rank = r;
+	s->steps[s->n_steps] = (struct step){ .kind = kind, .in = { a, b == -2 ? -2 : b },
+					      .n_in = b == -1 ? 1 : 2, .axis = axis, .value = cval };
+	s->tile_step[y] = s->n_steps++;
+	s->uses[a]++;
+	if (b >= 0)
+		s->uses[b]++;
+	s->n_block_ops++;
+	dfs(s);
+	s->n_block_ops--;
+	s->uses[a]--;
+	if (b >= 0)
+		s->uses[b]--;
+	s->n_steps--;
+	s->last_rank = saved_rank;
+	undo(s, tiles, ops);
+}
+
+static bool binary_ok(struct state *s, int a, int b)
+{
+	/* after the loop, a loop-varying tile exists only through an accumulator */
+	if (s->forloop > 1 && (s->post[a] || s->post[b]) &&
+	    ((!s->post[a] && s->varies[a]) || (!s->post[b] && s->varies[b])))
+		return false;
+	return true;
+}
+
+static void dfs(struct state *s)
+{
+	s->st.states++;
+	if (!budget_left(s))
+		return;
+	check_complete(s);
+	struct target *T = s->T;
+	int left = T->o->max_block_ops - s->n_block_ops;
+	if (left <= 0)
+		return;
+	int unused = 0;
+	for (int t = 0; t < s->body.n_tensors; t++)
+		unused += s->uses[t] == 0 && s->tensors[t].kind != MO_T_CONST;
+	/* every tile but the saved ones must be read; an op reads at most two
+	 * unread tiles and makes one: the count falls by at most one per op */
+	if (unused > left + T->n_out) {
+		s->st.pruned_dead_end++;
+		return;
+	}
+	int n = s->body.n_tensors;
+	for (int a = 0; a < n && s->n_algos < MAX_ALGOS; a++) {
+		if (s->tensors[a].kind == MO_T_CONST)
+			continue;
+		/* accumulate a loop-varying tile */
+		if (s->forloop > 1 && !s->post[a] && s->varies[a])
+			branch(s, OP_ACCUM, a, -1, 0, 0, 0);
+		/* unary ops */
+		static const int unary[] = { MO_OP_EXP, MO_OP_SQRT, MO_OP_SIGMOID, MO_OP_RELU,
+					     MO_OP_TANH, MO_OP_ERF, MO_OP_GELU };
+		for (size_t u = 0; u < sizeof unary / sizeof *unary; u++)
+			if (T->kinds[unary[u]])
+				branch(s, unary[u], a, -1, 0, 0, 0);
+		if (T->kinds[MO_OP_REDUCE_SUM])
+			for (int d = 0; d < s->tensors[a].rank; d++)
+				if (s->tensors[a].dims[d] > 1)
+					branch(s, MO_OP_REDUCE_SUM, a, -1, d, 0, d);
+		/* with a constant */
+		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD };
+		for (size_t k = 0; k < 3; k++)
+			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts; c++)
+				branch(s, with_c[k], a, -2, 0, T->consts[c], 100 + c);
+		/* binary ops over two tiles */
+		for (int b = 0; b < n; b++) {
+			if (s->tensors[b].kind == MO_T_CONST || !binary_ok(s, a, b))
+				continue;
+			if (T->kinds[MO_OP_MATMUL])
+				branch(s, MO_OP_MATMUL, a, b, 0, 0, 0);
+			if (T->kinds[MO_OP_DIV] && a != b)
+				branch(s, MO_OP_DIV, a, b, 0, 0, 0);
+			if (b < a)
+				continue; /* commutative: one order */
+			if (T->kinds[MO_OP_MUL])
+				branch(s, MO_OP_MUL, a, b, 0, 0, 0);
+			if (T->kinds[MO_OP_ADD] && a != b)
+				branch(s, MO_OP_ADD, a, b, 0, 0, 0);
+			if (T->kinds[MO_OP_SUB] && a != b)
+				branch(s, MO_OP_SUB, a, b, 0, 0, 0);
+		}
+	}
+}
+
+/* ---- 4. building μGraphs from what the enumeration found ---- */
+
+struct build_opts {
+	bool stabilize; /* online softmax for exps that feed for-loop sums */
+	bool threads;   /* thread graphs over element-wise runs */
+};
+
+/* Does state tile t depend on tile from (both in the algorithm's numbering)? */
+static bool depends(const struct algo *A, const int *step_of_tile, const int *in0,
+		    const int *in1, int t, int from)
+{
+	if (t == from)
+		return true;
+	if (t < 0 || step_of_tile[t] < 0)
+		return false;
+	return depends(A, step_of_tile, in0, in1, in0[t], from) ||
+	       depends(A, step_of_tile, in0, in1, in1[t], from);
+}
+
+static struct mo_mugraph *build(struct target *T, const struct sched *S, const struct algo *A,
+				const struct build_opts *bo)
+{
+	const struct mo_tp *tp = T->tp;
+	struct mo_mugraph *mg = mo_mg_new();
+	if (!mg)
+		return NULL;
+	int ins[64];
+	int n_in = prog_inputs(tp, ins, 64);
+	int kin[64];
+	for (int i = 0; i < n_in; i++) {
+		const struct mo_tensor *x = &tp->tensors[ins[i]];
+		kin[i] = mo_mg_input(mg, x->name, x->dtype, x->rank, x->dims);
+	}
+	int forloop = S->loop_label >= 0 ? (int)(label_size(T, S->loop_label) / S->loop_chunk) : 1;
+	struct mo_block_graph *bg = mo_mg_block(mg, grid_of(S, 0, T), grid_of(S, 1, T),
+						grid_of(S, 2, T), forloop);
+	/* the algorithm's tile numbering: which step made each tile, operands */
+	int tile_mg[MAX_TILES], step_of_tile[MAX_TILES], in0[MAX_TILES], in1[MAX_TILES];
+	int nt = 0;
+	for (int i = 0; i < A->n_steps; i++) {
+		const struct step *st = &A->steps[i];
+		if (st->kind != -1 && st->n_in == 2 && st->in[1] == -2) { /* its constant */
+			step_of_tile[nt] = -1;
+			in0[nt] = in1[nt] = -1;
+			nt++;
+		}
+		step_of_tile[nt] = st->kind == -1 ? -1 : i;
+		in0[nt] = st->kind == -1 ? -1 : st->in[0];
+		in1[nt] = st->kind == -1 || st->n_in < 2 ? -1 : st->in[1] == -2 ? nt - 1 : st->in[1];
+		nt++;
+	}
+	/* online softmax: each exp over a loop-varying tile whose result reaches
+	 * an accumulator gets a row max; those accumulators rescale by it */
+	int max_of_exp[MAX_TILES], exp_of_accum[MAX_TILES];
+	for (int t = 0; t < nt; t++)
+		max_of_exp[t] = exp_of_accum[t] = -1;
+	if (bo->stabilize && forloop > 1) {
+		for (int t = 0; t < nt; t++) {
+			if (step_of_tile[t] < 0 || A->steps[step_of_tile[t]].kind != OP_ACCUM)
+				continue;
+			for (int x = 0; x < nt; x++)
+				if (step_of_tile[x] >= 0 && A->steps[step_of_tile[x]].kind == MO_OP_EXP &&
+				    depends(A, step_of_tile, in0, in1, in0[t], x))
+					exp_of_accum[t] = exp_of_accum[t] < 0 ? x : -2; /* two exps */
+		}
+	}
+	nt = 0;
+	for (int i = 0; i < A->n_steps && !mg->error[0]; i++) {
+		const struct step *st = &A->steps[i];
+		if (st->kind == -1) {
+			int imap[3], fmap;
+			maps_of(T, S, ins[st->input], imap, &fmap);
+			tile_mg[nt++] = mo_bg_iter(mg, bg, kin[st->input], imap[0], imap[1], imap[2], fmap);
+			continue;
+		}
+		int a = tile_mg[st->in[0]], b = -1;
+		if (st->n_in == 2 && st->in[1] == -2) {
+			b = mo_bg_const(mg, bg, st->value);
+			tile_mg[nt++] = b;
+		} else if (st->n_in == 2) {
+			b = tile_mg[st->in[1]];
+		}
+		int y;
+		if (st->kind == OP_ACCUM) {
+			int ex = exp_of_accum[nt];
+			if (ex >= 0 && max_of_exp[ex] >= 0)
+				y = mo_bg_accum_rescaled(mg, bg, a, max_of_exp[ex]);
+			else
+				y = mo_bg_accum(mg, bg, a, MO_ACC_SUM);
+		} else if (st->kind == MO_OP_EXP && bo->stabilize && forloop > 1) {
+			bool feeds = false;
+			for (int t = 0; t < MAX_TILES; t++)
+				feeds |= exp_of_accum[t] == nt;
+			if (feeds) {
+				const struct mo_tensor *x = &bg->body.tensors[a];
+				struct mo_op_params rp = { .n_axes = 1, .keepdims = 1 };
+				rp.axes[0] = x->rank - 1;
+				int m = mo_bg_op(mg, bg, MO_OP_REDUCE_MAX, 1, &a, &rp);
+				int d = mo_bg_op(mg, bg, MO_OP_SUB, 2, (int[]){ a, m }, NULL);
+				y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &d, NULL);
+				max_of_exp[nt] = m;
+			} else {
+				y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &a, NULL);
+			}
+		} else {
+			struct mo_op_params p = { 0 };
+			if (st->kind == MO_OP_REDUCE_SUM) {
+				p.n_axes = 1;
+				p.axes[0] = st->axis;
+				p.keepdims = 1;
+			}
+			int ops[2] = { a, b };
+			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, b >= 0 ? 2 : 1, ops, &p);
+		}
+		tile_mg[nt++] = y;
+	}
+	/* thread graphs: maximal runs of consecutive element-wise block ops */
+	if (bo->threads && !mg->error[0]) {
+		const struct mo_tp *body = &bg->body;
+		for (int i = 0; i < body->n_ops;) {
+			int j = i;
+			while (j < body->n_ops && mo_op_elementwise(body->ops[j].kind))
+				j++;
+			if (j - i >= 2)
+				mo_bg_thread_graph(mg, bg, body->ops[i].out[0], body->ops[j - 1].out[0]);
+			i = j > i ? j : i + 1;
+		}
+	}
+	for (int j = 0; j < T->n_out && !mg->error[0]; j++) {
+		int t = tp->outputs[j], imap[3], fmap;
+		maps_of(T, S, t, imap, &fmap);
+		int k = mo_bg_save(mg, bg, tile_mg[A->save[j]], imap[0], imap[1], imap[2]);
+		mo_mg_output(mg, k, tp->tensors[t].name);
+	}
+	return mg;
+}
+
+/* ---- schedules ---- */
+
+static const int64_t TILE_CHOICES[] = { 16, 32, 64, 128, 256 };
+static const int64_t CHUNK_CHOICES[] = { 16, 32, 64, 128, 256, 512 };
+
+static int64_t representative(int64_t size, const int64_t *choices, int n)
+{
+	static const int64_t order[] = { 64, 32, 128, 16, 256, 512 };
+	for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+		for (int k = 0; k < n; k++)
+			if (choices[k] == order[i] && size % order[i] == 0 && order[i] < size)
+				return order[i];
+	return 0;
+}
+
+struct cls {
+	struct sched rep;
+	int n_algos;
+	struct algo *algos;
+	bool *passed;
+	struct mo_search_stats st;
+};
+
+struct run {
+	struct target *T;
+	struct cls *classes;
+	int n_classes;
+	atomic_int next, done;
+	pthread_mutex_t progress_lock;
+};
+
+static void add_stats(struct mo_search_stats *to, const struct mo_search_stats *from)
+{
+	to->states += from->states;
+	to->pruned_absexpr += from->pruned_absexpr;
+	to->pruned_shape += from->pruned_shape;
+	to->pruned_duplicate += from->pruned_duplicate;
+	to->pruned_dead_end += from->pruned_dead_end;
+	to->pruned_memory += from->pruned_memory;
+	to->candidates += from->candidates;
+	to->quick_rejected += from->quick_rejected;
+	to->verified += from->verified;
+	to->budget_hit |= from->budget_hit;
+}
+
+static void describe_sched(struct target *T, const struct sched *S, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, "grid (");
+	for (int g = 0; g < 3 && n < len; g++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%d", g ? "," : "", grid_of(S, g, T));
+	if (n < len)
+		snprintf(buf + n, len - n, "), for-loop %d",
+			 S->loop_label >= 0 ? (int)(label_size(T, S->loop_label) / S->loop_chunk) : 1);
+}
+
+static void *worker(void *arg)
+{
+	struct run *R = arg;
+	struct target *T = R->T;
+	struct state *s = mo_calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	mo_ref_cache_init(&s->rc, T->tp);
+	for (;;) {
+		int c = atomic_fetch_add(&R->next, 1);
+		if (c >= R->n_classes || atomic_load(&T->stop))
+			break;
+		struct cls *C = &R->classes[c];
+		C->algos = mo_calloc(MAX_ALGOS, sizeof *C->algos);
+		C->passed = mo_calloc(MAX_ALGOS, sizeof *C->passed);
+		if (!C->algos || !C->passed)
+			break;
+		state_init(s, T, &C->rep);
+		memset(&s->st, 0, sizeof s->st);
+		s->algos = C->algos;
+		s->n_algos = 0;
+		dfs(s);
+		C->n_algos = s->n_algos;
+		/* the fast check, on the representative schedule */
+		struct build_opts bo = { .stabilize = true, .threads = false };
+		for (int i = 0; i < C->n_algos && !atomic_load(&T->stop); i++) {
+			struct mo_mugraph *mg = build(T, &C->rep, &C->algos[i], &bo);
+			struct mo_quick_report q = { .verdict = MO_NOT_EQUIVALENT };
+			struct mo_diag d;
+			mo_diag_init(&d);
+			if (mg && !mg->error[0])
+				mo_mg_quick_check(mg, &s->rc, T->o->seed, 2, &q, &d);
+			C->passed[i] = q.verdict == MO_EQUIVALENT;
+			if (C->passed[i])
+				s->st.verified++;
+			else
+				s->st.quick_rejected++;
+			mo_mg_free(mg);
+		}
+		C->st = s->st;
+		int done = atomic_fetch_add(&R->done, 1) + 1;
+		if (T->o->progress) {
+			char line[256], sched[96];
+			describe_sched(T, &C->rep, sched, sizeof sched);
+			snprintf(line, sizeof line, "  schedule %d/%d (%s): %llu states, %d candidates, "
+				 "%llu pass the fast check", done, R->n_classes, sched,
+				 (unsigned long long)s->st.states, C->n_algos,
+				 (unsigned long long)s->st.verified);
+			pthread_mutex_lock(&R->progress_lock);
+			T->o->progress(T->o->progress_ctx, line);
+			pthread_mutex_unlock(&R->progress_lock);
+		}
+	}
+	mo_ref_cache_free(&s->rc);
+	mo_free(s);
+	return NULL;
+}
+
+/* Every tile-size choice of a class, in a fixed order; fn gets each. */
+static void each_size(struct target *T, const struct sched *rep,
+		      void (*fn)(void *ctx, const struct sched *S), void *ctx)
+{
+	int64_t opts[4][8];
+	int nopt[4] = { 0 };
+	for (int g = 0; g < rep->n_grid; g++) {
+		int64_t size = label_size(T, rep->grid_label[g]);
+		for (size_t k = 0; k < sizeof TILE_CHOICES / sizeof *TILE_CHOICES; k++)
+			if (size % TILE_CHOICES[k] == 0 && TILE_CHOICES[k] < size)
+				opts[g][nopt[g]++] = TILE_CHOICES[k];
+	}
+	if (rep->loop_label >= 0) {
+		int64_t size = label_size(T, rep->loop_label);
+		for (size_t k = 0; k < sizeof CHUNK_CHOICES / sizeof *CHUNK_CHOICES; k++)
+			if (size % CHUNK_CHOICES[k] == 0 && CHUNK_CHOICES[k] < size)
+				opts[3][nopt[3]++] = CHUNK_CHOICES[k];
+	} else {
+		opts[3][nopt[3]++] = 0;
+	}
+	for (int g = rep->n_grid; g < 3; g++)
+		opts[g][nopt[g]++] = 0;
+	for (int i0 = 0; i0 < nopt[0]; i0++)
+	for (int i1 = 0; i1 < nopt[1]; i1++)
+	for (int i2 = 0; i2 < nopt[2]; i2++)
+	for (int i3 = 0; i3 < nopt[3]; i3++) {
+		struct sched S = *rep;
+		int64_t pick[3] = { opts[0][i0], opts[1][i1], opts[2][i2] };
+		for (int g = 0; g < rep->n_grid; g++)
+			S.grid_tile[g] = pick[g];
+		if (rep->loop_label >= 0)
+			S.loop_chunk = opts[3][i3];
+		fn(ctx, &S);
+	}
+}
+
+#define TOP 6
+
+struct ranked {
+	struct mo_mugraph *mg;
+	double us;
+};
+
+struct ranking {
+	struct target *T;
+	const struct algo *A;
+	struct ranked top[TOP];
+	int n;
+	struct mo_search_stats *st;
+};
+
+static void consider(void *ctx, const struct sched *S)
+{
+	struct ranking *R = ctx;
+	struct target *T = R->T;
+	char why[256];
+	struct build_opts bo = { .stabilize = true, .threads = true };
+	struct mo_mugraph *mg = build(T, S, R->A, &bo);
+	if (mg && !mo_mg_valid(mg, T->o->target, why, sizeof why)) {
+		mo_mg_free(mg); /* perhaps the thread graphs' registers: without them */
+		bo.threads = false;
+		mg = build(T, S, R->A, &bo);
+	}
+	if (!mg || !mo_mg_valid(mg, T->o->target, why, sizeof why)) {
+		R->st->pruned_memory++;
+		mo_mg_free(mg);
+		return;
+	}
+	struct mo_cost c;
+	mo_cost_mugraph(mg, T->o->gpu, &c);
+	int at = R->n;
+	while (at > 0 && R->top[at - 1].us > c.us)
+		at--;
+	if (at >= TOP) {
+		mo_mg_free(mg);
+		return;
+	}
+	if (R->n == TOP)
+		mo_mg_free(R->top[--R->n].mg);
+	memmove(&R->top[at + 1], &R->top[at], sizeof R->top[0] * (size_t)(R->n - at));
+	R->top[at] = (struct ranked){ mg, c.us };
+	R->n++;
+}
+
+/* ---- the search ---- */
+
+static void kinds_of(struct target *T)
+{
+	const struct mo_tp *tp = T->tp;
+	bool *k = T->kinds;
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		switch (op->kind) {
+		case MO_OP_MATMUL: case MO_OP_GEMM: k[MO_OP_MATMUL] = true;
+			if (op->kind == MO_OP_GEMM && op->n_in > 2)
+				k[MO_OP_ADD] = true;
+			break;
+		case MO_OP_SOFTMAX:
+			k[MO_OP_EXP] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;
+			break;
+		case MO_OP_RMS_NORM: case MO_OP_LAYER_NORM:
+			k[MO_OP_MUL] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = k[MO_OP_ADD] = true;
+			k[MO_OP_SQRT] = true;
+			break;
+		case MO_OP_REDUCE_MEAN:
+			k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;
+			break;
+		case MO_OP_POW:
+			k[MO_OP_MUL] = true;
+			if (op->p.exponent == 0.5 || op->p.exponent == -0.5)
+				k[MO_OP_SQRT] = true;
+			if (op->p.exponent < 0)
+				k[MO_OP_DIV] = true;
+			break;
+		case MO_OP_RECIPROCAL: k[MO_OP_DIV] = true; break;
+		case MO_OP_NEG: break;
+		default:
+			if (op->kind < MO_OP__COUNT && (mo_op_elementwise(op->kind) ||
+							op->kind == MO_OP_REDUCE_SUM))
+				k[op->kind] = true;
+			break;
+		}
+	}
+	k[MO_OP_CAST] = k[MO_OP_IDENTITY] = false;
+}
+
+static void target_free(struct target *T)
+{
+	mo_subexpr_free(T->sub);
+	mo_ae_pool_free(&T->pool);
+	mo_free(T->e);
+	mo_free(T->ax.parent);
+}
+
+enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o_in,
+			 struct mo_search_result *r, struct mo_diag *d)
+{
+	memset(r, 0, sizeof *r);
+	struct mo_search_options o = *o_in;
+	if (!o.gpu)
+		o.gpu = mo_gpu_of_target(o.target);
+	double t0 = now_s();
+	struct target *T = mo_calloc(1, sizeof *T);
+	if (!T)
+		return mo_diag_nomem(d);
+	T->tp = prog;
+	T->o = &o;
+	T->deadline = t0 + o.budget_s;
+	mo_ae_pool_init(&T->pool);
+	T->e = mo_calloc((size_t)prog->n_tensors + 1, sizeof *T->e);
+	if (!T->e || !axes_build(&T->ax, prog)) {
+		target_free(T);
+		mo_free(T);
+		return mo_diag_nomem(d);
+	}
+	mo_cost_program(prog, o.gpu, &r->cost_unfused);
+	mo_ae_of_tp(&T->pool, prog, T->e);
+	T->n_out = prog->n_outputs > 8 ? 8 : prog->n_outputs;
+	bool ok = prog->n_outputs <= 8 && prog->n_outputs > 0;
+	for (int j = 0; j < T->n_out; j++) {
+		T->out_e[j] = T->e[prog->outputs[j]];
+		ok &= T->out_e[j] >= 0;
+	}
+	if (!ok) {
+		snprintf(r->why, sizeof r->why, "the region has an op without an abstract expression "
+			 "or too many outputs");
+		target_free(T);
+		mo_free(T);
+		return MO_OK;
+	}
+	T->sub = mo_subexpr_new(&T->pool, T->out_e, T->n_out);
+	if (!T->sub) {
+		target_free(T);
+		mo_free(T);
+		return mo_diag_set(d, MO_ERR_INTERNAL, "the subexpression checker could not start");
+	}
+	kinds_of(T);
+	for (int c = 0; c < T->pool.n_consts && T->n_consts < 16; c++)
+		T->consts[T->n_consts++] = T->pool.const_values[c];
+
+	/* schedule classes: output axes for the grid, another axis for the loop */
+	const struct mo_tensor *y = &prog->tensors[prog->outputs[0]];
+	for (int dd = y->rank - 1; dd >= 0 && T->n_out_labels < 8; dd--)
+		if (y->dims[dd] > 1)
+			T->out_labels[T->n_out_labels++] = ax_label(&T->ax, prog->outputs[0], dd);
+	for (int t = 0; t < prog->n_tensors; t++) {
+		const struct mo_tensor *x = &prog->tensors[t];
+		bool used = x->producer >= 0 || x->n_consumers > 0;
+		for (int dd = 0; used && x->shape_known && dd < x->rank; dd++) {
+			int l = ax_label(&T->ax, t, dd);
+			bool seen = x->dims[dd] <= 1;
+			for (int i = 0; i < T->n_out_labels && !seen; i++)
+				seen = T->out_labels[i] == l;
+			for (int i = 0; i < T->n_red_labels && !seen; i++)
+				seen = T->red_labels[i] == l;
+			if (!seen && T->n_red_labels < 8)
+				T->red_labels[T->n_red_labels++] = l;
+		}
+	}
+	struct run R = { .T = T };
+	pthread_mutex_init(&R.progress_lock, NULL);
+	R.classes = mo_calloc(256, sizeof *R.classes);
+	if (!R.classes) {
+		target_free(T);
+		mo_free(T);
+		return mo_diag_nomem(d);
+	}
+	int nl = T->n_out_labels;
+	for (int mask = 0; mask < (1 << nl) && R.n_classes < 256; mask++) {
+		if (__builtin_popcount((unsigned)mask) > 3)
+			continue;
+		for (int l = -1; l < T->n_red_labels && R.n_classes < 256; l++) {
+			struct sched S = { .loop_label = -1 };
+			bool fine = true;
+			for (int i = 0; i < nl; i++) {
+				if (!(mask & (1 << i)))
+					continue;
+				int64_t size = label_size(T, T->out_labels[i]);
+				int64_t t = representative(size, TILE_CHOICES, 5);
+				fine &= t > 0;
+				S.grid_label[S.n_grid] = T->out_labels[i];
+				S.grid_tile[S.n_grid++] = t;
+			}
+			if (l >= 0) {
+				S.loop_label = T->red_labels[l];
+				S.loop_chunk = representative(label_size(T, S.loop_label), CHUNK_CHOICES, 6);
+				fine &= S.loop_chunk > 0;
+			}
+			if (fine)
+				R.classes[R.n_classes++].rep = S;
+		}
+	}
+	r->stats.schedules = R.n_classes;
+	if (o.progress) {
+		char line[160];
+		snprintf(line, sizeof line, "  %d schedule classes, %d worker threads, budget %.0f s",
+			 R.n_classes, o.jobs > 0 ? o.jobs : 1, o.budget_s);
+		o.progress(o.progress_ctx, line);
+	}
+	int jobs = o.jobs > 0 ? o.jobs : 2;
+	if (jobs > R.n_classes)
+		jobs = R.n_classes > 0 ? R.n_classes : 1;
+	pthread_t th[64];
+	int started = 0;
+	for (int i = 1; i < jobs && i < 64; i++)
+		if (pthread_create(&th[started], NULL, worker, &R) == 0)
+			started++;
+	worker(&R);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+
+	/* rank every passing algorithm at every tile size, classes in order */
+	struct ranking rk = { .T = T, .st = &r->stats };
+	for (int c = 0; c < R.n_classes; c++) {
+		struct cls *C = &R.classes[c];
+		add_stats(&r->stats, &C->st);
+		for (int i = 0; i < C->n_algos; i++) {
+			if (!C->passed[i])
+				continue;
+			rk.A = &C->algos[i];
+			each_size(T, &C->rep, consider, &rk);
+		}
+	}
+	/* the best that passes the full verdict */
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o.seed;
+	enum mo_status st = MO_OK;
+	for (int i = 0; i < rk.n && !r->best && !st; i++) {
+		struct mo_equiv_report rep;
+		st = mo_mg_equiv(rk.top[i].mg, prog, &eo, &rep, d);
+		if (!st && rep.verdict == MO_EQUIVALENT) {
+			r->best = rk.top[i].mg;
+			rk.top[i].mg = NULL;
+			r->verification = rep;
+			mo_cost_mugraph(r->best, o.gpu, &r->cost_best);
+		}
+	}
+	for (int i = 0; i < rk.n; i++)
+		mo_mg_free(rk.top[i].mg);
+	if (!st && !r->best)
+		snprintf(r->why, sizeof r->why, "%s", rk.n ? "no candidate passed the full verification"
+					       : r->stats.budget_hit ? "the budget ran out before a candidate was found"
+					       : "no single-kernel μGraph reaches the outputs");
+	if (r->best && r->cost_best.us >= r->cost_unfused.us) {
+		snprintf(r->why, sizeof r->why, "the best μGraph (%.1f µs) is not faster than the "
+			 "unfused region (%.1f µs)", r->cost_best.us, r->cost_unfused.us);
+		mo_mg_free(r->best);
+		r->best = NULL;
+	}
+	mo_subexpr_get_stats(T->sub, &r->stats.subexpr);
+	for (int c = 0; c < R.n_classes; c++) {
+		mo_free(R.classes[c].algos);
+		mo_free(R.classes[c].passed);
+	}
+	mo_free(R.classes);
+	pthread_mutex_destroy(&R.progress_lock);
+	target_free(T);
+	mo_free(T);
+	r->stats.seconds = now_s() - t0;
+	return st;
+}
+
+void mo_search_result_free(struct mo_search_result *r)
+{
+	mo_mg_free(r->best);
+	r->best = NULL;
+}
