@@ -122,13 +122,22 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 					in_loop = false;
 			double times = blocks * (in_loop ? bg->forloop : 1);
 			if (b->kind == MO_OP_MATMUL) {
+				/* tensor cores work on 16x8x16 fragments: a smaller tile
+				 * costs a whole fragment */
 				const struct mo_tensor *a = &bg->body.tensors[b->in[0]];
-				tc += 2 * n * (double)a->dims[a->rank - 1] * times;
+				double m = (double)a->dims[a->rank - 2], k = (double)a->dims[a->rank - 1];
+				double nn = (double)y->dims[y->rank - 1], batch = n / (m * nn);
+				tc += 2 * batch * (m < 16 ? 16 : m) * (nn < 8 ? 8 : nn) * (k < 16 ? 16 : k) *
+				      times;
 			} else {
 				fl += n * times;
 			}
 		}
-		c->us += kernel_us(g, bytes, tc, fl, blocks);
+		/* a block cannot beat the latency of its loads: about half a
+		 * microsecond per for-loop iteration, per wave of blocks */
+		double latency = ceil(blocks / g->sms) * bg->forloop * 0.5;
+		double t = kernel_us(g, bytes, tc, fl, blocks);
+		c->us += t > latency + g->launch_us ? t : latency + g->launch_us;
 		c->dram_bytes += bytes;
 		c->flops += tc + fl;
 		c->kernels++;

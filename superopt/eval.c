@@ -77,7 +77,7 @@ static ff ff_exp(struct ev *e, ff a)
 		e->bad = "two exps on one path: the program is outside Lax";
 		return (ff){ 0, 0 };
 	}
-	return (ff){ mo_ff_powmod(e->f->omega, a.q, e->f->p), MO_FF_DEAD };
+	return (ff){ mo_ff_exp(e->f, a.q), MO_FF_DEAD };
 }
 
 /* A fixed random function `fn` of its argument(s), for ops the verifier does
@@ -262,6 +262,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 	uint64_t n = numel(y);
 	int nin = op->n_in > 3 ? 3 : op->n_in;
 	uint64_t *offs[3] = { NULL, NULL, NULL };
+	struct mo_ff *invB = NULL;
 	void *out = alloc_vals(e, n);
 	if (!out)
 		return;
@@ -338,6 +339,17 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 		ff *Y = out;
 		const ff *A = e->vals[op->in[0]];
 		const ff *B = nin > 1 && op->in[1] >= 0 ? e->vals[op->in[1]] : NULL;
+		/* a divisor is inverted once per element, not once per use */
+		if (op->kind == MO_OP_DIV && B) {
+			uint64_t nb = numel(T(e, op->in[1]));
+			invB = mo_malloc(sizeof *invB * (nb ? nb : 1));
+			if (!invB) {
+				e->bad = "out of memory";
+				goto done;
+			}
+			for (uint64_t i = 0; i < nb; i++)
+				invB[i] = ff_inv(e, B[i]);
+		}
 		const ff *C = nin > 2 && op->in[2] >= 0 ? e->vals[op->in[2]] : NULL;
 		const struct mo_field *f = e->f;
 		ff one = ff_int(f, 1);
@@ -348,7 +360,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_ADD: r = ff_add(f, a, b); break;
 			case MO_OP_SUB: r = ff_add(f, a, ff_neg(f, b)); break;
 			case MO_OP_MUL: r = ff_mul(f, a, b); break;
-			case MO_OP_DIV: r = ff_mul(f, a, ff_inv(e, b)); break;
+			case MO_OP_DIV: r = ff_mul(f, a, invB[offs[1][i]]); break;
 			case MO_OP_NEG: r = ff_neg(f, a); break;
 			case MO_OP_RECIPROCAL: r = ff_inv(e, a); break;
 			case MO_OP_POW: {
@@ -391,6 +403,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 done:
 	for (int k = 0; k < 3; k++)
 		mo_free(offs[k]);
+	mo_free(invB);
 }
 
 /* A dot product of k elements with strides, in the domain. */
@@ -727,8 +740,13 @@ static void softmax(struct ev *e, const struct mo_tp_op *op)
 		for (uint64_t i = 0; i < n && !e->bad; i++)
 			Y[i] = ff_exp(e, X[i]);
 		ff *s = reduce(e, Y, x, op->p.axes, op->p.n_axes, RED_SUM, &g);
+		uint64_t ng = 0;
 		for (uint64_t i = 0; s && i < n; i++)
-			Y[i] = ff_mul(e->f, Y[i], ff_inv(e, s[g[i]]));
+			ng = g[i] + 1 > ng ? g[i] + 1 : ng;
+		for (uint64_t i = 0; s && i < ng; i++) /* one inverse per group */
+			s[i] = ff_inv(e, s[i]);
+		for (uint64_t i = 0; s && i < n; i++)
+			Y[i] = ff_mul(e->f, Y[i], s[g[i]]);
 		mo_free(s);
 	}
 	mo_free(g);

@@ -2,9 +2,21 @@
 #include "mo_superopt.h"
 
 #include <math.h>
+#include <pthread.h>
 
 uint64_t mo_ff_mulmod(uint64_t a, uint64_t b, uint64_t m)
 {
+	if (m < ((uint64_t)1 << 62) && a < m && b < m && sizeof(long double) > sizeof(double)) {
+		/* the quotient from 64-bit-mantissa floating point is off by at
+		 * most one; the remainder in wrapping arithmetic fixes it */
+		uint64_t q = (uint64_t)((long double)a * (long double)b / (long double)m);
+		int64_t r = (int64_t)(a * b - q * m);
+		if (r < 0)
+			r += (int64_t)m;
+		else if ((uint64_t)r >= m)
+			r -= (int64_t)m;
+		return (uint64_t)r;
+	}
 	return (uint64_t)((unsigned __int128)a * b % m);
 }
 
@@ -62,10 +74,25 @@ static struct mo_field field;
 #define POW2_MAX 1100
 static uint64_t pow2_p[POW2_MAX - POW2_MIN + 1], pow2_q[POW2_MAX - POW2_MIN + 1];
 
+/* ω^i and ω^(i·2^16) for i < 2^16: exp is two lookups and a product */
+static uint64_t exp_lo[1 << 16], exp_hi[1 << 16];
+
+static void field_init(void);
+
 const struct mo_field *mo_field_get(void)
 {
-	if (field.p)
-		return &field;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, field_init);
+	return &field;
+}
+
+uint64_t mo_ff_exp(const struct mo_field *f, uint64_t x)
+{
+	return mo_ff_mulmod(exp_lo[x & 0xffff], exp_hi[(x >> 16) & 0xffff], f->p);
+}
+
+static void field_init(void)
+{
 	struct mo_field f;
 	f.q = 2147483647; /* 2^31 - 1, prime */
 	/* p = k·q + 1 prime, as large as fits below 2^62; k even so p is odd */
@@ -92,8 +119,13 @@ const struct mo_field *mo_field_get(void)
 		pow2_p[zero + e] = mo_ff_mulmod(pow2_p[zero + e + 1], f.inv2_p, f.p);
 		pow2_q[zero + e] = mo_ff_mulmod(pow2_q[zero + e + 1], f.inv2_q, f.q);
 	}
+	exp_lo[0] = exp_hi[0] = 1;
+	uint64_t step = mo_ff_powmod(f.omega, 1u << 16, f.p);
+	for (int i = 1; i < 1 << 16; i++) {
+		exp_lo[i] = mo_ff_mulmod(exp_lo[i - 1], f.omega, f.p);
+		exp_hi[i] = mo_ff_mulmod(exp_hi[i - 1], step, f.p);
+	}
 	field = f;
-	return &field;
 }
 
 bool mo_ff_from_double(const struct mo_field *f, double v, struct mo_ff *out)

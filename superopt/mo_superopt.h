@@ -31,6 +31,8 @@ struct mo_field {
 const struct mo_field *mo_field_get(void);
 uint64_t mo_ff_mulmod(uint64_t a, uint64_t b, uint64_t m);
 uint64_t mo_ff_powmod(uint64_t a, uint64_t e, uint64_t m);
+/* ω^x mod p for x < q, by table. */
+uint64_t mo_ff_exp(const struct mo_field *f, uint64_t x);
 /* Deterministic Miller-Rabin, exact for every 64-bit n. */
 bool mo_is_prime_u64(uint64_t n);
 /* The exact field value of a finite double (a dyadic rational m·2^e). */

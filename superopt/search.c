@@ -228,6 +228,8 @@ struct state {
 	int lab[MAX_TILES][MO_MAX_RANK]; /* axis label of each tile dim, -1 for size 1 */
 	int n_iters;
 	int n_block_ops;
+	int limit;              /* ops allowed in this round of the deepening */
+	bool complete;          /* the current prefix is a candidate */
 	uint64_t last_rank;
 	/* results */
 	int n_algos;
@@ -573,6 +575,7 @@ static void check_complete(struct state *s)
 	}
 	s->st.candidates++;
 	record(s, save);
+	s->complete = true;
 }
 
 static bool budget_left(struct state *s)
@@ -635,11 +638,16 @@ static void dfs(struct state *s)
 	s->st.states++;
 	if (!budget_left(s))
 		return;
-	check_complete(s);
 	struct target *T = s->T;
-	int left = T->o->max_block_ops - s->n_block_ops;
-	if (left <= 0)
+	int left = s->limit - s->n_block_ops;
+	/* candidates of this round have exactly `limit` ops (smaller ones were
+	 * found by earlier rounds); a complete prefix is not extended: more ops
+	 * would recompute what it already has */
+	if (left == 0) {
+		s->complete = false;
+		check_complete(s);
 		return;
+	}
 	int unused = 0;
 	for (int t = 0; t < s->body.n_tensors; t++)
 		unused += s->uses[t] == 0 && s->tensors[t].kind != MO_T_CONST;
@@ -830,12 +838,12 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 
 /* ---- schedules ---- */
 
-static const int64_t TILE_CHOICES[] = { 16, 32, 64, 128, 256 };
+static const int64_t TILE_CHOICES[] = { 1, 16, 32, 64, 128, 256 };
 static const int64_t CHUNK_CHOICES[] = { 16, 32, 64, 128, 256, 512 };
 
 static int64_t representative(int64_t size, const int64_t *choices, int n)
 {
-	static const int64_t order[] = { 64, 32, 128, 16, 256, 512 };
+	static const int64_t order[] = { 64, 32, 128, 16, 256, 512, 1 };
 	for (size_t i = 0; i < sizeof order / sizeof *order; i++)
 		for (int k = 0; k < n; k++)
 			if (choices[k] == order[i] && size % order[i] == 0 && order[i] < size)
@@ -883,6 +891,27 @@ static void describe_sched(struct target *T, const struct sched *S, char *buf, s
 			 S->loop_label >= 0 ? (int)(label_size(T, S->loop_label) / S->loop_chunk) : 1);
 }
 
+static void each_size(struct target *T, const struct sched *rep,
+		      void (*fn)(void *ctx, const struct sched *S), void *ctx);
+
+struct any_valid {
+	struct target *T;
+	const struct algo *A;
+	bool found;
+};
+
+static void try_valid(void *ctx, const struct sched *S)
+{
+	struct any_valid *v = ctx;
+	if (v->found)
+		return;
+	struct build_opts bo = { .stabilize = true, .threads = false };
+	struct mo_mugraph *mg = build(v->T, S, v->A, &bo);
+	char why[256];
+	v->found = mg && mo_mg_valid(mg, v->T->o->target, why, sizeof why);
+	mo_mg_free(mg);
+}
+
 static void *worker(void *arg)
 {
 	struct run *R = arg;
@@ -904,11 +933,30 @@ static void *worker(void *arg)
 		memset(&s->st, 0, sizeof s->st);
 		s->algos = C->algos;
 		s->n_algos = 0;
-		dfs(s);
+		/* iterative deepening: rounds of 1, 2, ... ops; once a round finds
+		 * candidates, one more round (a slower op count can still be a
+		 * faster kernel), then stop */
+		int found_at = -1;
+		for (int L = 1; L <= T->o->max_block_ops && !atomic_load(&T->stop); L++) {
+			if (found_at >= 0 && L > found_at + 1)
+				break;
+			s->limit = L;
+			int before = s->n_algos;
+			dfs(s);
+			if (s->n_algos > before && found_at < 0)
+				found_at = L;
+		}
 		C->n_algos = s->n_algos;
 		/* the fast check, on the representative schedule */
 		struct build_opts bo = { .stabilize = true, .threads = false };
 		for (int i = 0; i < C->n_algos && !atomic_load(&T->stop); i++) {
+			/* no tile size fits the target: nothing to check */
+			struct any_valid v = { T, &C->algos[i], false };
+			each_size(T, &C->rep, try_valid, &v);
+			if (!v.found) {
+				s->st.pruned_memory++;
+				continue;
+			}
 			struct mo_mugraph *mg = build(T, &C->rep, &C->algos[i], &bo);
 			struct mo_quick_report q = { .verdict = MO_NOT_EQUIVALENT };
 			struct mo_diag d;
@@ -1159,7 +1207,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 				if (!(mask & (1 << i)))
 					continue;
 				int64_t size = label_size(T, T->out_labels[i]);
-				int64_t t = representative(size, TILE_CHOICES, 5);
+				int64_t t = representative(size, TILE_CHOICES, 6);
 				fine &= t > 0;
 				S.grid_label[S.n_grid] = T->out_labels[i];
 				S.grid_tile[S.n_grid++] = t;
@@ -1173,6 +1221,13 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 				R.classes[R.n_classes++].rep = S;
 		}
 	}
+	/* the classes that split the most axes first: they use the GPU best */
+	for (int i = 1; i < R.n_classes; i++)
+		for (int j = i; j > 0 && R.classes[j].rep.n_grid > R.classes[j - 1].rep.n_grid; j--) {
+			struct cls t = R.classes[j];
+			R.classes[j] = R.classes[j - 1];
+			R.classes[j - 1] = t;
+		}
 	r->stats.schedules = R.n_classes;
 	if (o.progress) {
 		char line[160];
