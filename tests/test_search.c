@@ -1,0 +1,161 @@
+/* The generator rediscovers single-kernel μGraphs for the benchmark programs
+ * of models/build.py (tiny shapes), deterministically, and every μGraph it
+ * returns has passed the full verdict. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mo_part.h"
+#include "mo_search.h"
+
+struct region {
+	struct mo_model *m;
+	struct mo_tp *tp, *prog;
+	struct mo_partition *p;
+};
+
+static struct region load_region(const char *name)
+{
+	const char *dir = getenv("MO_TEST_MODELS");
+	assert_non_null(dir);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	struct region r;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	struct mo_part_options po = MO_PART_DEFAULTS;
+	if (mo_onnx_load(path, &r.m, &d) || mo_tp_import(r.m, NULL, &r.tp, &d) ||
+	    mo_part_run(r.tp, &po, &r.p, &d))
+		fail_msg("%s: %s", path, d.msg);
+	assert_int_equal(r.p->n_regions, 1);
+	const struct mo_region *g = &r.p->regions[0];
+	if (mo_tp_region(r.tp, g->ops, g->n_ops, g->inputs, g->n_inputs, g->outputs, g->n_outputs,
+			 &r.prog, &d))
+		fail_msg("%s", d.msg);
+	return r;
+}
+
+static void unload(struct region *r)
+{
+	mo_tp_free(r->prog);
+	mo_part_free(r->p);
+	mo_tp_free(r->tp);
+	mo_onnx_free(r->m);
+}
+
+static char *json_of(const struct mo_mugraph *mg)
+{
+	char *text;
+	size_t len;
+	FILE *f = open_memstream(&text, &len);
+	mo_mg_print_json(mg, f);
+	fclose(f);
+	return text;
+}
+
+/* Searches the model's region; returns the best μGraph's JSON. */
+static char *search(const char *model, int jobs)
+{
+	struct region r = load_region(model);
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.jobs = jobs;
+	o.budget_s = 900; /* a property test, not a timing: sanitizer builds are slow */
+	struct mo_search_result res;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_search(r.prog, &o, &res, &d))
+		fail_msg("%s: %s", model, d.msg);
+	if (!res.best)
+		fail_msg("%s: nothing found: %s", model, res.why);
+	assert_false(res.stats.budget_hit);
+	/* one graph-defined kernel, proven */
+	assert_int_equal(res.best->n_ops, 1);
+	assert_non_null(res.best->ops[0].bg);
+	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
+	assert_true(res.verification.error_bound < 1e-20);
+	assert_true(res.cost_best.us < res.cost_unfused.us);
+	assert_true(res.stats.pruned_absexpr > 0);
+	assert_true(res.stats.verified > 0);
+	char *json = json_of(res.best);
+	mo_search_result_free(&res);
+	unload(&r);
+	return json;
+}
+
+static void rmsnorm_matmul(void **state)
+{
+	(void)state;
+	free(search("rmsnorm_tiny_fp32.onnx", 2));
+}
+
+static void gated_mlp(void **state)
+{
+	(void)state;
+	free(search("gated_mlp_tiny_fp32.onnx", 2));
+}
+
+static void lora(void **state)
+{
+	(void)state;
+	free(search("lora_tiny_fp32.onnx", 2));
+}
+
+static void attention(void **state)
+{
+	(void)state;
+	free(search("gqa_tiny_fp32.onnx", 2));
+}
+
+/* The same seed and thread count give the same μGraph; so does another
+ * thread count (classes are merged in order). */
+static void deterministic(void **state)
+{
+	(void)state;
+	char *a = search("gated_mlp_tiny_fp32.onnx", 2);
+	char *b = search("gated_mlp_tiny_fp32.onnx", 2);
+	char *c = search("gated_mlp_tiny_fp32.onnx", 1);
+	assert_string_equal(a, b);
+	assert_string_equal(a, c);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/* The cost model ranks the way the hardware does where it is not in doubt. */
+static void cost_model(void **state)
+{
+	(void)state;
+	const struct mo_gpu *a100 = mo_gpu_named("a100"), *h200 = mo_gpu_named("h200");
+	assert_non_null(a100);
+	assert_non_null(h200);
+	assert_null(mo_gpu_named("v100"));
+	assert_int_equal(a100->target, MO_SM80);
+	assert_int_equal(h200->target, MO_SM90);
+	struct region r = load_region("rmsnorm_tiny_fp32.onnx");
+	struct mo_cost ca, ch;
+	mo_cost_program(r.prog, a100, &ca);
+	mo_cost_program(r.prog, h200, &ch);
+	assert_int_equal(ca.kernels, ch.kernels);
+	assert_true(ca.kernels >= 5); /* every op but layout is a kernel */
+	assert_true(ch.us < ca.us);   /* faster memory, faster launches */
+	unload(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cost_model),
+		cmocka_unit_test(rmsnorm_matmul),
+		cmocka_unit_test(gated_mlp),
+		cmocka_unit_test(lora),
+		cmocka_unit_test(attention),
+		cmocka_unit_test(deterministic),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
