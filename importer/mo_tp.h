@@ -204,6 +204,9 @@ enum mo_status mo_tp_import(const struct mo_model *m,
  * the given inputs (activations become graph inputs; weights and constants
  * stay what they are) and outputs. Tensors keep their numbers and share
  * tp's weights and model: tp must outlive it. Free with mo_tp_free. */
+/* The value of a one-element weight or constant. */
+bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v);
+
 enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 			    const int *inputs, int n_inputs, const int *outputs, int n_outputs,
 			    struct mo_tp **out, struct mo_diag *d);

@@ -43,9 +43,6 @@ enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 		for (int i = 0; i < r->ops[k].n_in; i++)
 			if (r->ops[k].in[i] >= 0)
 				r->tensors[r->ops[k].in[i]].n_consumers++;
-		for (int i = 0; i < r->ops[k].n_params; i++)
-			if (r->ops[k].param_in[i] >= 0)
-				r->tensors[r->ops[k].param_in[i]].n_consumers++;
 	}
 	r->n_ops = n_ops;
 	for (int i = 0; i < n_inputs; i++) {
@@ -61,4 +58,21 @@ enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 	}
 	*out = r;
 	return MO_OK;
+}
+
+bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v)
+{
+	if (t->kind != MO_T_CONST && t->kind != MO_T_INITIALIZER)
+		return false;
+	if (!t->shape_known || mo_tensor_numel(t) != 1)
+		return false;
+	if (t->fvals && t->n_vals == 1) {
+		*v = t->fvals[0];
+		return true;
+	}
+	if (t->ivals && t->n_vals == 1) {
+		*v = (double)t->ivals[0];
+		return true;
+	}
+	return t->init && mo_onnx_tensor_doubles(tp->model, t->init, 1, 0, 1, v);
 }

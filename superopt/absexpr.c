@@ -360,10 +360,9 @@ void mo_ae_of_tp(struct mo_ae_pool *p, const struct mo_tp *tp, int *e)
 	for (int i = 0; i < tp->n_tensors; i++) {
 		const struct mo_tensor *t = &tp->tensors[i];
 		e[i] = -1;
-		if (t->kind == MO_T_CONST && t->fvals && t->n_vals == 1)
-			e[i] = mo_ae_const(p, t->fvals[0]);
-		else if (t->kind == MO_T_CONST && t->ivals && t->n_vals == 1)
-			e[i] = mo_ae_const(p, (double)t->ivals[0]);
+		double v;
+		if (mo_tp_scalar_value(tp, t, &v))
+			e[i] = mo_ae_const(p, v); /* a scalar weight is a constant */
 		else if (t->kind != MO_T_VALUE)
 			e[i] = mo_ae_var(p, t->name);
 	}

@@ -257,9 +257,10 @@ static int prog_inputs(const struct mo_tp *tp, int *out, int max)
 	int n = 0;
 	for (int t = 0; t < tp->n_tensors && n < max; t++) {
 		const struct mo_tensor *x = &tp->tensors[t];
-		if ((x->kind == MO_T_INPUT || x->kind == MO_T_INITIALIZER ||
-		     (x->kind == MO_T_CONST && !(x->n_vals == 1))) && x->n_consumers > 0)
-			out[n++] = t;
+		double v;
+		if ((x->kind == MO_T_INPUT || x->kind == MO_T_INITIALIZER || x->kind == MO_T_CONST) &&
+		    x->n_consumers > 0 && !mo_tp_scalar_value(tp, x, &v))
+			out[n++] = t; /* scalars enter as constants */
 	}
 	return n;
 }

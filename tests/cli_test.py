@@ -75,8 +75,9 @@ class Cli(unittest.TestCase):
     def path(self, *p):
         return os.path.join(self.dir, *p)
 
-    def run_cli(self, *args):
-        return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
+    def run_cli(self, *args, env=None):
+        return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600,
+                              env=env)
 
     def write(self, name, data):
         p = self.path(name)
@@ -259,6 +260,54 @@ class Cli(unittest.TestCase):
             self.assertIn(n, text)
             self.assertIn(n, dot_text)
 
+    # ---- search ----
+
+    def test_search_only_json_and_cache(self):
+        """--search-only finds one graph-defined kernel for RMSNorm + MatMul,
+        reports it as JSON, stores it in the cache and re-verifies it there."""
+        model = self.write("rms.onnx", self.rmsnorm_model(4))
+        env = dict(os.environ, MIRAGE_ONNX_CACHE=self.path("cache"))
+        args = [model, "--search-only", "--json", "--budget", "300", "--seed", "3"]
+        r = self.run_cli(*args, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        (region,) = doc["regions"]
+        self.assertTrue(region["fused"], region)
+        self.assertEqual(region["kernels"], 1)
+        self.assertEqual(region["graph_defined_kernels"], 1)
+        self.assertFalse(region["cached"])
+        for key in ("search_seconds", "states", "verified", "pruned_absexpr", "grid",
+                    "forloop", "cost_us", "unfused_cost_us", "error_bound"):
+            self.assertIn(key, region)
+        self.assertGreater(region["states"], 0)
+        self.assertLess(region["error_bound"], 1e-20)
+        self.assertEqual(len(os.listdir(self.path("cache"))), 1)
+        again = json.loads(self.run_cli(*args, env=env).stdout)["regions"][0]
+        self.assertTrue(again["cached"])
+        self.assertEqual(again["kernels"], 1)
+        # a corrupted cache entry is not trusted: the search runs again
+        (entry,) = os.listdir(self.path("cache"))
+        with open(os.path.join(self.path("cache"), entry), "w") as f:
+            f.write('{"steps": []}')
+        third = json.loads(self.run_cli(*args, env=env).stdout)["regions"][0]
+        self.assertFalse(third["cached"])
+        self.assertTrue(third["fused"])
+        dump = self.path("dump")
+        os.mkdir(dump)
+        r = self.run_cli(*args, "--no-cache", "--dump-mugraph", dump, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.listdir(dump), ["region_1.json"])
+
+    def test_search_flags_are_checked(self):
+        model = self.write("m.onnx", matmul_model())
+        for bad in (["--budget", "0"], ["--jobs", "x"], ["--target", "sm_70"],
+                    ["--gpu", "v100"], ["--max-block-ops", "0"],
+                    ["--target", "sm_80", "--gpu", "h100"]):
+            with self.subTest(bad=bad):
+                r = self.run_cli(model, "--search-only", *bad)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+
     def test_json_needs_list_regions(self):
         model = self.write("m.onnx", matmul_model())
         r = self.run_cli(model, "--json")
@@ -280,7 +329,9 @@ class Cli(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         for flag in ("--output", "--quiet", "--help", "--version", "-o", "-q", "-h", "-V",
                      "--list-regions", "--json", "--dot", "--dump-tp", "--dim",
-                     "--input-shape", "--max-region-ops"):
+                     "--input-shape", "--max-region-ops", "--search-only", "--budget",
+                     "--jobs", "--max-kernel-ops", "--max-block-ops", "--target", "--gpu",
+                     "--no-cache", "--dump-mugraph", "--seed"):
             self.assertIn(flag, r.stdout)
         for code in ("0  success", "1  bad input", "2  usage", "3  internal"):
             self.assertIn(code, r.stdout)
