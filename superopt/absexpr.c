@@ -1,19 +1,11 @@
 /* Abstract expressions: the hash-consed pool and Table 1. */
 #include "mo_absexpr.h"
+#include "superopt_int.h"
 
 #include <math.h>
 #include <string.h>
 
 #define SIZE_CAP 1000000
-
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
 
 void mo_ae_pool_init(struct mo_ae_pool *p)
 {
@@ -70,7 +62,7 @@ static int intern(struct mo_ae_pool *p, enum mo_ae_kind kind, int a, int b, int6
 {
 	if (p->failed)
 		return -1;
-	uint64_t h = mix(mix(mix((uint64_t)kind * 0x9e3779b97f4a7c15ull ^ (uint64_t)(a + 1)) ^
+	uint64_t h = mo_mix64(mo_mix64(mo_mix64((uint64_t)kind * 0x9e3779b97f4a7c15ull ^ (uint64_t)(a + 1)) ^
 			     (uint64_t)(b + 1)) ^ (uint64_t)k);
 	if (p->tcap) {
 		for (uint64_t s = h % (uint64_t)p->tcap; p->table[s] >= 0;

@@ -41,10 +41,9 @@ static double kernel_us(const struct mo_gpu *g, double bytes, double tc_flops, d
 			double blocks)
 {
 	double busy = blocks >= g->sms ? 1.0 : blocks / g->sms;
-	double waves = ceil(blocks / g->sms), ideal = blocks / g->sms;
-	double quant = ideal > 0 && waves > 0 ? waves / (ideal > 1 ? ideal : waves) : 1.0;
-	if (blocks < g->sms)
-		quant = 1.0; /* one partial wave: already in `busy` */
+	/* one partial wave is already in `busy`; beyond it, a partial last wave
+	 * costs a whole one */
+	double quant = blocks > g->sms ? ceil(blocks / g->sms) / (blocks / g->sms) : 1.0;
 	double t_mem = bytes / (g->dram_gbs * 1e3 * busy);             /* µs */
 	double t_tc = tc_flops / (g->tc_tflops * 1e6 * busy);
 	double t_fp = flops / (g->fp32_tflops * 1e6 * busy);

@@ -13,7 +13,7 @@
 
 /* ---- hashing: inputs and uninterpreted functions ---- */
 
-static uint64_t mix(uint64_t x)
+uint64_t mo_mix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -31,7 +31,7 @@ static uint64_t hash_str(const char *s)
 
 static uint64_t h3(uint64_t a, uint64_t b, uint64_t c)
 {
-	return mix(mix(mix(a) ^ b) ^ c);
+	return mo_mix64(mo_mix64(mo_mix64(a) ^ b) ^ c);
 }
 
 /* ---- element arithmetic ---- */
@@ -86,7 +86,7 @@ static ff ff_uf(struct ev *e, uint64_t fn, ff a, ff b)
 {
 	uint64_t h = h3(e->seed ^ fn, a.p, a.q);
 	h = h3(h, b.p, b.q);
-	return (ff){ mix(h) % e->f->p, mix(h ^ 0x5555) % e->f->q };
+	return (ff){ mo_mix64(h) % e->f->p, mo_mix64(h ^ 0x5555) % e->f->q };
 }
 
 /* A random function symmetric in its operands (Max, Min). */
@@ -204,7 +204,7 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 		for (uint64_t i = 0; i < n; i++) {
 			uint64_t h = h3(hn, i, e->seed);
 			if (e->dom == MO_EVAL_FF)
-				((ff *)v)[i] = (ff){ h % e->f->p, mix(h) % e->f->q };
+				((ff *)v)[i] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
 			else
 				((double *)v)[i] = mo_eval_float_input(t->name, i, e->seed) * e->scale;
 		}
@@ -285,7 +285,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			uint64_t bits = 0;
 			if (b->fvals && b->n_vals == 1)
 				memcpy(&bits, &b->fvals[0], sizeof bits);
-			fn = mix(fn ^ bits ^ (uint64_t)k);
+			fn = mo_mix64(fn ^ bits ^ (uint64_t)k);
 		}
 	}
 	if (e->dom == MO_EVAL_FLOAT) {

@@ -226,14 +226,6 @@ static bool feeds_later_kernel(const struct mo_mugraph *mg, int k)
 	return false;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= 0x7fb5d329728ea185ull;
-	x ^= x >> 27;
-	x *= 0x81dadef4bc2dd44dull;
-	return x ^ (x >> 33);
-}
 
 struct mg_eval_opts {
 	struct mo_eval_cache *weights; /* field weights, converted once (or NULL) */
@@ -332,8 +324,8 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			 * (the diagonal blocks hide a swapped imap), then distinct
 			 * blocks drawn from the seed */
 			only[(bg->grid[0] - 1) + bg->grid[0] * (0 + bg->grid[1] * (bg->grid[2] / 2))] = 1;
-			uint64_t h = mix64(seed ^ (uint64_t)k * 0x9e3779b97f4a7c15ull);
-			for (int picked = 1; picked < o->blocks; h = mix64(h + 1)) {
+			uint64_t h = mo_mix64(seed ^ (uint64_t)k * 0x9e3779b97f4a7c15ull);
+			for (int picked = 1; picked < o->blocks; h = mo_mix64(h + 1)) {
 				int b = (int)(h % (uint64_t)nb);
 				if (!only[b]) {
 					only[b] = 1;

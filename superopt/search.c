@@ -220,7 +220,6 @@ struct state {
 	int op_in[MAX_OPS][3], op_out[MAX_OPS][1];
 	int n_steps;
 	struct step steps[MAX_TILES];
-	int tile_step[MAX_TILES];
 	int e[MAX_TILES];       /* abstract expression of each tile */
 	bool post[MAX_TILES];   /* exists after the loop (depends on an accumulator) */
 	bool varies[MAX_TILES]; /* changes with the loop iteration */
@@ -229,7 +228,6 @@ struct state {
 	int n_iters;
 	int n_block_ops;
 	int limit;              /* ops allowed in this round of the deepening */
-	bool complete;          /* the current prefix is a candidate */
 	uint64_t last_rank;
 	/* results */
 	int n_algos;
@@ -240,7 +238,6 @@ struct state {
 	} *algos;
 	struct mo_search_stats st;
 	struct mo_ref_cache rc;
-	int in_index[64];       /* program input number of each kernel input */
 };
 
 static uint64_t rank_of(int kind, const int *in, int n_in, int param)
@@ -336,8 +333,8 @@ static void state_init(struct state *s, struct target *T, const struct sched *S)
 		s->post[t] = false;
 		s->varies[t] = fmap != MO_PHI && s->forloop > 1;
 		s->steps[s->n_steps] = (struct step){ .kind = -1, .input = i };
-		s->tile_step[t] = s->n_steps++;
-		s->in_index[s->n_iters++] = ins[i];
+		s->n_steps++;
+		s->n_iters++;
 	}
 }
 
@@ -576,7 +573,6 @@ static void check_complete(struct state *s)
 	}
 	s->st.candidates++;
 	record(s, save);
-	s->complete = true;
 }
 
 static bool budget_left(struct state *s)
@@ -608,9 +604,8 @@ static void branch(struct state *s, int kind, int a, int b, int axis, double cva
 	}
 	uint64_t saved_rank = s->last_rank;
 	s->last_rank = r;
-	s->steps[s->n_steps] = (struct step){ .kind = kind, .in = { a, b == -2 ? -2 : b },
-					      .n_in = b == -1 ? 1 : 2, .axis = axis, .value = cval };
-	s->tile_step[y] = s->n_steps++;
+	s->steps[s->n_steps++] = (struct step){ .kind = kind, .in = { a, b },
+						.n_in = b == -1 ? 1 : 2, .axis = axis, .value = cval };
 	s->uses[a]++;
 	if (b >= 0)
 		s->uses[b]++;
@@ -645,7 +640,6 @@ static void dfs(struct state *s)
 	 * found by earlier rounds); a complete prefix is not extended: more ops
 	 * would recompute what it already has */
 	if (left == 0) {
-		s->complete = false;
 		check_complete(s);
 		return;
 	}
@@ -708,15 +702,14 @@ struct build_opts {
 };
 
 /* Does state tile t depend on tile from (both in the algorithm's numbering)? */
-static bool depends(const struct algo *A, const int *step_of_tile, const int *in0,
-		    const int *in1, int t, int from)
+static bool depends(const int *step_of_tile, const int *in0, const int *in1, int t, int from)
 {
 	if (t == from)
 		return true;
 	if (t < 0 || step_of_tile[t] < 0)
 		return false;
-	return depends(A, step_of_tile, in0, in1, in0[t], from) ||
-	       depends(A, step_of_tile, in0, in1, in1[t], from);
+	return depends(step_of_tile, in0, in1, in0[t], from) ||
+	       depends(step_of_tile, in0, in1, in1[t], from);
 }
 
 static struct mo_mugraph *build(struct target *T, const struct sched *S, const struct algo *A,
@@ -762,7 +755,7 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 				continue;
 			for (int x = 0; x < nt; x++)
 				if (step_of_tile[x] >= 0 && A->steps[step_of_tile[x]].kind == MO_OP_EXP &&
-				    depends(A, step_of_tile, in0, in1, in0[t], x))
+				    depends(step_of_tile, in0, in1, in0[t], x))
 					exp_of_accum[t] = exp_of_accum[t] < 0 ? x : -2; /* two exps */
 		}
 	}

@@ -54,7 +54,7 @@ struct mo_subexpr {
 	Z3_ast top;
 	int *ast_ids; /* Z3 terms made so far, by pool id (sorted with asts) */
 	Z3_ast *asts;
-	int n_asts, cap_asts;
+	int n_asts, cap_ast_ids, cap_asts;
 	struct cache_entry *cache;
 	int cache_n, cache_cap;
 	struct mo_subexpr_stats stats;
@@ -81,20 +81,29 @@ static int find_sorted(const int *v, int n, int id)
 	return lo;
 }
 
+/* Makes room for one more element in the array *v of n (doubling *cap when
+ * full); false when out of memory. */
+static bool room(void *v, int n, int *cap, size_t elem)
+{
+	if (n < *cap)
+		return true;
+	int c = *cap ? *cap * 2 : 256;
+	void *nv = mo_realloc(*(void **)v, elem * (size_t)c);
+	if (!nv)
+		return false;
+	*(void **)v = nv;
+	*cap = c;
+	return true;
+}
+
 /* Adds id to the sorted set; false if it was there (or no memory). */
 static bool set_add(int **v, int *n, int *cap, int id)
 {
 	int at = find_sorted(*v, *n, id);
 	if (at < *n && (*v)[at] == id)
 		return false;
-	if (*n == *cap) {
-		int c = *cap ? *cap * 2 : 256;
-		int *nv = mo_realloc(*v, sizeof *nv * (size_t)c);
-		if (!nv)
-			return false;
-		*v = nv;
-		*cap = c;
-	}
+	if (!room(v, *n, cap, sizeof **v))
+		return false;
 	memmove(&(*v)[at + 1], &(*v)[at], sizeof **v * (size_t)(*n - at));
 	(*v)[at] = id;
 	(*n)++;
@@ -119,14 +128,8 @@ static void found(struct sat *st, int id)
 		return;
 	if (!set_add(&s->known, &s->n_known, &s->cap_known, id))
 		return;
-	if (st->nq == st->capq) {
-		int c = st->capq ? st->capq * 2 : 256;
-		int *q = mo_realloc(st->queue, sizeof *q * (size_t)c);
-		if (!q)
-			return;
-		st->queue = q;
-		st->capq = c;
-	}
+	if (!room(&st->queue, st->nq, &st->capq, sizeof *st->queue))
+		return;
 	st->queue[st->nq++] = id;
 	found(st, x.a);
 	found(st, x.b);
@@ -139,14 +142,8 @@ static void equal(struct sat *st, int a, int b)
 		return;
 	if (mo_ae_node(s->pool, b).size > st->size_cap)
 		return;
-	if (s->n_eqs == s->cap_eqs) {
-		int c = s->cap_eqs ? s->cap_eqs * 2 : 256;
-		int (*n)[2] = mo_realloc(s->eqs, sizeof *n * (size_t)c);
-		if (!n)
-			return;
-		s->eqs = n;
-		s->cap_eqs = c;
-	}
+	if (!room(&s->eqs, s->n_eqs, &s->cap_eqs, sizeof *s->eqs))
+		return;
 	s->eqs[s->n_eqs][0] = a;
 	s->eqs[s->n_eqs][1] = b;
 	s->n_eqs++;
@@ -305,18 +302,9 @@ static Z3_ast term(struct mo_subexpr *s, int id)
 		break;
 	}
 	Z3_inc_ref(c, r);
-	if (s->n_asts == s->cap_asts) {
-		int cap = s->cap_asts ? s->cap_asts * 2 : 256;
-		int *ni = mo_realloc(s->ast_ids, sizeof *ni * (size_t)cap);
-		if (ni)
-			s->ast_ids = ni;
-		Z3_ast *na = ni ? mo_realloc(s->asts, sizeof *na * (size_t)cap) : NULL;
-		if (na)
-			s->asts = na;
-		if (!ni || !na)
-			return r; /* not kept: made again next time */
-		s->cap_asts = cap;
-	}
+	if (!room(&s->ast_ids, s->n_asts, &s->cap_ast_ids, sizeof *s->ast_ids) ||
+	    !room(&s->asts, s->n_asts, &s->cap_asts, sizeof *s->asts))
+		return r; /* not kept: made again next time */
 	at = find_sorted(s->ast_ids, s->n_asts, id);
 	memmove(&s->ast_ids[at + 1], &s->ast_ids[at], sizeof *s->ast_ids * (size_t)(s->n_asts - at));
 	memmove(&s->asts[at + 1], &s->asts[at], sizeof *s->asts * (size_t)(s->n_asts - at));
@@ -483,15 +471,9 @@ bool mo_subexpr_check(struct mo_subexpr *s, int e)
 		else
 			s->stats.by_leaves++;
 	}
-	if (s->cache_n == s->cache_cap) {
-		int cap = s->cache_cap ? s->cache_cap * 2 : 256;
-		struct cache_entry *n = mo_realloc(s->cache, sizeof *n * (size_t)cap);
-		if (!n) {
-			pthread_mutex_unlock(&s->lock);
-			return keep;
-		}
-		s->cache = n;
-		s->cache_cap = cap;
+	if (!room(&s->cache, s->cache_n, &s->cache_cap, sizeof *s->cache)) {
+		pthread_mutex_unlock(&s->lock);
+		return keep;
 	}
 	memmove(&s->cache[at + 1], &s->cache[at], sizeof *s->cache * (size_t)(s->cache_n - at));
 	s->cache[at] = (struct cache_entry){ e, keep };

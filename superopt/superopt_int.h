@@ -20,6 +20,10 @@ struct ev {
 	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
 };
 
+/* The evaluator's 64-bit mixer (splitmix finalizer), shared by every hash in
+ * superopt. */
+uint64_t mo_mix64(uint64_t x);
+
 /* Runs one op whose operands are in e->vals (tensors of e->tp); allocates
  * its outputs. Sets e->bad on failure, e->div0 on a field division by zero. */
 void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op);
