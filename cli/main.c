@@ -8,6 +8,8 @@
 #include "mo_base.h"
 #include "mo_onnx.h"
 #include "mo_part.h"
+#include "fuse_cmd.h"
+#include "mo_plugin.h"
 #include "search_cmd.h"
 #include "mo_superopt.h"
 #include "mo_tp.h"
@@ -27,10 +29,20 @@ static const char usage_text[] =
 	"usage: mirage-onnx MODEL [-o OUT] [options]\n"
 	"       mirage-onnx equiv A.onnx B.onnx [options]   (see mirage-onnx equiv --help)\n"
 	"\n"
-	"Loads an ONNX model, checks its structure, prints a summary and, with -o,\n"
-	"writes the model to OUT. At this stage of the project OUT is written\n"
-	"unchanged: fusion comes with the later stages. --list-regions shows the\n"
-	"regions the search will fuse.\n"
+	"       mirage-onnx bench MODEL FUSED [options]      (see mirage-onnx bench --help)\n"
+	"\n"
+	"Loads an ONNX model, checks its structure and prints a summary. With -o it\n"
+	"fuses: it carves out the regions worth fusing (--list-regions shows them),\n"
+	"searches each for its fastest μGraph, proves it equivalent, generates CUDA\n"
+	"and CPU kernels, compiles them into a plugin library, runs each generated\n"
+	"CPU kernel against the region it replaces, and writes OUT with one custom-op\n"
+	"node per fused region, the plugin OUT.mirage.so (named in OUT's\n"
+	"metadata_props under mirage.plugin) and the manifest OUT.mirage.json.\n"
+	"A region that fails any step stays unfused, with a warning saying why.\n"
+	"Run the result with ONNX Runtime:\n"
+	"  so = onnxruntime.SessionOptions()\n"
+	"  so.register_custom_ops_library('OUT.mirage.so')\n"
+	"  onnxruntime.InferenceSession('OUT.onnx', so, providers=[...])\n"
 	"\n"
 	"options:\n"
 	"  -o, --output OUT   write the model to OUT (atomically: a temporary file in\n"
@@ -40,6 +52,11 @@ static const char usage_text[] =
 	"                     relative to the model, so write OUT in MODEL's folder\n"
 	"                     when the model has external data.\n"
 	"  -q, --quiet        print nothing but errors and warnings\n"
+	"      --no-fuse      with -o: write the model unchanged (no search)\n"
+	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
+	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
+	"      --cuda-arch LIST  SM versions to compile for (default 80,90)\n"
+	"      --keep-sources DIR  keep the generated sources and objects in DIR\n"
 	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
 	"                     outputs with shapes and dtypes, exps on the longest path,\n"
 	"                     FLOPs, and bytes moved fused vs op by op; then why the\n"
@@ -119,6 +136,8 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
+	int no_fuse, no_cuda;
+	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
 	struct mo_search_options search;
@@ -188,6 +207,21 @@ static int show_regions(const struct cli *cli, const struct mo_model *m, struct 
 	mo_part_free(p);
 	mo_tp_free(tp);
 	return rc;
+}
+
+/* FNV-1a of a file's bytes: the model hash generated sources name. */
+static uint64_t file_hash(const char *path)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	FILE *f = fopen(path, "rb");
+	unsigned char buf[1 << 16];
+	size_t n;
+	while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
+		for (size_t i = 0; i < n; i++)
+			h = (h ^ buf[i]) * 0x100000001b3ull;
+	if (f)
+		fclose(f);
+	return h;
 }
 
 /* Writing over the input would destroy it if anything went wrong, and the
@@ -349,7 +383,8 @@ int main(int argc, char **argv)
 		return equiv_main(argc - 1, argv + 1);
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
-	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED };
+	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
+	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES };
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -372,6 +407,10 @@ int main(int argc, char **argv)
 		{ "no-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "dump-mugraph", required_argument, NULL, OPT_DUMP_MUGRAPH },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "no-fuse", no_argument, NULL, OPT_NO_FUSE },
+		{ "no-cuda", no_argument, NULL, OPT_NO_CUDA },
+		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
+		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
 		{ 0 },
 	};
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
@@ -413,6 +452,27 @@ int main(int argc, char **argv)
 		case OPT_SEARCH_ONLY: cli.search_only = 1; break;
 		case OPT_NO_CACHE: cli.no_cache = 1; break;
 		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
+		case OPT_NO_FUSE: cli.no_fuse = 1; break;
+		case OPT_NO_CUDA: cli.no_cuda = 1; break;
+		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
+		case OPT_CUDA_ARCH: {
+			/* "80,90": SM versions nvcc knows */
+			const char *q = optarg;
+			bool ok = *q != 0;
+			while (ok && *q) {
+				char *end;
+				long v = strtol(q, &end, 10);
+				ok = end != q && v >= 50 && v <= 130 && (*end == ',' || !*end);
+				q = *end ? end + 1 : end;
+			}
+			if (!ok) {
+				mo_import_options_free(&cli.import);
+				return usage_error("--cuda-arch is a list of SM versions like 80,90, not",
+						   optarg);
+			}
+			cli.cuda_arch = optarg;
+			break;
+		}
 		case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS: case OPT_MAX_BLOCK_OPS:
 		case OPT_SEED: {
 			char *end;
@@ -524,6 +584,33 @@ static int run(struct cli *cli, int argc, char **argv)
 		if (rc)
 			return fail(&d);
 		return EXIT_OK;
+	}
+	if (out_path && !cli->no_fuse) {
+		const char *nvcc = NULL;
+		if (!cli->no_cuda) {
+			struct mo_plugin_options po = { 0 };
+			nvcc = mo_plugin_find_nvcc(&po);
+			if (!nvcc && !quiet)
+				fprintf(stderr, "mirage-onnx: warning: nvcc not found: the plugin gets "
+					"CPU kernels only (set NVCC, or --no-cuda to silence this)\n");
+		}
+		char banner[512];
+		snprintf(banner, sizeof banner, "generated by mirage-onnx %s from %s (model hash "
+			 "%016llx)", MO_VERSION, in_path, (unsigned long long)file_hash(in_path));
+		struct cli_fuse_args a = {
+			.in_path = in_path, .out_path = out_path, .import = &cli->import,
+			.part = &cli->part, .search = &cli->search, .quiet = quiet,
+			.no_cache = cli->no_cache, .cuda = nvcc != NULL,
+			.archs = cli->cuda_arch ? cli->cuda_arch : "80,90",
+			.keep_sources = cli->keep_sources, .banner = banner,
+		};
+		int rc = cli_fuse(m, &a, &d);
+		if (!rc)
+			warn_if_external_data_stays_behind(m, out_path);
+		mo_onnx_free(m);
+		if (rc == 2)
+			return usage_error(d.msg, NULL);
+		return rc ? fail(&d) : EXIT_OK;
 	}
 	if (out_path) {
 		if (mo_onnx_save(m, out_path, &d)) {

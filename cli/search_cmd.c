@@ -29,7 +29,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * tensor shapes and dtypes, input names, constants, and the search limits. */
-static uint64_t region_key(const struct mo_tp *tp, const struct mo_search_options *o)
+uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *o)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 	int *num = calloc((size_t)tp->n_tensors + 1, sizeof *num);
@@ -67,7 +67,7 @@ static uint64_t region_key(const struct mo_tp *tp, const struct mo_search_option
 	return h;
 }
 
-static bool cache_dir(char *buf, size_t len)
+bool cli_cache_dir(char *buf, size_t len)
 {
 	const char *env = getenv("MIRAGE_ONNX_CACHE");
 	const char *home = getenv("HOME");
@@ -136,6 +136,42 @@ static void write_json_file(const char *path, const struct mo_mugraph *mg)
 		remove(tmp);
 }
 
+/* The region's best μGraph: from the cache when an entry verifies again,
+ * else by searching (and then stored in the cache). */
+enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				const char *cache, struct mo_search_result *r, bool *cached,
+				struct mo_diag *d)
+{
+	memset(r, 0, sizeof *r);
+	*cached = false;
+	char path[1100];
+	uint64_t key = cli_region_key(prog, o);
+	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	if (cache) {
+		snprintf(path, sizeof path, "%s/%016" PRIx64 ".json", cache, key);
+		struct mo_mugraph *mg = cache_load(path);
+		struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+		eo.seed = o->seed;
+		char why[256];
+		struct mo_diag quiet;
+		mo_diag_init(&quiet);
+		if (mg && mo_mg_valid(mg, o->target, why, sizeof why) &&
+		    !mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet) &&
+		    r->verification.verdict == MO_EQUIVALENT) {
+			r->best = mg; /* re-verified: the cache is never trusted */
+			*cached = true;
+			mo_cost_mugraph(mg, gpu, &r->cost_best);
+			mo_cost_program(prog, gpu, &r->cost_unfused);
+			return MO_OK;
+		}
+		mo_mg_free(mg);
+	}
+	enum mo_status st = mo_search(prog, o, r, d);
+	if (!st && r->best && cache)
+		write_json_file(path, r->best);
+	return st;
+}
+
 /* ---- printing ---- */
 
 static void describe_kernels(const struct mo_mugraph *mg, FILE *out)
@@ -179,7 +215,7 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 		return 1;
 	}
 	char dir[1024];
-	bool use_cache = !a->no_cache && cache_dir(dir, sizeof dir);
+	bool use_cache = !a->no_cache && cli_cache_dir(dir, sizeof dir);
 	FILE *out = stdout;
 	if (a->json)
 		fputs("{\"regions\": [", out);
@@ -199,37 +235,12 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				p->n_regions, rg->n_ops, o.budget_s);
 		}
 		struct mo_search_result r;
-		memset(&r, 0, sizeof r);
-		bool cached = false;
-		char path[1100];
-		uint64_t key = region_key(prog, &o);
-		if (use_cache) {
-			snprintf(path, sizeof path, "%s/%016" PRIx64 ".json", dir, key);
-			struct mo_mugraph *mg = cache_load(path);
-			struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-			eo.seed = o.seed;
-			char why[256];
-			if (mg && mo_mg_valid(mg, o.target, why, sizeof why) &&
-			    !mo_mg_equiv(mg, prog, &eo, &r.verification, d) &&
-			    r.verification.verdict == MO_EQUIVALENT) {
-				r.best = mg; /* re-verified: the cache is never trusted */
-				cached = true;
-				mo_cost_mugraph(mg, o.gpu ? o.gpu : mo_gpu_of_target(o.target),
-						&r.cost_best);
-				mo_cost_program(prog, o.gpu ? o.gpu : mo_gpu_of_target(o.target),
-						&r.cost_unfused);
-			} else {
-				mo_mg_free(mg);
-				mo_diag_init(d);
-			}
-		}
-		if (!cached && mo_search(prog, &o, &r, d)) {
+		bool cached;
+		if (cli_find_mugraph(prog, &o, use_cache ? dir : NULL, &r, &cached, d)) {
 			mo_tp_free(prog);
 			rc = 3;
 			break;
 		}
-		if (r.best && use_cache && !cached)
-			write_json_file(path, r.best);
 		if (r.best && a->dump_dir) {
 			char dump[1100];
 			snprintf(dump, sizeof dump, "%s/region_%d.json", a->dump_dir, ri + 1);

@@ -16,4 +16,18 @@ struct cli_search_args {
 /* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why. */
 int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d);
 
+/* The region's canonical hash (ops, parameters, operand positions, shapes,
+ * dtypes, weight names, constants, outputs, search limits): the cache key. */
+uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *o);
+
+/* The result cache's folder ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx),
+ * made if missing; false when there is none. */
+bool cli_cache_dir(char *buf, size_t len);
+
+/* The region's best μGraph: from the cache folder `cache` (NULL: none) when
+ * its entry passes the verdict again, else by mo_search (then cached). */
+enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				const char *cache, struct mo_search_result *r, bool *cached,
+				struct mo_diag *d);
+
 #endif

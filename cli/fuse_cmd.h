@@ -1,0 +1,25 @@
+/* mirage-onnx MODEL -o OUT: partition, search, generate, compile, check,
+ * export. */
+#ifndef FUSE_CMD_H
+#define FUSE_CMD_H
+
+#include "mo_part.h"
+#include "mo_search.h"
+
+struct cli_fuse_args {
+	const char *in_path, *out_path;
+	const struct mo_import_options *import;
+	const struct mo_part_options *part;
+	const struct mo_search_options *search;
+	bool quiet, no_cache;
+	bool cuda;                /* CUDA kernels too (nvcc found, not --no-cuda) */
+	const char *archs;        /* "80,90" */
+	const char *keep_sources; /* --keep-sources DIR, or NULL */
+	const char *banner;       /* the first line of every generated file */
+};
+
+/* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why.
+ * Edits m (the export rewrites its graph). */
+int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d);
+
+#endif

@@ -1,0 +1,906 @@
+/* The fused model (DESIGN §9): the main graph with one custom-op node per
+ * fused region, written atomically.
+ *
+ * Ownership. The model's protobuf belongs to protobuf-c's allocator and
+ * mo_onnx_free releases it by walking it, so anything linked into it when it
+ * is freed must have been allocated the way protobuf-c would, and anything
+ * unlinked from it leaks. Instead of depending on how model.c allocates, this
+ * file builds every new thing (fused nodes, filtered lists, the opset and
+ * metadata entries) in an arena owned by the call, swaps the edited lists
+ * into the protobuf only around mo_onnx_save, and swaps the loaded ones back
+ * before returning. The model is therefore never left half edited, nothing is
+ * freed twice, and pointers that callers hold into it (a region's nodes, names
+ * borrowed from the graph, possibly the fused nodes' own names) stay valid. */
+#include "mo_export.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PLUGIN_KEY "mirage.plugin"
+
+/* ---- small growable containers (freed by the call, not the arena, since
+ * the arena cannot grow an allocation in place) ---- */
+
+struct ivec {
+	int *v;
+	size_t n, cap;
+};
+
+static bool ivec_push(struct ivec *a, int x)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 64;
+		int *v = mo_realloc(a->v, cap * sizeof *v);
+		if (!v)
+			return false;
+		a->v = v;
+		a->cap = cap;
+	}
+	a->v[a->n++] = x;
+	return true;
+}
+
+/* A set of borrowed names that remembers insertion order. */
+struct nameset {
+	const char **v;
+	size_t n, cap;
+	struct mo_strmap seen;
+};
+
+static bool nameset_add(struct nameset *s, const char *name)
+{
+	int had;
+	if (!mo_strmap_put(&s->seen, name, 0, &had))
+		return false;
+	if (had)
+		return true;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 16;
+		const char **v = mo_realloc(s->v, cap * sizeof *v);
+		if (!v)
+			return false;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = name;
+	return true;
+}
+
+static void nameset_free(struct nameset *s)
+{
+	mo_free(s->v);
+	mo_strmap_free(&s->seen);
+}
+
+static bool named(const char *s) { return s && *s; }
+
+/* ---- names a subgraph reads from the graphs around it ----
+ *
+ * For the main graph these are implicit inputs of the node that owns the
+ * subgraph: they keep their producers alive and order the owner after them.
+ * Scoping is lexical, so a name the subgraph (or a graph between it and the
+ * read) defines itself is not an outer read. */
+
+static bool node_subgraph_reads(const Onnx__NodeProto *n, struct nameset *out);
+
+static bool graph_outer_reads(const Onnx__GraphProto *g, struct nameset *out)
+{
+	struct mo_strmap defs = { 0 };
+	int had;
+	bool ok = true;
+	for (size_t i = 0; ok && i < g->n_input; i++)
+		if (named(g->input[i]->name))
+			ok = mo_strmap_put(&defs, g->input[i]->name, 0, &had);
+	for (size_t i = 0; ok && i < g->n_initializer; i++)
+		if (named(g->initializer[i]->name))
+			ok = mo_strmap_put(&defs, g->initializer[i]->name, 0, &had);
+	for (size_t i = 0; ok && i < g->n_sparse_initializer; i++) {
+		const Onnx__TensorProto *v = g->sparse_initializer[i]->values;
+		if (v && named(v->name))
+			ok = mo_strmap_put(&defs, v->name, 0, &had);
+	}
+	for (size_t i = 0; ok && i < g->n_node; i++)
+		for (size_t k = 0; ok && k < g->node[i]->n_output; k++)
+			if (named(g->node[i]->output[k]))
+				ok = mo_strmap_put(&defs, g->node[i]->output[k], 0, &had);
+
+	for (size_t i = 0; ok && i < g->n_node; i++) {
+		const Onnx__NodeProto *n = g->node[i];
+		for (size_t k = 0; ok && k < n->n_input; k++)
+			if (named(n->input[k]) && !mo_strmap_get(&defs, n->input[k]))
+				ok = nameset_add(out, n->input[k]);
+		struct nameset inner = { 0 };
+		ok = ok && node_subgraph_reads(n, &inner);
+		for (size_t k = 0; ok && k < inner.n; k++)
+			if (!mo_strmap_get(&defs, inner.v[k]))
+				ok = nameset_add(out, inner.v[k]);
+		nameset_free(&inner);
+	}
+	/* A branch may return an outer value as it is. */
+	for (size_t i = 0; ok && i < g->n_output; i++)
+		if (named(g->output[i]->name) && !mo_strmap_get(&defs, g->output[i]->name))
+			ok = nameset_add(out, g->output[i]->name);
+	mo_strmap_free(&defs);
+	return ok;
+}
+
+/* The loader bounds nesting (MAX_NESTING in onnx/model.c), which bounds this
+ * recursion too. */
+static bool node_subgraph_reads(const Onnx__NodeProto *n, struct nameset *out)
+{
+	for (size_t a = 0; a < n->n_attribute; a++) {
+		const Onnx__AttributeProto *at = n->attribute[a];
+		if (at->g && !graph_outer_reads(at->g, out))
+			return false;
+		for (size_t k = 0; k < at->n_graphs; k++)
+			if (!graph_outer_reads(at->graphs[k], out))
+				return false;
+	}
+	return true;
+}
+
+/* ---- the edit ----
+ *
+ * Vertices: the main graph's nodes as loaded (0 .. n_orig-1), then the fused
+ * nodes (n_orig + k). Tensor names are interned to dense ids. */
+
+struct ex {
+	Onnx__ModelProto *p;
+	Onnx__GraphProto *g;
+	const struct mo_fused_node *fused;
+	int n_fused;
+	int n_orig, n_vert;
+	const struct mo_export_options *o;
+	struct mo_diag *d;
+	struct mo_arena arena;
+
+	struct mo_strmap ids;
+	struct ivec reads, writes; /* name ids per vertex, in CSR form */
+	size_t *read_at, *write_at; /* [n_vert + 1] */
+	int n_names;
+	const char **name; /* id -> name, filled once interning is over */
+
+	int *owner;  /* per original node: the fused node replacing it, or -1 */
+	bool *alive; /* per vertex: in the written graph */
+	int *pos;    /* per vertex: where it sits in the stable order */
+
+	/* per name id */
+	int *producer_before, *producer_after; /* a vertex, or -1 */
+	int *reads_before, *reads_after;
+	bool *from_graph; /* a graph input, initializer or sparse initializer */
+	bool *dropped;    /* an initializer this export removes */
+
+	/* graph-level names, or -1 where the entry has none */
+	int *input_id, *init_id, *sparse_id, *output_id, *vi_id;
+};
+
+static int intern(struct ex *x, const char *s)
+{
+	int had;
+	if (!mo_strmap_put(&x->ids, s, x->n_names, &had))
+		return -1;
+	if (!had) {
+		if (x->n_names == INT_MAX)
+			return -1;
+		x->n_names++;
+	}
+	return *mo_strmap_get(&x->ids, s);
+}
+
+/* Ids of optional names: -1 for an absent or empty name. */
+static bool intern_opt(struct ex *x, const char *s, int *id)
+{
+	*id = named(s) ? intern(x, s) : -1;
+	return !named(s) || *id >= 0;
+}
+
+static const char *vertex_kind(const struct ex *x, int v)
+{
+	return v < x->n_orig ? "node" : "fused node";
+}
+
+/* "node 'mm' (MatMul)", "node #3 (MatMul)", "fused node 'f0' (mirage_ab12)". */
+static const char *describe(struct ex *x, int v)
+{
+	const char *name, *op;
+	int idx;
+	if (v < x->n_orig) {
+		name = x->g->node[v]->name;
+		op = x->g->node[v]->op_type;
+		idx = v;
+	} else {
+		name = x->fused[v - x->n_orig].name;
+		op = x->fused[v - x->n_orig].op_type;
+		idx = v - x->n_orig;
+	}
+	const char *s = named(name)
+		? mo_arena_printf(&x->arena, "%s '%s' (%s)", vertex_kind(x, v), name, op ? op : "")
+		: mo_arena_printf(&x->arena, "%s #%d (%s)", vertex_kind(x, v), idx, op ? op : "");
+	return s ? s : "a node";
+}
+
+static enum mo_status nomem(struct ex *x) { return mo_diag_nomem(x->d); }
+
+static enum mo_status bad(struct ex *x, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* A fused-node list that does not fit the graph is the caller's bug. */
+static enum mo_status bad(struct ex *x, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return mo_diag_set(x->d, MO_ERR_INTERNAL, "export: %s", msg);
+}
+
+/* The name ids a vertex reads or writes. */
+struct span {
+	const int *id;
+	size_t n;
+};
+
+static struct span span_of(const struct ivec *a, const size_t *at, int v)
+{
+	size_t b = at[v], e = at[v + 1];
+	return (struct span){ b < e ? a->v + b : NULL, e - b };
+}
+
+static struct span reads_of(const struct ex *x, int v) { return span_of(&x->reads, x->read_at, v); }
+static struct span writes_of(const struct ex *x, int v) { return span_of(&x->writes, x->write_at, v); }
+
+/* Checks the fused-node list on its own terms and against the graph's size. */
+static enum mo_status check_request(struct ex *x)
+{
+	if (!x->o || !named(x->o->domain))
+		return bad(x, "no custom-op domain given (the default domain is ONNX's own)");
+	if (x->n_fused < 0 || (size_t)x->g->n_node > (size_t)(INT_MAX / 2) ||
+	    x->n_fused > INT_MAX / 2)
+		return bad(x, "%d fused nodes for %zu graph nodes is out of range",
+			   x->n_fused, x->g->n_node);
+	if (x->n_fused > 0 && !x->fused)
+		return bad(x, "%d fused nodes given as NULL", x->n_fused);
+	for (int k = 0; k < x->n_fused; k++) {
+		const struct mo_fused_node *f = &x->fused[k];
+		if (!named(f->op_type))
+			return bad(x, "fused node #%d has no op type", k);
+		if (f->n_nodes <= 0 || !f->nodes)
+			return bad(x, "fused node #%d (%s) replaces no nodes", k, f->op_type);
+		if (f->n_outputs <= 0 || !f->outputs || f->n_inputs < 0 ||
+		    (f->n_inputs > 0 && !f->inputs))
+			return bad(x, "fused node #%d (%s) has %d inputs and %d outputs",
+				   k, f->op_type, f->n_inputs, f->n_outputs);
+		for (int i = 0; i < f->n_inputs; i++)
+			if (!f->inputs[i])
+				return bad(x, "fused node #%d (%s): input %d is NULL", k, f->op_type, i);
+		for (int i = 0; i < f->n_outputs; i++)
+			if (!named(f->outputs[i]))
+				return bad(x, "fused node #%d (%s): output %d has no name",
+					   k, f->op_type, i);
+	}
+	return MO_OK;
+}
+
+/* Interns every name the edit looks at and records, per vertex, which names
+ * it reads and writes. */
+static enum mo_status collect(struct ex *x)
+{
+	x->read_at = mo_arena_array(&x->arena, (size_t)x->n_vert + 1, sizeof *x->read_at);
+	x->write_at = mo_arena_array(&x->arena, (size_t)x->n_vert + 1, sizeof *x->write_at);
+	x->input_id = mo_arena_array(&x->arena, x->g->n_input, sizeof(int));
+	x->init_id = mo_arena_array(&x->arena, x->g->n_initializer, sizeof(int));
+	x->sparse_id = mo_arena_array(&x->arena, x->g->n_sparse_initializer, sizeof(int));
+	x->output_id = mo_arena_array(&x->arena, x->g->n_output, sizeof(int));
+	x->vi_id = mo_arena_array(&x->arena, x->g->n_value_info, sizeof(int));
+	if (x->arena.failed)
+		return nomem(x);
+
+	for (int v = 0; v < x->n_vert; v++) {
+		x->read_at[v] = x->reads.n;
+		x->write_at[v] = x->writes.n;
+		size_t n_in, n_out;
+		const char *const *in, *const *out;
+		if (v < x->n_orig) {
+			const Onnx__NodeProto *n = x->g->node[v];
+			n_in = n->n_input;
+			in = (const char *const *)n->input;
+			n_out = n->n_output;
+			out = (const char *const *)n->output;
+		} else {
+			const struct mo_fused_node *f = &x->fused[v - x->n_orig];
+			n_in = (size_t)f->n_inputs;
+			in = f->inputs;
+			n_out = (size_t)f->n_outputs;
+			out = f->outputs;
+		}
+		for (size_t i = 0; i < n_in; i++) {
+			if (!named(in[i]))
+				continue; /* an omitted optional input */
+			int id = intern(x, in[i]);
+			if (id < 0 || !ivec_push(&x->reads, id))
+				return nomem(x);
+		}
+		if (v < x->n_orig) {
+			struct nameset inner = { 0 };
+			bool ok = node_subgraph_reads(x->g->node[v], &inner);
+			for (size_t i = 0; ok && i < inner.n; i++) {
+				int id = intern(x, inner.v[i]);
+				ok = id >= 0 && ivec_push(&x->reads, id);
+			}
+			nameset_free(&inner);
+			if (!ok)
+				return nomem(x);
+		}
+		for (size_t i = 0; i < n_out; i++) {
+			if (!named(out[i]))
+				continue;
+			int id = intern(x, out[i]);
+			if (id < 0 || !ivec_push(&x->writes, id))
+				return nomem(x);
+		}
+	}
+	x->read_at[x->n_vert] = x->reads.n;
+	x->write_at[x->n_vert] = x->writes.n;
+
+	const Onnx__GraphProto *g = x->g;
+	bool ok = true;
+	for (size_t i = 0; ok && i < g->n_input; i++)
+		ok = intern_opt(x, g->input[i]->name, &x->input_id[i]);
+	for (size_t i = 0; ok && i < g->n_initializer; i++)
+		ok = intern_opt(x, g->initializer[i]->name, &x->init_id[i]);
+	for (size_t i = 0; ok && i < g->n_sparse_initializer; i++) {
+		const Onnx__TensorProto *t = g->sparse_initializer[i]->values;
+		ok = intern_opt(x, t ? t->name : NULL, &x->sparse_id[i]);
+	}
+	for (size_t i = 0; ok && i < g->n_output; i++)
+		ok = intern_opt(x, g->output[i]->name, &x->output_id[i]);
+	for (size_t i = 0; ok && i < g->n_value_info; i++)
+		ok = intern_opt(x, g->value_info[i]->name, &x->vi_id[i]);
+	if (!ok)
+		return nomem(x);
+
+	size_t nn = (size_t)x->n_names;
+	x->name = mo_arena_array(&x->arena, nn, sizeof *x->name);
+	x->producer_before = mo_arena_array(&x->arena, nn, sizeof(int));
+	x->producer_after = mo_arena_array(&x->arena, nn, sizeof(int));
+	x->reads_before = mo_arena_array(&x->arena, nn, sizeof(int));
+	x->reads_after = mo_arena_array(&x->arena, nn, sizeof(int));
+	x->from_graph = mo_arena_array(&x->arena, nn, sizeof(bool));
+	x->dropped = mo_arena_array(&x->arena, nn, sizeof(bool));
+	x->owner = mo_arena_array(&x->arena, (size_t)x->n_orig, sizeof(int));
+	x->alive = mo_arena_array(&x->arena, (size_t)x->n_vert, sizeof(bool));
+	x->pos = mo_arena_array(&x->arena, (size_t)x->n_vert, sizeof(int));
+	if (x->arena.failed)
+		return nomem(x);
+	for (size_t i = 0; i < x->ids.cap; i++)
+		if (x->ids.keys[i])
+			x->name[x->ids.vals[i]] = x->ids.keys[i];
+	for (size_t i = 0; i < nn; i++)
+		x->producer_before[i] = x->producer_after[i] = -1;
+	return MO_OK;
+}
+
+/* Which fused node replaces which original node; every index once. */
+static enum mo_status claim(struct ex *x)
+{
+	for (int v = 0; v < x->n_orig; v++)
+		x->owner[v] = -1;
+	for (int k = 0; k < x->n_fused; k++) {
+		const struct mo_fused_node *f = &x->fused[k];
+		int first = INT_MAX;
+		for (int i = 0; i < f->n_nodes; i++) {
+			int v = f->nodes[i];
+			if (v < 0 || v >= x->n_orig)
+				return bad(x, "%s replaces node index %d, but the graph has %d nodes",
+					   describe(x, x->n_orig + k), v, x->n_orig);
+			if (x->owner[v] >= 0)
+				return bad(x, "%s is claimed twice: by %s and by %s",
+					   describe(x, v), describe(x, x->n_orig + x->owner[v]),
+					   describe(x, x->n_orig + k));
+			x->owner[v] = k;
+			if (v < first)
+				first = v;
+		}
+		/* The fused node takes the place of the first node it replaces,
+		 * so untouched nodes keep their order around it. */
+		x->pos[x->n_orig + k] = first;
+	}
+	for (int v = 0; v < x->n_vert; v++) {
+		x->alive[v] = v >= x->n_orig || x->owner[v] < 0;
+		if (v < x->n_orig)
+			x->pos[v] = v;
+	}
+	return MO_OK;
+}
+
+/* Who makes and who reads each name, before and after the replacement. */
+static enum mo_status count(struct ex *x)
+{
+	const Onnx__GraphProto *g = x->g;
+	for (int v = 0; v < x->n_orig; v++) {
+		struct span ws = writes_of(x, v);
+		for (size_t i = 0; i < ws.n; i++)
+			if (x->producer_before[ws.id[i]] < 0)
+				x->producer_before[ws.id[i]] = v;
+	}
+	for (size_t i = 0; i < g->n_input; i++)
+		if (x->input_id[i] >= 0)
+			x->from_graph[x->input_id[i]] = true;
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (x->init_id[i] >= 0)
+			x->from_graph[x->init_id[i]] = true;
+	for (size_t i = 0; i < g->n_sparse_initializer; i++)
+		if (x->sparse_id[i] >= 0)
+			x->from_graph[x->sparse_id[i]] = true;
+
+	for (int k = 0; k < x->n_fused; k++) {
+		int fv = x->n_orig + k;
+		struct span ws = writes_of(x, fv);
+		for (size_t i = 0; i < ws.n; i++) {
+			int w = ws.id[i], p = x->producer_before[w];
+			if (p < 0 || x->owner[p] != k)
+				return bad(x, "%s outputs '%s', which none of the nodes it replaces makes",
+					   describe(x, fv), x->name[w]);
+			if (x->producer_after[w] == fv)
+				return bad(x, "%s lists output '%s' twice", describe(x, fv), x->name[w]);
+			x->producer_after[w] = fv;
+		}
+	}
+	for (int v = 0; v < x->n_orig; v++) {
+		if (!x->alive[v])
+			continue;
+		struct span ws = writes_of(x, v);
+		for (size_t i = 0; i < ws.n; i++)
+			if (x->producer_after[ws.id[i]] < 0)
+				x->producer_after[ws.id[i]] = v;
+	}
+
+	for (int v = 0; v < x->n_vert; v++) {
+		struct span rs = reads_of(x, v);
+		for (size_t i = 0; i < rs.n; i++) {
+			if (v < x->n_orig)
+				x->reads_before[rs.id[i]]++;
+			if (x->alive[v])
+				x->reads_after[rs.id[i]]++;
+		}
+	}
+	for (size_t i = 0; i < g->n_output; i++) {
+		if (x->output_id[i] >= 0) {
+			x->reads_before[x->output_id[i]]++;
+			x->reads_after[x->output_id[i]]++;
+		}
+	}
+	return MO_OK;
+}
+
+static bool removable(const struct ex *x, int v)
+{
+	if (v >= x->n_orig || !x->alive[v])
+		return false;
+	bool was_read = false;
+	struct span ws = writes_of(x, v);
+	for (size_t i = 0; i < ws.n; i++) {
+		if (x->reads_after[ws.id[i]] > 0)
+			return false;
+		was_read |= x->reads_before[ws.id[i]] > 0;
+	}
+	/* A node nobody read in the loaded model is the model's business
+	 * (a debugging tap, say), not something the fusion made dead. */
+	return was_read;
+}
+
+/* Removes the nodes the replacement left without readers, and then the nodes
+ * only those read, to a fixpoint. Removal only lowers read counts, so the
+ * result does not depend on the order nodes are looked at. */
+static enum mo_status remove_dead(struct ex *x)
+{
+	size_t cap = (size_t)x->n_orig + (size_t)x->n_names;
+	int *stack = mo_arena_array(&x->arena, cap, sizeof *stack);
+	if (!stack)
+		return nomem(x);
+	size_t top = 0;
+	for (int v = x->n_orig - 1; v >= 0; v--)
+		stack[top++] = v;
+	while (top > 0) {
+		int v = stack[--top];
+		if (!removable(x, v))
+			continue;
+		x->alive[v] = false;
+		/* A name drops to zero readers once, so the stack never holds
+		 * more than n_orig + n_names entries. */
+		struct span rs = reads_of(x, v);
+		for (size_t i = 0; i < rs.n; i++) {
+			if (--x->reads_after[rs.id[i]] == 0) {
+				int p = x->producer_after[rs.id[i]];
+				if (p >= 0 && p < x->n_orig && x->alive[p])
+					stack[top++] = p;
+			}
+		}
+	}
+	return MO_OK;
+}
+
+/* Every name the written graph reads must still be made by something. */
+static enum mo_status check_reads(struct ex *x)
+{
+	for (int k = 0; k < x->n_fused; k++) {
+		int fv = x->n_orig + k;
+		struct span rs = reads_of(x, fv);
+		for (size_t i = 0; i < rs.n; i++) {
+			int r = rs.id[i];
+			if (!x->from_graph[r] && x->producer_after[r] < 0)
+				return bad(x, "%s reads '%s', which nothing in the fused graph makes",
+					   describe(x, fv), x->name[r]);
+		}
+	}
+	for (int r = 0; r < x->n_names; r++) {
+		if (x->reads_after[r] == 0 || x->from_graph[r] || x->producer_after[r] >= 0)
+			continue;
+		int p = x->producer_before[r];
+		if (p >= 0) /* made before by a replaced node: the fused node should output it */
+			return bad(x, "'%s' is still read, but %s, which made it, is replaced by %s, "
+				   "which does not output it", x->name[r], describe(x, p),
+				   describe(x, x->n_orig + x->owner[p]));
+	}
+	return MO_OK;
+}
+
+/* Initializers the replaced nodes were the last to read go, and with them
+ * their graph.input entries: an initializer listed as an input is only an
+ * overridable default, and keeping an input the model no longer reads would
+ * make an override silently do nothing instead of failing. Graph inputs
+ * without an initializer are the model's interface and always stay. */
+static void drop_unread_initializers(struct ex *x)
+{
+	const Onnx__GraphProto *g = x->g;
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		int id = x->init_id[i];
+		if (id >= 0 && x->reads_before[id] > 0 && x->reads_after[id] == 0)
+			x->dropped[id] = true;
+	}
+	for (size_t i = 0; i < g->n_sparse_initializer; i++) {
+		int id = x->sparse_id[i];
+		if (id >= 0 && x->reads_before[id] > 0 && x->reads_after[id] == 0)
+			x->dropped[id] = true;
+	}
+}
+
+/* Min-heap of positions: Kahn's algorithm always places the ready vertex that
+ * came first, which keeps the order of untouched nodes. */
+static void heap_push(int *h, size_t *n, int x)
+{
+	size_t i = (*n)++;
+	while (i > 0 && h[(i - 1) / 2] > x) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = x;
+}
+
+static int heap_pop(int *h, size_t *n)
+{
+	int top = h[0], last = h[--*n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= last)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n > 0)
+		h[i] = last;
+	return top;
+}
+
+/* The producer a vertex waits for when it reads name r, or -1. Graph inputs
+ * and initializers are there from the start. */
+static int dependency(const struct ex *x, int r)
+{
+	if (x->from_graph[r])
+		return -1;
+	int p = x->producer_after[r];
+	return p >= 0 && x->alive[p] ? p : -1;
+}
+
+static enum mo_status sort(struct ex *x, int **order_out, size_t *n_out)
+{
+	size_t nv = (size_t)x->n_vert;
+	int *indeg = mo_arena_array(&x->arena, nv, sizeof(int));
+	size_t *succ_at = mo_arena_array(&x->arena, nv + 1, sizeof(size_t));
+	size_t *fill = mo_arena_array(&x->arena, nv, sizeof(size_t));
+	int *at_pos = mo_arena_array(&x->arena, (size_t)x->n_orig, sizeof(int));
+	int *heap = mo_arena_array(&x->arena, nv, sizeof(int));
+	int *order = mo_arena_array(&x->arena, nv, sizeof(int));
+	if (x->arena.failed)
+		return nomem(x);
+
+	size_t n_edges = 0, n_alive = 0;
+	for (int c = 0; c < x->n_vert; c++) {
+		if (!x->alive[c])
+			continue;
+		n_alive++;
+		at_pos[x->pos[c]] = c;
+		struct span rs = reads_of(x, c);
+		for (size_t i = 0; i < rs.n; i++) {
+			int p = dependency(x, rs.id[i]);
+			if (p >= 0) {
+				succ_at[p + 1]++;
+				indeg[c]++;
+				n_edges++;
+			}
+		}
+	}
+	for (size_t v = 0; v < nv; v++)
+		succ_at[v + 1] += succ_at[v];
+	int *succ = mo_arena_array(&x->arena, n_edges, sizeof(int));
+	if (!succ)
+		return nomem(x);
+	for (int c = 0; c < x->n_vert; c++) {
+		if (!x->alive[c])
+			continue;
+		struct span rs = reads_of(x, c);
+		for (size_t i = 0; i < rs.n; i++) {
+			int p = dependency(x, rs.id[i]);
+			if (p >= 0)
+				succ[succ_at[p] + fill[p]++] = c;
+		}
+	}
+
+	size_t hn = 0, n = 0;
+	for (int v = 0; v < x->n_vert; v++)
+		if (x->alive[v] && indeg[v] == 0)
+			heap_push(heap, &hn, x->pos[v]);
+	while (hn > 0) {
+		int v = at_pos[heap_pop(heap, &hn)];
+		order[n++] = v;
+		for (size_t e = succ_at[v]; e < succ_at[v + 1]; e++)
+			if (--indeg[succ[e]] == 0)
+				heap_push(heap, &hn, x->pos[succ[e]]);
+	}
+	if (n < n_alive) {
+		/* Name a fused node that could not be placed: the loaded model
+		 * was acyclic, so a cycle goes through one. */
+		int stuck = -1;
+		for (int v = x->n_vert - 1; v >= 0; v--)
+			if (x->alive[v] && indeg[v] > 0 && (v >= x->n_orig || stuck < x->n_orig))
+				stuck = v;
+		return bad(x, "fused model would be cyclic: %s is on a cycle, or after one, "
+			   "through nodes outside the regions", describe(x, stuck));
+	}
+	*order_out = order;
+	*n_out = n;
+	return MO_OK;
+}
+
+/* ---- building the written lists ---- */
+
+/* The model lists the export replaces: installed for the write, and the
+ * loaded ones put back after it. */
+struct lists {
+	size_t n_node;
+	Onnx__NodeProto **node;
+	size_t n_initializer;
+	Onnx__TensorProto **initializer;
+	size_t n_sparse_initializer;
+	Onnx__SparseTensorProto **sparse_initializer;
+	size_t n_input;
+	Onnx__ValueInfoProto **input;
+	size_t n_value_info;
+	Onnx__ValueInfoProto **value_info;
+	size_t n_opset_import;
+	Onnx__OperatorSetIdProto **opset_import;
+	size_t n_metadata_props;
+	Onnx__StringStringEntryProto **metadata_props;
+};
+
+static struct lists get_lists(const Onnx__ModelProto *p)
+{
+	const Onnx__GraphProto *g = p->graph;
+	return (struct lists){
+		g->n_node, g->node,
+		g->n_initializer, g->initializer,
+		g->n_sparse_initializer, g->sparse_initializer,
+		g->n_input, g->input,
+		g->n_value_info, g->value_info,
+		p->n_opset_import, p->opset_import,
+		p->n_metadata_props, p->metadata_props,
+	};
+}
+
+static void set_lists(Onnx__ModelProto *p, const struct lists *l)
+{
+	Onnx__GraphProto *g = p->graph;
+	g->n_node = l->n_node;
+	g->node = l->node;
+	g->n_initializer = l->n_initializer;
+	g->initializer = l->initializer;
+	g->n_sparse_initializer = l->n_sparse_initializer;
+	g->sparse_initializer = l->sparse_initializer;
+	g->n_input = l->n_input;
+	g->input = l->input;
+	g->n_value_info = l->n_value_info;
+	g->value_info = l->value_info;
+	p->n_opset_import = l->n_opset_import;
+	p->opset_import = l->opset_import;
+	p->n_metadata_props = l->n_metadata_props;
+	p->metadata_props = l->metadata_props;
+}
+
+static char **arena_strv(struct mo_arena *a, const char *const *v, int n)
+{
+	char **out = mo_arena_array(a, (size_t)n, sizeof *out);
+	for (int i = 0; out && i < n; i++)
+		out[i] = mo_arena_strdup(a, v[i]);
+	return out;
+}
+
+static Onnx__NodeProto *fused_proto(struct ex *x, const struct mo_fused_node *f)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__NodeProto *n = mo_arena_alloc(a, sizeof *n);
+	if (!n)
+		return NULL;
+	onnx__node_proto__init(n);
+	n->op_type = mo_arena_strdup(a, f->op_type);
+	n->name = f->name ? mo_arena_strdup(a, f->name) : NULL;
+	n->domain = mo_arena_strdup(a, x->o->domain);
+	n->n_input = (size_t)f->n_inputs;
+	n->input = arena_strv(a, f->inputs, f->n_inputs);
+	n->n_output = (size_t)f->n_outputs;
+	n->output = arena_strv(a, f->outputs, f->n_outputs);
+	return a->failed ? NULL : n;
+}
+
+/* Does the written graph still define this name? */
+static bool defined_after(const struct ex *x, int id)
+{
+	if (x->from_graph[id] && !x->dropped[id])
+		return true;
+	int p = x->producer_after[id];
+	return p >= 0 && x->alive[p];
+}
+
+static bool defined_before(const struct ex *x, int id)
+{
+	return x->from_graph[id] || x->producer_before[id] >= 0;
+}
+
+static enum mo_status build(struct ex *x, const int *order, size_t n_order, struct lists *l)
+{
+	struct mo_arena *a = &x->arena;
+	const Onnx__GraphProto *g = x->g;
+	const Onnx__ModelProto *p = x->p;
+
+	l->node = mo_arena_array(a, n_order, sizeof *l->node);
+	l->initializer = mo_arena_array(a, g->n_initializer, sizeof *l->initializer);
+	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,
+					       sizeof *l->sparse_initializer);
+	l->input = mo_arena_array(a, g->n_input, sizeof *l->input);
+	l->value_info = mo_arena_array(a, g->n_value_info, sizeof *l->value_info);
+	l->opset_import = mo_arena_array(a, p->n_opset_import + 1, sizeof *l->opset_import);
+	l->metadata_props = mo_arena_array(a, p->n_metadata_props + 1, sizeof *l->metadata_props);
+	if (a->failed)
+		return nomem(x);
+
+	for (size_t i = 0; i < n_order; i++) {
+		int v = order[i];
+		l->node[i] = v < x->n_orig ? g->node[v] : fused_proto(x, &x->fused[v - x->n_orig]);
+		if (!l->node[i])
+			return nomem(x);
+	}
+	l->n_node = n_order;
+
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (x->init_id[i] < 0 || !x->dropped[x->init_id[i]])
+			l->initializer[l->n_initializer++] = g->initializer[i];
+	for (size_t i = 0; i < g->n_sparse_initializer; i++)
+		if (x->sparse_id[i] < 0 || !x->dropped[x->sparse_id[i]])
+			l->sparse_initializer[l->n_sparse_initializer++] = g->sparse_initializer[i];
+	for (size_t i = 0; i < g->n_input; i++)
+		if (x->input_id[i] < 0 || !x->dropped[x->input_id[i]])
+			l->input[l->n_input++] = g->input[i];
+	/* Only entries for tensors the edit removed go; an entry that named
+	 * nothing in the loaded model is left as it was. */
+	for (size_t i = 0; i < g->n_value_info; i++) {
+		int id = x->vi_id[i];
+		if (id < 0 || !defined_before(x, id) || defined_after(x, id))
+			l->value_info[l->n_value_info++] = g->value_info[i];
+	}
+
+	bool have_domain = false;
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const char *dom = p->opset_import[i]->domain;
+		have_domain |= strcmp(dom ? dom : "", x->o->domain) == 0;
+		l->opset_import[l->n_opset_import++] = p->opset_import[i];
+	}
+	if (!have_domain) {
+		Onnx__OperatorSetIdProto *op = mo_arena_alloc(a, sizeof *op);
+		if (!op)
+			return nomem(x);
+		onnx__operator_set_id_proto__init(op);
+		op->domain = mo_arena_strdup(a, x->o->domain);
+		op->has_version = 1;
+		op->version = 1;
+		l->opset_import[l->n_opset_import++] = op;
+	}
+
+	Onnx__StringStringEntryProto *plugin = NULL;
+	if (x->o->plugin_file) {
+		plugin = mo_arena_alloc(a, sizeof *plugin);
+		if (!plugin)
+			return nomem(x);
+		onnx__string_string_entry_proto__init(plugin);
+		plugin->key = mo_arena_strdup(a, PLUGIN_KEY);
+		plugin->value = mo_arena_strdup(a, x->o->plugin_file);
+	}
+	bool placed = false;
+	for (size_t i = 0; i < p->n_metadata_props; i++) {
+		Onnx__StringStringEntryProto *e = p->metadata_props[i];
+		if (plugin && e->key && strcmp(e->key, PLUGIN_KEY) == 0) {
+			/* the new value takes the old one's place; repeats of the
+			 * key would contradict it, so they go */
+			if (!placed)
+				l->metadata_props[l->n_metadata_props++] = plugin;
+			placed = true;
+			continue;
+		}
+		l->metadata_props[l->n_metadata_props++] = e;
+	}
+	if (plugin && !placed)
+		l->metadata_props[l->n_metadata_props++] = plugin;
+	return a->failed ? nomem(x) : MO_OK;
+}
+
+enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
+			 const struct mo_export_options *o, const char *out_path,
+			 struct mo_diag *d)
+{
+	Onnx__ModelProto *p = mo_onnx_proto(m);
+	struct ex x = {
+		.p = p, .g = p->graph, .fused = fused, .n_fused = n_fused, .o = o, .d = d,
+	};
+	mo_arena_init(&x.arena);
+	enum mo_status st = check_request(&x);
+	if (!st) {
+		x.n_orig = (int)x.g->n_node;
+		x.n_vert = x.n_orig + n_fused;
+		st = collect(&x);
+	}
+	if (!st)
+		st = claim(&x);
+	if (!st)
+		st = count(&x);
+	if (!st)
+		st = remove_dead(&x);
+	if (!st)
+		st = check_reads(&x);
+	if (!st)
+		drop_unread_initializers(&x);
+	int *order = NULL;
+	size_t n_order = 0;
+	if (!st)
+		st = sort(&x, &order, &n_order);
+	struct lists l = { 0 };
+	if (!st)
+		st = build(&x, order, n_order, &l);
+	if (!st) {
+		struct lists loaded = get_lists(p);
+		set_lists(p, &l);
+		st = mo_onnx_save(m, out_path, d);
+		set_lists(p, &loaded);
+	}
+	mo_free(x.reads.v);
+	mo_free(x.writes.v);
+	mo_strmap_free(&x.ids);
+	mo_arena_free(&x.arena);
+	return st;
+}

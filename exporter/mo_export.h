@@ -1,0 +1,54 @@
+/* mo_export: the fused model (DESIGN §9).
+ *
+ * Each fused region becomes one node of the custom-op domain; every other
+ * node, initializer, input, output and attribute stays as it was, byte for
+ * byte. Nodes the fused nodes replace are removed; so, to a fixpoint, are
+ * nodes (Constants included) none of whose outputs is read any more though
+ * one was before, and initializers read before and not after. Reads count
+ * from node inputs, graph outputs and subgraphs at any depth (a name a
+ * subgraph reads from the main graph is an implicit input of the node that
+ * owns the subgraph). Nodes and initializers nobody read in the loaded model
+ * are kept. An initializer that
+ * goes takes its graph.input entry with it (an override of a tensor the model
+ * no longer reads would otherwise be silently ignored); graph inputs without
+ * an initializer are the model's interface and always stay. value_info
+ * entries of tensors that no longer exist go. The node list is put back in
+ * topological order, stably: untouched nodes keep their relative order and a
+ * fused node takes the place of the first node it replaces unless its inputs
+ * come later. `opset_import` gains the domain at version 1 unless it has it;
+ * `metadata_props` gains mirage.plugin = the plugin's file name (replacing an
+ * old value). The model is written atomically (mo_onnx_save).
+ *
+ * The loaded model is not changed: the edit is built on the side and exists
+ * only in the written file, so pointers into `m` stay valid and `m` can be
+ * exported again. A fused-node list that does not fit the graph (an index out
+ * of range or claimed twice, an output its nodes do not make, a tensor still
+ * read that no fused node outputs, a cyclic result) is MO_ERR_INTERNAL; on any
+ * error nothing is written. */
+#ifndef MO_EXPORT_H
+#define MO_EXPORT_H
+
+#include "mo_base.h"
+#include "mo_onnx.h"
+
+struct mo_fused_node {
+	const char *op_type;  /* the custom op's name (stable, from the region's hash) */
+	const char *name;     /* the node's name (unique in the graph) */
+	int n_nodes;
+	const int *nodes;     /* indices into graph->node as loaded, any order */
+	int n_inputs, n_outputs;
+	const char *const *inputs;  /* tensor names, in the custom op's order; "" = omitted */
+	const char *const *outputs; /* tensor names the replaced nodes made */
+};
+
+struct mo_export_options {
+	const char *domain;      /* custom-op domain (MO_PLUGIN_DOMAIN) */
+	const char *plugin_file; /* file name recorded under metadata_props mirage.plugin, or NULL */
+};
+
+/* Writes m, its main graph rewritten with the fused nodes, to out_path. */
+enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
+			 const struct mo_export_options *o, const char *out_path,
+			 struct mo_diag *d);
+
+#endif

@@ -1,0 +1,888 @@
+/* Code generation (DESIGN §8): one μGraph becomes a CPU function in C and a
+ * CUDA launcher with one __global__ kernel per graph-defined kernel op.
+ *
+ * Both emitters walk the same lowered form (struct plan: buffers with their
+ * storage type and shape, ops in schedule order, barriers where a block op
+ * reads what another thread wrote) and print the same element formulas; the
+ * CUDA emitter only differs in who runs which element (threads of a block,
+ * warps for long reductions) and where tiles live (shared memory). Tiles are
+ * float in both: fp16 and bf16 are storage types of kernel tensors, converted
+ * on load and rounded on store, so arithmetic is fp32 as in Mirage's kernels. */
+#include "mo_plugin.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+enum ctype { CT_F32, CT_F16, CT_BF16 };
+
+static const char *const ctype_c[] = { "float", "uint16_t", "uint16_t" };
+
+static bool ctype_of(int32_t dtype, enum ctype *ct)
+{
+	switch (dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *ct = CT_F32; return true;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *ct = CT_F16; return true;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: *ct = CT_BF16; return true;
+	default: return false;
+	}
+}
+
+/* A buffer as the generated code names it: a kernel tensor (global memory,
+ * its dtype's storage) or a tile (float; shared memory on the GPU). */
+struct buf {
+	char name[16];
+	enum ctype ct;
+	const struct mo_tensor *t;
+	bool is_const;
+	double value;
+};
+
+struct gen {
+	FILE *o;
+	bool cuda;
+	struct mo_diag *d;
+	const char *fail; /* first reason the μGraph cannot be generated */
+	char why[200];
+};
+
+static void P(struct gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void P(struct gen *g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(g->o, fmt, ap);
+	va_end(ap);
+}
+
+static void unsupported(struct gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void unsupported(struct gen *g, const char *fmt, ...)
+{
+	if (g->fail)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g->why, sizeof g->why, fmt, ap);
+	va_end(ap);
+	g->fail = g->why;
+}
+
+/* ---- index expressions ---- */
+
+static void strides(const struct mo_tensor *t, int64_t *s)
+{
+	int64_t acc = 1;
+	for (int d = t->rank - 1; d >= 0; d--) {
+		s[d] = acc;
+		acc *= t->dims[d];
+	}
+}
+
+/* The offset in `in` of the element that broadcasts to flat index `var` of a
+ * tensor shaped `out` (numpy broadcasting, dims aligned right). Constant
+ * sizes, so the compiler turns the divisions into multiplications. */
+static void bcast_index(char *s, size_t n, const struct mo_tensor *in, const struct mo_tensor *out,
+			const char *var)
+{
+	if (mo_tensor_numel(in) == 1) {
+		snprintf(s, n, "0");
+		return;
+	}
+	bool same = in->rank == out->rank;
+	for (int d = 0; same && d < in->rank; d++)
+		same = in->dims[d] == out->dims[d];
+	if (same) {
+		snprintf(s, n, "%s", var);
+		return;
+	}
+	int64_t os[MO_MAX_RANK], is[MO_MAX_RANK];
+	strides(out, os);
+	strides(in, is);
+	size_t len = 0;
+	len += (size_t)snprintf(s + len, n - len, "(");
+	bool any = false;
+	for (int d = 0; d < out->rank; d++) {
+		int k = d - (out->rank - in->rank);
+		if (k < 0 || in->dims[k] == 1 || len >= n)
+			continue;
+		if (any)
+			len += (size_t)snprintf(s + len, n - len, " + ");
+		any = true;
+		if (d == 0)
+			len += (size_t)snprintf(s + len, n - len, "(%s / %" PRId64 "u)", var, os[d]);
+		else if (os[d] == 1)
+			len += (size_t)snprintf(s + len, n - len, "(%s %% %" PRId64 "u)", var,
+						out->dims[d]);
+		else
+			len += (size_t)snprintf(s + len, n - len, "(%s / %" PRId64 "u %% %" PRId64 "u)",
+						var, os[d], out->dims[d]);
+		if (is[k] != 1 && len < n)
+			len += (size_t)snprintf(s + len, n - len, " * %" PRId64 "u", is[k]);
+	}
+	if (len < n)
+		snprintf(s + len, n - len, "%s)", any ? "" : "0");
+}
+
+/* v as a C float literal. */
+static void flit(char *s, size_t n, double v)
+{
+	if (isnan(v))
+		snprintf(s, n, "NAN");
+	else if (isinf(v))
+		snprintf(s, n, v > 0 ? "INFINITY" : "-INFINITY");
+	else {
+		snprintf(s, n, "%.9g", v);
+		if (!strpbrk(s, ".e"))
+			strncat(s, ".0", n - strlen(s) - 1);
+		strncat(s, "f", n - strlen(s) - 1);
+	}
+}
+
+/* A float expression reading b at index expression idx. */
+static void load(char *s, size_t n, const struct buf *b, const char *idx)
+{
+	if (b->is_const)
+		flit(s, n, b->value);
+	else if (b->ct == CT_F16)
+		snprintf(s, n, "mo_h2f(%s[%s])", b->name, idx);
+	else if (b->ct == CT_BF16)
+		snprintf(s, n, "mo_bf2f(%s[%s])", b->name, idx);
+	else
+		snprintf(s, n, "%s[%s]", b->name, idx);
+}
+
+static void store(struct gen *g, const struct buf *b, const char *idx, const char *val)
+{
+	if (b->ct == CT_F16)
+		P(g, "%s[%s] = mo_f2h(%s);\n", b->name, idx, val);
+	else if (b->ct == CT_BF16)
+		P(g, "%s[%s] = mo_f2bf(%s);\n", b->name, idx, val);
+	else
+		P(g, "%s[%s] = %s;\n", b->name, idx, val);
+}
+
+/* ---- who runs which element ----
+ * CPU: one loop. GPU block op: the block's threads stride over the elements.
+ * GPU pre-defined kernel: every thread of the grid strides. */
+enum scope { SC_CPU, SC_BLOCK, SC_GRID };
+
+static void loop_open(struct gen *g, enum scope sc, const char *var, uint64_t n)
+{
+	switch (sc) {
+	case SC_CPU:
+		P(g, "for (uint64_t %s = 0; %s < %" PRIu64 "u; %s++) {\n", var, var, n, var);
+		return;
+	case SC_BLOCK:
+		P(g, "for (uint64_t %s = threadIdx.x; %s < %" PRIu64 "u; %s += blockDim.x) {\n", var,
+		  var, n, var);
+		return;
+	case SC_GRID:
+		P(g, "for (uint64_t %s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %" PRIu64
+		  "u; %s += (uint64_t)gridDim.x * blockDim.x) {\n", var, var, n, var);
+		return;
+	}
+}
+
+/* ---- ops ---- */
+
+/* The float expression of an element-wise op on operand expressions a, b. */
+static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct mo_tp_op *op,
+			     const char *a, const char *b, char *s, size_t n)
+{
+	const struct mo_op_params *p = &op->p;
+	switch (op->kind) {
+	case MO_OP_ADD: snprintf(s, n, "(%s + %s)", a, b); return true;
+	case MO_OP_SUB: snprintf(s, n, "(%s - %s)", a, b); return true;
+	case MO_OP_MUL: snprintf(s, n, "(%s * %s)", a, b); return true;
+	case MO_OP_DIV: snprintf(s, n, "(%s / %s)", a, b); return true;
+	case MO_OP_MAX: snprintf(s, n, "mo_max(%s, %s)", a, b); return true;
+	case MO_OP_MIN: snprintf(s, n, "mo_min(%s, %s)", a, b); return true;
+	case MO_OP_NEG: snprintf(s, n, "(-%s)", a); return true;
+	case MO_OP_RECIPROCAL: snprintf(s, n, "(1.0f / %s)", a); return true;
+	case MO_OP_SQRT: snprintf(s, n, "sqrtf(%s)", a); return true;
+	case MO_OP_EXP: snprintf(s, n, "expf(%s)", a); return true;
+	case MO_OP_SIGMOID: snprintf(s, n, "(1.0f / (1.0f + expf(-%s)))", a); return true;
+	case MO_OP_RELU: snprintf(s, n, "mo_max(%s, 0.0f)", a); return true;
+	case MO_OP_ERF: snprintf(s, n, "erff(%s)", a); return true;
+	case MO_OP_TANH: snprintf(s, n, "tanhf(%s)", a); return true;
+	case MO_OP_ABS: snprintf(s, n, "fabsf(%s)", a); return true;
+	case MO_OP_COS: snprintf(s, n, "cosf(%s)", a); return true;
+	case MO_OP_SIN: snprintf(s, n, "sinf(%s)", a); return true;
+	case MO_OP_LOG: snprintf(s, n, "logf(%s)", a); return true;
+	case MO_OP_IDENTITY: snprintf(s, n, "%s", a); return true;
+	case MO_OP_GELU:
+		if (strcmp(p->approximate, "tanh") == 0)
+			snprintf(s, n, "mo_gelu_tanh(%s)", a);
+		else
+			snprintf(s, n, "mo_gelu(%s)", a);
+		return true;
+	case MO_OP_POW:
+		if (!p->has_exponent)
+			break;
+		if (p->exponent == 2)
+			snprintf(s, n, "(%s * %s)", a, a);
+		else if (p->exponent == 1)
+			snprintf(s, n, "%s", a);
+		else if (p->exponent == 0.5)
+			snprintf(s, n, "sqrtf(%s)", a);
+		else if (p->exponent == -0.5)
+			snprintf(s, n, "(1.0f / sqrtf(%s))", a);
+		else if (p->exponent == -1)
+			snprintf(s, n, "(1.0f / %s)", a);
+		else {
+			char e[40];
+			flit(e, sizeof e, p->exponent);
+			snprintf(s, n, "powf(%s, %s)", a, e);
+		}
+		return true;
+	case MO_OP_CLIP: {
+		double lo = -INFINITY, hi = INFINITY;
+		for (int k = 0; k < op->n_params; k++) {
+			const struct mo_tensor *t = &tp->tensors[op->param_in[k]];
+			if (!t->fvals || t->n_vals != 1)
+				goto no;
+			*(k == 0 ? &lo : &hi) = t->fvals[0];
+		}
+		char l[40], h[40];
+		flit(l, sizeof l, lo);
+		flit(h, sizeof h, hi);
+		snprintf(s, n, "mo_min(mo_max(%s, %s), %s)", a, l, h);
+		return true;
+	}
+	case MO_OP_CAST: {
+		enum ctype ct;
+		if (!ctype_of(p->to, &ct))
+			break;
+		snprintf(s, n, ct == CT_F16 ? "mo_h2f(mo_f2h(%s))" : ct == CT_BF16 ? "mo_bf2f(mo_f2bf(%s))"
+									: "%s", a);
+		return true;
+	}
+	default:
+		break;
+	}
+no:
+	unsupported(g, "no code generation for %s", mo_op_table[op->kind].name);
+	return false;
+}
+
+/* The emitters of one op over buffers. bufs: per tensor of tp. */
+static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
+		    const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct buf *O = &bufs[op->out[0]];
+	uint64_t n = mo_tensor_numel(out);
+	char a[512], b[512], ia[256], ib[256], e[1200];
+	if (op->n_out != 1) {
+		unsupported(g, "no code generation for %s (several outputs)",
+			    mo_op_table[op->kind].name);
+		return;
+	}
+	switch (op->kind) {
+	case MO_OP_MATMUL: case MO_OP_GEMM: {
+		const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
+		if (A->rank < 2 || B->rank < 2 || out->rank < 2) {
+			unsupported(g, "no code generation for a MatMul of rank-1 operands");
+			return;
+		}
+		bool ta = op->kind == MO_OP_GEMM && op->p.trans_a;
+		bool tb = op->kind == MO_OP_GEMM && op->p.trans_b;
+		int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
+		int64_t K = ta ? A->dims[A->rank - 2] : A->dims[A->rank - 1];
+		/* batch offsets: the operand's batch dims broadcast to the output's */
+		struct mo_tensor ob = *out, ab = *A, bb = *B;
+		ob.rank -= 2;
+		ab.rank -= 2;
+		bb.rank -= 2;
+		loop_open(g, sc, "i", n);
+		P(g, "uint64_t n_ = i %% %" PRId64 "u, m_ = i / %" PRId64 "u %% %" PRId64
+		  "u, b_ = i / %" PRId64 "u;\n", N, N, M, M * N);
+		bcast_index(ia, sizeof ia, &ab, &ob, "b_");
+		bcast_index(ib, sizeof ib, &bb, &ob, "b_");
+		P(g, "(void)b_;\nuint64_t a_ = %s * %" PRId64 "u, c_ = %s * %" PRId64 "u;\n", ia,
+		  M * K, ib, K * N);
+		P(g, "float s_ = 0.0f;\n");
+		P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_++) {\n", K);
+		char ka[128], kb[128];
+		snprintf(ka, sizeof ka, ta ? "a_ + k_ * %" PRId64 "u + m_" : "a_ + m_ * %" PRId64 "u + k_",
+			 ta ? M : K);
+		snprintf(kb, sizeof kb, tb ? "c_ + n_ * %" PRId64 "u + k_" : "c_ + k_ * %" PRId64 "u + n_",
+			 tb ? K : N);
+		load(a, sizeof a, &bufs[op->in[0]], ka);
+		load(b, sizeof b, &bufs[op->in[1]], kb);
+		P(g, "s_ += %s * %s;\n}\n", a, b);
+		if (op->kind == MO_OP_GEMM) {
+			char al[40];
+			flit(al, sizeof al, op->p.alpha);
+			P(g, "s_ *= %s;\n", al);
+			if (op->n_in > 2 && op->in[2] >= 0) {
+				bcast_index(ia, sizeof ia, &tp->tensors[op->in[2]], out, "i");
+				load(a, sizeof a, &bufs[op->in[2]], ia);
+				char be[40];
+				flit(be, sizeof be, op->p.beta);
+				P(g, "s_ += %s * %s;\n", be, a);
+			}
+		}
+		store(g, O, "i", "s_");
+		P(g, "}\n");
+		return;
+	}
+	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: {
+		const struct mo_tensor *X = &tp->tensors[op->in[0]];
+		bool red[MO_MAX_RANK] = { false };
+		for (int k = 0; k < op->p.n_axes; k++)
+			red[op->p.axes[k]] = true;
+		int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
+		strides(X, xs);
+		strides(out, os);
+		/* output flat index -> input base; reduced flat index -> offset */
+		uint64_t R = 1;
+		struct mo_tensor rt = { .rank = 0 };
+		int64_t rxs[MO_MAX_RANK];
+		for (int k = 0; k < X->rank; k++)
+			if (red[k]) {
+				rxs[rt.rank] = xs[k];
+				rt.dims[rt.rank++] = X->dims[k];
+				R *= (uint64_t)X->dims[k];
+			}
+		int64_t rs[MO_MAX_RANK];
+		strides(&rt, rs);
+		char base[512] = "0", roff[512] = "0";
+		size_t bl = 0, rl = 0;
+		for (int k = 0, od = 0, rd = 0; k < X->rank; k++) {
+			if (red[k]) {
+				rl += (size_t)snprintf(roff + rl, sizeof roff - (rl < sizeof roff ? rl : sizeof roff),
+						       "%s(r_ / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
+						       rl ? " + " : "", rs[rd], rt.dims[rd], rxs[rd]);
+				rd++;
+				if (op->p.keepdims)
+					od++;
+				continue;
+			}
+			bl += (size_t)snprintf(base + bl, sizeof base - (bl < sizeof base ? bl : sizeof base),
+					       "%s(i / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
+					       bl ? " + " : "", os[od], out->dims[od], xs[k]);
+			od++;
+		}
+		if (bl >= sizeof base || rl >= sizeof roff) {
+			unsupported(g, "reduction index too long");
+			return;
+		}
+		char idx[1100];
+		snprintf(idx, sizeof idx, "b_ + %s", roff);
+		load(a, sizeof a, &bufs[op->in[0]], idx);
+		bool mx = op->kind == MO_OP_REDUCE_MAX;
+		char step[700], fin[64];
+		snprintf(step, sizeof step, mx ? "mo_max(s_, %s)" : "s_ + %s", a);
+		snprintf(fin, sizeof fin, op->kind == MO_OP_REDUCE_MEAN ? "s_ / %" PRIu64 ".0f" : "s_", R);
+		if (sc == SC_BLOCK && R >= 32) {
+			/* a warp per output element, lanes over the reduced ones */
+			P(g, "for (uint64_t i = threadIdx.x / 32; i < %" PRIu64 "u; i += blockDim.x / 32) {\n",
+			  n);
+			P(g, "uint64_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+			P(g, "for (uint64_t r_ = threadIdx.x %% 32; r_ < %" PRIu64 "u; r_ += 32) s_ = %s;\n", R,
+			  step);
+			P(g, "for (int w_ = 16; w_ > 0; w_ >>= 1) { float o_ = __shfl_xor_sync(0xffffffffu, s_, w_); s_ = %s; }\n",
+			  mx ? "mo_max(s_, o_)" : "s_ + o_");
+			P(g, "if (threadIdx.x %% 32 == 0) {\n");
+			store(g, O, "i", fin);
+			P(g, "}\n}\n");
+		} else {
+			loop_open(g, sc, "i", n);
+			P(g, "uint64_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+			P(g, "for (uint64_t r_ = 0; r_ < %" PRIu64 "u; r_++) s_ = %s;\n", R, step);
+			store(g, O, "i", fin);
+			P(g, "}\n");
+		}
+		return;
+	}
+	default:
+		break;
+	}
+	if (!mo_op_elementwise(op->kind) && op->kind != MO_OP_CLIP) {
+		unsupported(g, "no code generation for %s", mo_op_table[op->kind].name);
+		return;
+	}
+	if (op->n_in > 2) {
+		unsupported(g, "no code generation for %s (three operands)", mo_op_table[op->kind].name);
+		return;
+	}
+	bcast_index(ia, sizeof ia, &tp->tensors[op->in[0]], out, "i");
+	load(a, sizeof a, &bufs[op->in[0]], ia);
+	b[0] = 0;
+	if (op->n_in > 1 && op->in[1] >= 0) {
+		bcast_index(ib, sizeof ib, &tp->tensors[op->in[1]], out, "i");
+		load(b, sizeof b, &bufs[op->in[1]], ib);
+	}
+	if (!elementwise_expr(g, tp, op, a, b, e, sizeof e))
+		return;
+	loop_open(g, sc, "i", n);
+	store(g, O, "i", e);
+	P(g, "}\n");
+}
+
+/* ---- a graph-defined kernel ---- */
+
+struct plan {
+	struct buf tiles[MO_MG_MAX];
+	struct buf runmax[MO_MG_MAX], newmax[MO_MG_MAX];
+	uint64_t off_tile[MO_MG_MAX], off_run[MO_MG_MAX], off_new[MO_MG_MAX];
+	uint64_t floats; /* workspace / shared memory, in floats */
+	bool post[MO_MG_MAX];
+};
+
+static uint64_t take(struct plan *pl, uint64_t n)
+{
+	uint64_t at = pl->floats;
+	pl->floats += (n + 3) & ~(uint64_t)3; /* 16-byte aligned tiles */
+	return at;
+}
+
+static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct plan *pl)
+{
+	const struct mo_tp *body = &bg->body;
+	memset(pl, 0, sizeof *pl);
+	for (int i = 0; i < body->n_tensors; i++) {
+		const struct mo_tensor *t = &body->tensors[i];
+		struct buf *b = &pl->tiles[i];
+		snprintf(b->name, sizeof b->name, "t%d", i);
+		b->ct = CT_F32;
+		b->t = t;
+		if (t->kind == MO_T_CONST) {
+			if (!t->fvals || t->n_vals != 1) {
+				unsupported(g, "a constant tile of more than one element");
+				continue;
+			}
+			b->is_const = true;
+			b->value = t->fvals[0];
+			continue;
+		}
+		pl->off_tile[i] = take(pl, mo_tensor_numel(t));
+	}
+	for (int a = 0; a < bg->n_accums; a++) {
+		const struct mo_bg_accum *x = &bg->accums[a];
+		if (x->kind != MO_ACC_RESCALED)
+			continue;
+		uint64_t nm = mo_tensor_numel(&body->tensors[x->max_in]);
+		snprintf(pl->runmax[a].name, sizeof pl->runmax[a].name, "rm%d", a);
+		snprintf(pl->newmax[a].name, sizeof pl->newmax[a].name, "nm%d", a);
+		pl->off_run[a] = take(pl, nm);
+		pl->off_new[a] = take(pl, nm);
+	}
+	for (int a = 0; a < bg->n_accums; a++)
+		pl->post[bg->accums[a].out] = true;
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		bool p = false;
+		for (int k = 0; k < op->n_in; k++)
+			p |= op->in[k] >= 0 && pl->post[op->in[k]];
+		pl->post[op->out[0]] = p;
+	}
+}
+
+/* The offset of a tile element in its kernel tensor: the block's chunk along
+ * each mapped dim, iteration `it`'s chunk along fmap (as mugraph_eval.c). */
+static void tile_index(char *s, size_t n, const struct mo_tensor *full, const struct mo_tensor *tile,
+		       const int *map, const int *grid, int fmap)
+{
+	int64_t fs[MO_MAX_RANK], ts[MO_MAX_RANK];
+	strides(full, fs);
+	strides(tile, ts);
+	static const char *const bv[3] = { "bx", "by", "bz" };
+	size_t len = (size_t)snprintf(s, n, "(0");
+	for (int gd = 0; gd < 3; gd++)
+		if (map[gd] != MO_PHI && len < n)
+			len += (size_t)snprintf(s + len, n - len, " + %s * %" PRId64 "u", bv[gd],
+						full->dims[map[gd]] / grid[gd] * fs[map[gd]]);
+	if (fmap != MO_PHI && len < n)
+		len += (size_t)snprintf(s + len, n - len, " + it * %" PRId64 "u",
+					tile->dims[fmap] * fs[fmap]);
+	for (int d = 0; d < tile->rank && len < n; d++) {
+		if (tile->dims[d] == 1)
+			continue;
+		len += (size_t)snprintf(s + len, n - len, " + (i / %" PRId64 "u %% %" PRId64 "u) * %" PRId64
+					"u", ts[d], tile->dims[d], fs[d]);
+	}
+	if (len < n)
+		snprintf(s + len, n - len, ")");
+}
+
+static void gbuf(struct buf *b, const struct mo_tp *kg, int t)
+{
+	snprintf(b->name, sizeof b->name, "G%d", t);
+	b->t = &kg->tensors[t];
+	b->is_const = false;
+	if (!ctype_of(b->t->dtype, &b->ct))
+		b->ct = CT_F32;
+}
+
+struct barriers {
+	bool dirty[MO_MG_MAX];
+	bool any;
+};
+
+static void sync_for(struct gen *g, struct barriers *br, const int *in, int n_in)
+{
+	if (!g->cuda)
+		return;
+	bool need = false;
+	for (int k = 0; k < n_in; k++)
+		need |= in[k] >= 0 && br->dirty[in[k]];
+	if (need) {
+		P(g, "__syncthreads();\n");
+		memset(br->dirty, 0, sizeof br->dirty);
+	}
+}
+
+static void sync_all(struct gen *g, struct barriers *br)
+{
+	if (g->cuda)
+		P(g, "__syncthreads();\n");
+	memset(br->dirty, 0, sizeof br->dirty);
+}
+
+static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph *bg,
+		       const struct plan *pl, int a, struct barriers *br)
+{
+	const struct mo_bg_accum *x = &bg->accums[a];
+	const struct mo_tp *body = &bg->body;
+	const struct mo_tensor *t = &body->tensors[x->out];
+	const struct buf *acc = &pl->tiles[x->out];
+	char v[600], idx[256];
+	int reads[2] = { x->in, x->max_in };
+	sync_for(g, br, reads, x->kind == MO_ACC_RESCALED ? 2 : 1);
+	load(v, sizeof v, &pl->tiles[x->in], "i");
+	switch (x->kind) {
+	case MO_ACC_SUM:
+		loop_open(g, sc, "i", mo_tensor_numel(t));
+		P(g, "%s[i] = (it == 0 ? 0.0f : %s[i]) + %s;\n}\n", acc->name, acc->name, v);
+		break;
+	case MO_ACC_MAX:
+		loop_open(g, sc, "i", mo_tensor_numel(t));
+		P(g, "%s[i] = it == 0 ? %s : mo_max(%s[i], %s);\n}\n", acc->name, v, acc->name, v);
+		break;
+	case MO_ACC_RESCALED: {
+		const struct mo_tensor *mt = &body->tensors[x->max_in];
+		const struct buf *m = &pl->tiles[x->max_in];
+		const char *rm = pl->runmax[a].name, *nm = pl->newmax[a].name;
+		char mv[600];
+		load(mv, sizeof mv, m, "i");
+		loop_open(g, sc, "i", mo_tensor_numel(mt));
+		P(g, "%s[i] = it == 0 ? %s : mo_max(%s[i], %s);\n}\n", nm, mv, rm, mv);
+		if (g->cuda)
+			P(g, "__syncthreads();\n");
+		bcast_index(idx, sizeof idx, mt, t, "i");
+		load(mv, sizeof mv, m, idx);
+		loop_open(g, sc, "i", mo_tensor_numel(t));
+		P(g, "float keep_ = it == 0 ? 0.0f : %s[i] * expf(%s[%s] - %s[%s]);\n", acc->name, rm,
+		  idx, nm, idx);
+		P(g, "%s[i] = keep_ + %s * expf(%s - %s[%s]);\n}\n", acc->name, v, mv, nm, idx);
+		P(g, "{ float *s_ = %s; %s = %s; %s = s_; }\n", rm, rm, nm, nm);
+		break;
+	}
+	}
+	br->dirty[x->out] = true;
+}
+
+static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k, const char *fn,
+			      uint64_t *ws_floats)
+{
+	const struct mo_block_graph *bg = mg->ops[k].bg;
+	const struct mo_tp *body = &bg->body;
+	struct plan pl;
+	plan_block(g, bg, &pl);
+	*ws_floats = pl.floats;
+	enum scope sc = g->cuda ? SC_BLOCK : SC_CPU;
+	struct buf gb[MO_MG_MAX];
+	for (int t = 0; t < mg->kg.n_tensors; t++)
+		gbuf(&gb[t], &mg->kg, t);
+	if (g->cuda) {
+		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
+		P(g, "extern __shared__ float4 mo_smem4[];\nfloat *ws = (float *)mo_smem4;\n");
+		P(g, "const uint64_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
+	} else {
+		P(g, "static void %s(const struct args *ap, float *ws)\n{\nconst struct args a = *ap;\n", fn);
+		P(g, "for (uint64_t bz = 0; bz < %du; bz++)\nfor (uint64_t by = 0; by < %du; by++)\n"
+		  "for (uint64_t bx = 0; bx < %du; bx++) {\n", bg->grid[2], bg->grid[1], bg->grid[0]);
+	}
+	/* the kernel tensors it touches */
+	bool used[MO_MG_MAX] = { false };
+	for (int i = 0; i < bg->n_iters; i++)
+		used[bg->iters[i].tensor] = true;
+	for (int i = 0; i < bg->n_savers; i++)
+		used[bg->savers[i].tensor] = true;
+	for (int t = 0; t < mg->kg.n_tensors; t++)
+		if (used[t])
+			P(g, "%s%s *%s = (%s%s *)a.g[%d];\n", "", ctype_c[gb[t].ct], gb[t].name, "",
+			  ctype_c[gb[t].ct], t);
+	for (int i = 0; i < body->n_tensors; i++)
+		if (!pl.tiles[i].is_const)
+			P(g, "float *%s = ws + %" PRIu64 ";\n", pl.tiles[i].name, pl.off_tile[i]);
+	for (int a = 0; a < bg->n_accums; a++)
+		if (bg->accums[a].kind == MO_ACC_RESCALED)
+			P(g, "float *%s = ws + %" PRIu64 ", *%s = ws + %" PRIu64 ";\n", pl.runmax[a].name,
+			  pl.off_run[a], pl.newmax[a].name, pl.off_new[a]);
+	P(g, "(void)ws;\n");
+	struct barriers br = { { false }, false };
+	char idx[600], v[700];
+	P(g, "for (uint64_t it = 0; it < %du; it++) {\n", bg->forloop);
+	for (int i = 0; i < bg->n_iters; i++) {
+		const struct mo_bg_iter *x = &bg->iters[i];
+		const struct mo_tensor *tile = &body->tensors[x->tile];
+		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->imap, bg->grid, x->fmap);
+		load(v, sizeof v, &gb[x->tensor], idx);
+		loop_open(g, sc, "i", mo_tensor_numel(tile));
+		P(g, "%s[i] = %s;\n}\n", pl.tiles[x->tile].name, v);
+		br.dirty[x->tile] = true;
+	}
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		if (pl.post[op->out[0]])
+			continue;
+		sync_for(g, &br, op->in, op->n_in);
+		emit_op(g, sc, body, op, pl.tiles);
+		br.dirty[op->out[0]] = true;
+	}
+	for (int a = 0; a < bg->n_accums; a++)
+		emit_accum(g, sc, bg, &pl, a, &br);
+	if (bg->forloop > 1)
+		sync_all(g, &br);
+	P(g, "}\n");
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		if (!pl.post[op->out[0]])
+			continue;
+		sync_for(g, &br, op->in, op->n_in);
+		emit_op(g, sc, body, op, pl.tiles);
+		br.dirty[op->out[0]] = true;
+	}
+	for (int s = 0; s < bg->n_savers; s++) {
+		const struct mo_bg_saver *x = &bg->savers[s];
+		const struct mo_tensor *tile = &body->tensors[x->tile];
+		sync_for(g, &br, &x->tile, 1);
+		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, bg->grid, MO_PHI);
+		load(v, sizeof v, &pl.tiles[x->tile], "i");
+		loop_open(g, sc, "i", mo_tensor_numel(tile));
+		store(g, &gb[x->tensor], idx, v);
+		P(g, "}\n");
+	}
+	if (!g->cuda)
+		P(g, "}\n"); /* the block loops */
+	P(g, "}\n\n");
+}
+
+/* A pre-defined kernel op: every element by the whole grid. */
+static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, int k, const char *fn)
+{
+	const struct mo_tp_op *op = &mg->ops[k].op;
+	struct buf gb[MO_MG_MAX];
+	for (int t = 0; t < mg->kg.n_tensors; t++)
+		gbuf(&gb[t], &mg->kg, t);
+	if (g->cuda)
+		P(g, "__global__ void %s(struct args a)\n{\n", fn);
+	else
+		P(g, "static void %s(const struct args *ap, float *ws)\n{\nconst struct args a = *ap;\n(void)ws;\n",
+		  fn);
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i] >= 0)
+			P(g, "const %s *%s = (const %s *)a.g[%d];\n", ctype_c[gb[op->in[i]].ct],
+			  gb[op->in[i]].name, ctype_c[gb[op->in[i]].ct], op->in[i]);
+	P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[op->out[0]].ct], gb[op->out[0]].name,
+	  ctype_c[gb[op->out[0]].ct], op->out[0]);
+	emit_op(g, g->cuda ? SC_GRID : SC_CPU, &mg->kg, op, gb);
+	P(g, "}\n\n");
+}
+
+/* ---- one fused op: its kernels and the function the glue calls ---- */
+
+static const char prelude_c[] =
+	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+	"#include \"mo_plugin_abi.h\"\n#include \"mo_half.h\"\n\n"
+	"static inline float mo_h2f(uint16_t b) { return mo_half_to_float(b); }\n"
+	"static inline uint16_t mo_f2h(float f) { return mo_float_to_half(f); }\n"
+	"static inline float mo_bf2f(uint16_t b) { return mo_bf16_to_float(b); }\n"
+	"static inline uint16_t mo_f2bf(float f) { return mo_float_to_bf16(f); }\n"
+	"#define MO_DEV static inline\n";
+
+static const char prelude_cuda[] =
+	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n\n"
+	"static __device__ __forceinline__ float mo_h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }\n"
+	"static __device__ __forceinline__ uint16_t mo_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }\n"
+	"static __device__ __forceinline__ float mo_bf2f(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }\n"
+	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
+	"#define MO_DEV static __device__ __forceinline__\n";
+
+/* Max and Min as the evaluator defines them (NaN handling included). */
+static const char prelude_math[] =
+	"MO_DEV float mo_max(float a, float b) { return a > b ? a : b; }\n"
+	"MO_DEV float mo_min(float a, float b) { return a < b ? a : b; }\n"
+	"MO_DEV float mo_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
+	"MO_DEV float mo_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n\n";
+
+static void emit_banner(struct gen *g, const char *banner)
+{
+	P(g, "/* %s. Generated code: do not edit. */\n", banner ? banner : "generated by mirage-onnx");
+}
+
+static enum mo_status emit(const struct mo_cg_op *op, const char *ident, bool cuda,
+			   const char *banner, enum mo_target target, FILE *out, char *why,
+			   size_t why_len, struct mo_diag *d)
+{
+	const struct mo_mugraph *mg = op->mg;
+	struct gen g = { .o = out, .cuda = cuda, .d = d };
+	if (mg->error[0])
+		unsupported(&g, "the μGraph is invalid: %s", mg->error);
+	int nt = mg->kg.n_tensors;
+	emit_banner(&g, banner);
+	P(&g, "/* fused op %s */\n", op->name);
+	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
+	P(&g, "struct args { void *g[%d]; };\n\n", nt > 0 ? nt : 1);
+	uint64_t ws_max = 0, ws[MO_MG_MAX] = { 0 };
+	for (int k = 0; k < mg->n_ops && !g.fail; k++) {
+		char fn[64];
+		snprintf(fn, sizeof fn, "%s_k%d", ident, k);
+		if (mg->ops[k].bg)
+			emit_block_kernel(&g, mg, k, fn, &ws[k]);
+		else
+			emit_predefined_kernel(&g, mg, k, fn);
+		if (ws[k] > ws_max)
+			ws_max = ws[k];
+	}
+	uint64_t smem_limit = mo_target_smem(target);
+	for (int k = 0; cuda && k < mg->n_ops && !g.fail; k++)
+		if (ws[k] * sizeof(float) > smem_limit)
+			unsupported(&g, "kernel %d needs %" PRIu64 " KB of shared memory in fp32 tiles, "
+				    "over the %" PRIu64 " KB of %s", k, ws[k] * 4 / 1024, smem_limit / 1024,
+				    target == MO_SM80 ? "sm_80" : "sm_90");
+	/* kernel tensors: inputs, outputs, intermediates */
+	int role[MO_MG_MAX]; /* -1 intermediate, else index in in/out */
+	bool is_out[MO_MG_MAX] = { false };
+	for (int t = 0; t < nt; t++)
+		role[t] = -1;
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		role[mg->kg.inputs[i]] = i;
+	for (int i = 0; i < mg->kg.n_outputs; i++) {
+		int t = mg->kg.outputs[i];
+		if (role[t] >= 0 && !is_out[t])
+			unsupported(&g, "output '%s' is an input", mg->kg.tensors[t].name);
+		role[t] = i;
+		is_out[t] = true;
+	}
+	if (cuda)
+		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
+		  "char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n", ident);
+	else
+		P(&g, "int %s_cpu(const void *const *in, void *const *out, char *err, size_t err_len)\n{\n",
+		  ident);
+	P(&g, "struct args a;\nint rc = 0;\n");
+	for (int t = 0; t < nt; t++) {
+		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
+		if (is_out[t])
+			P(&g, "a.g[%d] = out[%d];\n", t, role[t]);
+		else if (role[t] >= 0)
+			P(&g, "a.g[%d] = (void *)in[%d];\n", t, role[t]);
+		else if (cuda)
+			P(&g, "a.g[%d] = NULL;\nif (cudaMallocAsync(&a.g[%d], %" PRIu64 "u, st) != cudaSuccess) rc = 1;\n",
+			  t, t, bytes);
+		else
+			P(&g, "a.g[%d] = malloc(%" PRIu64 "u);\nif (!a.g[%d]) rc = 1;\n", t, bytes, t);
+	}
+	if (!cuda)
+		P(&g, "float *ws = (float *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
+		  (ws_max ? ws_max : 1) * sizeof(float));
+	P(&g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_block_graph *bg = mg->ops[k].bg;
+		if (!cuda) {
+			P(&g, "%s_k%d(&a, ws);\n", ident, k);
+			continue;
+		}
+		if (bg) {
+			uint64_t smem = ws[k] * sizeof(float);
+			if (smem > 48 * 1024)
+				P(&g, "cudaFuncSetAttribute(%s_k%d, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
+				  PRIu64 ");\n", ident, k, smem);
+			P(&g, "%s_k%d<<<dim3(%d, %d, %d), %d, %" PRIu64 "u, st>>>(a);\n", ident, k,
+			  bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+		} else {
+			uint64_t n = mo_tensor_numel(&mg->kg.tensors[mg->ops[k].op.out[0]]);
+			uint64_t blocks = (n + 255) / 256;
+			if (blocks > (1u << 20))
+				blocks = 1u << 20;
+			P(&g, "%s_k%d<<<%" PRIu64 ", 256, 0, st>>>(a);\n", ident, k, blocks ? blocks : 1);
+		}
+	}
+	if (cuda)
+		P(&g, "cudaError_t e = cudaGetLastError();\nif (e != cudaSuccess) {\n"
+		  "snprintf(err, err_len, \"%s: %%s\", cudaGetErrorString(e));\nrc = 1;\n}\n", op->name);
+	P(&g, "}\n");
+	for (int t = 0; t < nt; t++)
+		if (role[t] < 0)
+			P(&g, cuda ? "if (a.g[%d]) cudaFreeAsync(a.g[%d], st);\n" : "free(a.g[%d]);\n", t, t);
+	if (!cuda)
+		P(&g, "free(ws);\n");
+	P(&g, "return rc;\n}\n");
+	if (g.fail) {
+		snprintf(why, why_len, "%s", g.fail);
+		return MO_ERR_UNSUPPORTED;
+	}
+	return MO_OK;
+}
+
+enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
+			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
+			  struct mo_diag *d)
+{
+	return emit(op, ident, cuda, o->banner, o->target, out, why, why_len, d);
+}
+
+static void emit_tensor_desc(FILE *out, const struct mo_tensor *t)
+{
+	fprintf(out, "{ %d, %d, {", (int)t->dtype, t->rank);
+	for (int d = 0; d < t->rank; d++)
+		fprintf(out, "%s%" PRId64, d ? ", " : " ", t->dims[d]);
+	fprintf(out, "%s} }", t->rank ? " " : "0 ");
+}
+
+void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,
+		      int n, const char *banner, FILE *out)
+{
+	fprintf(out, "/* %s. Generated code: do not edit. */\n", banner ? banner : "generated by mirage-onnx");
+	fprintf(out, "/* the fused ops of this plugin, for mo_ort_glue.c */\n");
+	fprintf(out, "#include \"mo_plugin_abi.h\"\n\n");
+	for (int k = 0; k < n; k++) {
+		const struct mo_mugraph *mg = ops[k].mg;
+		const char *id = idents[k];
+		fprintf(out, "int %s_cpu(const void *const *, void *const *, char *, size_t);\n", id);
+		if (has_cuda[k])
+			fprintf(out, "int %s_cuda(const void *const *, void *const *, void *, char *, size_t);\n",
+				id);
+		fprintf(out, "static const struct mo_plugin_tensor %s_in[] = {\n", id);
+		for (int i = 0; i < mg->kg.n_inputs; i++) {
+			fprintf(out, "\t");
+			emit_tensor_desc(out, &mg->kg.tensors[mg->kg.inputs[i]]);
+			fprintf(out, ",\n");
+		}
+		fprintf(out, "};\nstatic const struct mo_plugin_tensor %s_out[] = {\n", id);
+		for (int i = 0; i < mg->kg.n_outputs; i++) {
+			fprintf(out, "\t");
+			emit_tensor_desc(out, &mg->kg.tensors[mg->kg.outputs[i]]);
+			fprintf(out, ",\n");
+		}
+		fprintf(out, "};\nstatic const struct mo_plugin_op %s_desc = { \"%s\", %d, %d, %s_in, %s_out, "
+			"%s_cpu, %s%s };\n\n", id, ops[k].name, mg->kg.n_inputs, mg->kg.n_outputs, id, id, id,
+			has_cuda[k] ? id : "NULL", has_cuda[k] ? "_cuda" : "");
+	}
+	fprintf(out, "const struct mo_plugin_op *const mo_plugin_ops[] = {\n");
+	for (int k = 0; k < n; k++)
+		fprintf(out, "\t&%s_desc,\n", idents[k]);
+	if (n == 0)
+		fprintf(out, "\t0,\n");
+	fprintf(out, "};\nconst int mo_plugin_n_ops = %d;\n\n", n);
+	/* for mirage-onnx's own float check of the built library (dlsym) */
+	fprintf(out, "__attribute__((visibility(\"default\")))\n"
+		"const struct mo_plugin_op *const *MirageOnnxPluginOps(int *n)\n"
+		"{\n\t*n = mo_plugin_n_ops;\n\treturn mo_plugin_ops;\n}\n");
+}

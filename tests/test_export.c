@@ -1,0 +1,773 @@
+/* The exporter: fused nodes replace exactly their regions, the rest of the
+ * model is kept byte for byte and in order, what only the regions used goes,
+ * the result is topologically sorted, and a failed export writes nothing and
+ * leaves the loaded model as it was. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mo_export.h"
+#include "mo_onnx.h"
+#include "tmodel.h"
+
+#define DOMAIN "ai.mirage.test"
+
+static const struct mo_export_options opts = { DOMAIN, "libmirage_test.so" };
+static const int64_t dims_2x4[] = { 2, 4 };
+static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+
+#define NAMES(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define NODE(t, g, op, name, ins, outs) \
+	tm_node((t), (g), (op), (name), (const char *[]){ ins, NULL }, (const char *[]){ outs, NULL })
+
+/* ---- files ---- */
+
+static char *make_tmpdir(void)
+{
+	char tmpl[] = "/tmp/mo_test_XXXXXX";
+	char *d = mkdtemp(tmpl);
+	assert_non_null(d);
+	return strdup(d);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static size_t count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc(*len ? *len : 1);
+	assert_int_equal(fread(b, 1, *len, f), *len);
+	fclose(f);
+	return b;
+}
+
+/* ---- model pieces tmodel.h does not make ---- */
+
+#define APPEND(t, arr, n, p)                                          \
+	do {                                                          \
+		void *old_ = (arr);                                   \
+		(arr) = tm_alloc((t), ((n) + 1) * sizeof *(arr));     \
+		if (n)                                                \
+			memcpy((arr), old_, (n) * sizeof *(arr));     \
+		(arr)[(n)++] = (p);                                   \
+	} while (0)
+
+static char *tdup(struct tm *t, const char *s)
+{
+	char *c = tm_alloc(t, strlen(s) + 1);
+	strcpy(c, s);
+	return c;
+}
+
+static void value_info(struct tm *t, const char *name)
+{
+	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
+	onnx__value_info_proto__init(v);
+	v->name = tdup(t, name);
+	APPEND(t, t->graph.value_info, t->graph.n_value_info, v);
+}
+
+static void metadata(struct tm *t, const char *key, const char *value)
+{
+	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
+	onnx__string_string_entry_proto__init(e);
+	e->key = tdup(t, key);
+	e->value = tdup(t, value);
+	APPEND(t, t->model.metadata_props, t->model.n_metadata_props, e);
+}
+
+static void int_attribute(struct tm *t, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
+	onnx__attribute_proto__init(a);
+	a->name = tdup(t, name);
+	a->has_type = 1;
+	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+	a->has_i = 1;
+	a->i = v;
+	APPEND(t, n->attribute, n->n_attribute, a);
+}
+
+/* ---- running an export ---- */
+
+struct run {
+	char *dir;
+	char path[600];
+	struct mo_model *in, *out;
+	uint8_t *in_bytes;
+	size_t in_len;
+	struct mo_diag d;
+	enum mo_status st;
+};
+
+static void load_tm(struct run *r, struct tm *t)
+{
+	r->in_bytes = tm_pack(t, &r->in_len);
+	mo_diag_init(&r->d);
+	assert_int_equal(mo_onnx_load_buffer(r->in_bytes, r->in_len, NULL, "test", &r->in, &r->d),
+			 MO_OK);
+	r->dir = make_tmpdir();
+	snprintf(r->path, sizeof r->path, "%s/fused.onnx", r->dir);
+}
+
+/* Exports r->in to r->path; on success loads the written file as r->out. */
+static enum mo_status export_to(struct run *r, const struct mo_fused_node *f, int n,
+				const struct mo_export_options *o, const char *path)
+{
+	mo_diag_init(&r->d);
+	r->st = mo_export(r->in, f, n, o, path, &r->d);
+	if (r->st == MO_OK) {
+		if (r->out)
+			mo_onnx_free(r->out);
+		struct mo_diag d;
+		mo_diag_init(&d);
+		assert_int_equal(mo_onnx_load(path, &r->out, &d), MO_OK);
+		assert_int_equal(mo_onnx_validate(r->out, &d), MO_OK);
+	}
+	return r->st;
+}
+
+static void run_export(struct run *r, struct tm *t, const struct mo_fused_node *f, int n)
+{
+	load_tm(r, t);
+	enum mo_status st = export_to(r, f, n, &opts, r->path);
+	if (st)
+		fail_msg("export failed: %s", r->d.msg);
+}
+
+static void run_free(struct run *r)
+{
+	mo_onnx_free(r->in);
+	mo_onnx_free(r->out);
+	rm_rf(r->dir);
+	free(r->dir);
+}
+
+static Onnx__GraphProto *out_graph(const struct run *r)
+{
+	return mo_onnx_proto(r->out)->graph;
+}
+
+static const Onnx__NodeProto *node_named(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_node; i++)
+		if (g->node[i]->name && strcmp(g->node[i]->name, name) == 0)
+			return g->node[i];
+	return NULL;
+}
+
+static void assert_node_order(const Onnx__GraphProto *g, const char *const *names)
+{
+	size_t n = 0;
+	while (names[n])
+		n++;
+	if (g->n_node != n) {
+		for (size_t i = 0; i < g->n_node; i++)
+			print_message("node %zu: %s\n", i, g->node[i]->name);
+	}
+	assert_int_equal(g->n_node, n);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(g->node[i]->name, names[i]);
+}
+
+static bool in_list(const char *name, char *const *list, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(list[i], name) == 0)
+			return true;
+	return false;
+}
+
+static bool has_initializer(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (strcmp(g->initializer[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
+static bool has_input(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_input; i++)
+		if (strcmp(g->input[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
+static bool has_value_info(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_value_info; i++)
+		if (strcmp(g->value_info[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Every explicit node input is a graph input, an initializer, or an output
+ * of an earlier node. */
+static void assert_topological(const Onnx__GraphProto *g)
+{
+	for (size_t i = 0; i < g->n_node; i++) {
+		for (size_t k = 0; k < g->node[i]->n_input; k++) {
+			const char *in = g->node[i]->input[k];
+			bool ok = !*in || has_input(g, in) || has_initializer(g, in);
+			for (size_t j = 0; !ok && j < i; j++)
+				ok = in_list(in, g->node[j]->output, g->node[j]->n_output);
+			if (!ok)
+				fail_msg("node %s reads '%s' before it is made", g->node[i]->name, in);
+		}
+	}
+}
+
+static uint8_t *packed_node(const Onnx__NodeProto *n, size_t *len)
+{
+	*len = onnx__node_proto__get_packed_size(n);
+	uint8_t *b = malloc(*len ? *len : 1);
+	onnx__node_proto__pack(n, b);
+	return b;
+}
+
+/* ---- models ---- */
+
+/* X -> A:Relu -> a -> B:Exp -> b -> C:Neg -> c -> D:Sigmoid -> Y, with
+ * value_info for a, b, c and an old plugin entry in the metadata. */
+static void build_chain(struct tm *t)
+{
+	tm_init(t);
+	tm_input(t, &t->graph, "X", 2, dims_2x4);
+	NODE(t, &t->graph, "Relu", "A", "X", "a");
+	NODE(t, &t->graph, "Exp", "B", "a", "b");
+	NODE(t, &t->graph, "Neg", "C", "b", "c");
+	NODE(t, &t->graph, "Sigmoid", "D", "c", "Y");
+	tm_output(t, &t->graph, "Y");
+	value_info(t, "a");
+	value_info(t, "b");
+	value_info(t, "c");
+	metadata(t, "mirage.plugin", "old.so");
+	metadata(t, "author", "tests");
+}
+
+static const int chain_bc[] = { 1, 2 };
+static const struct mo_fused_node chain_fused = {
+	.op_type = "mirage_bc01", .name = "fused_bc", .n_nodes = 2, .nodes = chain_bc,
+	.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("a"), .outputs = NAMES("c"),
+};
+
+/* ---- tests ---- */
+
+static void fused_node_replaces_exactly_the_listed_nodes(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	struct run r = { 0 };
+	run_export(&r, &t, &chain_fused, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_node_order(g, NAMES("A", "fused_bc", "D"));
+	const Onnx__NodeProto *f = g->node[1];
+	assert_string_equal(f->op_type, "mirage_bc01");
+	assert_string_equal(f->domain, DOMAIN);
+	assert_int_equal(f->n_input, 1);
+	assert_string_equal(f->input[0], "a");
+	assert_int_equal(f->n_output, 1);
+	assert_string_equal(f->output[0], "c");
+	assert_int_equal(f->n_attribute, 0);
+	for (size_t i = 0; i < g->n_node; i++) {
+		assert_string_not_equal(g->node[i]->op_type, "Exp");
+		assert_string_not_equal(g->node[i]->op_type, "Neg");
+	}
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void opset_and_plugin_metadata_are_set(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	struct run r = { 0 };
+	run_export(&r, &t, &chain_fused, 1);
+	const Onnx__ModelProto *p = mo_onnx_proto(r.out);
+	assert_int_equal(p->n_opset_import, 2);
+	assert_true(p->opset_import[0]->domain == NULL || !*p->opset_import[0]->domain);
+	assert_int_equal(p->opset_import[0]->version, 17);
+	assert_string_equal(p->opset_import[1]->domain, DOMAIN);
+	assert_int_equal(p->opset_import[1]->version, 1);
+	/* the old plugin entry is replaced in place, other entries stay */
+	assert_int_equal(p->n_metadata_props, 2);
+	assert_string_equal(p->metadata_props[0]->key, "mirage.plugin");
+	assert_string_equal(p->metadata_props[0]->value, "libmirage_test.so");
+	assert_string_equal(p->metadata_props[1]->key, "author");
+	assert_string_equal(p->metadata_props[1]->value, "tests");
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	Onnx__OperatorSetIdProto *ours = tm_alloc(&t, sizeof *ours);
+	onnx__operator_set_id_proto__init(ours);
+	ours->domain = DOMAIN;
+	ours->has_version = 1;
+	ours->version = 1;
+	Onnx__OperatorSetIdProto **ops = tm_alloc(&t, 2 * sizeof *ops);
+	ops[0] = &t.opset;
+	ops[1] = ours;
+	t.model.opset_import = ops;
+	t.model.n_opset_import = 2;
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	NODE(&t, &t.graph, "Exp", "B", "a", "Y");
+	tm_output(&t, &t.graph, "Y");
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	const struct mo_export_options no_plugin = { DOMAIN, NULL };
+	const struct mo_fused_node f = {
+		.op_type = "mirage_b", .name = "fb", .n_nodes = 1, .nodes = (const int[]){ 1 },
+		.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("a"), .outputs = NAMES("Y"),
+	};
+	assert_int_equal(export_to(&r, &f, 1, &no_plugin, r.path), MO_OK);
+	const Onnx__ModelProto *p = mo_onnx_proto(r.out);
+	assert_int_equal(p->n_opset_import, 2);
+	assert_int_equal(p->n_metadata_props, 0);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void untouched_nodes_keep_their_order_and_bytes(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
+	Onnx__NodeProto *p0 = NODE(&t, &t.graph, "LeakyRelu", "P0", "X", "p0");
+	int_attribute(&t, p0, "some_int", 7);
+	p0->doc_string = "kept as it was";
+	NODE(&t, &t.graph, "Exp", "R1", "Z", "r1");
+	Onnx__NodeProto *p1 = NODE(&t, &t.graph, "Sigmoid", "P1", "p0", "p1");
+	p1->domain = "";
+	NODE(&t, &t.graph, "Neg", "R2", "r1", "r2");
+	NODE(&t, &t.graph, "Tanh", "P2", "p1", "p2");
+	tm_node(&t, &t.graph, "Add", "S", NAMES("p2", "r2"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	const char *kept[] = { "P0", "P1", "P2", "S" };
+	uint8_t *before[4];
+	size_t before_len[4];
+	for (int i = 0; i < 4; i++)
+		before[i] = packed_node(node_named(&t.graph, kept[i]), &before_len[i]);
+
+	const struct mo_fused_node f = {
+		.op_type = "mirage_r", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 3, 1 },
+		.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("Z"), .outputs = NAMES("r2"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	/* F sits where its first node (R1) was, whatever order .nodes lists */
+	assert_node_order(g, NAMES("P0", "F", "P1", "P2", "S"));
+	for (int i = 0; i < 4; i++) {
+		size_t len;
+		uint8_t *after = packed_node(node_named(g, kept[i]), &len);
+		assert_int_equal(len, before_len[i]);
+		assert_memory_equal(after, before[i], len);
+		free(after);
+		free(before[i]);
+	}
+	run_free(&r);
+	tm_free(&t);
+}
+
+/* Region {A, C}; B reads A's output and C does not read B: the fused node
+ * must come before B. */
+static void fused_node_precedes_a_consumer_it_interleaves_with(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	NODE(&t, &t.graph, "Exp", "B", "a", "b");
+	NODE(&t, &t.graph, "Neg", "C", "X", "c");
+	tm_node(&t, &t.graph, "Add", "D", NAMES("b", "c"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	const struct mo_fused_node f = {
+		.op_type = "mirage_ac", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 0, 2 },
+		.n_inputs = 1, .n_outputs = 2, .inputs = NAMES("X"), .outputs = NAMES("a", "c"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	assert_node_order(out_graph(&r), NAMES("F", "B", "D"));
+	assert_topological(out_graph(&r));
+	run_free(&r);
+	tm_free(&t);
+}
+
+/* Region {A, C} where C reads B, which comes between them, and D, also
+ * between them, reads A's output: the fused node moves after B and D after
+ * it; nothing else moves. */
+static void fused_node_moves_after_an_input_made_between_its_nodes(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	NODE(&t, &t.graph, "Exp", "D", "a", "d");
+	NODE(&t, &t.graph, "Sigmoid", "B", "Z", "b");
+	tm_node(&t, &t.graph, "Add", "C", NAMES("a", "b"), NAMES("c"));
+	tm_node(&t, &t.graph, "Add", "E", NAMES("d", "c"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	const struct mo_fused_node f = {
+		.op_type = "mirage_ac", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 0, 3 },
+		.n_inputs = 2, .n_outputs = 2, .inputs = NAMES("X", "b"), .outputs = NAMES("a", "c"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	assert_node_order(out_graph(&r), NAMES("B", "F", "D", "E"));
+	assert_topological(out_graph(&r));
+	run_free(&r);
+	tm_free(&t);
+}
+
+/* A name read only inside an If branch orders the If after its maker, and
+ * keeps a Constant read there alive. */
+static void subgraph_reads_order_and_keep_nodes(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
+	tm_input(&t, &t.graph, "cond", 0, NULL);
+	tm_node(&t, &t.graph, "Constant", "KC", NULL, NAMES("kc"));
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	Onnx__NodeProto *iff = NODE(&t, &t.graph, "If", "I", "cond", "i");
+	Onnx__GraphProto *then_g = tm_subgraph(&t, iff, "then_branch");
+	NODE(&t, then_g, "Identity", "then_id", "a", "ta");
+	tm_output(&t, then_g, "ta");
+	Onnx__GraphProto *else_g = tm_subgraph(&t, iff, "else_branch");
+	NODE(&t, else_g, "Identity", "else_id", "kc", "tb");
+	tm_output(&t, else_g, "tb");
+	NODE(&t, &t.graph, "Sigmoid", "B", "Z", "b");
+	tm_node(&t, &t.graph, "Add", "C", NAMES("b", "kc"), NAMES("c"));
+	tm_node(&t, &t.graph, "Add", "E", NAMES("i", "c"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	/* the fused node folded kc in, so it no longer reads it */
+	const struct mo_fused_node f = {
+		.op_type = "mirage_ac", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 1, 4 },
+		.n_inputs = 2, .n_outputs = 2, .inputs = NAMES("X", "b"), .outputs = NAMES("a", "c"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	assert_node_order(out_graph(&r), NAMES("KC", "B", "F", "I", "E"));
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	NODE(&t, &t.graph, "Exp", "B", "a", "b");
+	NODE(&t, &t.graph, "Neg", "C", "b", "Y");
+	tm_output(&t, &t.graph, "Y");
+	/* {A, C} without B between them is not convex */
+	const struct mo_fused_node f = {
+		.op_type = "mirage_ac", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 0, 2 },
+		.n_inputs = 2, .n_outputs = 2, .inputs = NAMES("X", "b"), .outputs = NAMES("a", "Y"),
+	};
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	assert_int_equal(export_to(&r, &f, 1, &opts, r.path), MO_ERR_INTERNAL);
+	assert_non_null(strstr(r.d.msg, "fused model would be cyclic"));
+	assert_non_null(strstr(r.d.msg, "'F'"));
+	assert_int_equal(count_entries(r.dir), 0);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void initializers_only_the_regions_read_are_dropped(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Zonly", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Wover", 2, dims_2x4); /* an overridable initializer */
+	tm_initializer(&t, &t.graph, "Wshared", 2, dims_2x4, w8, 8);
+	tm_initializer(&t, &t.graph, "Wonly", 2, dims_2x4, w8, 8);
+	tm_initializer(&t, &t.graph, "Wfed", 2, dims_2x4, w8, 8);
+	tm_initializer(&t, &t.graph, "Wover", 2, dims_2x4, w8, 8);
+	tm_initializer(&t, &t.graph, "Wunused", 2, dims_2x4, w8, 8);
+	tm_node(&t, &t.graph, "Add", "A1", NAMES("X", "Wshared"), NAMES("a1"));
+	tm_node(&t, &t.graph, "Add", "A2", NAMES("a1", "Wonly"), NAMES("a2"));
+	tm_node(&t, &t.graph, "Mul", "A3", NAMES("a2", "Wfed"), NAMES("a3"));
+	tm_node(&t, &t.graph, "Sum", "A4", NAMES("a3", "Wover", "Zonly"), NAMES("a4"));
+	tm_node(&t, &t.graph, "Add", "U", NAMES("a4", "Wshared"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	const struct mo_fused_node f = {
+		.op_type = "mirage_a", .name = "F", .n_nodes = 4, .nodes = (const int[]){ 0, 1, 2, 3 },
+		.n_inputs = 2, .n_outputs = 1, .inputs = NAMES("X", "Wfed"), .outputs = NAMES("a4"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_node_order(g, NAMES("F", "U"));
+	assert_true(has_initializer(g, "Wshared"));  /* U still reads it */
+	assert_true(has_initializer(g, "Wfed"));     /* the fused node reads it */
+	assert_false(has_initializer(g, "Wonly"));   /* only the region read it */
+	assert_false(has_initializer(g, "Wover"));
+	assert_true(has_initializer(g, "Wunused"));  /* unread before: not ours */
+	assert_int_equal(g->n_initializer, 3);
+	assert_true(has_input(g, "X"));
+	assert_true(has_input(g, "Zonly"));          /* real inputs are the interface */
+	assert_false(has_input(g, "Wover"));         /* goes with its initializer */
+	assert_int_equal(g->n_input, 2);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void nodes_only_the_regions_read_are_dropped_and_dead_ones_stay(void **state)
+{
+	(void)state;
+	struct tm t;
+	tm_init(&t);
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_node(&t, &t.graph, "Constant", "K", NULL, NAMES("k"));
+	tm_node(&t, &t.graph, "Constant", "K2", NULL, NAMES("k2"));
+	NODE(&t, &t.graph, "Cast", "Cast2", "k2", "k2c");
+	NODE(&t, &t.graph, "Sigmoid", "Dead0", "X", "unused");
+	tm_node(&t, &t.graph, "Constant", "Dead1", NULL, NAMES("kd"));
+	NODE(&t, &t.graph, "Relu", "DeadUser", "kd", "dead_out");
+	tm_node(&t, &t.graph, "Constant", "KS", NULL, NAMES("ks"));
+	NODE(&t, &t.graph, "Neg", "DeadR", "ks", "zz");
+	tm_node(&t, &t.graph, "Sum", "R", NAMES("X", "k", "k2c", "ks"), NAMES("r"));
+	NODE(&t, &t.graph, "Relu", "U", "r", "Y");
+	tm_output(&t, &t.graph, "Y");
+	value_info(&t, "k2c");
+	value_info(&t, "r");
+	value_info(&t, "ks");
+	const struct mo_fused_node f = {
+		.op_type = "mirage_r", .name = "F", .n_nodes = 1, .nodes = (const int[]){ 8 },
+		.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("X"), .outputs = NAMES("r"),
+	};
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	/* K and the K2 -> Cast2 chain fed only R; KS is still read by DeadR,
+	 * which, like Dead0 and Dead1 -> DeadUser, was dead before */
+	assert_node_order(g, NAMES("Dead0", "Dead1", "DeadUser", "KS", "DeadR", "F", "U"));
+	assert_false(has_value_info(g, "k2c"));
+	assert_true(has_value_info(g, "r"));
+	assert_true(has_value_info(g, "ks"));
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void value_info_of_vanished_tensors_is_dropped(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	value_info(&t, "not_a_tensor"); /* named nothing before: left alone */
+	struct run r = { 0 };
+	run_export(&r, &t, &chain_fused, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_true(has_value_info(g, "a"));
+	assert_false(has_value_info(g, "b"));
+	assert_true(has_value_info(g, "c"));
+	assert_true(has_value_info(g, "not_a_tensor"));
+	assert_int_equal(g->n_value_info, 3);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void expect_refused(struct run *r, const struct mo_fused_node *f, int n, const char *what)
+{
+	assert_int_equal(export_to(r, f, n, &opts, r->path), MO_ERR_INTERNAL);
+	if (!strstr(r->d.msg, what))
+		fail_msg("message '%s' does not say '%s'", r->d.msg, what);
+	assert_int_equal(count_entries(r->dir), 0);
+}
+
+static void invalid_fused_nodes_are_refused_and_nothing_is_written(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	struct mo_fused_node f = chain_fused;
+
+	f.nodes = (const int[]){ 1, -1 };
+	expect_refused(&r, &f, 1, "node index -1");
+	f.nodes = (const int[]){ 1, 4 };
+	expect_refused(&r, &f, 1, "node index 4");
+	f.nodes = (const int[]){ 2, 2 };
+	expect_refused(&r, &f, 1, "claimed twice");
+
+	struct mo_fused_node two[2] = { chain_fused, chain_fused };
+	two[1].name = "other";
+	two[1].nodes = (const int[]){ 0, 1 };
+	expect_refused(&r, two, 2, "claimed twice");
+
+	f = chain_fused; /* outputs a name none of its nodes makes */
+	f.outputs = NAMES("a");
+	expect_refused(&r, &f, 1, "none of the nodes it replaces makes");
+	f.outputs = NAMES("b"); /* drops c, which D still reads */
+	expect_refused(&r, &f, 1, "'c' is still read");
+	f = chain_fused;
+	f.inputs = NAMES("nowhere");
+	expect_refused(&r, &f, 1, "'nowhere'");
+	f = chain_fused;
+	f.n_nodes = 0;
+	expect_refused(&r, &f, 1, "replaces no nodes");
+
+	/* nothing above touched the loaded model */
+	size_t len = onnx__model_proto__get_packed_size(mo_onnx_proto(r.in));
+	uint8_t *now = malloc(len);
+	onnx__model_proto__pack(mo_onnx_proto(r.in), now);
+	assert_int_equal(len, r.in_len);
+	assert_memory_equal(now, r.in_bytes, len);
+	free(now);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void an_unwritable_path_fails_and_leaves_nothing(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	char path[700];
+	snprintf(path, sizeof path, "%s/missing/fused.onnx", r.dir);
+	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, path), MO_ERR_INPUT);
+	assert_non_null(strstr(r.d.msg, "does not exist"));
+	assert_int_equal(count_entries(r.dir), 0);
+	/* a folder in the way */
+	snprintf(path, sizeof path, "%s/sub", r.dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, path), MO_ERR_INPUT);
+	assert_int_equal(count_entries(r.dir), 1);
+	assert_int_equal(count_entries(path), 0);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void the_loaded_model_is_unchanged_and_exports_repeat(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	struct run r = { 0 };
+	run_export(&r, &t, &chain_fused, 1);
+	size_t len = onnx__model_proto__get_packed_size(mo_onnx_proto(r.in));
+	uint8_t *now = malloc(len);
+	onnx__model_proto__pack(mo_onnx_proto(r.in), now);
+	assert_int_equal(len, r.in_len);
+	assert_memory_equal(now, r.in_bytes, len);
+	free(now);
+
+	char again[700];
+	snprintf(again, sizeof again, "%s/again.onnx", r.dir);
+	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, again), MO_OK);
+	size_t n1, n2;
+	uint8_t *b1 = read_file(r.path, &n1), *b2 = read_file(again, &n2);
+	assert_int_equal(n1, n2);
+	assert_memory_equal(b1, b2, n1);
+	free(b1);
+	free(b2);
+	run_free(&r);
+	tm_free(&t);
+}
+
+static void allocation_failures_write_nothing_and_leak_nothing(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	NODE(&t, &t.graph, "Relu", "Dead", "a", "unused");
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	enum mo_status st = MO_ERR_NOMEM;
+	unsigned long k;
+	for (k = 1; k < 10000 && st != MO_OK; k++) {
+		struct mo_diag d;
+		mo_diag_init(&d);
+		mo_alloc_fail_after(k);
+		st = mo_export(r.in, &chain_fused, 1, &opts, r.path, &d);
+		mo_alloc_fail_after(0);
+		if (st != MO_OK) {
+			assert_int_equal(st, MO_ERR_NOMEM);
+			assert_int_equal(count_entries(r.dir), 0);
+		}
+	}
+	assert_int_equal(st, MO_OK);
+	assert_true(k > 2); /* some allocation did fail on the way */
+	assert_int_equal(count_entries(r.dir), 1);
+	run_free(&r);
+	tm_free(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fused_node_replaces_exactly_the_listed_nodes),
+		cmocka_unit_test(opset_and_plugin_metadata_are_set),
+		cmocka_unit_test(opset_is_not_repeated_and_no_plugin_means_no_metadata),
+		cmocka_unit_test(untouched_nodes_keep_their_order_and_bytes),
+		cmocka_unit_test(fused_node_precedes_a_consumer_it_interleaves_with),
+		cmocka_unit_test(fused_node_moves_after_an_input_made_between_its_nodes),
+		cmocka_unit_test(subgraph_reads_order_and_keep_nodes),
+		cmocka_unit_test(a_cyclic_result_is_refused_and_nothing_is_written),
+		cmocka_unit_test(initializers_only_the_regions_read_are_dropped),
+		cmocka_unit_test(nodes_only_the_regions_read_are_dropped_and_dead_ones_stay),
+		cmocka_unit_test(value_info_of_vanished_tensors_is_dropped),
+		cmocka_unit_test(invalid_fused_nodes_are_refused_and_nothing_is_written),
+		cmocka_unit_test(an_unwritable_path_fails_and_leaves_nothing),
+		cmocka_unit_test(the_loaded_model_is_unchanged_and_exports_repeat),
+		cmocka_unit_test(allocation_failures_write_nothing_and_leak_nothing),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
