@@ -1,0 +1,45 @@
+/* The contract between the generated kernels of a mirage-onnx plugin and the
+ * fixed ONNX Runtime glue (mo_ort_glue.c) linked into the same library.
+ *
+ * The generated code defines mo_plugin_ops / mo_plugin_n_ops; the glue
+ * registers, for every op, a CPU kernel (always) and a CUDA kernel (when
+ * `cuda` is not NULL) in the custom-op domain MO_PLUGIN_DOMAIN. Shapes are
+ * static: the kernel checks its inputs against them and fails with a message
+ * otherwise. This file is copied into every plugin's sources, so it depends
+ * on nothing but the C standard library. */
+#ifndef MO_PLUGIN_ABI_H
+#define MO_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MO_PLUGIN_DOMAIN "mirage_onnx"
+#define MO_PLUGIN_MAX_RANK 8
+
+struct mo_plugin_tensor {
+	int32_t dtype;   /* ONNX TensorProto.DataType: 1 float, 10 float16, 16 bfloat16 */
+	int rank;
+	int64_t dims[MO_PLUGIN_MAX_RANK];
+};
+
+/* Each returns 0 on success, or non-zero after writing a message to err.
+ * in/out: one pointer per input/output in the op's order (host memory for
+ * the CPU kernel, device memory for the CUDA kernel, which runs on `stream`,
+ * a cudaStream_t). */
+typedef int (*mo_plugin_cpu_fn)(const void *const *in, void *const *out, char *err,
+				size_t err_len);
+typedef int (*mo_plugin_cuda_fn)(const void *const *in, void *const *out, void *stream,
+				 char *err, size_t err_len);
+
+struct mo_plugin_op {
+	const char *name; /* the node's op_type */
+	int n_in, n_out;
+	const struct mo_plugin_tensor *in, *out;
+	mo_plugin_cpu_fn cpu;
+	mo_plugin_cuda_fn cuda; /* NULL: the library was built without CUDA */
+};
+
+extern const struct mo_plugin_op *const mo_plugin_ops[];
+extern const int mo_plugin_n_ops;
+
+#endif

@@ -1,0 +1,239 @@
+/* A hand-written stand-in for a generated plugin's op table, to prove the
+ * ONNX Runtime glue (plugins/runtime/mo_ort_glue.c) against the real
+ * onnxruntime: tests/plugin_abi_test.py builds it with the glue into a
+ * custom-op library and runs models through it.
+ *
+ * Built with -DMO_HALF_SELFTEST instead, it is a program that dumps the
+ * conversions of plugins/runtime/mo_half.h for the same script to compare
+ * against numpy, bit for bit. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mo_half.h"
+#include "mo_plugin_abi.h"
+
+#ifndef MO_HALF_SELFTEST
+
+#define F32 1
+#define F16 10
+#define BF16 16
+
+/* Stands in for the CUDA kernel of a library built with CUDA; in a CPU-only
+ * onnxruntime it is registered but must never run. */
+static int cuda_must_not_run(const void *const *in, void *const *out, void *stream, char *err,
+			     size_t err_len)
+{
+	(void)in;
+	(void)out;
+	(void)stream;
+	snprintf(err, err_len, "the CUDA kernel ran in a CPU session");
+	return 1;
+}
+
+/* MoTestMulAdd: y = a * b + a, float32 [2,3]. */
+static const struct mo_plugin_tensor muladd_in[] = {
+	{ F32, 2, { 2, 3 } },
+	{ F32, 2, { 2, 3 } },
+};
+static const struct mo_plugin_tensor muladd_out[] = {
+	{ F32, 2, { 2, 3 } },
+};
+
+static int muladd_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	const float *a = in[0], *b = in[1];
+	float *y = out[0];
+
+	(void)err;
+	(void)err_len;
+	for (int i = 0; i < 6; i++)
+		y[i] = a[i] * b[i] + a[i];
+	return 0;
+}
+
+static const struct mo_plugin_op muladd = {
+	"MoTestMulAdd", 2, 1, muladd_in, muladd_out, muladd_cpu, cuda_must_not_run,
+};
+
+/* MoTestNegTranspose: two outputs of different shapes from x [2,3]:
+ * neg = -x [2,3], t = x^T [3,2]. */
+static const struct mo_plugin_tensor negt_in[] = {
+	{ F32, 2, { 2, 3 } },
+};
+static const struct mo_plugin_tensor negt_out[] = {
+	{ F32, 2, { 2, 3 } },
+	{ F32, 2, { 3, 2 } },
+};
+
+static int negt_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	const float *x = in[0];
+	float *neg = out[0], *t = out[1];
+
+	(void)err;
+	(void)err_len;
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < 3; j++) {
+			neg[i * 3 + j] = -x[i * 3 + j];
+			t[j * 2 + i] = x[i * 3 + j];
+		}
+	}
+	return 0;
+}
+
+static const struct mo_plugin_op negt = {
+	"MoTestNegTranspose", 1, 2, negt_in, negt_out, negt_cpu, NULL,
+};
+
+/* MoTestHalfMulAdd and MoTestBf16MulAdd: y = a * b + a computed in float and
+ * rounded once, on float16 / bfloat16 [4,5]. */
+static const struct mo_plugin_tensor hmuladd_in[] = {
+	{ F16, 2, { 4, 5 } },
+	{ F16, 2, { 4, 5 } },
+};
+static const struct mo_plugin_tensor hmuladd_out[] = {
+	{ F16, 2, { 4, 5 } },
+};
+
+static int hmuladd_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	const uint16_t *a = in[0], *b = in[1];
+	uint16_t *y = out[0];
+
+	(void)err;
+	(void)err_len;
+	for (int i = 0; i < 20; i++) {
+		float fa = mo_half_to_float(a[i]), fb = mo_half_to_float(b[i]);
+
+		y[i] = mo_float_to_half(fa * fb + fa);
+	}
+	return 0;
+}
+
+static const struct mo_plugin_op hmuladd = {
+	"MoTestHalfMulAdd", 2, 1, hmuladd_in, hmuladd_out, hmuladd_cpu, cuda_must_not_run,
+};
+
+static const struct mo_plugin_tensor bmuladd_in[] = {
+	{ BF16, 2, { 4, 5 } },
+	{ BF16, 2, { 4, 5 } },
+};
+static const struct mo_plugin_tensor bmuladd_out[] = {
+	{ BF16, 2, { 4, 5 } },
+};
+
+static int bmuladd_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	const uint16_t *a = in[0], *b = in[1];
+	uint16_t *y = out[0];
+
+	(void)err;
+	(void)err_len;
+	for (int i = 0; i < 20; i++) {
+		float fa = mo_bf16_to_float(a[i]), fb = mo_bf16_to_float(b[i]);
+
+		y[i] = mo_float_to_bf16(fa * fb + fa);
+	}
+	return 0;
+}
+
+static const struct mo_plugin_op bmuladd = {
+	"MoTestBf16MulAdd", 2, 1, bmuladd_in, bmuladd_out, bmuladd_cpu, NULL,
+};
+
+/* MoTestFail: a kernel that reports an error, float32 [2] -> [2]. */
+static const struct mo_plugin_tensor fail_io[] = {
+	{ F32, 1, { 2 } },
+};
+
+static int fail_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	(void)in;
+	(void)out;
+	snprintf(err, err_len, "MoTestFail kernel says no (code %d)", 42);
+	return 1;
+}
+
+static const struct mo_plugin_op fail = {
+	"MoTestFail", 1, 1, fail_io, fail_io, fail_cpu, NULL,
+};
+
+/* MoTestScalar: rank-0 in and out, y = 2x. */
+static const struct mo_plugin_tensor scalar_io[] = {
+	{ F32, 0, { 0 } },
+};
+
+static int scalar_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	(void)err;
+	(void)err_len;
+	*(float *)out[0] = 2.0f * *(const float *)in[0];
+	return 0;
+}
+
+static const struct mo_plugin_op scalar = {
+	"MoTestScalar", 1, 1, scalar_io, scalar_io, scalar_cpu, NULL,
+};
+
+const struct mo_plugin_op *const mo_plugin_ops[] = {
+	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar,
+};
+const int mo_plugin_n_ops = sizeof(mo_plugin_ops) / sizeof(mo_plugin_ops[0]);
+
+#else /* MO_HALF_SELFTEST */
+
+/* Usage: selftest FLOATS OUT. FLOATS holds n float32 bit patterns. OUT gets,
+ * native-endian: half->float bits for all 65536 halves (uint32), bf16->float
+ * bits for all 65536 (uint32), then float->half of each float (n x uint16)
+ * and float->bf16 of each (n x uint16). */
+int main(int argc, char **argv)
+{
+	FILE *fin, *fout;
+	uint32_t x;
+	uint16_t *half, *bf;
+	size_t n = 0, cap = 1 << 20;
+	int ok;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s FLOATS OUT\n", argv[0]);
+		return 2;
+	}
+	fin = fopen(argv[1], "rb");
+	fout = fopen(argv[2], "wb");
+	half = malloc(cap * sizeof(*half));
+	bf = malloc(cap * sizeof(*bf));
+	if (!fin || !fout || !half || !bf) {
+		perror("selftest");
+		return 1;
+	}
+	for (uint32_t h = 0; h < 65536; h++) {
+		x = mo_half_float_bits(mo_half_to_float((uint16_t)h));
+		fwrite(&x, sizeof(x), 1, fout);
+	}
+	for (uint32_t h = 0; h < 65536; h++) {
+		x = mo_half_float_bits(mo_bf16_to_float((uint16_t)h));
+		fwrite(&x, sizeof(x), 1, fout);
+	}
+	while (fread(&x, sizeof(x), 1, fin) == 1) {
+		if (n == cap) {
+			cap *= 2;
+			half = realloc(half, cap * sizeof(*half));
+			bf = realloc(bf, cap * sizeof(*bf));
+			if (!half || !bf) {
+				perror("selftest");
+				return 1;
+			}
+		}
+		half[n] = mo_float_to_half(mo_half_bits_float(x));
+		bf[n] = mo_float_to_bf16(mo_half_bits_float(x));
+		n++;
+	}
+	ok = fwrite(half, sizeof(*half), n, fout) == n && fwrite(bf, sizeof(*bf), n, fout) == n;
+	ok = fclose(fout) == 0 && ok;
+	fclose(fin);
+	free(half);
+	free(bf);
+	return ok ? 0 : 1;
+}
+
+#endif
