@@ -381,8 +381,9 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	}
 	if (!rc && !a->quiet)
 		print_summary(tp, p, rs, stdout);
-	if (!rc && !write_manifest(manifest, a->in_path, have_plugin ? base_name(so) : NULL, tp, p,
-				   rs, a)) {
+	/* nothing fused: OUT is the model as it was, with nothing beside it */
+	if (!rc && nf > 0 && !write_manifest(manifest, a->in_path, have_plugin ? base_name(so) : NULL,
+					     tp, p, rs, a)) {
 		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write the manifest", manifest);
 		rc = 1;
 	}
@@ -400,7 +401,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		       p->n_regions == 1 ? "" : "s");
 		if (have_plugin)
 			printf("%-10s %s (custom-op domain %s)\n", "plugin", so, MO_PLUGIN_DOMAIN);
-		printf("%-10s %s\n", "manifest", manifest);
+		if (nf > 0)
+			printf("%-10s %s\n", "manifest", manifest);
 	}
 out_files:
 	if (rc && have_plugin)

@@ -558,6 +558,9 @@ static int run(struct cli *cli, int argc, char **argv)
 		return fail(&d);
 	}
 
+	/* an unwritable OUT is found before minutes of search, not after */
+	if (out_path && mo_onnx_check_writable(out_path, &d))
+		return fail(&d);
 	struct mo_model *m;
 	if (mo_onnx_load(in_path, &m, &d) || mo_onnx_validate(m, &d)) {
 		mo_onnx_free(m);

@@ -87,6 +87,10 @@ enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d);
 enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
 			    struct mo_diag *d);
 
+/* Fails as mo_onnx_save would on `path` (missing folder, no permission, a
+ * folder in the way) without writing anything: for checking before long work. */
+enum mo_status mo_onnx_check_writable(const char *path, struct mo_diag *d);
+
 /* Prints a one-screen summary: IR version, opsets, producer, nodes per op
  * type, inputs and outputs with shapes, weight bytes. */
 void mo_onnx_print_summary(const struct mo_model *m, FILE *out);

@@ -757,36 +757,58 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 		s->failed = true;
 }
 
-enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
-			    struct mo_diag *d)
+/* Makes the temporary file mo_onnx_save writes first; its name in *tmp. */
+static int make_temp(const char *path, char **tmp, struct mo_diag *d)
 {
+	*tmp = NULL;
 	if (!*path)
-		return mo_diag_set(d, MO_ERR_INPUT, "output path is empty");
+		return mo_diag_set(d, MO_ERR_INPUT, "output path is empty"), -1;
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder; give a file name", path);
-
+		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder; give a file name", path), -1;
 	/* The temporary file goes in the output's folder so rename() is atomic. */
 	const char *slash = strrchr(path, '/');
 	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
 	const char *base = path + dirlen;
 	size_t n = dirlen + strlen(base) + 32;
-	char *tmp = mo_malloc(n);
-	if (!tmp)
-		return mo_diag_nomem(d);
-	snprintf(tmp, n, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
-	int fd = mkstemp(tmp);
+	char *t = mo_malloc(n);
+	if (!t)
+		return mo_diag_nomem(d), -1;
+	snprintf(t, n, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
+	int fd = mkstemp(t);
 	if (fd < 0) {
 		int e = errno;
-		if (e == ENOENT) {
+		if (e == ENOENT)
 			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: folder '%.*s' does not exist",
 				    path, dirlen > 1 ? (int)dirlen - 1 : (int)dirlen, path);
-		} else {
+		else
 			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
-		}
-		mo_free(tmp);
-		return d->status;
+		mo_free(t);
+		return -1;
 	}
+	*tmp = t;
+	return fd;
+}
+
+enum mo_status mo_onnx_check_writable(const char *path, struct mo_diag *d)
+{
+	char *tmp;
+	int fd = make_temp(path, &tmp, d);
+	if (fd < 0)
+		return d->status;
+	close(fd);
+	unlink(tmp);
+	mo_free(tmp);
+	return MO_OK;
+}
+
+enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
+			    struct mo_diag *d)
+{
+	char *tmp;
+	int fd = make_temp(path, &tmp, d);
+	if (fd < 0)
+		return d->status;
 	/* mkstemp makes the file 0600; a model is an ordinary file (0666 & ~umask). */
 	mode_t mask = umask(0);
 	umask(mask);

@@ -3,8 +3,11 @@
 
 --check roundtrip: the model mirage-onnx writes must be byte-identical to the
                    model it read.
---check ort:       the model mirage-onnx writes must run in ONNX Runtime on the
-                   stored test_data_set_* inputs and give the stored outputs.
+--check ort:       the model mirage-onnx writes, with fusion on (the regions
+                   it fuses become custom ops of its plugin, which is
+                   registered with ONNX Runtime), must run in ONNX Runtime on
+                   the stored test_data_set_* inputs and give the stored
+                   outputs.
                    Models that ONNX Runtime itself cannot run are listed, with
                    the reason, in the expected-failures file; they are reported
                    as expected skips, and one that starts passing is an error
@@ -44,10 +47,17 @@ def parse_expected(path):
     return expected, tolerance
 
 
-def run_cli(cli, model, out):
-    r = subprocess.run([cli, "-q", model, "-o", out], capture_output=True, text=True)
+# Fusion in the corpus: a short search per region and CPU kernels only (the
+# CUDA kernels are compiled by the end-to-end tests); the cache is the test's.
+FUSE_FLAGS = ["--budget", "3", "--no-cuda", "--jobs", "1"]
+
+
+def run_cli(cli, model, out, fuse):
+    flags = FUSE_FLAGS if fuse else ["--no-fuse"]
+    r = subprocess.run([cli, "-q", model, "-o", out] + flags, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")
+    return r.stderr
 
 
 def read_value(path, type_proto):
@@ -117,6 +127,9 @@ def run_ort(model_path, case_dir, rtol, atol):
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     ort.set_default_logger_severity(4)
+    plugin = {p.key: p.value for p in model.metadata_props}.get("mirage.plugin")
+    if plugin:
+        so.register_custom_ops_library(os.path.join(os.path.dirname(model_path), plugin))
     sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
     sets = sorted(d for d in os.listdir(case_dir) if d.startswith("test_data_set_"))
     if not sets:
@@ -158,15 +171,19 @@ def main():
         print(f"no models under {args.suite}")
         return 1
 
-    passed = failed = skipped = 0
+    passed = failed = skipped = fused = 0
     with tempfile.TemporaryDirectory(prefix="mo_corpus_") as tmp:
+        os.environ["MIRAGE_ONNX_CACHE"] = os.path.join(tmp, "cache")
         for case in cases:
             key = f"{suite}/{case}"
             case_dir = os.path.join(args.suite, case)
             src = os.path.join(case_dir, "model.onnx")
             out = os.path.join(tmp, case + ".onnx")
             try:
-                run_cli(args.cli, src, out)
+                run_cli(args.cli, src, out, args.check == "ort")
+                base = out[:-len(".onnx")]
+                if os.path.exists(base + ".mirage.so"):
+                    fused += 1
                 if args.check == "roundtrip":
                     if open(src, "rb").read() != open(out, "rb").read():
                         raise AssertionError("output differs from input")
@@ -191,10 +208,13 @@ def main():
                 else:
                     passed += 1
             finally:
-                if os.path.exists(out):
-                    os.unlink(out)
+                for f in (out, out[:-5] + ".mirage.so", out[:-5] + ".mirage.json"):
+                    if os.path.exists(f):
+                        os.unlink(f)
     if skipped:
         print(f"{skipped} expected skips, listed in {args.expected_failures}")
+    if args.check == "ort":
+        print(f"{fused} of {len(cases)} models had regions fused into custom ops")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
