@@ -397,6 +397,63 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		}
 		return;
 	}
+	case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN:
+		/* row-major: the same elements in the same order */
+		load(a, sizeof a, &bufs[op->in[0]], "i");
+		loop_open(g, sc, "i", n);
+		store(g, O, "i", a);
+		P(g, "}\n");
+		return;
+	case MO_OP_TRANSPOSE: {
+		const struct mo_tensor *X = &tp->tensors[op->in[0]];
+		int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
+		strides(X, xs);
+		strides(out, os);
+		size_t len = (size_t)snprintf(ia, sizeof ia, "(0");
+		for (int d = 0; d < out->rank && len < sizeof ia; d++)
+			len += (size_t)snprintf(ia + len, sizeof ia - len, " + (i / %" PRId64 "u %% %" PRId64
+						"u) * %" PRId64 "u", os[d], out->dims[d],
+						xs[op->p.axes[d]]);
+		if (len >= sizeof ia - 1) {
+			unsupported(g, "transpose index too long");
+			return;
+		}
+		strcat(ia, ")");
+		load(a, sizeof a, &bufs[op->in[0]], ia);
+		loop_open(g, sc, "i", n);
+		store(g, O, "i", a);
+		P(g, "}\n");
+		return;
+	}
+	case MO_OP_CONCAT: {
+		/* the input whose range along the axis holds the element */
+		int ax = (int)op->p.axes[0];
+		int64_t os[MO_MAX_RANK];
+		strides(out, os);
+		loop_open(g, sc, "i", n);
+		P(g, "uint64_t c_ = i / %" PRId64 "u %% %" PRId64 "u, o_ = i - c_ * %" PRId64 "u;\n",
+		  os[ax], out->dims[ax], os[ax]);
+		P(g, "float v_;\n");
+		int64_t at = 0;
+		for (int k = 0; k < op->n_in; k++) {
+			const struct mo_tensor *X = &tp->tensors[op->in[k]];
+			int64_t xs[MO_MAX_RANK];
+			strides(X, xs);
+			/* o_ without the axis coordinate, re-strided for X */
+			snprintf(ia, sizeof ia, "(o_ / %" PRId64 "u * %" PRId64 "u + o_ %% %" PRId64
+				 "u + (c_ - %" PRId64 "u) * %" PRId64 "u)", os[ax] * out->dims[ax],
+				 xs[ax] * X->dims[ax], os[ax], at, xs[ax]);
+			load(a, sizeof a, &bufs[op->in[k]], ia);
+			at += X->dims[ax];
+			if (k + 1 < op->n_in)
+				P(g, "%sif (c_ < %" PRId64 "u) v_ = %s;\n", k ? "else " : "", at, a);
+			else
+				P(g, "%sv_ = %s;\n", k ? "else " : "", a);
+		}
+		store(g, O, "i", "v_");
+		P(g, "}\n");
+		return;
+	}
 	default:
 		break;
 	}

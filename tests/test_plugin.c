@@ -1,0 +1,198 @@
+/* Code generation of the hand-built μGraphs (tests/mugraphs.c): the plugin
+ * builds, its CPU kernels agree with the float evaluator of the program each
+ * replaces, and a wrong μGraph's kernel is caught by the same check. Where
+ * nvcc is found the CUDA of every μGraph is compiled too (for sm_80 and
+ * sm_90), so what the GPU would run at least compiles on every machine.
+ *
+ * The models come from the `test_models` fixture (tiny shapes, fp32), in the
+ * folder named by MO_TEST_MODELS. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mo_plugin.h"
+#include "mugraphs.h"
+
+struct program {
+	struct mo_model *m;
+	struct mo_tp *tp;
+};
+
+static struct program load(const char *name)
+{
+	const char *dir = getenv("MO_TEST_MODELS");
+	assert_non_null(dir);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	struct program p;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_onnx_load(path, &p.m, &d) || mo_tp_import(p.m, NULL, &p.tp, &d))
+		fail_msg("%s: %s", path, d.msg);
+	return p;
+}
+
+static void unload(struct program *p)
+{
+	mo_tp_free(p->tp);
+	mo_onnx_free(p->m);
+}
+
+static char tmpdir[64];
+
+static int make_tmpdir(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/mo_plugin_XXXXXX");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Builds a one-op plugin of mg (with CUDA where nvcc is) and runs the float
+ * check of its CPU kernel against p. */
+static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struct program *p,
+					      const char *tag)
+{
+	if (mg->error[0])
+		fail_msg("%s: the μGraph does not build: %s", tag, mg->error);
+	struct mo_plugin_options o = { .cuda = true, .archs = "80,90",
+				       .cg = { .banner = "test_plugin", .target = MO_SM90 } };
+	o.cuda = mo_plugin_find_nvcc(&o) != NULL;
+	char so[256];
+	snprintf(so, sizeof so, "%s/%s.so", tmpdir, tag);
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_plugin_op_report rep;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_plugin_build(&op, 1, &o, so, &rep, &d))
+		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep.why);
+	assert_true(rep.built);
+	assert_int_equal(rep.cuda, o.cuda);
+	struct mo_plugin_lib *lib;
+	if (mo_plugin_open(so, &lib, &d))
+		fail_msg("%s: %s", tag, d.msg);
+	struct mo_plugin_check c;
+	if (mo_plugin_check_cpu(lib, &op, p->tp, 3, &c, &d))
+		fail_msg("%s: check failed to run: %s", tag, d.msg);
+	mo_plugin_close(lib);
+	unlink(so);
+	return c;
+}
+
+static void expect_agrees(struct mo_mugraph *mg, const struct program *p, const char *tag)
+{
+	struct mo_plugin_check c = build_and_check(mg, p, tag);
+	if (!c.ok || c.max_rel > 1e-5)
+		fail_msg("%s: the CPU kernel disagrees: %s (max rel %g)", tag, c.detail, c.max_rel);
+	mo_mg_free(mg);
+}
+
+static void rmsnorm_matmul_kernel_agrees(void **state)
+{
+	(void)state;
+	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4), &p, "rmsnorm");
+	/* one block, one iteration: the degenerate schedule */
+	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 1, 1, 1), &p, "rmsnorm_1");
+	unload(&p);
+}
+
+static void gated_mlp_kernel_agrees(void **state)
+{
+	(void)state;
+	struct program p = load("gated_mlp_tiny_fp32.onnx");
+	expect_agrees(mg_gated_mlp(p.tp, 0), &p, "gated_mlp");
+	unload(&p);
+}
+
+/* Two kernels, the second concatenating tiles in shared memory. */
+static void lora_two_kernels_with_concat_agree(void **state)
+{
+	(void)state;
+	struct program p = load("lora_tiny_fp32.onnx");
+	expect_agrees(mg_lora(p.tp, 0), &p, "lora");
+	unload(&p);
+}
+
+/* Split-KV partial sums in one kernel, the combine in a second. */
+static void attention_split_kv_agrees(void **state)
+{
+	(void)state;
+	struct program p = load("gqa_tiny_fp32.onnx");
+	expect_agrees(mg_attention_split_kv(p.tp, 0), &p, "split_kv");
+	unload(&p);
+}
+
+/* Online softmax: max and max-rescaled accumulators, a thread graph. */
+static void attention_flash_agrees(void **state)
+{
+	(void)state;
+	struct program p = load("gqa_tiny_fp32.onnx");
+	expect_agrees(mg_attention_flash(p.tp, 0), &p, "flash");
+	unload(&p);
+}
+
+/* The check is what keeps a wrong kernel out of a model: a μGraph that is
+ * wrong (the mean divides by hidden − 1) builds, and its kernel fails it. */
+static void wrong_kernel_fails_the_check(void **state)
+{
+	(void)state;
+	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OFF_BY_ONE, 2, 2, 4);
+	struct mo_plugin_check c = build_and_check(mg, &p, "rmsnorm_wrong");
+	assert_false(c.ok);
+	assert_non_null(strstr(c.detail, "the region gives"));
+	mo_mg_free(mg);
+	unload(&p);
+}
+
+/* What the generator cannot emit is said, not compiled. */
+static void unsupported_op_is_reported(void **state)
+{
+	(void)state;
+	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mg_program_input(mg, p.tp, "X");
+	struct mo_op_params sp = { .n_axes = 1, .axes = { 1 } };
+	int y = mo_mg_kernel(mg, MO_OP_SOFTMAX, 1, &x, &sp);
+	mo_mg_output(mg, y, "Y");
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
+	char why[256] = "";
+	struct mo_diag d;
+	mo_diag_init(&d);
+	FILE *f = fopen("/dev/null", "w");
+	assert_int_equal(mo_cg_emit(&op, "t", false, &o, f, why, sizeof why, &d), MO_ERR_UNSUPPORTED);
+	fclose(f);
+	assert_non_null(strstr(why, "Softmax"));
+	mo_mg_free(mg);
+	unload(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rmsnorm_matmul_kernel_agrees),
+		cmocka_unit_test(gated_mlp_kernel_agrees),
+		cmocka_unit_test(lora_two_kernels_with_concat_agree),
+		cmocka_unit_test(attention_split_kv_agrees),
+		cmocka_unit_test(attention_flash_agrees),
+		cmocka_unit_test(wrong_kernel_fails_the_check),
+		cmocka_unit_test(unsupported_op_is_reported),
+	};
+	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+}
