@@ -8,6 +8,7 @@
 #include "mo_base.h"
 #include "mo_onnx.h"
 #include "mo_part.h"
+#include "bench_cmd.h"
 #include "fuse_cmd.h"
 #include "mo_plugin.h"
 #include "search_cmd.h"
@@ -381,6 +382,8 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "bench") == 0)
+		return cli_bench(argc - 1, argv + 1);
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
