@@ -30,11 +30,13 @@ static const char bench_usage[] =
 	"                  cuda needs onnxruntime-gpu)\n"
 	"  --threads N     ONNX Runtime's intra-op threads (default: its own)\n"
 	"  --seed N        seed of the random inputs (default 0)\n"
+	"  --tolerance X   exit 1 when the largest error, relative to the largest\n"
+	"                  output magnitude, is over X\n"
 	"  -h, --help      print this help\n"
 	"\n"
 	"Python with onnxruntime, onnx and numpy runs the measurement:\n"
 	"$MIRAGE_ONNX_PYTHON, else python3 on PATH. Exits 0, or 1 with one line on\n"
-	"stderr when a model cannot be loaded or run.\n";
+	"stderr when a model cannot be loaded or run or the error is over --tolerance.\n";
 
 int cli_bench(int argc, char **argv)
 {
@@ -51,7 +53,7 @@ int cli_bench(int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--runs") && strcmp(argv[i], "--warmup") &&
 		    strcmp(argv[i], "--provider") && strcmp(argv[i], "--threads") &&
-		    strcmp(argv[i], "--seed")) {
+		    strcmp(argv[i], "--seed") && strcmp(argv[i], "--tolerance")) {
 			fprintf(stderr, "mirage-onnx bench: unknown option %s (see mirage-onnx bench "
 				"--help)\n", argv[i]);
 			return 2;

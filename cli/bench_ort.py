@@ -18,6 +18,7 @@ def main():
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--tolerance", type=float, default=None)
     a = ap.parse_args()
     try:
         import numpy as np
@@ -92,6 +93,9 @@ def main():
     print(f"  original {m0:10.3f} ms")
     print(f"  fused    {m1:10.3f} ms   ({m0 / m1:.2f}x)")
     print(f"largest error: {worst:.3g} of the largest output magnitude")
+    if a.tolerance is not None and not worst <= a.tolerance:
+        sys.exit(f"mirage-onnx bench: the largest error {worst:.3g} is over the tolerance "
+                 f"{a.tolerance:g}")
 
 
 main()

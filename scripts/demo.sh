@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled model: installs what is missing, builds
-# mirage-onnx, runs it on models/tiny_rmsnorm_matmul.onnx, and runs the input
-# and the output side by side in ONNX Runtime.
+# mirage-onnx, fuses models/tiny_rmsnorm_matmul.onnx (search, verification,
+# CPU and CUDA kernels, the plugin), and runs the input and the fused output
+# with its plugin side by side in ONNX Runtime (mirage-onnx bench).
 #   scripts/demo.sh [MODEL]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +13,5 @@ cmake --build build -j"$(nproc)" >/dev/null
 mkdir -p build/demo
 out="build/demo/$(basename "${model%.onnx}").out.onnx"
 build/cli/mirage-onnx "$model" -o "$out"
-.venv/bin/python scripts/compare_ort.py "$model" "$out"
+# the fused model, with its plugin, against the original in ONNX Runtime
+MIRAGE_ONNX_PYTHON=.venv/bin/python build/cli/mirage-onnx bench "$model" "$out" --runs 20 --tolerance 1e-3
