@@ -517,7 +517,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 		goto out;
 	char err[256] = "";
 	if (po->cpu((const void *const *)in, outs, err, sizeof err) != 0) {
-		snprintf(out->detail, sizeof out->detail, "the CPU kernel failed: %s", err);
+		snprintf(out->detail, sizeof out->detail, "the CPU kernel failed: %.200s", err);
 		goto out;
 	}
 	st = mo_eval(ref, MO_EVAL_FLOAT, seed, &ev, d);
