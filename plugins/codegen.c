@@ -481,12 +481,22 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 
 /* ---- a graph-defined kernel ---- */
 
+struct barriers {
+	bool dirty[MO_MG_MAX];
+	bool any;
+};
+
+static void sync_for(struct gen *g, struct barriers *br, const int *in, int n_in);
+
 struct plan {
 	struct buf tiles[MO_MG_MAX];
 	struct buf runmax[MO_MG_MAX], newmax[MO_MG_MAX];
 	uint64_t off_tile[MO_MG_MAX], off_run[MO_MG_MAX], off_new[MO_MG_MAX];
 	uint64_t floats; /* workspace / shared memory, in floats */
 	bool post[MO_MG_MAX];
+	/* thread graphs run as one loop, their inner tiles in registers */
+	int tg_last[MO_MG_MAX];  /* op index: last op of the fused run it starts, or -1 */
+	bool in_reg[MO_MG_MAX];  /* tile lives only in a thread graph's registers */
 };
 
 static uint64_t take(struct plan *pl, uint64_t n)
@@ -496,10 +506,74 @@ static uint64_t take(struct plan *pl, uint64_t n)
 	return at;
 }
 
+static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int d = 0; d < a->rank; d++)
+		if (a->dims[d] != b->dims[d])
+			return false;
+	return true;
+}
+
+/* A thread graph runs as one loop over its elements when every op in it
+ * makes a tile of one shape and reads its run's tiles without broadcasting:
+ * each thread then owns the same elements of all of them, in registers. */
+static void plan_thread_graphs(const struct mo_block_graph *bg, struct plan *pl)
+{
+	const struct mo_tp *body = &bg->body;
+	for (int i = 0; i < MO_MG_MAX; i++)
+		pl->tg_last[i] = -1;
+	for (int k = 0; k < bg->n_tgs; k++) {
+		int first = bg->tgs[k].first, last = bg->tgs[k].last;
+		if (first < 0 || last >= body->n_ops || first > last)
+			continue;
+		const struct mo_tensor *shape = &body->tensors[body->ops[first].out[0]];
+		bool ok = true;
+		for (int j = first; j <= last && ok; j++) {
+			const struct mo_tp_op *op = &body->ops[j];
+			ok = mo_op_elementwise(op->kind) && op->n_out == 1 && op->n_in <= 2 &&
+			     same_shape(&body->tensors[op->out[0]], shape) &&
+			     pl->post[op->out[0]] == pl->post[body->ops[first].out[0]];
+			for (int q = 0; ok && q < op->n_in; q++) {
+				int t = op->in[q];
+				int prod = t >= 0 ? body->tensors[t].producer : -1;
+				if (prod >= first && prod < j)
+					ok = same_shape(&body->tensors[t], shape);
+			}
+		}
+		if (!ok)
+			continue;
+		pl->tg_last[first] = last;
+		for (int j = first; j <= last; j++) {
+			int t = body->ops[j].out[0];
+			bool outside = false;
+			for (int o = 0; o < body->n_ops && !outside; o++)
+				for (int q = 0; (o < first || o > last) && q < body->ops[o].n_in; q++)
+					outside |= body->ops[o].in[q] == t;
+			for (int a = 0; a < bg->n_accums; a++)
+				outside |= bg->accums[a].in == t || bg->accums[a].max_in == t;
+			for (int v = 0; v < bg->n_savers; v++)
+				outside |= bg->savers[v].tile == t;
+			pl->in_reg[t] = !outside;
+		}
+	}
+}
+
 static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct plan *pl)
 {
 	const struct mo_tp *body = &bg->body;
 	memset(pl, 0, sizeof *pl);
+	for (int a = 0; a < bg->n_accums; a++)
+		pl->post[bg->accums[a].out] = true;
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		bool p = false;
+		for (int k = 0; k < op->n_in; k++)
+			p |= op->in[k] >= 0 && pl->post[op->in[k]];
+		pl->post[op->out[0]] = p;
+	}
+	plan_thread_graphs(bg, pl);
 	for (int i = 0; i < body->n_tensors; i++) {
 		const struct mo_tensor *t = &body->tensors[i];
 		struct buf *b = &pl->tiles[i];
@@ -515,7 +589,8 @@ static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct pl
 			b->value = t->fvals[0];
 			continue;
 		}
-		pl->off_tile[i] = take(pl, mo_tensor_numel(t));
+		if (!pl->in_reg[i])
+			pl->off_tile[i] = take(pl, mo_tensor_numel(t));
 	}
 	for (int a = 0; a < bg->n_accums; a++) {
 		const struct mo_bg_accum *x = &bg->accums[a];
@@ -527,15 +602,47 @@ static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct pl
 		pl->off_run[a] = take(pl, nm);
 		pl->off_new[a] = take(pl, nm);
 	}
-	for (int a = 0; a < bg->n_accums; a++)
-		pl->post[bg->accums[a].out] = true;
-	for (int i = 0; i < body->n_ops; i++) {
-		const struct mo_tp_op *op = &body->ops[i];
-		bool p = false;
-		for (int k = 0; k < op->n_in; k++)
-			p |= op->in[k] >= 0 && pl->post[op->in[k]];
-		pl->post[op->out[0]] = p;
+}
+
+/* Body ops first..last (a thread graph, plan_thread_graphs) as one loop:
+ * each element's chain in registers, stored only where read outside. */
+static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_tp *body,
+			      const struct plan *pl, int first, int last, struct barriers *br)
+{
+	int reads[2 * MO_MG_MAX] = { 0 }, nr = 0;
+	for (int j = first; j <= last; j++)
+		for (int q = 0; q < body->ops[j].n_in; q++) {
+			int t = body->ops[j].in[q];
+			int prod = t >= 0 ? body->tensors[t].producer : -1;
+			if (t >= 0 && !(prod >= first && prod < j))
+				reads[nr++] = t;
+		}
+	sync_for(g, br, reads, nr);
+	const struct mo_tensor *shape = &body->tensors[body->ops[first].out[0]];
+	loop_open(g, sc, "i", mo_tensor_numel(shape));
+	for (int j = first; j <= last && !g->fail; j++) {
+		const struct mo_tp_op *op = &body->ops[j];
+		char x[2][512] = { "", "" }, idx[256], e[1200];
+		for (int q = 0; q < op->n_in && q < 2; q++) {
+			int t = op->in[q];
+			int prod = body->tensors[t].producer;
+			if (prod >= first && prod < j) {
+				snprintf(x[q], sizeof x[q], "r%d", t);
+			} else {
+				bcast_index(idx, sizeof idx, &body->tensors[t], shape, "i");
+				load(x[q], sizeof x[q], &pl->tiles[t], idx);
+			}
+		}
+		if (!elementwise_expr(g, body, op, x[0], x[1], e, sizeof e))
+			break;
+		int out = op->out[0];
+		P(g, "const float r%d = %s;\n", out, e);
+		if (!pl->in_reg[out]) {
+			P(g, "%s[i] = r%d;\n", pl->tiles[out].name, out);
+			br->dirty[out] = true;
+		}
 	}
+	P(g, "}\n");
 }
 
 /* The offset of a tile element in its kernel tensor: the block's chunk along
@@ -573,11 +680,6 @@ static void gbuf(struct buf *b, const struct mo_tp *kg, int t)
 	if (!ctype_of(b->t->dtype, &b->ct))
 		b->ct = CT_F32;
 }
-
-struct barriers {
-	bool dirty[MO_MG_MAX];
-	bool any;
-};
 
 static void sync_for(struct gen *g, struct barriers *br, const int *in, int n_in)
 {
@@ -642,6 +744,25 @@ static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph
 	br->dirty[x->out] = true;
 }
 
+/* The body ops of one phase: in the for-loop (post false) or after it. */
+static void emit_body(struct gen *g, enum scope sc, const struct mo_tp *body,
+		      const struct plan *pl, bool post, struct barriers *br)
+{
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		if (pl->post[op->out[0]] != post)
+			continue;
+		if (pl->tg_last[i] >= 0) {
+			emit_thread_graph(g, sc, body, pl, i, pl->tg_last[i], br);
+			i = pl->tg_last[i];
+			continue;
+		}
+		sync_for(g, br, op->in, op->n_in);
+		emit_op(g, sc, body, op, pl->tiles);
+		br->dirty[op->out[0]] = true;
+	}
+}
+
 static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k, const char *fn,
 			      uint64_t *ws_floats)
 {
@@ -674,7 +795,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 			P(g, "%s%s *%s = (%s%s *)a.g[%d];\n", "", ctype_c[gb[t].ct], gb[t].name, "",
 			  ctype_c[gb[t].ct], t);
 	for (int i = 0; i < body->n_tensors; i++)
-		if (!pl.tiles[i].is_const)
+		if (!pl.tiles[i].is_const && !pl.in_reg[i])
 			P(g, "float *%s = ws + %" PRIu64 ";\n", pl.tiles[i].name, pl.off_tile[i]);
 	for (int a = 0; a < bg->n_accums; a++)
 		if (bg->accums[a].kind == MO_ACC_RESCALED)
@@ -693,27 +814,13 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		P(g, "%s[i] = %s;\n}\n", pl.tiles[x->tile].name, v);
 		br.dirty[x->tile] = true;
 	}
-	for (int i = 0; i < body->n_ops; i++) {
-		const struct mo_tp_op *op = &body->ops[i];
-		if (pl.post[op->out[0]])
-			continue;
-		sync_for(g, &br, op->in, op->n_in);
-		emit_op(g, sc, body, op, pl.tiles);
-		br.dirty[op->out[0]] = true;
-	}
+	emit_body(g, sc, body, &pl, false, &br);
 	for (int a = 0; a < bg->n_accums; a++)
 		emit_accum(g, sc, bg, &pl, a, &br);
 	if (bg->forloop > 1)
 		sync_all(g, &br);
 	P(g, "}\n");
-	for (int i = 0; i < body->n_ops; i++) {
-		const struct mo_tp_op *op = &body->ops[i];
-		if (!pl.post[op->out[0]])
-			continue;
-		sync_for(g, &br, op->in, op->n_in);
-		emit_op(g, sc, body, op, pl.tiles);
-		br.dirty[op->out[0]] = true;
-	}
+	emit_body(g, sc, body, &pl, true, &br);
 	for (int s = 0; s < bg->n_savers; s++) {
 		const struct mo_bg_saver *x = &bg->savers[s];
 		const struct mo_tensor *tile = &body->tensors[x->tile];
