@@ -2,6 +2,7 @@
 #include "mugraphs.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct mo_tensor *tensor(const struct mo_tp *p, const char *name)
@@ -10,6 +11,27 @@ static const struct mo_tensor *tensor(const struct mo_tp *p, const char *name)
 		if (strcmp(p->tensors[i].name, name) == 0)
 			return &p->tensors[i];
 	return NULL;
+}
+
+struct test_program test_program_load(const char *name)
+{
+	const char *dir = getenv("MO_TEST_MODELS");
+	struct test_program p = { NULL, NULL };
+	struct mo_diag d;
+	mo_diag_init(&d);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/%s", dir ? dir : "(MO_TEST_MODELS is not set)", name);
+	if (!dir || mo_onnx_load(path, &p.m, &d) || mo_tp_import(p.m, NULL, &p.tp, &d)) {
+		fprintf(stderr, "%s: %s\n", path, d.msg);
+		abort();
+	}
+	return p;
+}
+
+void test_program_free(struct test_program *p)
+{
+	mo_tp_free(p->tp);
+	mo_onnx_free(p->m);
 }
 
 int mg_program_input(struct mo_mugraph *mg, const struct mo_tp *p, const char *name)

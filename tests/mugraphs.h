@@ -4,6 +4,16 @@
 
 #include "mo_mugraph.h"
 
+/* A benchmark model of the `test_models` fixture (the folder named by
+ * MO_TEST_MODELS) and its tensor program; aborts with the reason when it
+ * cannot be loaded. */
+struct test_program {
+	struct mo_model *m;
+	struct mo_tp *tp;
+};
+struct test_program test_program_load(const char *name);
+void test_program_free(struct test_program *p);
+
 /* A kernel-graph input mirroring the program's tensor of that name. */
 int mg_program_input(struct mo_mugraph *mg, const struct mo_tp *p, const char *name);
 

@@ -32,21 +32,6 @@ static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
 /* ---- files ---- */
 
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/mo_test_XXXXXX";
-	char *d = mkdtemp(tmpl);
-	assert_non_null(d);
-	return strdup(d);
-}
-
-static void rm_rf(const char *dir)
-{
-	char cmd[512];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	assert_int_equal(system(cmd), 0);
-}
-
 static size_t count_entries(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -75,49 +60,33 @@ static uint8_t *read_file(const char *path, size_t *len)
 
 /* ---- model pieces tmodel.h does not make ---- */
 
-#define APPEND(t, arr, n, p)                                          \
-	do {                                                          \
-		void *old_ = (arr);                                   \
-		(arr) = tm_alloc((t), ((n) + 1) * sizeof *(arr));     \
-		if (n)                                                \
-			memcpy((arr), old_, (n) * sizeof *(arr));     \
-		(arr)[(n)++] = (p);                                   \
-	} while (0)
-
-static char *tdup(struct tm *t, const char *s)
-{
-	char *c = tm_alloc(t, strlen(s) + 1);
-	strcpy(c, s);
-	return c;
-}
-
 static void value_info(struct tm *t, const char *name)
 {
 	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
 	onnx__value_info_proto__init(v);
-	v->name = tdup(t, name);
-	APPEND(t, t->graph.value_info, t->graph.n_value_info, v);
+	v->name = tm_strdup(t, name);
+	TM_APPEND(t, t->graph.value_info, t->graph.n_value_info, v);
 }
 
 static void metadata(struct tm *t, const char *key, const char *value)
 {
 	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
 	onnx__string_string_entry_proto__init(e);
-	e->key = tdup(t, key);
-	e->value = tdup(t, value);
-	APPEND(t, t->model.metadata_props, t->model.n_metadata_props, e);
+	e->key = tm_strdup(t, key);
+	e->value = tm_strdup(t, value);
+	TM_APPEND(t, t->model.metadata_props, t->model.n_metadata_props, e);
 }
 
 static void int_attribute(struct tm *t, Onnx__NodeProto *n, const char *name, int64_t v)
 {
 	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
 	onnx__attribute_proto__init(a);
-	a->name = tdup(t, name);
+	a->name = tm_strdup(t, name);
 	a->has_type = 1;
 	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
 	a->has_i = 1;
 	a->i = v;
-	APPEND(t, n->attribute, n->n_attribute, a);
+	TM_APPEND(t, n->attribute, n->n_attribute, a);
 }
 
 /* ---- running an export ---- */
@@ -138,7 +107,7 @@ static void load_tm(struct run *r, struct tm *t)
 	mo_diag_init(&r->d);
 	assert_int_equal(mo_onnx_load_buffer(r->in_bytes, r->in_len, NULL, "test", &r->in, &r->d),
 			 MO_OK);
-	r->dir = make_tmpdir();
+	r->dir = tm_tmpdir();
 	snprintf(r->path, sizeof r->path, "%s/fused.onnx", r->dir);
 }
 
@@ -171,7 +140,7 @@ static void run_free(struct run *r)
 {
 	mo_onnx_free(r->in);
 	mo_onnx_free(r->out);
-	rm_rf(r->dir);
+	tm_rm_rf(r->dir);
 	free(r->dir);
 }
 

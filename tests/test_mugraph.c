@@ -17,32 +17,7 @@
 #include "mo_mugraph.h"
 #include "mugraphs.h"
 
-struct program {
-	struct mo_model *m;
-	struct mo_tp *tp;
-};
-
-static struct program load(const char *name)
-{
-	const char *dir = getenv("MO_TEST_MODELS");
-	assert_non_null(dir);
-	char path[1024];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	struct program p;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_onnx_load(path, &p.m, &d) || mo_tp_import(p.m, NULL, &p.tp, &d))
-		fail_msg("%s: %s", path, d.msg);
-	return p;
-}
-
-static void unload(struct program *p)
-{
-	mo_tp_free(p->tp);
-	mo_onnx_free(p->m);
-}
-
-static enum mo_verdict verdict(struct mo_mugraph *mg, const struct program *p, char *detail)
+static enum mo_verdict verdict(struct mo_mugraph *mg, const struct test_program *p, char *detail)
 {
 	struct mo_equiv_options opt = MO_EQUIV_DEFAULTS;
 	struct mo_equiv_report rep;
@@ -62,7 +37,7 @@ static enum mo_verdict verdict(struct mo_mugraph *mg, const struct program *p, c
 static void rmsnorm_matmul_single_kernel(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
 	char why[256], detail[512];
 	if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
@@ -84,7 +59,7 @@ static void rmsnorm_matmul_single_kernel(void **state)
 			fail_msg("mutant %d survived: %s", k, detail);
 		mo_mg_free(mg);
 	}
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* The mutants above must mostly be killed by the verifier, not by the
@@ -92,7 +67,7 @@ static void rmsnorm_matmul_single_kernel(void **state)
 static void rmsnorm_mutants_are_killed_by_the_verifier(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	int by_verifier = 0;
 	for (int k = RMS_OK + 1; k < RMS_MUTANTS; k++) {
 		struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, (enum rms_mutant)k, 2, 2, 4);
@@ -101,7 +76,7 @@ static void rmsnorm_mutants_are_killed_by_the_verifier(void **state)
 		mo_mg_free(mg);
 	}
 	assert_int_equal(by_verifier, RMS_MUTANTS - 1);
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* Runs every mutant of a builder: the good graph must be proven, every
@@ -109,7 +84,7 @@ static void rmsnorm_mutants_are_killed_by_the_verifier(void **state)
 static void prove_and_kill(const char *model, struct mo_mugraph *(*build)(const struct mo_tp *, int),
 			   int n_mutants, int min_killed_by_verifier)
 {
-	struct program p = load(model);
+	struct test_program p = test_program_load(model);
 	char why[256], detail[512];
 	struct mo_mugraph *mg = build(p.tp, 0);
 	if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
@@ -141,7 +116,7 @@ static void prove_and_kill(const char *model, struct mo_mugraph *(*build)(const 
 	}
 	if (killed < min_killed_by_verifier)
 		fail_msg("%s: only %d mutants reached and were killed by the verifier", model, killed);
-	unload(&p);
+	test_program_free(&p);
 }
 
 static void gated_mlp_single_kernel(void **state)
@@ -168,7 +143,7 @@ static void attention_flash_online_softmax(void **state)
 	prove_and_kill("gqa_tiny_fp32.onnx", mg_attention_flash, 4, 3);
 	/* the online softmax is stable where the exp-sum is not: at inputs of
 	 * magnitude 30, exp(S) overflows float, exp(S − m) does not */
-	struct program p = load("gqa_tiny_fp32.onnx");
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mg_attention_flash(p.tp, 0);
 	struct mo_eval_result a, b;
 	struct mo_diag d;
@@ -186,7 +161,7 @@ static void attention_flash_online_softmax(void **state)
 	mo_eval_result_free(&a);
 	mo_eval_result_free(&b);
 	mo_mg_free(mg);
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* The fast check: the reference is evaluated once per seed; a correct graph
@@ -194,7 +169,7 @@ static void attention_flash_online_softmax(void **state)
 static void quick_check_samples_blocks(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_ref_cache rc;
 	mo_ref_cache_init(&rc, p.tp);
 	struct mo_diag d;
@@ -224,7 +199,7 @@ static void quick_check_samples_blocks(void **state)
 	}
 	assert_int_equal(killed, built);
 	mo_ref_cache_free(&rc);
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* Every hand-built μGraph survives JSON: parsed back it prints the same text
@@ -241,7 +216,7 @@ static char *json_of(const struct mo_mugraph *mg)
 
 static void roundtrip(const char *model, struct mo_mugraph *(*build)(const struct mo_tp *, int))
 {
-	struct program p = load(model);
+	struct test_program p = test_program_load(model);
 	struct mo_mugraph *mg = build(p.tp, 0);
 	char *a = json_of(mg);
 	struct mo_mugraph *back;
@@ -275,7 +250,7 @@ static void roundtrip(const char *model, struct mo_mugraph *(*build)(const struc
 	free(b);
 	mo_mg_free(mg);
 	mo_mg_free(back);
-	unload(&p);
+	test_program_free(&p);
 }
 
 static struct mo_mugraph *rmsnorm_ok(const struct mo_tp *p, int mut)
@@ -308,7 +283,7 @@ static void json_round_trips(void **state)
 static void validity_rules(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	char why[256];
 	/* a saved tile that skips the accumulator in a 4-iteration loop */
 	struct mo_mugraph *mg = mo_mg_new();
@@ -336,7 +311,7 @@ static void validity_rules(void **state)
 	assert_false(mo_mg_valid(mg, MO_SM90, why, sizeof why));
 	assert_non_null(strstr(why, "shared memory"));
 	mo_mg_free(mg);
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* A chain of `n` element-wise ops over a [1, cols] input, optionally one

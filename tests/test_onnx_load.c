@@ -32,21 +32,6 @@ static void build_matmul(struct tm *t)
 	tm_output(t, &t->graph, "Y");
 }
 
-static char *make_tmpdir(void)
-{
-	char tmpl[] = "/tmp/mo_test_XXXXXX";
-	char *d = mkdtemp(tmpl);
-	assert_non_null(d);
-	return strdup(d);
-}
-
-static void rm_rf(const char *dir)
-{
-	char cmd[512];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	assert_int_equal(system(cmd), 0);
-}
-
 static void write_file(const char *path, const void *data, size_t len)
 {
 	FILE *f = fopen(path, "wb");
@@ -117,7 +102,7 @@ static void loads_fields_of_a_valid_model(void **state)
 /* Saves `b` through load + save and returns the bytes written. */
 static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
 {
-	char *dir = make_tmpdir();
+	char *dir = tm_tmpdir();
 	char path[512];
 	snprintf(path, sizeof path, "%s/out.onnx", dir);
 	struct mo_model *m;
@@ -127,7 +112,7 @@ static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
 	mo_onnx_free(m);
 	uint8_t *r = read_file(path, out_len);
 	assert_int_equal(count_entries(dir), 1); /* no temporary left beside it */
-	rm_rf(dir);
+	tm_rm_rf(dir);
 	free(dir);
 	return r;
 }
@@ -308,7 +293,7 @@ struct ext_fixture {
 
 static void ext_setup(struct ext_fixture *f)
 {
-	f->dir = make_tmpdir();
+	f->dir = tm_tmpdir();
 	for (int i = 0; i < 16; i++)
 		f->data[i] = (float)i * 0.5f;
 	char p[512];
@@ -319,7 +304,7 @@ static void ext_setup(struct ext_fixture *f)
 
 static void ext_teardown(struct ext_fixture *f)
 {
-	rm_rf(f->dir);
+	tm_rm_rf(f->dir);
 	free(f->dir);
 }
 
@@ -433,7 +418,7 @@ static void save_replaces_atomically_and_fails_cleanly(void **state)
 	build_matmul(&t);
 	size_t n;
 	uint8_t *b = tm_pack(&t, &n);
-	char *dir = make_tmpdir();
+	char *dir = tm_tmpdir();
 	char path[600], bad[600];
 	snprintf(path, sizeof path, "%s/out.onnx", dir);
 	write_file(path, "old contents", 12);
@@ -455,7 +440,7 @@ static void save_replaces_atomically_and_fails_cleanly(void **state)
 	assert_int_equal(mo_onnx_save(m, dir, &d), MO_ERR_INPUT); /* a folder */
 	assert_int_equal(count_entries(dir), 1);
 	mo_onnx_free(m);
-	rm_rf(dir);
+	tm_rm_rf(dir);
 	free(dir);
 	tm_free(&t);
 }

@@ -20,31 +20,6 @@
 #include "mo_plugin.h"
 #include "mugraphs.h"
 
-struct program {
-	struct mo_model *m;
-	struct mo_tp *tp;
-};
-
-static struct program load(const char *name)
-{
-	const char *dir = getenv("MO_TEST_MODELS");
-	assert_non_null(dir);
-	char path[1024];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	struct program p;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_onnx_load(path, &p.m, &d) || mo_tp_import(p.m, NULL, &p.tp, &d))
-		fail_msg("%s: %s", path, d.msg);
-	return p;
-}
-
-static void unload(struct program *p)
-{
-	mo_tp_free(p->tp);
-	mo_onnx_free(p->m);
-}
-
 static char tmpdir[64];
 
 static int make_tmpdir(void **state)
@@ -64,7 +39,7 @@ static int remove_tmpdir(void **state)
 
 /* Builds a one-op plugin of mg (with CUDA where nvcc is) and runs the float
  * check of its CPU kernel against p. */
-static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struct program *p,
+static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struct test_program *p,
 					      const char *tag)
 {
 	if (mg->error[0])
@@ -93,7 +68,7 @@ static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struc
 	return c;
 }
 
-static void expect_agrees(struct mo_mugraph *mg, const struct program *p, const char *tag)
+static void expect_agrees(struct mo_mugraph *mg, const struct test_program *p, const char *tag)
 {
 	struct mo_plugin_check c = build_and_check(mg, p, tag);
 	if (!c.ok || c.max_rel > 1e-5)
@@ -104,46 +79,46 @@ static void expect_agrees(struct mo_mugraph *mg, const struct program *p, const 
 static void rmsnorm_matmul_kernel_agrees(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4), &p, "rmsnorm");
 	/* one block, one iteration: the degenerate schedule */
 	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 1, 1, 1), &p, "rmsnorm_1");
-	unload(&p);
+	test_program_free(&p);
 }
 
 static void gated_mlp_kernel_agrees(void **state)
 {
 	(void)state;
-	struct program p = load("gated_mlp_tiny_fp32.onnx");
+	struct test_program p = test_program_load("gated_mlp_tiny_fp32.onnx");
 	expect_agrees(mg_gated_mlp(p.tp, 0), &p, "gated_mlp");
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* Two kernels, the second concatenating tiles in shared memory. */
 static void lora_two_kernels_with_concat_agree(void **state)
 {
 	(void)state;
-	struct program p = load("lora_tiny_fp32.onnx");
+	struct test_program p = test_program_load("lora_tiny_fp32.onnx");
 	expect_agrees(mg_lora(p.tp, 0), &p, "lora");
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* Split-KV partial sums in one kernel, the combine in a second. */
 static void attention_split_kv_agrees(void **state)
 {
 	(void)state;
-	struct program p = load("gqa_tiny_fp32.onnx");
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
 	expect_agrees(mg_attention_split_kv(p.tp, 0), &p, "split_kv");
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* Online softmax: max and max-rescaled accumulators, a thread graph. */
 static void attention_flash_agrees(void **state)
 {
 	(void)state;
-	struct program p = load("gqa_tiny_fp32.onnx");
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
 	expect_agrees(mg_attention_flash(p.tp, 0), &p, "flash");
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* The check is what keeps a wrong kernel out of a model: a μGraph that is
@@ -151,20 +126,20 @@ static void attention_flash_agrees(void **state)
 static void wrong_kernel_fails_the_check(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OFF_BY_ONE, 2, 2, 4);
 	struct mo_plugin_check c = build_and_check(mg, &p, "rmsnorm_wrong");
 	assert_false(c.ok);
 	assert_non_null(strstr(c.detail, "the region gives"));
 	mo_mg_free(mg);
-	unload(&p);
+	test_program_free(&p);
 }
 
 /* What the generator cannot emit is said, not compiled. */
 static void unsupported_op_is_reported(void **state)
 {
 	(void)state;
-	struct program p = load("rmsnorm_tiny_fp32.onnx");
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mo_mg_new();
 	int x = mg_program_input(mg, p.tp, "X");
 	struct mo_op_params sp = { .n_axes = 1, .axes = { 1 } };
@@ -180,7 +155,7 @@ static void unsupported_op_is_reported(void **state)
 	fclose(f);
 	assert_non_null(strstr(why, "Softmax"));
 	mo_mg_free(mg);
-	unload(&p);
+	test_program_free(&p);
 }
 
 int main(void)

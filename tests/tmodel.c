@@ -14,22 +14,35 @@ void *tm_alloc(struct tm *t, size_t n)
 	return p;
 }
 
-static char *dup(struct tm *t, const char *s)
+char *tm_strdup(struct tm *t, const char *s)
 {
 	char *c = tm_alloc(t, strlen(s) + 1);
 	strcpy(c, s);
 	return c;
 }
 
-/* Appends p to a protobuf-c repeated pointer field. */
-#define APPEND(t, arr, n, p)                                                  \
-	do {                                                                  \
-		void *old_ = (arr);                                           \
-		(arr) = tm_alloc((t), ((n) + 1) * sizeof *(arr));             \
-		if (n)                                                        \
-			memcpy((arr), old_, (n) * sizeof *(arr));             \
-		(arr)[(n)++] = (p);                                           \
-	} while (0)
+char *tm_tmpdir(void)
+{
+	char tmpl[] = "/tmp/mo_test_XXXXXX";
+	char *d = mkdtemp(tmpl);
+	char *copy = d ? strdup(d) : NULL;
+	if (!copy) {
+		perror("mkdtemp");
+		abort();
+	}
+	return copy;
+}
+
+void tm_rm_rf(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "cannot remove %s\n", dir);
+		abort();
+	}
+}
+
 
 void tm_init(struct tm *t)
 {
@@ -61,7 +74,7 @@ static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
 {
 	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
 	onnx__value_info_proto__init(v);
-	v->name = dup(t, name);
+	v->name = tm_strdup(t, name);
 	Onnx__TypeProto *ty = tm_alloc(t, sizeof *ty);
 	onnx__type_proto__init(ty);
 	Onnx__TypeProto__Tensor *tt = tm_alloc(t, sizeof *tt);
@@ -76,7 +89,7 @@ static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
 			onnx__tensor_shape_proto__dimension__init(d);
 			d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
 			d->dim_value = dims[i];
-			APPEND(t, sh->dim, sh->n_dim, d);
+			TM_APPEND(t, sh->dim, sh->n_dim, d);
 		}
 		tt->shape = sh;
 	}
@@ -89,12 +102,12 @@ static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
 void tm_input(struct tm *t, Onnx__GraphProto *g, const char *name, size_t rank,
 	      const int64_t *dims)
 {
-	APPEND(t, g->input, g->n_input, value_info(t, name, rank, dims));
+	TM_APPEND(t, g->input, g->n_input, value_info(t, name, rank, dims));
 }
 
 void tm_output(struct tm *t, Onnx__GraphProto *g, const char *name)
 {
-	APPEND(t, g->output, g->n_output, value_info(t, name, 0, NULL));
+	TM_APPEND(t, g->output, g->n_output, value_info(t, name, 0, NULL));
 }
 
 Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
@@ -103,14 +116,14 @@ Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
 {
 	Onnx__NodeProto *n = tm_alloc(t, sizeof *n);
 	onnx__node_proto__init(n);
-	n->op_type = dup(t, op);
+	n->op_type = tm_strdup(t, op);
 	if (name)
-		n->name = dup(t, name);
+		n->name = tm_strdup(t, name);
 	for (; inputs && *inputs; inputs++)
-		APPEND(t, n->input, n->n_input, dup(t, *inputs));
+		TM_APPEND(t, n->input, n->n_input, tm_strdup(t, *inputs));
 	for (; outputs && *outputs; outputs++)
-		APPEND(t, n->output, n->n_output, dup(t, *outputs));
-	APPEND(t, g->node, g->n_node, n);
+		TM_APPEND(t, n->output, n->n_output, tm_strdup(t, *outputs));
+	TM_APPEND(t, g->node, g->n_node, n);
 	return n;
 }
 
@@ -119,7 +132,7 @@ static Onnx__TensorProto *tensor(struct tm *t, const char *name, size_t rank,
 {
 	Onnx__TensorProto *x = tm_alloc(t, sizeof *x);
 	onnx__tensor_proto__init(x);
-	x->name = dup(t, name);
+	x->name = tm_strdup(t, name);
 	x->has_data_type = 1;
 	x->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 	x->n_dims = rank;
@@ -136,7 +149,7 @@ Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char 
 	x->raw_data.len = n * sizeof(float);
 	x->raw_data.data = tm_alloc(t, x->raw_data.len);
 	memcpy(x->raw_data.data, data, x->raw_data.len);
-	APPEND(t, g->initializer, g->n_initializer, x);
+	TM_APPEND(t, g->initializer, g->n_initializer, x);
 	return x;
 }
 
@@ -144,9 +157,9 @@ static void entry(struct tm *t, Onnx__TensorProto *x, const char *k, const char 
 {
 	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
 	onnx__string_string_entry_proto__init(e);
-	e->key = dup(t, k);
-	e->value = dup(t, v);
-	APPEND(t, x->external_data, x->n_external_data, e);
+	e->key = tm_strdup(t, k);
+	e->value = tm_strdup(t, v);
+	TM_APPEND(t, x->external_data, x->n_external_data, e);
 }
 
 Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *name,
@@ -166,7 +179,7 @@ Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *na
 		snprintf(buf, sizeof buf, "%lld", length);
 		entry(t, x, "length", buf);
 	}
-	APPEND(t, g->initializer, g->n_initializer, x);
+	TM_APPEND(t, g->initializer, g->n_initializer, x);
 	return x;
 }
 
@@ -174,14 +187,14 @@ Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *a
 {
 	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
 	onnx__attribute_proto__init(a);
-	a->name = dup(t, attr);
+	a->name = tm_strdup(t, attr);
 	a->has_type = 1;
 	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
 	Onnx__GraphProto *g = tm_alloc(t, sizeof *g);
 	onnx__graph_proto__init(g);
-	g->name = dup(t, attr);
+	g->name = tm_strdup(t, attr);
 	a->g = g;
-	APPEND(t, node->attribute, node->n_attribute, a);
+	TM_APPEND(t, node->attribute, node->n_attribute, a);
 	return g;
 }
 

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "onnx.pb-c.h"
 
@@ -37,6 +38,25 @@ Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *na
 Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *attr);
 /* Serializes; the buffer is owned by t. */
 uint8_t *tm_pack(struct tm *t, size_t *len);
+/* Appends p to a protobuf-c repeated pointer field (arr, its count n), the
+ * grown array allocated by t. */
+#define TM_APPEND(t, arr, n, p)                                               \
+	do {                                                                  \
+		void *old_ = (arr);                                           \
+		(arr) = tm_alloc((t), ((n) + 1) * sizeof *(arr));             \
+		if (n)                                                        \
+			memcpy((arr), old_, (n) * sizeof *(arr));             \
+		(arr)[(n)++] = (p);                                           \
+	} while (0)
+
+/* A copy of s allocated by t. */
+char *tm_strdup(struct tm *t, const char *s);
+
+/* A new empty folder under /tmp (malloc'd name; aborts on failure), and its
+ * removal with everything in it. */
+char *tm_tmpdir(void);
+void tm_rm_rf(const char *dir);
+
 /* Allocation tracked by t. */
 void *tm_alloc(struct tm *t, size_t n);
 
