@@ -3,6 +3,7 @@
 #ifndef MO_BASE_H
 #define MO_BASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -60,6 +61,16 @@ void mo_strmap_free(struct mo_strmap *m);
 const int *mo_strmap_get(const struct mo_strmap *m, const char *key);
 /* Inserts key -> val unless key is present; *had says which happened. */
 int mo_strmap_put(struct mo_strmap *m, const char *key, int val, int *had);
+
+/* Names in the order first added, each once (the strings are borrowed). */
+struct mo_nameset {
+	const char **v;
+	size_t n, cap;
+	struct mo_strmap seen;
+};
+/* False when out of memory. */
+bool mo_nameset_add(struct mo_nameset *s, const char *name);
+void mo_nameset_free(struct mo_nameset *s);
 
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per
  * worker thread (as many as online CPUs, at most `max_threads` if > 0), and

@@ -69,3 +69,28 @@ int mo_strmap_put(struct mo_strmap *m, const char *k, int v, int *had)
 	}
 	return 1;
 }
+
+bool mo_nameset_add(struct mo_nameset *s, const char *name)
+{
+	int had;
+	if (!mo_strmap_put(&s->seen, name, 0, &had))
+		return false;
+	if (had)
+		return true;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 16;
+		const char **v = mo_realloc(s->v, cap * sizeof *v);
+		if (!v)
+			return false;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = name;
+	return true;
+}
+
+void mo_nameset_free(struct mo_nameset *s)
+{
+	mo_free(s->v);
+	mo_strmap_free(&s->seen);
+}

@@ -43,38 +43,6 @@ static bool ivec_push(struct ivec *a, int x)
 	return true;
 }
 
-/* A set of borrowed names that remembers insertion order. */
-struct nameset {
-	const char **v;
-	size_t n, cap;
-	struct mo_strmap seen;
-};
-
-static bool nameset_add(struct nameset *s, const char *name)
-{
-	int had;
-	if (!mo_strmap_put(&s->seen, name, 0, &had))
-		return false;
-	if (had)
-		return true;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 16;
-		const char **v = mo_realloc(s->v, cap * sizeof *v);
-		if (!v)
-			return false;
-		s->v = v;
-		s->cap = cap;
-	}
-	s->v[s->n++] = name;
-	return true;
-}
-
-static void nameset_free(struct nameset *s)
-{
-	mo_free(s->v);
-	mo_strmap_free(&s->seen);
-}
-
 static bool named(const char *s) { return s && *s; }
 
 /* ---- names a subgraph reads from the graphs around it ----
@@ -84,9 +52,9 @@ static bool named(const char *s) { return s && *s; }
  * Scoping is lexical, so a name the subgraph (or a graph between it and the
  * read) defines itself is not an outer read. */
 
-static bool node_subgraph_reads(const Onnx__NodeProto *n, struct nameset *out);
+static bool node_subgraph_reads(const Onnx__NodeProto *n, struct mo_nameset *out);
 
-static bool graph_outer_reads(const Onnx__GraphProto *g, struct nameset *out)
+static bool graph_outer_reads(const Onnx__GraphProto *g, struct mo_nameset *out)
 {
 	struct mo_strmap defs = { 0 };
 	int had;
@@ -111,25 +79,25 @@ static bool graph_outer_reads(const Onnx__GraphProto *g, struct nameset *out)
 		const Onnx__NodeProto *n = g->node[i];
 		for (size_t k = 0; ok && k < n->n_input; k++)
 			if (named(n->input[k]) && !mo_strmap_get(&defs, n->input[k]))
-				ok = nameset_add(out, n->input[k]);
-		struct nameset inner = { 0 };
+				ok = mo_nameset_add(out, n->input[k]);
+		struct mo_nameset inner = { 0 };
 		ok = ok && node_subgraph_reads(n, &inner);
 		for (size_t k = 0; ok && k < inner.n; k++)
 			if (!mo_strmap_get(&defs, inner.v[k]))
-				ok = nameset_add(out, inner.v[k]);
-		nameset_free(&inner);
+				ok = mo_nameset_add(out, inner.v[k]);
+		mo_nameset_free(&inner);
 	}
 	/* A branch may return an outer value as it is. */
 	for (size_t i = 0; ok && i < g->n_output; i++)
 		if (named(g->output[i]->name) && !mo_strmap_get(&defs, g->output[i]->name))
-			ok = nameset_add(out, g->output[i]->name);
+			ok = mo_nameset_add(out, g->output[i]->name);
 	mo_strmap_free(&defs);
 	return ok;
 }
 
 /* The loader bounds nesting (MAX_NESTING in onnx/model.c), which bounds this
  * recursion too. */
-static bool node_subgraph_reads(const Onnx__NodeProto *n, struct nameset *out)
+static bool node_subgraph_reads(const Onnx__NodeProto *n, struct mo_nameset *out)
 {
 	for (size_t a = 0; a < n->n_attribute; a++) {
 		const Onnx__AttributeProto *at = n->attribute[a];
@@ -325,13 +293,13 @@ static enum mo_status collect(struct ex *x)
 				return nomem(x);
 		}
 		if (v < x->n_orig) {
-			struct nameset inner = { 0 };
+			struct mo_nameset inner = { 0 };
 			bool ok = node_subgraph_reads(x->g->node[v], &inner);
 			for (size_t i = 0; ok && i < inner.n; i++) {
 				int id = intern(x, inner.v[i]);
 				ok = id >= 0 && ivec_push(&x->reads, id);
 			}
-			nameset_free(&inner);
+			mo_nameset_free(&inner);
 			if (!ok)
 				return nomem(x);
 		}

@@ -14,38 +14,9 @@ struct scope {
 	const struct scope *parent;
 };
 
-/* Names a subgraph reads from enclosing graphs: for the enclosing graph's
- * dependency order they are implicit inputs of the node that owns it. */
-struct name_list {
-	const char **v;
-	size_t n, cap;
-	struct mo_strmap seen;
-};
-
-static bool list_add(struct name_list *l, const char *name)
-{
-	int had;
-	if (!mo_strmap_put(&l->seen, name, 0, &had))
-		return false;
-	if (had)
-		return true;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		const char **v = mo_realloc(l->v, cap * sizeof *v);
-		if (!v)
-			return false;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = name;
-	return true;
-}
-
-static void list_free(struct name_list *l)
-{
-	mo_free(l->v);
-	mo_strmap_free(&l->seen);
-}
+/* The names a subgraph reads from enclosing graphs (a struct mo_nameset)
+ * are, for the enclosing graph's dependency order, implicit inputs of the
+ * node that owns it. */
 
 static bool defined_outside(const struct scope *s, const char *name)
 {
@@ -74,7 +45,7 @@ struct graph_check {
 static enum mo_status check_graph(const struct graph_check *c,
 				  const Onnx__GraphProto *g,
 				  const struct scope *parent,
-				  struct name_list *outer_reads);
+				  struct mo_nameset *outer_reads);
 
 static enum mo_status fail(const struct graph_check *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -198,7 +169,7 @@ out:
 static enum mo_status check_subgraphs(const struct graph_check *c,
 				      const Onnx__NodeProto *node, size_t ni,
 				      const struct scope *s, struct deps *dg,
-				      struct name_list *outer_reads)
+				      struct mo_nameset *outer_reads)
 {
 	for (size_t a = 0; a < node->n_attribute; a++) {
 		const Onnx__AttributeProto *at = node->attribute[a];
@@ -211,18 +182,18 @@ static enum mo_status check_subgraphs(const struct graph_check *c,
 			snprintf(where, sizeof where, "%s > %s attribute '%s'",
 				 c->where, nd, str(at->name));
 			struct graph_check sc = { c->m, c->d, where };
-			struct name_list reads = { 0 };
+			struct mo_nameset reads = { 0 };
 			enum mo_status st = check_graph(&sc, sub, s, &reads);
 			for (size_t r = 0; !st && r < reads.n; r++) {
 				const int *p = mo_strmap_get(&s->names, reads.v[r]);
 				if (p) {
 					if (*p >= 0 && !deps_add(dg, (size_t)*p, ni))
 						st = mo_diag_nomem(c->d);
-				} else if (!list_add(outer_reads, reads.v[r])) {
+				} else if (!mo_nameset_add(outer_reads, reads.v[r])) {
 					st = mo_diag_nomem(c->d);
 				}
 			}
-			list_free(&reads);
+			mo_nameset_free(&reads);
 			if (st)
 				return st;
 		}
@@ -244,7 +215,7 @@ static enum mo_status define(const struct graph_check *c, struct scope *s,
 static enum mo_status check_graph(const struct graph_check *c,
 				  const Onnx__GraphProto *g,
 				  const struct scope *parent,
-				  struct name_list *outer_reads)
+				  struct mo_nameset *outer_reads)
 {
 	struct scope s = { .parent = parent };
 	struct deps dg = { .n_nodes = g->n_node };
@@ -288,7 +259,7 @@ static enum mo_status check_graph(const struct graph_check *c,
 				if (*p >= 0 && !deps_add(&dg, (size_t)*p, i))
 					st = mo_diag_nomem(c->d);
 			} else if (defined_outside(parent, in)) {
-				if (!list_add(outer_reads, in))
+				if (!mo_nameset_add(outer_reads, in))
 					st = mo_diag_nomem(c->d);
 			} else {
 				describe_node(node, i, nd, sizeof nd);
@@ -304,7 +275,7 @@ static enum mo_status check_graph(const struct graph_check *c,
 		if (mo_strmap_get(&s.names, out))
 			continue;
 		if (defined_outside(parent, out)) {
-			if (!list_add(outer_reads, out))
+			if (!mo_nameset_add(outer_reads, out))
 				st = mo_diag_nomem(c->d);
 			continue;
 		}
@@ -323,8 +294,8 @@ enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d)
 	char where[300];
 	snprintf(where, sizeof where, "graph '%s'", str(g->name));
 	struct graph_check c = { m, d, where };
-	struct name_list reads = { 0 };
+	struct mo_nameset reads = { 0 };
 	enum mo_status st = check_graph(&c, g, NULL, &reads);
-	list_free(&reads);
+	mo_nameset_free(&reads);
 	return st;
 }
