@@ -17,7 +17,13 @@
 #include "mo_plugin_abi.h"
 #include "search_cmd.h"
 
+/* A region of the partition, or a part of one the search could not fuse
+ * whole (split once, with tighter limits: one MatMul per path, half the ops). */
 struct region_state {
+	const struct mo_region *rg;
+	int parent;          /* the unit it is a part of, or -1 */
+	int part;            /* its number among the parent's parts (from 1) */
+	bool split;          /* not fused whole; its parts follow */
 	struct mo_tp *prog;
 	struct mo_search_result r;
 	bool cached;
@@ -83,14 +89,49 @@ static void op_type_of(const struct mo_tp *prog, const struct mo_search_options 
 	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
 
+/* The regions of `tight` (the model partitioned under tighter limits) that
+ * lie inside rg, appended to rs as parts of unit `parent`; how many. Parts
+ * of a region and the other regions collapse acyclically together: a cycle
+ * through a part would be one through its whole region. */
+static int split_region(const struct mo_region *rg, const struct mo_partition *tight,
+			struct region_state *rs, int parent)
+{
+	int n = 0;
+	for (int k = 0; k < tight->n_regions; k++) {
+		const struct mo_region *r = &tight->regions[k];
+		bool inside = r->n_ops < rg->n_ops;
+		for (int i = 0; inside && i < r->n_ops; i++) {
+			bool found = false;
+			for (int j = 0; j < rg->n_ops && !found; j++)
+				found = rg->ops[j] == r->ops[i];
+			inside = found;
+		}
+		if (inside) {
+			rs[n] = (struct region_state){ .rg = r, .parent = parent, .part = n + 1 };
+			n++;
+		}
+	}
+	return n;
+}
+
+/* "3", or "3.2" for the second part of region 3. */
+static const char *label(const struct region_state *rs, int u, char *buf, size_t len)
+{
+	if (rs[u].parent < 0)
+		snprintf(buf, len, "%d", u + 1);
+	else
+		snprintf(buf, len, "%d.%d", rs[u].parent + 1, rs[u].part);
+	return buf;
+}
+
 static void print_json_str(FILE *f, const char *s)
 {
 	mo_json_string(f, s);
 }
 
 static bool write_manifest(const char *path, const char *model, const char *plugin,
-			   const struct mo_tp *tp, const struct mo_partition *p,
-			   const struct region_state *rs, const struct cli_fuse_args *a)
+			   const struct mo_tp *tp, int nu, const struct region_state *rs,
+			   const struct cli_fuse_args *a)
 {
 	char tmp[4300];
 	snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
@@ -106,15 +147,18 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 		fputs("null", f);
 	fprintf(f, ",\n  \"domain\": \"%s\",\n  \"target\": \"%s\",\n  \"regions\": [", MO_PLUGIN_DOMAIN,
 		a->search->target == MO_SM80 ? "sm_80" : "sm_90");
-	for (int ri = 0; ri < p->n_regions; ri++) {
-		const struct mo_region *rg = &p->regions[ri];
+	for (int ri = 0; ri < nu; ri++) {
+		const struct mo_region *rg = rs[ri].rg;
 		const struct region_state *s = &rs[ri];
-		fprintf(f, "%s\n    {\"region\": %d, \"nodes\": [", ri ? "," : "", ri + 1);
+		char lb[32];
+		fprintf(f, "%s\n    {\"region\": \"%s\", \"nodes\": [", ri ? "," : "",
+			label(rs, ri, lb, sizeof lb));
 		for (int i = 0; i < rg->n_nodes; i++) {
 			fputs(i ? ", " : "", f);
 			print_json_str(f, tp->node_names[rg->nodes[i]]);
 		}
-		fprintf(f, "], \"fused\": %s", s->fused ? "true" : "false");
+		fprintf(f, "], \"fused\": %s, \"split_into_parts\": %s", s->fused ? "true" : "false",
+			s->split ? "true" : "false");
 		if (s->fused) {
 			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s", s->op_type,
 				s->cuda ? "true" : "false");
@@ -148,14 +192,14 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 	return false;
 }
 
-static void print_summary(const struct mo_tp *tp, const struct mo_partition *p,
-			  const struct region_state *rs, FILE *out)
+static void print_summary(const struct mo_tp *tp, int nu, const struct region_state *rs, FILE *out)
 {
 	fprintf(out, "\n%-6s %-4s %-34s %-8s %-8s %-9s %-22s %s\n", "region", "ops", "nodes", "status",
 		"kernels", "est. gain", "verified", "kernel check");
-	for (int ri = 0; ri < p->n_regions; ri++) {
-		const struct mo_region *rg = &p->regions[ri];
+	for (int ri = 0; ri < nu; ri++) {
+		const struct mo_region *rg = rs[ri].rg;
 		const struct region_state *s = &rs[ri];
+		char lb[32];
 		char nodes[128], gain[16] = "-", ver[40] = "-", chk[24] = "-", kern[8] = "-";
 		snprintf(nodes, sizeof nodes, "%s%s%s", tp->node_names[rg->nodes[0]],
 			 rg->n_nodes > 1 ? " .. " : "",
@@ -171,12 +215,17 @@ static void print_summary(const struct mo_tp *tp, const struct mo_partition *p,
 		}
 		if (s->fused)
 			snprintf(chk, sizeof chk, "err %.1e", s->check.max_rel);
-		fprintf(out, "%-6d %-4d %-34s %-8s %-8s %-9s %-22s %s\n", ri + 1, rg->n_ops, nodes,
-			s->fused ? "fused" : "unfused", kern, gain, ver, chk);
+		fprintf(out, "%-6s %-4d %-34s %-8s %-8s %-9s %-22s %s\n", label(rs, ri, lb, sizeof lb),
+			rg->n_ops, nodes, s->fused ? "fused" : s->split ? "split" : "unfused", kern, gain,
+			ver, chk);
 	}
-	for (int ri = 0; ri < p->n_regions; ri++)
-		if (!rs[ri].fused)
-			fprintf(out, "  region %d stays unfused: %s\n", ri + 1, rs[ri].why);
+	for (int ri = 0; ri < nu; ri++)
+		if (!rs[ri].fused) {
+			char lb[32];
+			fprintf(out, "  region %s %s: %s\n", label(rs, ri, lb, sizeof lb),
+				rs[ri].split ? "is fused in parts where it can be, because" : "stays unfused",
+				rs[ri].why);
+		}
 }
 
 int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d)
@@ -194,21 +243,28 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		return 1;
 	}
 	int rc = 0;
+	struct mo_partition *tight = NULL; /* made when a region does not fuse whole */
 	char cache[1024];
 	bool use_cache = !a->no_cache && cli_cache_dir(cache, sizeof cache);
-	struct region_state *rs = mo_calloc((size_t)p->n_regions + 1, sizeof *rs);
-	struct mo_cg_op *ops = mo_calloc((size_t)p->n_regions + 1, sizeof *ops);
-	int *op_region = mo_calloc((size_t)p->n_regions + 1, sizeof *op_region);
-	struct mo_plugin_op_report *rep = mo_calloc((size_t)p->n_regions + 1, sizeof *rep);
+	/* every region, then the parts of those that do not fuse whole */
+	size_t cap = (size_t)p->n_regions + (size_t)tp->n_ops + 1;
+	int nu = p->n_regions;
+	struct region_state *rs = mo_calloc(cap, sizeof *rs);
+	struct mo_cg_op *ops = mo_calloc(cap, sizeof *ops);
+	int *op_region = mo_calloc(cap, sizeof *op_region);
+	struct mo_plugin_op_report *rep = mo_calloc(cap, sizeof *rep);
 	if (!rs || !ops || !op_region || !rep) {
 		mo_diag_nomem(d);
 		rc = 3;
 		goto out;
 	}
+	for (int ri = 0; ri < nu; ri++)
+		rs[ri] = (struct region_state){ .rg = &p->regions[ri], .parent = -1 };
 	/* 1. search every region */
-	for (int ri = 0; ri < p->n_regions && !rc; ri++) {
-		const struct mo_region *rg = &p->regions[ri];
+	for (int ri = 0; ri < nu && !rc; ri++) {
+		const struct mo_region *rg = rs[ri].rg;
 		struct region_state *s = &rs[ri];
+		char lb[32];
 		double t0 = now();
 		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
 				 rg->n_outputs, &s->prog, d)) {
@@ -219,8 +275,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		o.progress = progress_line;
 		o.progress_ctx = info;
 		if (info)
-			fprintf(stderr, "[%d/%d] region %d: %d ops (%s%s%s): searching, budget %.0f s\n",
-				ri + 1, p->n_regions, ri + 1, rg->n_ops, tp->node_names[rg->nodes[0]],
+			fprintf(stderr, "[%d/%d] region %s: %d ops (%s%s%s): searching, budget %.0f s\n",
+				ri + 1, nu, label(rs, ri, lb, sizeof lb), rg->n_ops, tp->node_names[rg->nodes[0]],
 				rg->n_nodes > 1 ? " .. " : "",
 				rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
 		struct mo_diag sd;
@@ -237,6 +293,22 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		if (info)
 			fprintf(stderr, "  %s in %.1f s%s\n", s->fused ? "found a μGraph" : "stays unfused",
 				s->seconds, s->cached ? " (from the cache, verified again)" : "");
+		if (!s->fused && s->parent < 0 && rg->n_ops > 2) {
+			if (!tight) {
+				struct mo_part_options po = *a->part;
+				po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;
+				po.max_matmul_chain = 1;
+				struct mo_diag pd;
+				mo_diag_init(&pd);
+				if (mo_part_run(tp, &po, &tight, &pd))
+					tight = NULL;
+			}
+			int k = tight ? split_region(rg, tight, rs + nu, ri) : 0;
+			if (k > 0 && info)
+				fprintf(stderr, "  trying its %d parts\n", k);
+			s->split = k > 0;
+			nu += k;
+		}
 	}
 	if (rc)
 		goto out;
@@ -245,9 +317,10 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	beside(a->out_path, ".mirage.so", so, sizeof so);
 	beside(a->out_path, ".mirage.json", manifest, sizeof manifest);
 	bool have_plugin = false;
+	char lb[32];
 	for (int round = 0; round < 3; round++) {
 		int n = 0;
-		for (int ri = 0; ri < p->n_regions; ri++) {
+		for (int ri = 0; ri < nu; ri++) {
 			if (!rs[ri].fused)
 				continue;
 			/* one op per distinct op type: identical regions share a kernel */
@@ -282,12 +355,12 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		for (int k = 0; k < n; k++) {
 			if (rep[k].built)
 				continue;
-			for (int ri = 0; ri < p->n_regions; ri++)
+			for (int ri = 0; ri < nu; ri++)
 				if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name)) {
 					rs[ri].fused = false;
 					snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
-					fprintf(stderr, "mirage-onnx: warning: region %d stays unfused: %s\n",
-						ri + 1, rs[ri].why);
+					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+						label(rs, ri, lb, sizeof lb), rs[ri].why);
 				}
 		}
 		if (bd.status == MO_ERR_UNSUPPORTED)
@@ -302,21 +375,22 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		for (int k = 0; k < n; k++) {
 			if (!rep[k].built)
 				continue;
-			for (int ri = 0; ri < p->n_regions; ri++) {
+			for (int ri = 0; ri < nu; ri++) {
 				struct region_state *s = &rs[ri];
 				if (!s->fused || strcmp(s->op_type, ops[k].name))
 					continue;
 				struct mo_diag cd;
 				mo_diag_init(&cd);
 				if (info)
-					fprintf(stderr, "  checking %s against region %d\n", s->op_type, ri + 1);
+					fprintf(stderr, "  checking %s against region %s\n", s->op_type,
+						label(rs, ri, lb, sizeof lb));
 				if (mo_plugin_check_cpu(lib, &ops[k], s->prog, a->search->seed + 7, &s->check,
 							&cd) || !s->check.ok) {
 					s->fused = false;
 					snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
 						 "check: %.300s", cd.status ? cd.msg : s->check.detail);
-					fprintf(stderr, "mirage-onnx: warning: region %d stays unfused: %s\n",
-						ri + 1, s->why);
+					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+						label(rs, ri, lb, sizeof lb), s->why);
 					again = true;
 				}
 				s->cuda = rep[k].cuda;
@@ -330,7 +404,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		have_plugin = false;
 	}
 	int n_fused = 0;
-	for (int ri = 0; ri < p->n_regions; ri++)
+	for (int ri = 0; ri < nu; ri++)
 		n_fused += rs[ri].fused;
 	if (n_fused == 0 && have_plugin) {
 		unlink(so);
@@ -344,10 +418,10 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		rc = 3;
 		goto out_files;
 	}
-	for (int ri = 0; ri < p->n_regions; ri++) {
+	for (int ri = 0; ri < nu; ri++) {
 		if (!rs[ri].fused)
 			continue;
-		const struct mo_region *rg = &p->regions[ri];
+		const struct mo_region *rg = rs[ri].rg;
 		const struct mo_mugraph *mg = rs[ri].r.best;
 		struct mo_fused_node *f = &fn[nf++];
 		int *nodes = mo_arena_alloc(&p->arena, sizeof *nodes * (size_t)(rg->n_ops + 1));
@@ -373,17 +447,18 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
 		for (int i = 0; i < mg->kg.n_outputs; i++)
 			outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
-		snprintf(name, 64, "%s_region%d", rs[ri].op_type, ri + 1);
+		char lb[32];
+		snprintf(name, 64, "%s_region%s", rs[ri].op_type, label(rs, ri, lb, sizeof lb));
 		*f = (struct mo_fused_node){ .op_type = rs[ri].op_type, .name = name, .n_nodes = nn,
 					     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
 					     .n_outputs = mg->kg.n_outputs, .inputs = ins,
 					     .outputs = outs };
 	}
 	if (!rc && !a->quiet)
-		print_summary(tp, p, rs, stdout);
+		print_summary(tp, nu, rs, stdout);
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
 	if (!rc && nf > 0 && !write_manifest(manifest, a->in_path, have_plugin ? base_name(so) : NULL,
-					     tp, p, rs, a)) {
+					     tp, nu, rs, a)) {
 		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write the manifest", manifest);
 		rc = 1;
 	}
@@ -397,8 +472,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	}
 	mo_free(fn);
 	if (!rc && !a->quiet) {
-		printf("\n%-10s %s (%d of %d region%s fused)\n", "wrote", a->out_path, nf, p->n_regions,
-		       p->n_regions == 1 ? "" : "s");
+		printf("\n%-10s %s (%d of %d region%s fused, parts included)\n", "wrote", a->out_path, nf,
+		       nu, nu == 1 ? "" : "s");
 		if (have_plugin)
 			printf("%-10s %s (custom-op domain %s)\n", "plugin", so, MO_PLUGIN_DOMAIN);
 		if (nf > 0)
@@ -408,7 +483,7 @@ out_files:
 	if (rc && have_plugin)
 		unlink(so);
 out:
-	for (int ri = 0; rs && ri < p->n_regions; ri++) {
+	for (int ri = 0; rs && ri < nu; ri++) {
 		mo_search_result_free(&rs[ri].r);
 		mo_tp_free(rs[ri].prog);
 	}
@@ -416,6 +491,7 @@ out:
 	mo_free(ops);
 	mo_free(op_region);
 	mo_free(rep);
+	mo_part_free(tight);
 	mo_part_free(p);
 	mo_tp_free(tp);
 	return rc;
