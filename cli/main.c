@@ -29,7 +29,6 @@ enum exit_code {
 static const char usage_text[] =
 	"usage: mirage-onnx MODEL [-o OUT] [options]\n"
 	"       mirage-onnx equiv A.onnx B.onnx [options]   (see mirage-onnx equiv --help)\n"
-	"\n"
 	"       mirage-onnx bench MODEL FUSED [options]      (see mirage-onnx bench --help)\n"
 	"\n"
 	"Loads an ONNX model, checks its structure and prints a summary. With -o it\n"
