@@ -63,28 +63,15 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
-}
-
 /* A stable op type: the region's canonical hash and its μGraph's text, so the
  * same region fused the same way gets the same op in every model. */
 static void op_type_of(const struct mo_tp *prog, const struct mo_search_options *o,
 		       const struct mo_mugraph *mg, char *buf, size_t len)
 {
-	char *text = NULL;
-	size_t tlen = 0;
 	uint64_t h = cli_region_key(prog, o);
-	FILE *f = open_memstream(&text, &tlen);
-	if (f) {
-		mo_mg_print_json(mg, f);
-		fclose(f);
-		h = fnv(h, text, tlen);
-	}
+	char *text = mo_mg_json(mg);
+	if (text)
+		h = cli_fnv(h, text, strlen(text));
 	free(text);
 	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
@@ -124,11 +111,6 @@ static const char *label(const struct region_state *rs, int u, char *buf, size_t
 	return buf;
 }
 
-static void print_json_str(FILE *f, const char *s)
-{
-	mo_json_string(f, s);
-}
-
 static bool write_manifest(const char *path, const char *model, const char *plugin,
 			   const struct mo_tp *tp, int nu, const struct region_state *rs,
 			   const struct cli_fuse_args *a)
@@ -139,10 +121,10 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 	if (!f)
 		return false;
 	fprintf(f, "{\n  \"model\": ");
-	print_json_str(f, model);
+	mo_json_string(f, model);
 	fprintf(f, ",\n  \"plugin\": ");
 	if (plugin)
-		print_json_str(f, plugin);
+		mo_json_string(f, plugin);
 	else
 		fputs("null", f);
 	fprintf(f, ",\n  \"domain\": \"%s\",\n  \"target\": \"%s\",\n  \"regions\": [", MO_PLUGIN_DOMAIN,
@@ -155,7 +137,7 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 			label(rs, ri, lb, sizeof lb));
 		for (int i = 0; i < rg->n_nodes; i++) {
 			fputs(i ? ", " : "", f);
-			print_json_str(f, tp->node_names[rg->nodes[i]]);
+			mo_json_string(f, tp->node_names[rg->nodes[i]]);
 		}
 		fprintf(f, "], \"fused\": %s, \"split_into_parts\": %s", s->fused ? "true" : "false",
 			s->split ? "true" : "false");
@@ -164,7 +146,7 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 				s->cuda ? "true" : "false");
 		} else {
 			fputs(", \"why\": ", f);
-			print_json_str(f, s->why);
+			mo_json_string(f, s->why);
 		}
 		if (s->r.best) {
 			const struct mo_equiv_report *v = &s->r.verification;
@@ -251,9 +233,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	int nu = p->n_regions;
 	struct region_state *rs = mo_calloc(cap, sizeof *rs);
 	struct mo_cg_op *ops = mo_calloc(cap, sizeof *ops);
-	int *op_region = mo_calloc(cap, sizeof *op_region);
 	struct mo_plugin_op_report *rep = mo_calloc(cap, sizeof *rep);
-	if (!rs || !ops || !op_region || !rep) {
+	if (!rs || !ops || !rep) {
 		mo_diag_nomem(d);
 		rc = 3;
 		goto out;
@@ -329,8 +310,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				dup = strcmp(ops[k].name, rs[ri].op_type) == 0;
 			if (dup)
 				continue;
-			ops[n] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best };
-			op_region[n++] = ri;
+			ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best };
 		}
 		if (n == 0)
 			break;
@@ -489,7 +469,6 @@ out:
 	}
 	mo_free(rs);
 	mo_free(ops);
-	mo_free(op_region);
 	mo_free(rep);
 	mo_part_free(tight);
 	mo_part_free(p);

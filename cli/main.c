@@ -212,13 +212,12 @@ static int show_regions(const struct cli *cli, const struct mo_model *m, struct 
 /* FNV-1a of a file's bytes: the model hash generated sources name. */
 static uint64_t file_hash(const char *path)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = CLI_FNV_OFFSET;
 	FILE *f = fopen(path, "rb");
 	unsigned char buf[1 << 16];
 	size_t n;
 	while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
-		for (size_t i = 0; i < n; i++)
-			h = (h ^ buf[i]) * 0x100000001b3ull;
+		h = cli_fnv(h, buf, n);
 	if (f)
 		fclose(f);
 	return h;

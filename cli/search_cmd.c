@@ -19,7 +19,7 @@ static void progress_line(void *ctx, const char *line)
 
 /* ---- the result cache (DESIGN §9) ---- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+uint64_t cli_fnv(uint64_t h, const void *p, size_t n)
 {
 	const unsigned char *b = p;
 	for (size_t i = 0; i < n; i++)
@@ -31,15 +31,15 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
  * tensor shapes and dtypes, input names, constants, and the search limits. */
 uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *o)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = CLI_FNV_OFFSET;
 	int *num = calloc((size_t)tp->n_tensors + 1, sizeof *num);
 	int next = 1;
 	for (int k = 0; k < tp->n_ops; k++) {
 		const struct mo_tp_op *op = &tp->ops[k];
-		h = fnv(h, &op->kind, sizeof op->kind);
+		h = cli_fnv(h, &op->kind, sizeof op->kind);
 		struct mo_op_params p = op->p;
 		p.sizes = NULL;
-		h = fnv(h, &p, sizeof p);
+		h = cli_fnv(h, &p, sizeof p);
 		for (int i = 0; i < op->n_in; i++) {
 			int t = op->in[i];
 			if (t < 0)
@@ -48,21 +48,21 @@ uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *
 			if (num && !num[t]) {
 				num[t] = next++;
 				if (x->kind != MO_T_VALUE)
-					h = fnv(h, x->name, strlen(x->name));
+					h = cli_fnv(h, x->name, strlen(x->name));
 				if (x->fvals)
-					h = fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
+					h = cli_fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
 			}
-			h = fnv(h, num ? &num[t] : &t, sizeof t);
-			h = fnv(h, &x->dtype, sizeof x->dtype);
-			h = fnv(h, x->dims, sizeof x->dims[0] * (size_t)x->rank);
+			h = cli_fnv(h, num ? &num[t] : &t, sizeof t);
+			h = cli_fnv(h, &x->dtype, sizeof x->dtype);
+			h = cli_fnv(h, x->dims, sizeof x->dims[0] * (size_t)x->rank);
 		}
 	}
 	for (int j = 0; j < tp->n_outputs; j++) {
 		const char *n = tp->tensors[tp->outputs[j]].name;
-		h = fnv(h, n, strlen(n));
+		h = cli_fnv(h, n, strlen(n));
 	}
-	h = fnv(h, &o->target, sizeof o->target);
-	h = fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
+	h = cli_fnv(h, &o->target, sizeof o->target);
+	h = cli_fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
 	free(num);
 	return h;
 }

@@ -16,6 +16,10 @@ struct cli_search_args {
 /* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why. */
 int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d);
 
+/* FNV-1a, continuing from h (start from CLI_FNV_OFFSET). */
+#define CLI_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t cli_fnv(uint64_t h, const void *p, size_t n);
+
 /* The region's canonical hash (ops, parameters, operand positions, shapes,
  * dtypes, weight names, constants, outputs, search limits): the cache key. */
 uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *o);

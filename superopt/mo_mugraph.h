@@ -150,6 +150,8 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 
 /* The μGraph as JSON: {"steps": [...]} in build order. */
 void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out);
+/* The same text as a malloc'd string (free it), or NULL when out of memory. */
+char *mo_mg_json(const struct mo_mugraph *mg);
 /* Rebuilds a μGraph from mo_mg_print_json's text. */
 enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct mo_diag *d);
 /* The μGraph for Graphviz: one cluster per graph-defined kernel. */

@@ -364,6 +364,21 @@ static bool read_params(const struct jv *o, struct mo_op_params *p, int64_t *siz
 	return true;
 }
 
+char *mo_mg_json(const struct mo_mugraph *mg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	mo_mg_print_json(mg, f);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
 enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct mo_diag *d)
 {
 	*out = NULL;

@@ -32,19 +32,6 @@ static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
 /* ---- files ---- */
 
-static size_t count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	size_t n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
 static uint8_t *read_file(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
@@ -489,7 +476,7 @@ static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
 	assert_int_equal(export_to(&r, &f, 1, &opts, r.path), MO_ERR_INTERNAL);
 	assert_non_null(strstr(r.d.msg, "fused model would be cyclic"));
 	assert_non_null(strstr(r.d.msg, "'F'"));
-	assert_int_equal(count_entries(r.dir), 0);
+	assert_int_equal(tm_count_entries(r.dir), 0);
 	run_free(&r);
 	tm_free(&t);
 }
@@ -595,7 +582,7 @@ static void expect_refused(struct run *r, const struct mo_fused_node *f, int n, 
 	assert_int_equal(export_to(r, f, n, &opts, r->path), MO_ERR_INTERNAL);
 	if (!strstr(r->d.msg, what))
 		fail_msg("message '%s' does not say '%s'", r->d.msg, what);
-	assert_int_equal(count_entries(r->dir), 0);
+	assert_int_equal(tm_count_entries(r->dir), 0);
 }
 
 static void invalid_fused_nodes_are_refused_and_nothing_is_written(void **state)
@@ -653,13 +640,13 @@ static void an_unwritable_path_fails_and_leaves_nothing(void **state)
 	snprintf(path, sizeof path, "%s/missing/fused.onnx", r.dir);
 	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, path), MO_ERR_INPUT);
 	assert_non_null(strstr(r.d.msg, "does not exist"));
-	assert_int_equal(count_entries(r.dir), 0);
+	assert_int_equal(tm_count_entries(r.dir), 0);
 	/* a folder in the way */
 	snprintf(path, sizeof path, "%s/sub", r.dir);
 	assert_int_equal(mkdir(path, 0755), 0);
 	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, path), MO_ERR_INPUT);
-	assert_int_equal(count_entries(r.dir), 1);
-	assert_int_equal(count_entries(path), 0);
+	assert_int_equal(tm_count_entries(r.dir), 1);
+	assert_int_equal(tm_count_entries(path), 0);
 	run_free(&r);
 	tm_free(&t);
 }
@@ -709,12 +696,12 @@ static void allocation_failures_write_nothing_and_leak_nothing(void **state)
 		mo_alloc_fail_after(0);
 		if (st != MO_OK) {
 			assert_int_equal(st, MO_ERR_NOMEM);
-			assert_int_equal(count_entries(r.dir), 0);
+			assert_int_equal(tm_count_entries(r.dir), 0);
 		}
 	}
 	assert_int_equal(st, MO_OK);
 	assert_true(k > 2); /* some allocation did fail on the way */
-	assert_int_equal(count_entries(r.dir), 1);
+	assert_int_equal(tm_count_entries(r.dir), 1);
 	run_free(&r);
 	tm_free(&t);
 }

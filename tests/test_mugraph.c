@@ -204,27 +204,17 @@ static void quick_check_samples_blocks(void **state)
 
 /* Every hand-built μGraph survives JSON: parsed back it prints the same text
  * and is proven again; the Graphviz text has one cluster per kernel. */
-static char *json_of(const struct mo_mugraph *mg)
-{
-	char *text;
-	size_t len;
-	FILE *f = open_memstream(&text, &len);
-	mo_mg_print_json(mg, f);
-	fclose(f);
-	return text;
-}
-
 static void roundtrip(const char *model, struct mo_mugraph *(*build)(const struct mo_tp *, int))
 {
 	struct test_program p = test_program_load(model);
 	struct mo_mugraph *mg = build(p.tp, 0);
-	char *a = json_of(mg);
+	char *a = mo_mg_json(mg);
 	struct mo_mugraph *back;
 	struct mo_diag d;
 	mo_diag_init(&d);
 	if (mo_mg_from_json(a, &back, &d))
 		fail_msg("%s: %s\n%s", model, d.msg, a);
-	char *b = json_of(back);
+	char *b = mo_mg_json(back);
 	assert_string_equal(a, b);
 	char detail[512];
 	if (verdict(back, &p, detail) != MO_EQUIVALENT)

@@ -53,19 +53,6 @@ static uint8_t *read_file(const char *path, size_t *len)
 	return b;
 }
 
-static size_t count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	size_t n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
 static enum mo_status load_buf(const uint8_t *b, size_t n, struct mo_model **m,
 			       struct mo_diag *d)
 {
@@ -111,7 +98,7 @@ static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
 	assert_int_equal(mo_onnx_save(m, path, &d), MO_OK);
 	mo_onnx_free(m);
 	uint8_t *r = read_file(path, out_len);
-	assert_int_equal(count_entries(dir), 1); /* no temporary left beside it */
+	assert_int_equal(tm_count_entries(dir), 1); /* no temporary left beside it */
 	tm_rm_rf(dir);
 	free(dir);
 	return r;
@@ -431,14 +418,14 @@ static void save_replaces_atomically_and_fails_cleanly(void **state)
 	assert_int_equal(rn, n);
 	assert_memory_equal(r, b, n);
 	free(r);
-	assert_int_equal(count_entries(dir), 1);
+	assert_int_equal(tm_count_entries(dir), 1);
 
 	snprintf(bad, sizeof bad, "%s/no/such/folder/out.onnx", dir);
 	assert_int_equal(mo_onnx_save(m, bad, &d), MO_ERR_INPUT);
 	assert_non_null(strstr(d.msg, "does not exist"));
 	mo_diag_init(&d);
 	assert_int_equal(mo_onnx_save(m, dir, &d), MO_ERR_INPUT); /* a folder */
-	assert_int_equal(count_entries(dir), 1);
+	assert_int_equal(tm_count_entries(dir), 1);
 	mo_onnx_free(m);
 	tm_rm_rf(dir);
 	free(dir);

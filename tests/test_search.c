@@ -49,16 +49,6 @@ static void unload(struct region *r)
 	mo_onnx_free(r->m);
 }
 
-static char *json_of(const struct mo_mugraph *mg)
-{
-	char *text;
-	size_t len;
-	FILE *f = open_memstream(&text, &len);
-	mo_mg_print_json(mg, f);
-	fclose(f);
-	return text;
-}
-
 /* Searches the model's region; returns the best μGraph's JSON. */
 static char *search(const char *model, int jobs)
 {
@@ -82,7 +72,7 @@ static char *search(const char *model, int jobs)
 	assert_true(res.cost_best.us < res.cost_unfused.us);
 	assert_true(res.stats.pruned_absexpr > 0);
 	assert_true(res.stats.verified > 0);
-	char *json = json_of(res.best);
+	char *json = mo_mg_json(res.best);
 	mo_search_result_free(&res);
 	unload(&r);
 	return json;

@@ -1,5 +1,7 @@
 #include "tmodel.h"
 
+#include <dirent.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,22 @@ char *tm_tmpdir(void)
 		abort();
 	}
 	return copy;
+}
+
+size_t tm_count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		perror(dir);
+		abort();
+	}
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
 }
 
 void tm_rm_rf(const char *dir)

@@ -56,6 +56,8 @@ char *tm_strdup(struct tm *t, const char *s);
  * removal with everything in it. */
 char *tm_tmpdir(void);
 void tm_rm_rf(const char *dir);
+/* Entries in a folder, "." and ".." not counted; aborts if it cannot be read. */
+size_t tm_count_entries(const char *dir);
 
 /* Allocation tracked by t. */
 void *tm_alloc(struct tm *t, size_t n);
