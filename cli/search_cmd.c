@@ -125,7 +125,9 @@ static struct mo_mugraph *cache_load(const char *path)
 static void write_json_file(const char *path, const struct mo_mugraph *mg)
 {
 	char tmp[1100];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (n < 0 || (size_t)n >= sizeof tmp)
+		return; /* a cache entry is optional */
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return;

@@ -169,7 +169,7 @@ static bool emit_file(const struct mo_cg_op *op, const char *ident, bool cuda,
 static bool compile_c(const char *cc, const char *dir, const char *src, const char *obj,
 		      char *why, size_t len)
 {
-	char inc[4200], log[4200];
+	char inc[4200], log[4210];
 	snprintf(inc, sizeof inc, "-I%s", dir);
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[] = { (char *)cc, "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",

@@ -138,17 +138,24 @@ static void flit(char *s, size_t n, double v)
 	}
 }
 
-/* A float expression reading b at index expression idx. */
+/* A float expression reading b at index expression idx. One that does not
+ * fit s becomes an undeclared name, so the kernel fails to compile and its
+ * region stays unfused instead of computing with a cut expression. */
 static void load(char *s, size_t n, const struct buf *b, const char *idx)
 {
-	if (b->is_const)
+	int k;
+	if (b->is_const) {
 		flit(s, n, b->value);
-	else if (b->ct == CT_F16)
-		snprintf(s, n, "mo_h2f(%s[%s])", b->name, idx);
+		return;
+	}
+	if (b->ct == CT_F16)
+		k = snprintf(s, n, "mo_h2f(%s[%s])", b->name, idx);
 	else if (b->ct == CT_BF16)
-		snprintf(s, n, "mo_bf2f(%s[%s])", b->name, idx);
+		k = snprintf(s, n, "mo_bf2f(%s[%s])", b->name, idx);
 	else
-		snprintf(s, n, "%s[%s]", b->name, idx);
+		k = snprintf(s, n, "%s[%s]", b->name, idx);
+	if (k < 0 || (size_t)k >= n)
+		snprintf(s, n, "mo_expression_too_long");
 }
 
 static void store(struct gen *g, const struct buf *b, const char *idx, const char *val)

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target mirage-onnx >/dev/null
 dir=build/paper-models
 cases="rmsnorm_paper_b8 gated_mlp_paper lora_paper gqa_paper_b8 qknorm_paper_b8 ntrans_paper_b8"
