@@ -51,35 +51,46 @@ static double kernel_us(const struct mo_gpu *g, double bytes, double tc_flops, d
 	return t * quant + g->launch_us;
 }
 
+/* One op as its own kernel. `generated`: our pre-defined kernel (a thread per
+ * element on CUDA cores, a layout op a copy), else a library's (tensor cores
+ * for MatMul, layout ops that only reinterpret memory free). */
+static void op_cost(const struct mo_tp *tp, const struct mo_tp_op *op, const struct mo_gpu *g,
+		    bool generated, struct mo_cost *c)
+{
+	double bytes = 0, tc = 0, fl = 0;
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i] >= 0)
+			bytes += bytes_of(&tp->tensors[op->in[i]]);
+	for (int i = 0; i < op->n_out; i++)
+		if (op->out[i] >= 0)
+			bytes += bytes_of(&tp->tensors[op->out[i]]);
+	const struct mo_tensor *y = op->n_out ? &tp->tensors[op->out[0]] : NULL;
+	double n = y ? (double)mo_tensor_numel(y) : 0;
+	if (op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM) {
+		const struct mo_tensor *a = &tp->tensors[op->in[0]];
+		tc = 2 * n * (double)a->dims[a->rank - 1];
+	} else {
+		fl = n;
+	}
+	if (generated) {
+		fl += tc;
+		tc = 0;
+	} else if (op->lax == MO_LAX_LAYOUT && op->kind != MO_OP_TRANSPOSE &&
+		   op->kind != MO_OP_CONCAT) {
+		return;
+	}
+	double blocks = n / 4096 > 1 ? n / 4096 : 1; /* a library kernel's grid */
+	c->us += kernel_us(g, bytes, tc, fl, blocks);
+	c->dram_bytes += bytes;
+	c->flops += tc + fl;
+	c->kernels++;
+}
+
 void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c)
 {
 	memset(c, 0, sizeof *c);
-	for (int k = 0; k < tp->n_ops; k++) {
-		const struct mo_tp_op *op = &tp->ops[k];
-		double bytes = 0, tc = 0, fl = 0;
-		for (int i = 0; i < op->n_in; i++)
-			if (op->in[i] >= 0)
-				bytes += bytes_of(&tp->tensors[op->in[i]]);
-		for (int i = 0; i < op->n_out; i++)
-			if (op->out[i] >= 0)
-				bytes += bytes_of(&tp->tensors[op->out[i]]);
-		const struct mo_tensor *y = op->n_out ? &tp->tensors[op->out[0]] : NULL;
-		double n = y ? (double)mo_tensor_numel(y) : 0;
-		if (op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM) {
-			const struct mo_tensor *a = &tp->tensors[op->in[0]];
-			tc = 2 * n * (double)a->dims[a->rank - 1];
-		} else {
-			fl = n;
-		}
-		/* layout ops are free when they only reinterpret memory */
-		if (op->lax == MO_LAX_LAYOUT && op->kind != MO_OP_TRANSPOSE && op->kind != MO_OP_CONCAT)
-			continue;
-		double blocks = n / 4096 > 1 ? n / 4096 : 1; /* a library kernel's grid */
-		c->us += kernel_us(g, bytes, tc, fl, blocks);
-		c->dram_bytes += bytes;
-		c->flops += tc + fl;
-		c->kernels++;
-	}
+	for (int k = 0; k < tp->n_ops; k++)
+		op_cost(tp, &tp->ops[k], g, false, c);
 }
 
 void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c)
@@ -87,16 +98,8 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 	memset(c, 0, sizeof *c);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_kg_op *op = &mg->ops[k];
-		if (!op->bg) { /* a pre-defined kernel: like the program's op */
-			struct mo_tp one = mg->kg;
-			one.ops = (struct mo_tp_op *)&op->op;
-			one.n_ops = 1;
-			struct mo_cost pc;
-			mo_cost_program(&one, g, &pc);
-			c->us += pc.us;
-			c->dram_bytes += pc.dram_bytes;
-			c->flops += pc.flops;
-			c->kernels += pc.kernels;
+		if (!op->bg) { /* a pre-defined kernel, as codegen writes it */
+			op_cost(&mg->kg, &op->op, g, true, c);
 			continue;
 		}
 		const struct mo_block_graph *bg = op->bg;

@@ -146,6 +146,17 @@ int mo_bg_thread_graph(struct mo_mugraph *mg, struct mo_block_graph *bg, int fir
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 	       int ox, int oy, int oz);
 
+/* ---- composing ---- */
+
+/* Replays src's build steps into dst, after what dst already holds: a src
+ * input whose name is bound_names[k] reads dst tensor bound[k] (a result of
+ * an earlier kernel); any other src input becomes the dst input of that name
+ * (one per name). src's outputs are not named in dst: their dst tensors go
+ * to outs (src->kg.n_outputs of them, in order). Returns how many, or -1
+ * with dst->error set. */
+int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bound,
+		 const char *const *bound_names, const int *bound, int *outs);
+
 /* ---- serializing ---- */
 
 /* The μGraph as JSON: {"steps": [...]} in build order. */

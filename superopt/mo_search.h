@@ -67,6 +67,7 @@ struct mo_search_stats {
 	uint64_t quick_rejected;    /* candidates the fast check refuted */
 	uint64_t verified;          /* candidates that passed the fast check */
 	int schedules;              /* grid / for-loop classes explored */
+	int kernel_pieces;          /* runs of ops searched as one kernel of several */
 	double seconds;
 	bool budget_hit;
 	struct mo_subexpr_stats subexpr;

@@ -586,3 +586,77 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 	}
 	return true;
 }
+
+/* ---- composing ---- */
+
+int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bound,
+		 const char *const *bound_names, const int *bound, int *outs)
+{
+	int tmap[MO_MG_MAX]; /* src kernel tensor -> dst kernel tensor */
+	struct mo_block_graph *bmap[MO_MG_MAX];
+	int ns = 0, nb = 0, no = 0;
+	if (src->error[0])
+		return fail(dst, "appending a broken μGraph: %s", src->error);
+	for (int i = 0; i < src->n_steps && !dst->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		struct mo_block_graph *bg = s->block >= 0 && s->block < nb ? bmap[s->block] : NULL;
+		struct mo_op_params p = s->p;
+		if (p.n_sizes > 0)
+			p.sizes = (int64_t *)s->sizes;
+		int in[3] = { -1, -1, -1 };
+		for (int k = 0; k < s->n_in && k < 3; k++)
+			in[k] = s->kind == MO_STEP_KERNEL ? s->in[k] >= 0 && s->in[k] < ns
+								 ? tmap[s->in[k]] : -1
+							 : s->in[k];
+		if (ns >= MO_MG_MAX || nb >= MO_MG_MAX)
+			return fail(dst, "appending: more than %d tensors", MO_MG_MAX);
+		switch (s->kind) {
+		case MO_STEP_INPUT: {
+			int t = -1;
+			for (int k = 0; k < n_bound && t < 0; k++)
+				if (strcmp(bound_names[k], s->name) == 0)
+					t = bound[k];
+			for (int k = 0; k < dst->kg.n_inputs && t < 0; k++)
+				if (strcmp(dst->kg.tensors[dst->kg.inputs[k]].name, s->name) == 0)
+					t = dst->kg.inputs[k];
+			tmap[ns++] = t >= 0 ? t : mo_mg_input(dst, s->name, s->dtype, s->rank, s->dims);
+			break;
+		}
+		case MO_STEP_KERNEL:
+			tmap[ns++] = mo_mg_kernel(dst, s->op, s->n_in, in, &p);
+			break;
+		case MO_STEP_OUTPUT:
+			if (s->in[0] < 0 || s->in[0] >= ns)
+				return fail(dst, "appending: output of a missing tensor");
+			outs[no++] = tmap[s->in[0]];
+			break;
+		case MO_STEP_BLOCK:
+			bmap[nb++] = mo_mg_block(dst, s->grid[0], s->grid[1], s->grid[2], s->forloop);
+			break;
+		case MO_STEP_ITER:
+			if (s->in[0] < 0 || s->in[0] >= ns)
+				return fail(dst, "appending: iterator over a missing tensor");
+			mo_bg_iter(dst, bg, tmap[s->in[0]], s->map[0], s->map[1], s->map[2], s->fmap);
+			break;
+		case MO_STEP_OP:
+			mo_bg_op(dst, bg, s->op, s->n_in, in, &p);
+			break;
+		case MO_STEP_CONST:
+			mo_bg_const(dst, bg, s->value);
+			break;
+		case MO_STEP_ACCUM:
+			if (s->fmap == MO_ACC_RESCALED)
+				mo_bg_accum_rescaled(dst, bg, s->in[0], s->in[1]);
+			else
+				mo_bg_accum(dst, bg, s->in[0], (enum mo_accum_kind)s->fmap);
+			break;
+		case MO_STEP_THREAD:
+			mo_bg_thread_graph(dst, bg, s->in[0], s->in[1]);
+			break;
+		case MO_STEP_SAVE:
+			tmap[ns++] = mo_bg_save(dst, bg, s->in[0], s->map[0], s->map[1], s->map[2]);
+			break;
+		}
+	}
+	return dst->error[0] ? -1 : no;
+}

@@ -25,6 +25,7 @@
  * Classes run on worker threads; results are merged in class order, so the
  * outcome does not depend on the thread count when the budget is not hit. */
 #include "mo_search.h"
+#include "superopt_int.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_TILES 40
 #define MAX_OPS 24
@@ -861,7 +863,7 @@ struct run {
 	pthread_mutex_t progress_lock;
 };
 
-static void add_stats(struct mo_search_stats *to, const struct mo_search_stats *from)
+void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from)
 {
 	to->states += from->states;
 	to->pruned_absexpr += from->pruned_absexpr;
@@ -1117,8 +1119,8 @@ static void target_free(struct target *T)
 	mo_free(T->ax.parent);
 }
 
-enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o_in,
-			 struct mo_search_result *r, struct mo_diag *d)
+enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o_in,
+				    struct mo_search_result *r, struct mo_diag *d)
 {
 	memset(r, 0, sizeof *r);
 	struct mo_search_options o = *o_in;
@@ -1223,15 +1225,16 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 			R.classes[j - 1] = t;
 		}
 	r->stats.schedules = R.n_classes;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int jobs = o.jobs > 0 ? o.jobs : cpus > 0 && cpus < 64 ? (int)cpus : 2;
+	if (jobs > R.n_classes)
+		jobs = R.n_classes > 0 ? R.n_classes : 1;
 	if (o.progress) {
 		char line[160];
 		snprintf(line, sizeof line, "  %d schedule classes, %d worker threads, budget %.0f s",
-			 R.n_classes, o.jobs > 0 ? o.jobs : 1, o.budget_s);
+			 R.n_classes, jobs, o.budget_s);
 		o.progress(o.progress_ctx, line);
 	}
-	int jobs = o.jobs > 0 ? o.jobs : 2;
-	if (jobs > R.n_classes)
-		jobs = R.n_classes > 0 ? R.n_classes : 1;
 	pthread_t th[64];
 	int started = 0;
 	for (int i = 1; i < jobs && i < 64; i++)
@@ -1245,7 +1248,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	struct ranking rk = { .T = T, .st = &r->stats };
 	for (int c = 0; c < R.n_classes; c++) {
 		struct cls *C = &R.classes[c];
-		add_stats(&r->stats, &C->st);
+		mo_search_stats_add(&r->stats, &C->st);
 		for (int i = 0; i < C->n_algos; i++) {
 			if (!C->passed[i])
 				continue;
@@ -1292,8 +1295,3 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	return st;
 }
 
-void mo_search_result_free(struct mo_search_result *r)
-{
-	mo_mg_free(r->best);
-	r->best = NULL;
-}

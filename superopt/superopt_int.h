@@ -3,6 +3,7 @@
 #ifndef SUPEROPT_INT_H
 #define SUPEROPT_INT_H
 
+#include "mo_search.h"
 #include "mo_superopt.h"
 
 struct ev {
@@ -44,5 +45,12 @@ void mo_ev_max_into(struct ev *e, void *runmax, const void *m, uint64_t n, bool 
 void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_tensor *vt,
 			const void *m, const void *old_max, const void *new_max,
 			const struct mo_tensor *mt, bool first);
+
+/* The block-graph level of the search (search.c): the fastest μGraph of one
+ * graph-defined kernel for prog; mo_search (kgraph.c) calls it on the whole
+ * region and on its segments. */
+enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o,
+				    struct mo_search_result *r, struct mo_diag *d);
+void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);
 
 #endif

@@ -1,0 +1,433 @@
+/* The kernel-graph level of the search: μGraphs of several kernels.
+ *
+ * The block-graph search (search.c) finds one graph-defined kernel for a
+ * whole region, or nothing when no single kernel can compute every output
+ * (outputs that do not share grid axes, a MatMul whose result is reduced
+ * again along another axis, more block ops than the limit, ...). Here the
+ * region is cut into kernels: its ops are put in a depth-first topological
+ * order (each output's cone stays together), and every contiguous run of
+ * that order is a convex piece, a candidate kernel. A run of several ops is
+ * searched for one graph-defined kernel (its own program, with the tensors
+ * that cross its border as inputs and outputs); a single op can always be a
+ * pre-defined kernel. Dynamic programming picks the cheapest cover of the
+ * order by at most `max_kernel_ops` kernels under the cost model, the
+ * pieces are composed into one μGraph (later kernels read earlier kernels'
+ * results from device memory), and the composite must pass the full
+ * verdict against the whole region, like any single-kernel μGraph.
+ *
+ * Pieces are searched shortest first, each with an even share of what is
+ * left of the budget, so the short pieces that make a cover possible are
+ * never starved by a long one. See superopt/SEARCH.md. */
+#include "mo_search.h"
+#include "superopt_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The share of the budget the whole region gets as one kernel when several
+ * are allowed; its pieces get the rest. */
+#define WHOLE_SHARE 0.5
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct piece {
+	int i, j;                 /* ops order[i..j-1] */
+	struct mo_mugraph *mg;    /* its best μGraph, NULL if none */
+	struct mo_cost cost;
+	int n_out;
+	const char *outs[MO_MG_MAX]; /* names of the tensors it makes for later pieces */
+};
+
+struct kg {
+	const struct mo_tp *prog;
+	const struct mo_search_options *o;
+	int n;                    /* ops */
+	int *order;               /* depth-first topological order of the ops */
+	struct piece *pieces;     /* [i * (n + 1) + j] */
+};
+
+static struct piece *piece_at(struct kg *k, int i, int j)
+{
+	return &k->pieces[i * (k->n + 1) + j];
+}
+
+static void visit(const struct mo_tp *p, int t, bool *seen, int *order, int *n)
+{
+	int op = t >= 0 ? p->tensors[t].producer : -1;
+	if (op < 0 || seen[op])
+		return;
+	seen[op] = true;
+	for (int i = 0; i < p->ops[op].n_in; i++)
+		visit(p, p->ops[op].in[i], seen, order, n);
+	order[(*n)++] = op;
+}
+
+/* The ops of a topological order in which each output's cone is contiguous:
+ * depth-first from the outputs, operands before the op. */
+static void dfs_order(const struct mo_tp *p, bool *seen, int *order)
+{
+	int n = 0;
+	for (int j = 0; j < p->n_outputs; j++)
+		visit(p, p->outputs[j], seen, order, &n);
+	for (int op = 0; op < p->n_ops; op++) /* ops no output needs: last */
+		if (!seen[op]) {
+			seen[op] = true;
+			order[n++] = op;
+		}
+}
+
+static bool in_piece(const struct kg *k, int i, int j, int op)
+{
+	for (int q = i; q < j; q++)
+		if (k->order[q] == op)
+			return true;
+	return false;
+}
+
+static bool listed(const int *v, int n, int x)
+{
+	for (int q = 0; q < n; q++)
+		if (v[q] == x)
+			return true;
+	return false;
+}
+
+/* The program of ops order[i..j-1]: the tensors it reads from outside are
+ * its inputs; those it makes that the region returns or a later op reads
+ * are its outputs. */
+static enum mo_status piece_prog(struct kg *k, int i, int j, struct mo_tp **out,
+				 struct mo_diag *d)
+{
+	const struct mo_tp *p = k->prog;
+	int ops[MO_MG_MAX], ins[MO_MG_MAX], outs[MO_MG_MAX];
+	int n_ops = 0, n_in = 0, n_out = 0;
+	for (int op = 0; op < p->n_ops; op++) /* program order: topological */
+		if (in_piece(k, i, j, op))
+			ops[n_ops++] = op;
+	for (int q = 0; q < n_ops; q++) {
+		const struct mo_tp_op *op = &p->ops[ops[q]];
+		for (int a = 0; a < op->n_in; a++) {
+			int t = op->in[a];
+			if (t < 0 || listed(ins, n_in, t) || n_in == MO_MG_MAX)
+				continue;
+			int prod = p->tensors[t].producer;
+			if (prod < 0 || !in_piece(k, i, j, prod))
+				ins[n_in++] = t;
+		}
+		for (int o = 0; o < op->n_out; o++) {
+			int t = op->out[o];
+			bool needed = t >= 0 && p->tensors[t].is_graph_output;
+			for (int c = 0; c < p->n_ops && t >= 0 && !needed; c++)
+				if (!in_piece(k, i, j, c))
+					for (int a = 0; a < p->ops[c].n_in; a++)
+						needed |= p->ops[c].in[a] == t;
+			if (needed && n_out < MO_MG_MAX)
+				outs[n_out++] = t;
+		}
+	}
+	return mo_tp_region(p, ops, n_ops, ins, n_in, outs, n_out, out, d);
+}
+
+/* One op as a pre-defined kernel; NULL when it cannot be one (several
+ * results, an absent optional operand). */
+static struct mo_mugraph *predefined(const struct mo_tp *sub)
+{
+	const struct mo_tp_op *op = &sub->ops[0];
+	if (sub->n_ops != 1 || op->n_out != 1 || op->n_in < 1 || op->n_in > 3 ||
+	    sub->n_outputs != 1)
+		return NULL;
+	struct mo_mugraph *mg = mo_mg_new();
+	if (!mg)
+		return NULL;
+	int in[3];
+	for (int a = 0; a < op->n_in; a++) {
+		const struct mo_tensor *x = op->in[a] >= 0 ? &sub->tensors[op->in[a]] : NULL;
+		in[a] = -1;
+		for (int b = 0; b < a && x; b++) /* x·x reads one input */
+			if (op->in[b] == op->in[a])
+				in[a] = in[b];
+		if (x && in[a] < 0)
+			in[a] = mo_mg_input(mg, x->name, x->dtype, x->rank, x->dims);
+		if (!x)
+			snprintf(mg->error, sizeof mg->error, "an absent operand");
+	}
+	if (!mg->error[0]) {
+		int y = mo_mg_kernel(mg, op->kind, op->n_in, in, &op->p);
+		if (y >= 0)
+			mo_mg_output(mg, y, sub->tensors[op->out[0]].name);
+	}
+	if (mg->error[0]) {
+		mo_mg_free(mg);
+		return NULL;
+	}
+	return mg;
+}
+
+static int nonlayout_ops(const struct kg *k, int i, int j)
+{
+	int n = 0;
+	for (int q = i; q < j; q++)
+		n += k->prog->ops[k->order[q]].lax != MO_LAX_LAYOUT;
+	return n;
+}
+
+/* Finds the best μGraph of piece (i, j) within `budget` seconds. */
+static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
+				   struct mo_search_stats *st, struct mo_diag *d)
+{
+	struct piece *pc = piece_at(k, i, j);
+	struct mo_tp *sub = NULL;
+	enum mo_status s = piece_prog(k, i, j, &sub, d);
+	if (s)
+		return s;
+	pc->n_out = 0;
+	for (int q = 0; q < sub->n_outputs; q++)
+		pc->outs[pc->n_out++] = sub->tensors[sub->outputs[q]].name;
+	const struct mo_gpu *g = k->o->gpu ? k->o->gpu : mo_gpu_of_target(k->o->target);
+	if (j - i == 1) {
+		pc->mg = predefined(sub);
+	} else {
+		struct mo_search_options o = *k->o;
+		o.budget_s = budget;
+		o.progress = NULL;
+		struct mo_search_result r;
+		s = mo_search_one_kernel(sub, &o, &r, d);
+		mo_search_stats_add(st, &r.stats);
+		st->kernel_pieces++;
+		pc->mg = r.best;
+	}
+	if (pc->mg)
+		mo_cost_mugraph(pc->mg, g, &pc->cost);
+	mo_tp_free(sub);
+	return s;
+}
+
+/* The pieces chosen by the dynamic program, composed in order. */
+static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	if (!mg)
+		return NULL;
+	const char *names[MO_MG_MAX];
+	int made[MO_MG_MAX], nm = 0;
+	for (int c = 0; c < n_cut && !mg->error[0]; c++) {
+		struct piece *pc = piece_at(k, cut[c], cut[c + 1]);
+		int outs[MO_MG_MAX];
+		int n = mo_mg_append(mg, pc->mg, nm, names, made, outs);
+		for (int q = 0; q < n && q < pc->n_out && nm < MO_MG_MAX; q++) {
+			names[nm] = pc->outs[q];
+			made[nm++] = outs[q];
+		}
+	}
+	for (int j = 0; j < k->prog->n_outputs && !mg->error[0]; j++) {
+		const char *name = k->prog->tensors[k->prog->outputs[j]].name;
+		int t = -1;
+		for (int q = 0; q < nm && t < 0; q++)
+			if (strcmp(names[q], name) == 0)
+				t = made[q];
+		if (t < 0)
+			snprintf(mg->error, sizeof mg->error, "no kernel makes output '%s'", name);
+		else
+			mo_mg_output(mg, t, name);
+	}
+	if (mg->error[0]) {
+		mo_mg_free(mg);
+		return NULL;
+	}
+	return mg;
+}
+
+/* Cheapest cover of order[0..n) by at most K pieces; the cut points in cut
+ * (n_cut pieces), or 0 when there is none. */
+static int cheapest_cover(struct kg *k, int K, int *cut)
+{
+	int n = k->n;
+	double *best = malloc(sizeof *best * (size_t)(n + 1) * (size_t)(K + 1));
+	int *from = malloc(sizeof *from * (size_t)(n + 1) * (size_t)(K + 1));
+	int n_cut = 0;
+	if (!best || !from)
+		goto done;
+	for (int q = 0; q < (n + 1) * (K + 1); q++)
+		best[q] = -1;
+	best[0] = 0;
+	for (int j = 1; j <= n; j++)
+		for (int i = 0; i < j; i++) {
+			struct piece *pc = piece_at(k, i, j);
+			if (!pc->mg)
+				continue;
+			int kc = pc->mg->n_ops;
+			for (int m = 0; m + kc <= K; m++) {
+				double b = best[i * (K + 1) + m];
+				double *to = &best[j * (K + 1) + m + kc];
+				if (b >= 0 && (*to < 0 || b + pc->cost.us < *to)) {
+					*to = b + pc->cost.us;
+					from[j * (K + 1) + m + kc] = i;
+				}
+			}
+		}
+	int m_best = -1;
+	for (int m = 1; m <= K; m++)
+		if (best[n * (K + 1) + m] >= 0 &&
+		    (m_best < 0 || best[n * (K + 1) + m] < best[n * (K + 1) + m_best]))
+			m_best = m;
+	if (m_best < 0)
+		goto done;
+	int tmp[MO_MG_MAX + 1], nt = 0;
+	for (int j = n, m = m_best; j > 0 && nt < MO_MG_MAX;) {
+		tmp[nt++] = j;
+		int i = from[j * (K + 1) + m];
+		m -= piece_at(k, i, j)->mg->n_ops;
+		j = i;
+	}
+	cut[0] = 0;
+	for (int q = 0; q < nt; q++)
+		cut[q + 1] = tmp[nt - 1 - q];
+	n_cut = nt;
+done:
+	free(best);
+	free(from);
+	return n_cut;
+}
+
+static void say(const struct mo_search_options *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void say(const struct mo_search_options *o, const char *fmt, ...)
+{
+	if (!o->progress)
+		return;
+	char line[200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	o->progress(o->progress_ctx, line);
+}
+
+/* The multi-kernel search over what is left of the budget; fills r->best
+ * when a composite beats the unfused region and passes the full verdict. */
+static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_search_options *o,
+				     double deadline, struct mo_search_result *r,
+				     struct mo_diag *d)
+{
+	struct kg k = { .prog = prog, .o = o, .n = prog->n_ops };
+	bool *seen = calloc((size_t)k.n + 1, sizeof *seen);
+	k.order = calloc((size_t)k.n + 1, sizeof *k.order);
+	k.pieces = calloc((size_t)(k.n + 1) * (size_t)(k.n + 1), sizeof *k.pieces);
+	enum mo_status s = MO_OK;
+	if (!seen || !k.order || !k.pieces) {
+		s = mo_diag_nomem(d);
+		goto done;
+	}
+	dfs_order(prog, seen, k.order);
+	/* every piece: single ops first (cheap, and they make a cover possible),
+	 * then runs of 2, 3, ... ops, each with an even share of what is left */
+	int n_runs = 0;
+	for (int len = 2; len < k.n; len++)
+		for (int i = 0; i + len <= k.n; i++)
+			n_runs += nonlayout_ops(&k, i, i + len) <= o->max_block_ops;
+	for (int i = 0; i < k.n && !s; i++)
+		s = search_piece(&k, i, i + 1, 0, &r->stats, d);
+	int fused = 0;
+	for (int len = 2; len < k.n && !s; len++)
+		for (int i = 0; i + len <= k.n && !s; i++) {
+			if (nonlayout_ops(&k, i, i + len) > o->max_block_ops)
+				continue;
+			double left = deadline - now_s();
+			if (left <= 0) {
+				r->stats.budget_hit = true;
+				break;
+			}
+			s = search_piece(&k, i, i + len, left / n_runs--, &r->stats, d);
+			if (piece_at(&k, i, i + len)->mg)
+				fused++;
+		}
+	if (s)
+		goto done;
+	int cut[MO_MG_MAX + 1];
+	int n_cut = cheapest_cover(&k, o->max_kernel_ops, cut);
+	if (!n_cut) {
+		snprintf(r->why, sizeof r->why, "no cover of the region by %d kernels (%d of its "
+			 "runs of ops fuse into one kernel)", o->max_kernel_ops, fused);
+		goto done;
+	}
+	struct mo_mugraph *mg = compose(&k, cut, n_cut);
+	char why[200] = "";
+	if (!mg) {
+		snprintf(r->why, sizeof r->why, "the kernels could not be composed");
+		goto done;
+	}
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	mo_cost_mugraph(mg, g, &r->cost_best);
+	if (r->cost_best.us >= r->cost_unfused.us) {
+		snprintf(r->why, sizeof r->why, "the best μGraph of %d kernels (%.1f µs) is not "
+			 "faster than the unfused region (%.1f µs)", mg->n_ops, r->cost_best.us,
+			 r->cost_unfused.us);
+		mo_mg_free(mg);
+		goto done;
+	}
+	if (!mo_mg_valid(mg, o->target, why, sizeof why)) {
+		snprintf(r->why, sizeof r->why, "the composed μGraph is not valid: %s", why);
+		mo_mg_free(mg);
+		goto done;
+	}
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o->seed;
+	s = mo_mg_equiv(mg, prog, &eo, &r->verification, d);
+	if (!s && r->verification.verdict == MO_EQUIVALENT) {
+		r->best = mg;
+		r->why[0] = 0;
+		say(o, "  %d kernels over %d ops (%d runs of ops searched, %d fuse)", mg->n_ops, k.n,
+		    r->stats.kernel_pieces, fused);
+	} else {
+		if (!s)
+			snprintf(r->why, sizeof r->why, "the composed μGraph failed the full "
+				 "verification: %.180s", r->verification.detail);
+		mo_mg_free(mg);
+	}
+done:
+	for (int q = 0; k.pieces && q < (k.n + 1) * (k.n + 1); q++)
+		mo_mg_free(k.pieces[q].mg);
+	free(k.pieces);
+	free(k.order);
+	free(seen);
+	return s;
+}
+
+enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
+			 struct mo_search_result *r, struct mo_diag *d)
+{
+	double t0 = now_s();
+	bool several = o->max_kernel_ops > 1 && prog->n_ops > 1;
+	/* the whole region as one kernel first; pieces share the rest */
+	struct mo_search_options one = *o;
+	if (several)
+		one.budget_s = o->budget_s * WHOLE_SHARE;
+	enum mo_status s = mo_search_one_kernel(prog, &one, r, d);
+	if (s || r->best || !several)
+		return s;
+	char why_one[256];
+	snprintf(why_one, sizeof why_one, "%s", r->why);
+	say(o, "  not one kernel (%s); searching for several", why_one);
+	s = search_kernels(prog, o, t0 + o->budget_s, r, d);
+	if (!s && !r->best) {
+		char why[256];
+		snprintf(why, sizeof why, "%s", r->why);
+		snprintf(r->why, sizeof r->why, "%.120s; %.120s", why_one, why);
+	}
+	r->stats.seconds = now_s() - t0;
+	return s;
+}
+
+void mo_search_result_free(struct mo_search_result *r)
+{
+	mo_mg_free(r->best);
+	r->best = NULL;
+}
