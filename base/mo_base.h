@@ -75,7 +75,8 @@ void mo_nameset_free(struct mo_nameset *s);
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per
  * worker thread (as many as online CPUs, at most `max_threads` if > 0), and
  * waits. Falls back to the calling thread for small n or if threads cannot
- * be started. Deterministic: each index is handled exactly once. */
+ * be started. Deterministic: each index is handled exactly once. A loop
+ * started inside another's chunk runs serially on that chunk's thread. */
 void mo_parallel_for(uint64_t n, uint64_t min_per_thread, int max_threads,
 		     void (*fn)(void *ctx, uint64_t begin, uint64_t end), void *ctx);
 

@@ -12,10 +12,17 @@ struct chunk {
 	uint64_t begin, end;
 };
 
+/* Set while a thread runs a chunk: a parallel loop inside a chunk runs on
+ * its own thread, so nested loops never multiply the threads. */
+static _Thread_local bool in_chunk;
+
 static void *run_chunk(void *arg)
 {
 	struct chunk *c = arg;
+	bool was = in_chunk;
+	in_chunk = true;
 	c->fn(c->ctx, c->begin, c->end);
+	in_chunk = was;
 	return NULL;
 }
 
@@ -32,6 +39,8 @@ void mo_parallel_for(uint64_t n, uint64_t min_per_thread, int max_threads,
 		min_per_thread = 1;
 	if ((uint64_t)t > n / min_per_thread)
 		t = (int)(n / min_per_thread);
+	if (in_chunk)
+		t = 1;
 	if (t <= 1) {
 		if (n)
 			fn(ctx, 0, n);

@@ -440,18 +440,20 @@ static void dot(struct ev *e, const void *a, int64_t sa, const void *b, int64_t 
 
 struct rows {
 	const struct mo_field *f;
-	const struct mo_ff *A, *B;
+	const void *A, *B; /* struct mo_ff or double, as is_float says */
 	int64_t sam, sak, sbk, m, k, n;
-	struct mo_ff *Y;
+	void *Y;
 	bool ok;
+	bool is_float; /* doubles, else field elements */
 };
 
-/* Columns [j0, j1) of every output row, in the field. */
-static void rows_ff(void *ctx, uint64_t j0, uint64_t j1)
+#define ROWS_TILE 64 /* output rows and columns per task */
+
+/* Output tile [i0, i1) x [j0, j1), in the field. */
+static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
-	struct rows *r = ctx;
 	const struct mo_field *f = r->f;
-	int64_t w = (int64_t)(j1 - j0), m = r->m;
+	int64_t w = j1 - j0, m = i1 - i0;
 	size_t mw = (size_t)(m * w);
 	unsigned __int128 *acc = mo_calloc(mw * 2, sizeof *acc);
 	bool *dead = mo_calloc(mw, sizeof *dead);
@@ -463,9 +465,9 @@ static void rows_ff(void *ctx, uint64_t j0, uint64_t j1)
 	}
 	unsigned __int128 *aq = acc + mw;
 	for (int64_t l = 0; l < r->k; l++) {
-		const ff *row = r->B + l * r->sbk + (int64_t)j0;
+		const ff *row = (const ff *)r->B + l * r->sbk + j0;
 		for (int64_t i = 0; i < m; i++) {
-			ff x = r->A[i * r->sam + l * r->sak];
+			ff x = ((const ff *)r->A)[(i0 + i) * r->sam + l * r->sak];
 			unsigned __int128 *ap = acc + i * w, *qq = aq + i * w;
 			bool *dd = dead + i * w;
 			if (x.q == MO_FF_DEAD) {
@@ -492,12 +494,48 @@ static void rows_ff(void *ctx, uint64_t j0, uint64_t j1)
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < w; j++) {
 			size_t at = (size_t)(i * w + j);
-			r->Y[i * r->n + (int64_t)j0 + j] = (ff){
+			((ff *)r->Y)[(i0 + i) * r->n + j0 + j] = (ff){
 				(uint64_t)(acc[at] % f->p),
 				dead[at] ? MO_FF_DEAD : (uint64_t)(aq[at] % f->q) };
 		}
 	mo_free(acc);
 	mo_free(dead);
+}
+
+/* The same tile in floating point: each element sums over l in order, as a
+ * plain loop would. */
+static void tile_float(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+	const double *A = (const double *)r->A, *B = (const double *)r->B;
+	double *Y = r->Y;
+	for (int64_t i = i0; i < i1; i++)
+		for (int64_t j = j0; j < j1; j++)
+			Y[i * r->n + j] = 0;
+	for (int64_t l = 0; l < r->k; l++) {
+		const double *row = B + l * r->sbk;
+		for (int64_t i = i0; i < i1; i++) {
+			double x = A[i * r->sam + l * r->sak];
+			double *y = Y + i * r->n;
+			for (int64_t j = j0; j < j1; j++)
+				y[j] += x * row[j];
+		}
+	}
+}
+
+/* Tasks [t0, t1) of the output's ROWS_TILE x ROWS_TILE tiles, row-major. */
+static void rows_tiles(void *ctx, uint64_t t0, uint64_t t1)
+{
+	struct rows *r = ctx;
+	int64_t tiles_n = (r->n + ROWS_TILE - 1) / ROWS_TILE;
+	for (uint64_t t = t0; t < t1; t++) {
+		int64_t i0 = (int64_t)t / tiles_n * ROWS_TILE, j0 = (int64_t)t % tiles_n * ROWS_TILE;
+		int64_t i1 = i0 + ROWS_TILE < r->m ? i0 + ROWS_TILE : r->m;
+		int64_t j1 = j0 + ROWS_TILE < r->n ? j0 + ROWS_TILE : r->n;
+		if (r->is_float)
+			tile_float(r, i0, i1, j0, j1);
+		else
+			tile_ff(r, i0, i1, j0, j1);
+	}
 }
 
 /* All M output rows at once when B's rows are contiguous:
@@ -507,25 +545,12 @@ static bool rows_accumulate(struct ev *e, const void *a, int64_t sam, int64_t sa
 			    const void *b, int64_t sbk, int64_t m, int64_t k, int64_t n,
 			    void *out)
 {
-	if (e->dom == MO_EVAL_FLOAT) {
-		const double *A = a, *B = b;
-		double *Y = out;
-		for (int64_t j = 0; j < m * n; j++)
-			Y[j] = 0;
-		for (int64_t l = 0; l < k; l++) {
-			const double *row = B + l * sbk;
-			for (int64_t i = 0; i < m; i++) {
-				double x = A[i * sam + l * sak];
-				double *y = Y + i * n;
-				for (int64_t j = 0; j < n; j++)
-					y[j] += x * row[j];
-			}
-		}
-		return true;
-	}
-	struct rows r = { e->f, a, b, sam, sak, sbk, m, k, n, out, true };
-	/* each worker owns a range of output columns */
-	mo_parallel_for((uint64_t)n, 64, 0, rows_ff, &r);
+	struct rows r = { e->f, a, b, sam, sak, sbk, m, k, n, out, true,
+			  e->dom == MO_EVAL_FLOAT };
+	/* each worker owns a range of output tiles */
+	uint64_t tiles = (uint64_t)((m + ROWS_TILE - 1) / ROWS_TILE) *
+			 (uint64_t)((n + ROWS_TILE - 1) / ROWS_TILE);
+	mo_parallel_for(tiles, 1, 0, rows_tiles, &r);
 	return r.ok;
 }
 

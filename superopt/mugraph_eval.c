@@ -88,37 +88,41 @@ static void accumulate(struct ev *be, const struct mo_bg_accum *x, void *acc, vo
 	}
 }
 
-/* Runs the block graph for every block of the grid, or only the blocks
- * `only` marks (by linear index x + gx·(y + gy·z)) when it is not NULL. */
-static void run_block(struct ev *ke, const struct mo_block_graph *bg, const uint8_t *only,
-		      uint8_t **marks)
+struct blocks {
+	struct ev *ke;
+	const struct mo_block_graph *bg;
+	const uint8_t *only;
+	uint8_t **marks;
+	bool post[MO_MG_MAX]; /* body tensors that exist only after the loop */
+	const char *bad;      /* first failure of any worker (atomic) */
+	bool div0;            /* any worker divided by zero (atomic) */
+};
+
+/* Blocks [b0, b1) by linear index x + gx·(y + gy·z), with this worker's own
+ * tiles and accumulators. Blocks write disjoint elements of the tensors they
+ * save (a replicated omap writes equal values). */
+static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 {
+	struct blocks *J = ctx;
+	const struct mo_block_graph *bg = J->bg;
+	struct ev *ke = J->ke;
 	const struct mo_tp *body = &bg->body;
+	const bool *post = J->post;
 	int nt = body->n_tensors;
 	struct ev be = *ke;
 	be.tp = body;
 	be.cache = NULL;
+	be.bad = NULL;
+	be.div0 = false;
 	be.vals = mo_calloc((size_t)nt + 1, sizeof *be.vals);
 	be.borrowed = mo_calloc((size_t)nt + 1, sizeof *be.borrowed);
 	void **acc = mo_calloc((size_t)bg->n_accums + 1, sizeof *acc);
 	void **runmax = mo_calloc((size_t)bg->n_accums + 1, sizeof *runmax);
 	void **newmax = mo_calloc((size_t)bg->n_accums + 1, sizeof *newmax);
-	bool post[MO_MG_MAX], keep[MO_MG_MAX] = { false };
+	bool keep[MO_MG_MAX] = { false };
 	if (!be.vals || !be.borrowed || !acc || !runmax || !newmax) {
-		ke->bad = "out of memory";
+		be.bad = "out of memory";
 		goto out;
-	}
-	/* which body tensors exist only after the loop */
-	for (int i = 0; i < nt; i++)
-		post[i] = false;
-	for (int a = 0; a < bg->n_accums; a++)
-		post[bg->accums[a].out] = true;
-	for (int i = 0; i < body->n_ops; i++) {
-		const struct mo_tp_op *op = &body->ops[i];
-		bool p = false;
-		for (int k = 0; k < op->n_in; k++)
-			p |= post[op->in[k]];
-		post[op->out[0]] = p;
 	}
 	/* constants once, for every block */
 	for (int i = 0; i < nt && !be.bad; i++) {
@@ -139,12 +143,12 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg, const uint
 		if (!acc[a])
 			be.bad = "out of memory";
 	}
-	int block[3];
-	for (block[2] = 0; block[2] < bg->grid[2] && !be.bad; block[2]++)
-	for (block[1] = 0; block[1] < bg->grid[1] && !be.bad; block[1]++)
-	for (block[0] = 0; block[0] < bg->grid[0] && !be.bad; block[0]++) {
-		if (only && !only[block[0] + bg->grid[0] * (block[1] + bg->grid[1] * block[2])])
+	for (uint64_t lin = b0; lin < b1 && !be.bad; lin++) {
+		if (J->only && !J->only[lin])
 			continue;
+		int block[3] = { (int)(lin % (uint64_t)bg->grid[0]),
+				 (int)(lin / (uint64_t)bg->grid[0] % (uint64_t)bg->grid[1]),
+				 (int)(lin / ((uint64_t)bg->grid[0] * (uint64_t)bg->grid[1])) };
 		for (int a = 0; a < bg->n_accums; a++)
 			memset(acc[a], 0, mo_tensor_numel(&body->tensors[bg->accums[a].out]) * be.es);
 		for (int it = 0; it < bg->forloop && !be.bad; it++) {
@@ -181,17 +185,22 @@ static void run_block(struct ev *ke, const struct mo_block_graph *bg, const uint
 			const struct mo_bg_saver *x = &bg->savers[s];
 			move_tile(be.es, &ke->tp->tensors[x->tensor], ke->vals[x->tensor],
 				  &body->tensors[x->tile], be.vals[x->tile], x->omap, bg->grid, block,
-				  MO_PHI, 0, true, marks ? marks[x->tensor] : NULL);
+				  MO_PHI, 0, true, J->marks ? J->marks[x->tensor] : NULL);
 		}
 		free_vals(&be, keep);
 	}
-	if (be.bad)
-		ke->bad = be.bad;
-	ke->div0 |= be.div0;
 	for (int i = 0; i < nt; i++)
 		keep[i] = false;
-	free_vals(&be, keep);
+	if (be.vals)
+		free_vals(&be, keep);
 out:
+	if (be.bad) {
+		const char *none = NULL;
+		__atomic_compare_exchange_n(&J->bad, &none, be.bad, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	}
+	if (be.div0)
+		__atomic_store_n(&J->div0, true, __ATOMIC_RELAXED);
 	for (int a = 0; acc && a < bg->n_accums; a++) {
 		mo_free(acc[a]);
 		if (runmax)
@@ -204,6 +213,30 @@ out:
 	mo_free(newmax);
 	mo_free(be.vals);
 	mo_free(be.borrowed);
+}
+
+/* Runs the block graph for every block of the grid, or only the blocks
+ * `only` marks (by linear index x + gx·(y + gy·z)) when it is not NULL;
+ * blocks are independent, so they run on worker threads. */
+static void run_block(struct ev *ke, const struct mo_block_graph *bg, const uint8_t *only,
+		      uint8_t **marks)
+{
+	struct blocks J = { .ke = ke, .bg = bg, .only = only, .marks = marks };
+	const struct mo_tp *body = &bg->body;
+	for (int a = 0; a < bg->n_accums; a++)
+		J.post[bg->accums[a].out] = true;
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		bool p = false;
+		for (int k = 0; k < op->n_in; k++)
+			p |= J.post[op->in[k]];
+		J.post[op->out[0]] = p;
+	}
+	uint64_t n = (uint64_t)bg->grid[0] * (uint64_t)bg->grid[1] * (uint64_t)bg->grid[2];
+	mo_parallel_for(n, only ? n : 1, 0, run_blocks, &J);
+	if (J.bad)
+		ke->bad = J.bad;
+	ke->div0 |= J.div0;
 }
 
 /* Kernels whose saved tensors no later kernel reads: only their outputs

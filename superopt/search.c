@@ -1244,6 +1244,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 
+	double t_enum = now_s();
 	/* rank every passing algorithm at every tile size, classes in order */
 	struct ranking rk = { .T = T, .st = &r->stats };
 	for (int c = 0; c < R.n_classes; c++) {
@@ -1256,12 +1257,21 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			each_size(T, &C->rep, consider, &rk);
 		}
 	}
+	double t_ranked = now_s();
+	if (o.progress) {
+		char line[160];
+		snprintf(line, sizeof line, "  enumerated in %.1f s; ranked %d μGraphs by the cost "
+			 "model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
+		o.progress(o.progress_ctx, line);
+	}
 	/* the best that passes the full verdict */
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 	eo.seed = o.seed;
 	enum mo_status st = MO_OK;
+	int tried = 0;
 	for (int i = 0; i < rk.n && !r->best && !st; i++) {
 		struct mo_equiv_report rep;
+		tried++;
 		st = mo_mg_equiv(rk.top[i].mg, prog, &eo, &rep, d);
 		if (!st && rep.verdict == MO_EQUIVALENT) {
 			r->best = rk.top[i].mg;
@@ -1269,6 +1279,12 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			r->verification = rep;
 			mo_cost_mugraph(r->best, o.gpu, &r->cost_best);
 		}
+	}
+	if (o.progress && rk.n) {
+		char line[160];
+		snprintf(line, sizeof line, "  full verification of %d μGraph%s in %.1f s", tried,
+			 tried == 1 ? "" : "s", now_s() - t_ranked);
+		o.progress(o.progress_ctx, line);
 	}
 	for (int i = 0; i < rk.n; i++)
 		mo_mg_free(rk.top[i].mg);

@@ -366,6 +366,59 @@ static void thread_graphs(void **state)
 	mo_mg_free(mg);
 }
 
+/* Composing (the multi-kernel search's mo_mg_append): a μGraph replayed into
+ * an empty one is the same μGraph, step for step; replayed again it shares
+ * the inputs of the same names; a bound input reads the tensor it is bound
+ * to instead of becoming an input. */
+static void append_composes(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
+	const char *out = "/attn/MatMul_1_output_0";
+	struct mo_mugraph *src = mg_attention_split_kv(p.tp, 0);
+	struct mo_mugraph *dst = mo_mg_new();
+	int outs[4];
+	assert_int_equal(mo_mg_append(dst, src, 0, NULL, NULL, outs), 1);
+	mo_mg_output(dst, outs[0], out);
+	char *a = mo_mg_json(src), *b = mo_mg_json(dst);
+	assert_string_equal(a, b);
+	assert_int_equal(verdict(dst, &p, NULL), MO_EQUIVALENT);
+	free(a);
+	free(b);
+
+	/* again: the same three inputs, two more kernels, a new result */
+	int before = dst->kg.n_inputs, kernels = dst->n_ops;
+	assert_int_equal(mo_mg_append(dst, src, 0, NULL, NULL, outs + 1), 1);
+	assert_int_equal(dst->kg.n_inputs, before);
+	assert_int_equal(dst->n_ops, 2 * kernels);
+	assert_true(outs[1] != outs[0]);
+
+	/* y·y of a tensor named like the attention's result, bound to it */
+	const struct mo_tensor *y = &dst->kg.tensors[outs[0]];
+	struct mo_mugraph *sq = mo_mg_new();
+	int x = mo_mg_input(sq, out, y->dtype, y->rank, y->dims);
+	mo_mg_output(sq, mo_mg_kernel(sq, MO_OP_MUL, 2, (int[]){ x, x }, NULL), "sq");
+	const char *names[] = { out };
+	assert_int_equal(mo_mg_append(dst, sq, 1, names, outs, outs + 2), 1);
+	assert_int_equal(dst->kg.n_inputs, before);
+	const struct mo_tp_op *mul = &dst->ops[dst->n_ops - 1].op;
+	assert_null(dst->ops[dst->n_ops - 1].bg);
+	assert_int_equal(mul->in[0], outs[0]);
+	assert_int_equal(mul->in[1], outs[0]);
+	assert_int_equal(mul->out[0], outs[2]);
+
+	/* a broken μGraph is refused, not replayed */
+	struct mo_mugraph *broken = mo_mg_new();
+	mo_mg_kernel(broken, MO_OP_MUL, 2, (int[]){ 7, 8 }, NULL);
+	assert_int_equal(mo_mg_append(dst, broken, 0, NULL, NULL, outs), -1);
+	assert_non_null(strstr(dst->error, "broken"));
+	mo_mg_free(broken);
+	mo_mg_free(sq);
+	mo_mg_free(dst);
+	mo_mg_free(src);
+	test_program_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -379,6 +432,7 @@ int main(void)
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
 		cmocka_unit_test(thread_graphs),
+		cmocka_unit_test(append_composes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
