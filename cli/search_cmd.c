@@ -63,6 +63,7 @@ uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *
 	}
 	h = cli_fnv(h, &o->target, sizeof o->target);
 	h = cli_fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
+	h = cli_fnv(h, &o->max_kernel_ops, sizeof o->max_kernel_ops);
 	free(num);
 	return h;
 }
@@ -261,15 +262,16 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				", \"pruned_duplicate\": %" PRIu64 ", \"pruned_dead_end\": %" PRIu64
 				", \"pruned_memory\": %" PRIu64 ", \"candidates\": %" PRIu64
 				", \"quick_rejected\": %" PRIu64 ", \"verified\": %" PRIu64
-				", \"schedules\": %d, \"budget_hit\": %s, \"solver_calls\": %" PRIu64
+				", \"schedules\": %d, \"kernel_pieces\": %d, \"budget_hit\": %s"
+				", \"solver_calls\": %" PRIu64
 				", \"cost_us\": %.3f, \"unfused_cost_us\": %.3f, \"estimated_speedup\": %.3f",
 				r.best ? "true" : "false", r.best ? r.best->n_ops : 0,
 				r.best ? count_gdk(r.best) : 0, cached ? "true" : "false", r.stats.seconds,
 				r.stats.states, r.stats.pruned_absexpr, r.stats.pruned_shape,
 				r.stats.pruned_duplicate, r.stats.pruned_dead_end, r.stats.pruned_memory,
 				r.stats.candidates, r.stats.quick_rejected, r.stats.verified,
-				r.stats.schedules, r.stats.budget_hit ? "true" : "false",
-				r.stats.subexpr.solver_calls, r.best ? r.cost_best.us : r.cost_unfused.us,
+				r.stats.schedules, r.stats.kernel_pieces,
+				r.stats.budget_hit ? "true" : "false", r.stats.subexpr.solver_calls, r.best ? r.cost_best.us : r.cost_unfused.us,
 				r.cost_unfused.us, speedup);
 			if (r.best) {
 				const struct mo_block_graph *bg = NULL;
@@ -305,11 +307,13 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       PRIu64 " by abstract expression, %" PRIu64 " by shape, %" PRIu64
 				       " duplicates, %" PRIu64 " dead ends, %" PRIu64 " by memory; %" PRIu64
 				       " candidates, %" PRIu64 " refuted by the fast check, %" PRIu64
-				       " verified%s\n", r.stats.seconds, r.stats.schedules, r.stats.states,
+				       " verified; %d runs of ops searched as kernels of several%s\n",
+				       r.stats.seconds, r.stats.schedules, r.stats.states,
 				       r.stats.pruned_absexpr, r.stats.pruned_shape,
 				       r.stats.pruned_duplicate, r.stats.pruned_dead_end,
 				       r.stats.pruned_memory, r.stats.candidates, r.stats.quick_rejected,
-				       r.stats.verified, r.stats.budget_hit ? " (budget hit)" : "");
+				       r.stats.verified, r.stats.kernel_pieces,
+				       r.stats.budget_hit ? " (budget hit)" : "");
 		}
 		mo_search_result_free(&r);
 		mo_tp_free(prog);
