@@ -15,9 +15,9 @@
  * results from device memory), and the composite must pass the full
  * verdict against the whole region, like any single-kernel μGraph.
  *
- * Pieces are searched shortest first, each with an even share of what is
- * left of the budget, so the short pieces that make a cover possible are
- * never starved by a long one. See superopt/SEARCH.md. */
+ * Runs are searched by greedy growth first (extended one op at a time while
+ * they fuse), then every other run shortest first, each with a share of what
+ * is left of the budget. See superopt/SEARCH.md. */
 #include "mo_search.h"
 #include "superopt_int.h"
 
@@ -30,6 +30,9 @@
 /* The share of the budget the whole region gets as one kernel when several
  * are allowed; its pieces get the rest. */
 #define WHOLE_SHARE 0.5
+/* runs the greedy growth tries past the last one that fused (or past the
+ * single op it starts from) */
+#define LOOKAHEAD 3
 
 static double now_s(void)
 {
@@ -41,6 +44,8 @@ static double now_s(void)
 struct piece {
 	int i, j;                 /* ops order[i..j-1] */
 	struct mo_mugraph *mg;    /* its best μGraph, NULL if none */
+	bool proven;              /* mg passed the full verdict against the piece */
+	bool searched;
 	struct mo_cost cost;
 	int n_out;
 	const char *outs[MO_MG_MAX]; /* names of the tensors it makes for later pieces */
@@ -52,6 +57,7 @@ struct kg {
 	int n;                    /* ops */
 	int *order;               /* depth-first topological order of the ops */
 	struct piece *pieces;     /* [i * (n + 1) + j] */
+	int n_cut, cut[MO_MG_MAX + 1]; /* the cover tried last: pieces cut[c]..cut[c+1] */
 };
 
 static struct piece *piece_at(struct kg *k, int i, int j)
@@ -185,6 +191,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 {
 	struct piece *pc = piece_at(k, i, j);
 	struct mo_tp *sub = NULL;
+	pc->searched = true;
 	enum mo_status s = piece_prog(k, i, j, &sub, d);
 	if (s)
 		return s;
@@ -199,7 +206,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		o.budget_s = budget;
 		o.progress = NULL;
 		struct mo_search_result r;
-		s = mo_search_one_kernel(sub, &o, &r, d);
+		s = mo_search_one_kernel(sub, &o, false, &r, d); /* proven as a whole */
 		mo_search_stats_add(st, &r.stats);
 		st->kernel_pieces++;
 		pc->mg = r.best;
@@ -311,6 +318,79 @@ static void say(const struct mo_search_options *o, const char *fmt, ...)
 	o->progress(o->progress_ctx, line);
 }
 
+/* The full verdict of piece (i, j)'s μGraph against its own program. */
+static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok, struct mo_diag *d)
+{
+	struct piece *pc = piece_at(k, i, j);
+	struct mo_tp *sub = NULL;
+	enum mo_status s = piece_prog(k, i, j, &sub, d);
+	if (s)
+		return s;
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = k->o->seed;
+	struct mo_equiv_report rep;
+	s = mo_mg_equiv(pc->mg, sub, &eo, &rep, d);
+	*ok = !s && rep.verdict == MO_EQUIVALENT;
+	pc->proven = *ok;
+	mo_tp_free(sub);
+	return s;
+}
+
+/* Composes the cheapest cover and proves it. r->best when it is valid,
+ * faster than the unfused region and equivalent; else r->why says why, and
+ * *refuted is the composite when the verdict alone failed it (the caller
+ * looks for the piece at fault and frees it). */
+static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fused,
+				struct mo_mugraph **refuted, struct mo_diag *d)
+{
+	const struct mo_search_options *o = k->o;
+	*refuted = NULL;
+	k->n_cut = cheapest_cover(k, o->max_kernel_ops, k->cut);
+	if (!k->n_cut) {
+		snprintf(r->why, sizeof r->why, "no cover of the region by %d kernels (%d of its "
+			 "runs of ops fuse into one kernel)", o->max_kernel_ops, fused);
+		return MO_OK;
+	}
+	struct mo_mugraph *mg = compose(k, k->cut, k->n_cut);
+	if (!mg) {
+		snprintf(r->why, sizeof r->why, "the kernels could not be composed");
+		return MO_OK;
+	}
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	mo_cost_mugraph(mg, g, &r->cost_best);
+	char why[200] = "";
+	if (r->cost_best.us >= r->cost_unfused.us) {
+		snprintf(r->why, sizeof r->why, "the best μGraph of %d kernels (%.1f µs) is not "
+			 "faster than the unfused region (%.1f µs)", mg->n_ops, r->cost_best.us,
+			 r->cost_unfused.us);
+		mo_mg_free(mg);
+		return MO_OK;
+	}
+	if (!mo_mg_valid(mg, o->target, why, sizeof why)) {
+		snprintf(r->why, sizeof r->why, "the composed μGraph is not valid: %s", why);
+		mo_mg_free(mg);
+		return MO_OK;
+	}
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o->seed;
+	enum mo_status s = mo_mg_equiv(mg, k->prog, &eo, &r->verification, d);
+	if (!s && r->verification.verdict == MO_EQUIVALENT) {
+		r->best = mg;
+		r->why[0] = 0;
+		say(o, "  %d kernels over %d ops (%d runs of ops searched, %d fuse)", mg->n_ops, k->n,
+		    r->stats.kernel_pieces, fused);
+		return MO_OK;
+	}
+	if (!s)
+		snprintf(r->why, sizeof r->why, "the composed μGraph failed the full "
+			 "verification: %.180s", r->verification.detail);
+	if (s)
+		mo_mg_free(mg);
+	else
+		*refuted = mg;
+	return s;
+}
+
 /* The multi-kernel search over what is left of the budget; fills r->best
  * when a composite beats the unfused region and passes the full verdict. */
 static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_search_options *o,
@@ -327,70 +407,81 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		goto done;
 	}
 	dfs_order(prog, seen, k.order);
-	/* every piece: single ops first (cheap, and they make a cover possible),
-	 * then runs of 2, 3, ... ops, each with an even share of what is left */
-	int n_runs = 0;
+	/* single ops first: cheap, and they make a cover possible */
+	for (int i = 0; i < k.n && !s; i++)
+		s = search_piece(&k, i, i + 1, 0, &r->stats, d);
+	int fused = 0, n_runs = 0;
 	for (int len = 2; len < k.n; len++)
 		for (int i = 0; i + len <= k.n; i++)
 			n_runs += nonlayout_ops(&k, i, i + len) <= o->max_block_ops;
-	for (int i = 0; i < k.n && !s; i++)
-		s = search_piece(&k, i, i + 1, 0, &r->stats, d);
-	int fused = 0;
+	/* then greedy growth: a run is extended one op at a time while it still
+	 * fuses, looking up to LOOKAHEAD ops past the last that did (a lone
+	 * MatMul is no faster fused; with its softmax and second MatMul it is).
+	 * About n searches, each with a fair share, find the natural kernels
+	 * (one norm, one attention); then every other run, shortest first, with
+	 * what is left, for the dynamic program to choose from. */
+	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
+		bool ok = false;
+		if (j <= k.n && j - i < k.n && nonlayout_ops(&k, i, j) <= o->max_block_ops) {
+			double left = deadline - now_s();
+			if (left <= 0)
+				break;
+			int est = (k.n - i) / 2; /* searches left in this phase, about */
+			s = search_piece(&k, i, j, left / (est > 1 ? est : 1), &r->stats, d);
+			n_runs--;
+			ok = piece_at(&k, i, j)->mg != NULL;
+			fused += ok;
+		}
+		if (ok)
+			last_ok = j;
+		if (ok || (j < k.n && j - (last_ok > 0 ? last_ok : i + 1) < LOOKAHEAD)) {
+			j++;
+			continue;
+		}
+		i = last_ok > 0 ? last_ok : i + 1; /* the next run starts after this one */
+		j = i + 2;
+		last_ok = -1;
+	}
 	for (int len = 2; len < k.n && !s; len++)
 		for (int i = 0; i + len <= k.n && !s; i++) {
-			if (nonlayout_ops(&k, i, i + len) > o->max_block_ops)
+			struct piece *pc = piece_at(&k, i, i + len);
+			if (pc->searched || nonlayout_ops(&k, i, i + len) > o->max_block_ops)
 				continue;
 			double left = deadline - now_s();
 			if (left <= 0) {
 				r->stats.budget_hit = true;
 				break;
 			}
-			s = search_piece(&k, i, i + len, left / n_runs--, &r->stats, d);
-			if (piece_at(&k, i, i + len)->mg)
-				fused++;
+			s = search_piece(&k, i, i + len, left / (n_runs > 0 ? n_runs-- : 1),
+					 &r->stats, d);
+			fused += pc->mg != NULL;
 		}
 	if (s)
 		goto done;
-	int cut[MO_MG_MAX + 1];
-	int n_cut = cheapest_cover(&k, o->max_kernel_ops, cut);
-	if (!n_cut) {
-		snprintf(r->why, sizeof r->why, "no cover of the region by %d kernels (%d of its "
-			 "runs of ops fuse into one kernel)", o->max_kernel_ops, fused);
-		goto done;
-	}
-	struct mo_mugraph *mg = compose(&k, cut, n_cut);
-	char why[200] = "";
-	if (!mg) {
-		snprintf(r->why, sizeof r->why, "the kernels could not be composed");
-		goto done;
-	}
-	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
-	mo_cost_mugraph(mg, g, &r->cost_best);
-	if (r->cost_best.us >= r->cost_unfused.us) {
-		snprintf(r->why, sizeof r->why, "the best μGraph of %d kernels (%.1f µs) is not "
-			 "faster than the unfused region (%.1f µs)", mg->n_ops, r->cost_best.us,
-			 r->cost_unfused.us);
+	/* the cheapest cover, composed and proven; a piece at fault when it is
+	 * not is dropped and the cover chosen again */
+	for (int round = 0; round <= k.n && !s; round++) {
+		struct mo_mugraph *mg;
+		int dropped = 0;
+		s = try_cover(&k, r, fused, &mg, d);
+		if (s || !mg || r->best)
+			break;
+		/* refuted: prove each searched piece of the cover on its own */
+		for (int c = 0; c < k.n_cut && !s; c++) {
+			struct piece *pc = piece_at(&k, k.cut[c], k.cut[c + 1]);
+			if (pc->proven || k.cut[c + 1] - k.cut[c] == 1)
+				continue;
+			bool ok;
+			s = prove_piece(&k, k.cut[c], k.cut[c + 1], &ok, d);
+			if (!s && !ok) {
+				mo_mg_free(pc->mg);
+				pc->mg = NULL;
+				dropped++;
+			}
+		}
 		mo_mg_free(mg);
-		goto done;
-	}
-	if (!mo_mg_valid(mg, o->target, why, sizeof why)) {
-		snprintf(r->why, sizeof r->why, "the composed μGraph is not valid: %s", why);
-		mo_mg_free(mg);
-		goto done;
-	}
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = o->seed;
-	s = mo_mg_equiv(mg, prog, &eo, &r->verification, d);
-	if (!s && r->verification.verdict == MO_EQUIVALENT) {
-		r->best = mg;
-		r->why[0] = 0;
-		say(o, "  %d kernels over %d ops (%d runs of ops searched, %d fuse)", mg->n_ops, k.n,
-		    r->stats.kernel_pieces, fused);
-	} else {
-		if (!s)
-			snprintf(r->why, sizeof r->why, "the composed μGraph failed the full "
-				 "verification: %.180s", r->verification.detail);
-		mo_mg_free(mg);
+		if (!dropped)
+			break; /* r->why has the composite's verdict */
 	}
 done:
 	for (int q = 0; k.pieces && q < (k.n + 1) * (k.n + 1); q++)
@@ -410,7 +501,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	struct mo_search_options one = *o;
 	if (several)
 		one.budget_s = o->budget_s * WHOLE_SHARE;
-	enum mo_status s = mo_search_one_kernel(prog, &one, r, d);
+	enum mo_status s = mo_search_one_kernel(prog, &one, true, r, d);
 	if (s || r->best || !several)
 		return s;
 	char why_one[256];
