@@ -34,6 +34,18 @@ enum mo_status mo_diag_set(struct mo_diag *d, enum mo_status status,
 	return status;
 }
 
+void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)
+{
+	if (!fn)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	fn(ctx, line);
+}
+
 enum mo_status mo_diag_nomem(struct mo_diag *d)
 {
 	return mo_diag_set(d, MO_ERR_NOMEM, "out of memory");

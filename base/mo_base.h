@@ -37,6 +37,11 @@ enum mo_status mo_diag_vset(struct mo_diag *d, enum mo_status status,
 enum mo_status mo_diag_nomem(struct mo_diag *d);
 const char *mo_status_name(enum mo_status s);
 
+/* A progress line for a long stage: formats it and hands it to fn (nothing
+ * when fn is NULL). Lines longer than 512 bytes are cut. */
+void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* Every allocation of the tool goes through these, so that tests can make
  * the n-th allocation fail and check that nothing leaks or crashes. */
 void *mo_malloc(size_t n);

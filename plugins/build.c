@@ -20,19 +20,7 @@
 
 #define MAX_ARGS 40
 
-static void progress(const struct mo_plugin_options *o, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void progress(const struct mo_plugin_options *o, const char *fmt, ...)
-{
-	if (!o->progress)
-		return;
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	o->progress(o->progress_ctx, line);
-}
+#define progress(o, ...) mo_progressf((o)->progress, (o)->progress_ctx, __VA_ARGS__)
 
 static bool is_executable(const char *p)
 {

@@ -21,7 +21,6 @@
 #include "mo_search.h"
 #include "superopt_int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,20 +303,6 @@ done:
 	return n_cut;
 }
 
-static void say(const struct mo_search_options *o, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void say(const struct mo_search_options *o, const char *fmt, ...)
-{
-	if (!o->progress)
-		return;
-	char line[200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	o->progress(o->progress_ctx, line);
-}
-
 /* The full verdict of piece (i, j)'s μGraph against its own program. */
 static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok, struct mo_diag *d)
 {
@@ -377,8 +362,8 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 	if (!s && r->verification.verdict == MO_EQUIVALENT) {
 		r->best = mg;
 		r->why[0] = 0;
-		say(o, "  %d kernels over %d ops (%d runs of ops searched, %d fuse)", mg->n_ops, k->n,
-		    r->stats.kernel_pieces, fused);
+		mo_progressf(o->progress, o->progress_ctx, "  %d kernels over %d ops (%d runs of ops "
+			     "searched, %d fuse)", mg->n_ops, k->n, r->stats.kernel_pieces, fused);
 		return MO_OK;
 	}
 	if (!s)
@@ -506,7 +491,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 		return s;
 	char why_one[256];
 	snprintf(why_one, sizeof why_one, "%s", r->why);
-	say(o, "  not one kernel (%s); searching for several", why_one);
+	mo_progressf(o->progress, o->progress_ctx, "  not one kernel (%s); searching for several", why_one);
 	s = search_kernels(prog, o, t0 + o->budget_s, r, d);
 	if (!s && !r->best) {
 		char why[256];

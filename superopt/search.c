@@ -1240,12 +1240,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	int jobs = o.jobs > 0 ? o.jobs : cpus > 0 && cpus < 64 ? (int)cpus : 2;
 	if (jobs > R.n_classes)
 		jobs = R.n_classes > 0 ? R.n_classes : 1;
-	if (o.progress) {
-		char line[160];
-		snprintf(line, sizeof line, "  %d schedule classes, %d worker threads, budget %.0f s",
-			 R.n_classes, jobs, o.budget_s);
-		o.progress(o.progress_ctx, line);
-	}
+	mo_progressf(o.progress, o.progress_ctx, "  %d schedule classes, %d worker threads, "
+		     "budget %.0f s", R.n_classes, jobs, o.budget_s);
 	pthread_t th[64];
 	int started = 0;
 	for (int i = 1; i < jobs && i < 64; i++)
@@ -1269,12 +1265,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 		}
 	}
 	double t_ranked = now_s();
-	if (o.progress) {
-		char line[160];
-		snprintf(line, sizeof line, "  enumerated in %.1f s; ranked %d μGraphs by the cost "
-			 "model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
-		o.progress(o.progress_ctx, line);
-	}
+	mo_progressf(o.progress, o.progress_ctx, "  enumerated in %.1f s; ranked %d μGraphs by "
+		     "the cost model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
 	/* the best that passes the full verdict */
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 	eo.seed = o.seed;
@@ -1296,12 +1288,9 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			mo_cost_mugraph(r->best, o.gpu, &r->cost_best);
 		}
 	}
-	if (o.progress && tried) {
-		char line[160];
-		snprintf(line, sizeof line, "  full verification of %d μGraph%s in %.1f s", tried,
-			 tried == 1 ? "" : "s", now_s() - t_ranked);
-		o.progress(o.progress_ctx, line);
-	}
+	if (tried)
+		mo_progressf(o.progress, o.progress_ctx, "  full verification of %d μGraph%s in "
+			     "%.1f s", tried, tried == 1 ? "" : "s", now_s() - t_ranked);
 	for (int i = 0; i < rk.n; i++)
 		mo_mg_free(rk.top[i].mg);
 	if (!st && !r->best)
