@@ -178,6 +178,7 @@ struct target {
 	double consts[16];
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
+	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
 	double deadline;
 	atomic_bool stop;
 };
@@ -348,6 +349,51 @@ static bool is_out_label(struct target *T, int l)
 	return false;
 }
 
+static bool kept_reduced(struct target *T, int label)
+{
+	for (int i = 0; i < T->n_kept_red; i++)
+		if (T->kept_red[i] == label)
+			return true;
+	return false;
+}
+
+/* The output labels the program reduces over (a norm's or a softmax's axis):
+ * only there may a block graph sum over an axis the output keeps. */
+static void kept_reductions(struct target *T)
+{
+	const struct mo_tp *tp = T->tp;
+	for (int k = 0; k < tp->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[k];
+		const struct mo_tensor *x = op->n_in ? &tp->tensors[op->in[0]] : NULL;
+		if (!x || !x->shape_known)
+			continue;
+		int from = x->rank, to = x->rank; /* dims [from, to) reduced */
+		bool listed = false;
+		switch (op->kind) {
+		case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
+			listed = true;
+			break;
+		case MO_OP_SOFTMAX:
+			from = op->p.n_axes ? (int)op->p.axes[0] : x->rank - 1;
+			to = from + 1;
+			break;
+		case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
+			from = op->p.n_axes ? (int)op->p.axes[0] : x->rank - 1;
+			break;
+		default:
+			continue;
+		}
+		for (int dd = 0; dd < x->rank; dd++) {
+			bool red = listed ? op->p.n_axes == 0 : dd >= from && dd < to;
+			for (int i = 0; listed && i < op->p.n_axes; i++)
+				red |= op->p.axes[i] == dd;
+			int l = red && x->dims[dd] > 1 ? ax_label(&T->ax, op->in[0], dd) : -1;
+			if (l >= 0 && is_out_label(T, l) && !kept_reduced(T, l) && T->n_kept_red < 8)
+				T->kept_red[T->n_kept_red++] = l;
+		}
+	}
+}
+
 static bool splits(const struct sched *S, int label)
 {
 	for (int g = 0; g < S->n_grid; g++)
@@ -393,7 +439,8 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 		/* a sum over an axis the output keeps (a norm's) needs the whole
 		 * axis in the tile: neither the grid nor the loop may split it */
 		int d = (int)op->p.axes[0], l = s->lab[a][d];
-		if (is_out_label(T, l) && (splits(s->S, l) || s->S->loop_label == l))
+		if (is_out_label(T, l) && (!kept_reduced(T, l) || splits(s->S, l) ||
+					   s->S->loop_label == l))
 			return false;
 		memcpy(out, s->lab[a], sizeof(int) * (size_t)R);
 		out[d] = -1;
@@ -1181,6 +1228,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	for (int dd = y->rank - 1; dd >= 0 && T->n_out_labels < 8; dd--)
 		if (y->dims[dd] > 1)
 			T->out_labels[T->n_out_labels++] = ax_label(&T->ax, prog->outputs[0], dd);
+	kept_reductions(T);
 	for (int t = 0; t < prog->n_tensors; t++) {
 		const struct mo_tensor *x = &prog->tensors[t];
 		bool used = x->producer >= 0 || x->n_consumers > 0;
