@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void mo_diag_init(struct mo_diag *d)
 {
@@ -32,6 +33,13 @@ enum mo_status mo_diag_set(struct mo_diag *d, enum mo_status status,
 	mo_diag_vset(d, status, fmt, ap);
 	va_end(ap);
 	return status;
+}
+
+double mo_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)

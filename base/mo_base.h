@@ -37,6 +37,9 @@ enum mo_status mo_diag_vset(struct mo_diag *d, enum mo_status status,
 enum mo_status mo_diag_nomem(struct mo_diag *d);
 const char *mo_status_name(enum mo_status s);
 
+/* Seconds on the monotonic clock, for timing stages and budgets. */
+double mo_seconds(void);
+
 /* A progress line for a long stage: formats it and hands it to fn (nothing
  * when fn is NULL). Lines longer than 512 bytes are cut. */
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)

@@ -6,16 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mugraphs.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv)
 {
@@ -57,12 +49,12 @@ int main(int argc, char **argv)
 	printf("RMSNorm + MatMul: X %lldx%lld, W %lldx%lld; μGraph: 1 kernel, grid (%d,1,1), "
 	       "for-loop %d\n", (long long)x->dims[0], (long long)x->dims[1],
 	       (long long)w->dims[0], (long long)w->dims[1], gx, loop);
-	double t0 = now();
+	double t0 = mo_seconds();
 	if (mo_mg_equiv(mg, tp, &opt, &rep, &d)) {
 		fprintf(stderr, "%s\n", d.msg);
 		return 1;
 	}
-	double t = now() - t0;
+	double t = mo_seconds() - t0;
 	static const char *names[] = { "EQUIVALENT", "NOT EQUIVALENT", "INCONCLUSIVE" };
 	printf("full verification: %.2f s (%d finite-field trials of both programs on every "
 	       "output element, then the float check)\n", t, rep.trials_run);
@@ -73,20 +65,20 @@ int main(int argc, char **argv)
 	struct mo_ref_cache rc;
 	mo_ref_cache_init(&rc, tp);
 	struct mo_quick_report q;
-	t0 = now();
+	t0 = mo_seconds();
 	if (mo_mg_quick_check(mg, &rc, 1, 2, &q, &d)) {
 		fprintf(stderr, "%s\n", d.msg);
 		return 1;
 	}
-	double first = now() - t0;
-	t0 = now();
+	double first = mo_seconds() - t0;
+	t0 = mo_seconds();
 	int n = 10;
 	for (int i = 0; i < n && q.verdict == MO_EQUIVALENT; i++)
 		if (mo_mg_quick_check(mg, &rc, 1, 2, &q, &d)) {
 			fprintf(stderr, "%s\n", d.msg);
 			return 1;
 		}
-	double each = (now() - t0) / n;
+	double each = (mo_seconds() - t0) / n;
 	printf("fast check: %.2f s the first time (the reference program evaluated once), "
 	       "then %.3f s per candidate (%llu of %llu output elements compared): %s\n",
 	       first, each, (unsigned long long)q.compared,

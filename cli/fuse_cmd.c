@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mo_export.h"
@@ -34,13 +33,6 @@ struct region_state {
 	bool cuda;
 	double seconds;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void progress_line(void *ctx, const char *line)
 {
@@ -246,7 +238,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		const struct mo_region *rg = rs[ri].rg;
 		struct region_state *s = &rs[ri];
 		char lb[32];
-		double t0 = now();
+		double t0 = mo_seconds();
 		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
 				 rg->n_outputs, &s->prog, d)) {
 			rc = 3;
@@ -270,7 +262,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			s->fused = true;
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 		}
-		s->seconds = now() - t0;
+		s->seconds = mo_seconds() - t0;
 		if (info)
 			fprintf(stderr, "  %s in %.1f s%s\n", s->fused ? "found a μGraph" : "stays unfused",
 				s->seconds, s->cached ? " (from the cache, verified again)" : "");

@@ -22,9 +22,7 @@
 #include "superopt_int.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The share of the budget the whole region gets as one kernel when several
  * are allowed; its pieces get the rest. */
@@ -33,18 +31,11 @@
  * single op it starts from) */
 #define LOOKAHEAD 3
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
+/* The run of ops order[i..j-1], at pieces[i * (n + 1) + j]. */
 struct piece {
-	int i, j;                 /* ops order[i..j-1] */
 	struct mo_mugraph *mg;    /* its best μGraph, NULL if none */
 	bool proven;              /* mg passed the full verdict against the piece */
-	bool searched;
+	bool searched;            /* search_piece ran on it */
 	struct mo_cost cost;
 	int n_out;
 	const char *outs[MO_MG_MAX]; /* names of the tensors it makes for later pieces */
@@ -114,6 +105,9 @@ static enum mo_status piece_prog(struct kg *k, int i, int j, struct mo_tp **out,
 	const struct mo_tp *p = k->prog;
 	int ops[MO_MG_MAX], ins[MO_MG_MAX], outs[MO_MG_MAX];
 	int n_ops = 0, n_in = 0, n_out = 0;
+	if (j - i > MO_MG_MAX)
+		return mo_diag_set(d, MO_ERR_INTERNAL, "a run of %d ops: more than %d", j - i,
+				   MO_MG_MAX);
 	for (int op = 0; op < p->n_ops; op++) /* program order: topological */
 		if (in_piece(k, i, j, op))
 			ops[n_ops++] = op;
@@ -196,7 +190,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		return s;
 	pc->n_out = 0;
 	for (int q = 0; q < sub->n_outputs; q++)
-		pc->outs[pc->n_out++] = sub->tensors[sub->outputs[q]].name;
+		pc->outs[pc->n_out++] = k->prog->tensors[sub->outputs[q]].name;
 	const struct mo_gpu *g = k->o->gpu ? k->o->gpu : mo_gpu_of_target(k->o->target);
 	if (j - i == 1) {
 		pc->mg = predefined(sub);
@@ -256,8 +250,8 @@ static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
 static int cheapest_cover(struct kg *k, int K, int *cut)
 {
 	int n = k->n;
-	double *best = malloc(sizeof *best * (size_t)(n + 1) * (size_t)(K + 1));
-	int *from = malloc(sizeof *from * (size_t)(n + 1) * (size_t)(K + 1));
+	double *best = mo_malloc(sizeof *best * (size_t)(n + 1) * (size_t)(K + 1));
+	int *from = mo_malloc(sizeof *from * (size_t)(n + 1) * (size_t)(K + 1));
 	int n_cut = 0;
 	if (!best || !from)
 		goto done;
@@ -298,8 +292,8 @@ static int cheapest_cover(struct kg *k, int K, int *cut)
 		cut[q + 1] = tmp[nt - 1 - q];
 	n_cut = nt;
 done:
-	free(best);
-	free(from);
+	mo_free(best);
+	mo_free(from);
 	return n_cut;
 }
 
@@ -330,7 +324,8 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 {
 	const struct mo_search_options *o = k->o;
 	*refuted = NULL;
-	k->n_cut = cheapest_cover(k, o->max_kernel_ops, k->cut);
+	int K = o->max_kernel_ops < MO_MG_MAX ? o->max_kernel_ops : MO_MG_MAX;
+	k->n_cut = cheapest_cover(k, K, k->cut);
 	if (!k->n_cut) {
 		snprintf(r->why, sizeof r->why, "no cover of the region by %d kernels (%d of its "
 			 "runs of ops fuse into one kernel)", o->max_kernel_ops, fused);
@@ -383,9 +378,9 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 				     struct mo_diag *d)
 {
 	struct kg k = { .prog = prog, .o = o, .n = prog->n_ops };
-	bool *seen = calloc((size_t)k.n + 1, sizeof *seen);
-	k.order = calloc((size_t)k.n + 1, sizeof *k.order);
-	k.pieces = calloc((size_t)(k.n + 1) * (size_t)(k.n + 1), sizeof *k.pieces);
+	bool *seen = mo_calloc((size_t)k.n + 1, sizeof *seen);
+	k.order = mo_calloc((size_t)k.n + 1, sizeof *k.order);
+	k.pieces = mo_calloc((size_t)(k.n + 1) * (size_t)(k.n + 1), sizeof *k.pieces);
 	enum mo_status s = MO_OK;
 	if (!seen || !k.order || !k.pieces) {
 		s = mo_diag_nomem(d);
@@ -408,7 +403,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
 		bool ok = false;
 		if (j <= k.n && j - i < k.n && nonlayout_ops(&k, i, j) <= o->max_block_ops) {
-			double left = deadline - now_s();
+			double left = deadline - mo_seconds();
 			if (left <= 0)
 				break;
 			int est = (k.n - i) / 2; /* searches left in this phase, about */
@@ -427,15 +422,16 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		j = i + 2;
 		last_ok = -1;
 	}
-	for (int len = 2; len < k.n && !s; len++)
-		for (int i = 0; i + len <= k.n && !s; i++) {
+	bool out_of_time = false;
+	for (int len = 2; len < k.n && !s && !out_of_time; len++)
+		for (int i = 0; i + len <= k.n && !s && !out_of_time; i++) {
 			struct piece *pc = piece_at(&k, i, i + len);
 			if (pc->searched || nonlayout_ops(&k, i, i + len) > o->max_block_ops)
 				continue;
-			double left = deadline - now_s();
+			double left = deadline - mo_seconds();
 			if (left <= 0) {
-				r->stats.budget_hit = true;
-				break;
+				r->stats.budget_hit = out_of_time = true;
+				continue;
 			}
 			s = search_piece(&k, i, i + len, left / (n_runs > 0 ? n_runs-- : 1),
 					 &r->stats, d);
@@ -471,16 +467,16 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 done:
 	for (int q = 0; k.pieces && q < (k.n + 1) * (k.n + 1); q++)
 		mo_mg_free(k.pieces[q].mg);
-	free(k.pieces);
-	free(k.order);
-	free(seen);
+	mo_free(k.pieces);
+	mo_free(k.order);
+	mo_free(seen);
 	return s;
 }
 
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
 			 struct mo_search_result *r, struct mo_diag *d)
 {
-	double t0 = now_s();
+	double t0 = mo_seconds();
 	bool several = o->max_kernel_ops > 1 && prog->n_ops > 1;
 	/* the whole region as one kernel first; pieces share the rest */
 	struct mo_search_options one = *o;
@@ -498,7 +494,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 		snprintf(why, sizeof why, "%s", r->why);
 		snprintf(r->why, sizeof r->why, "%.120s; %.120s", why_one, why);
 	}
-	r->stats.seconds = now_s() - t0;
+	r->stats.seconds = mo_seconds() - t0;
 	return s;
 }
 

@@ -32,20 +32,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_TILES 40
 #define MAX_OPS 24
 #define MAX_ALGOS 64
 #define OP_ACCUM MO_OP__COUNT /* an accumulator, as a pseudo op kind */
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- 1. axes ---- */
 
@@ -639,7 +631,7 @@ static bool budget_left(struct state *s)
 {
 	if (atomic_load(&s->T->stop))
 		return false;
-	if ((s->st.states & 255) == 0 && now_s() > s->T->deadline) {
+	if ((s->st.states & 255) == 0 && mo_seconds() > s->T->deadline) {
 		atomic_store(&s->T->stop, true);
 		s->st.budget_hit = true;
 		return false;
@@ -1184,7 +1176,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	struct mo_search_options o = *o_in;
 	if (!o.gpu)
 		o.gpu = mo_gpu_of_target(o.target);
-	double t0 = now_s();
+	double t0 = mo_seconds();
 	struct target *T = mo_calloc(1, sizeof *T);
 	if (!T)
 		return mo_diag_nomem(d);
@@ -1299,7 +1291,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 
-	double t_enum = now_s();
+	double t_enum = mo_seconds();
 	/* rank every passing algorithm at every tile size, classes in order */
 	struct ranking rk = { .T = T, .st = &r->stats };
 	for (int c = 0; c < R.n_classes; c++) {
@@ -1312,7 +1304,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			each_size(T, &C->rep, consider, &rk);
 		}
 	}
-	double t_ranked = now_s();
+	double t_ranked = mo_seconds();
 	mo_progressf(o.progress, o.progress_ctx, "  enumerated in %.1f s; ranked %d μGraphs by "
 		     "the cost model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
 	/* the best that passes the full verdict */
@@ -1338,7 +1330,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	}
 	if (tried)
 		mo_progressf(o.progress, o.progress_ctx, "  full verification of %d μGraph%s in "
-			     "%.1f s", tried, tried == 1 ? "" : "s", now_s() - t_ranked);
+			     "%.1f s", tried, tried == 1 ? "" : "s", mo_seconds() - t_ranked);
 	for (int i = 0; i < rk.n; i++)
 		mo_mg_free(rk.top[i].mg);
 	if (!st && !r->best)
@@ -1360,7 +1352,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	pthread_mutex_destroy(&R.progress_lock);
 	target_free(T);
 	mo_free(T);
-	r->stats.seconds = now_s() - t0;
+	r->stats.seconds = mo_seconds() - t0;
 	return st;
 }
 

@@ -413,18 +413,25 @@ void mo_subexpr_free(struct mo_subexpr *s)
 	mo_free(s);
 }
 
-/* One solver query: do the instantiated axioms entail subexpr(e, TOP)? */
-static bool solve(struct mo_subexpr *s, int e)
+/* Whether the instantiated axioms and ¬q are satisfiable (Z3_L_FALSE: q is
+ * entailed), in a scope popped afterwards. Takes a reference on q. */
+static Z3_lbool check_not(struct mo_subexpr *s, Z3_ast q)
 {
 	Z3_context c = s->ctx;
 	Z3_solver_push(c, s->solver);
-	Z3_ast q = Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ term(s, e), s->top });
 	Z3_inc_ref(c, q);
 	assert_ast(s, Z3_mk_not(c, q));
 	Z3_lbool r = Z3_solver_check(c, s->solver);
 	Z3_dec_ref(c, q);
 	Z3_solver_pop(c, s->solver, 1);
 	s->stats.solver_calls++;
+	return r;
+}
+
+/* One solver query: do the instantiated axioms entail subexpr(e, TOP)? */
+static bool solve(struct mo_subexpr *s, int e)
+{
+	Z3_lbool r = check_not(s, Z3_mk_app(s->ctx, s->sub, 2, (Z3_ast[]){ term(s, e), s->top }));
 	if (r == Z3_L_UNDEF)
 		s->stats.solver_unknown++;
 	return r != Z3_L_TRUE; /* unsat: entailed; unknown: keep */
@@ -489,15 +496,7 @@ bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t)
 	if (e == s->targets[t])
 		return true;
 	pthread_mutex_lock(&s->lock);
-	Z3_context c = s->ctx;
-	Z3_solver_push(c, s->solver);
-	Z3_ast q = Z3_mk_eq(c, term(s, e), term(s, s->targets[t]));
-	Z3_inc_ref(c, q);
-	assert_ast(s, Z3_mk_not(c, q));
-	Z3_lbool r = Z3_solver_check(c, s->solver);
-	Z3_dec_ref(c, q);
-	Z3_solver_pop(c, s->solver, 1);
-	s->stats.solver_calls++;
+	Z3_lbool r = check_not(s, Z3_mk_eq(s->ctx, term(s, e), term(s, s->targets[t])));
 	pthread_mutex_unlock(&s->lock);
 	return r == Z3_L_FALSE;
 }

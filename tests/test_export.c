@@ -30,21 +30,6 @@ static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 #define NODE(t, g, op, name, ins, outs) \
 	tm_node((t), (g), (op), (name), (const char *[]){ ins, NULL }, (const char *[]){ outs, NULL })
 
-/* ---- files ---- */
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	*len = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *b = malloc(*len ? *len : 1);
-	assert_int_equal(fread(b, 1, *len, f), *len);
-	fclose(f);
-	return b;
-}
-
 /* ---- model pieces tmodel.h does not make ---- */
 
 static void value_info(struct tm *t, const char *name)
@@ -669,7 +654,7 @@ static void the_loaded_model_is_unchanged_and_exports_repeat(void **state)
 	snprintf(again, sizeof again, "%s/again.onnx", r.dir);
 	assert_int_equal(export_to(&r, &chain_fused, 1, &opts, again), MO_OK);
 	size_t n1, n2;
-	uint8_t *b1 = read_file(r.path, &n1), *b2 = read_file(again, &n2);
+	uint8_t *b1 = tm_read_file(r.path, &n1), *b2 = tm_read_file(again, &n2);
 	assert_int_equal(n1, n2);
 	assert_memory_equal(b1, b2, n1);
 	free(b1);

@@ -40,19 +40,6 @@ static void write_file(const char *path, const void *data, size_t len)
 	fclose(f);
 }
 
-static uint8_t *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	*len = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *b = malloc(*len ? *len : 1);
-	assert_int_equal(fread(b, 1, *len, f), *len);
-	fclose(f);
-	return b;
-}
-
 static enum mo_status load_buf(const uint8_t *b, size_t n, struct mo_model **m,
 			       struct mo_diag *d)
 {
@@ -97,7 +84,7 @@ static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
 	assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 	assert_int_equal(mo_onnx_save(m, path, &d), MO_OK);
 	mo_onnx_free(m);
-	uint8_t *r = read_file(path, out_len);
+	uint8_t *r = tm_read_file(path, out_len);
 	assert_int_equal(tm_count_entries(dir), 1); /* no temporary left beside it */
 	tm_rm_rf(dir);
 	free(dir);
@@ -414,7 +401,7 @@ static void save_replaces_atomically_and_fails_cleanly(void **state)
 	assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 	assert_int_equal(mo_onnx_save(m, path, &d), MO_OK);
 	size_t rn;
-	uint8_t *r = read_file(path, &rn);
+	uint8_t *r = tm_read_file(path, &rn);
 	assert_int_equal(rn, n);
 	assert_memory_equal(r, b, n);
 	free(r);

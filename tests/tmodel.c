@@ -35,6 +35,22 @@ char *tm_tmpdir(void)
 	return copy;
 }
 
+uint8_t *tm_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	long n = -1;
+	if (f && fseek(f, 0, SEEK_END) == 0)
+		n = ftell(f);
+	uint8_t *b = n >= 0 ? malloc(n ? (size_t)n : 1) : NULL;
+	if (!b || fseek(f, 0, SEEK_SET) != 0 || fread(b, 1, (size_t)n, f) != (size_t)n) {
+		perror(path);
+		abort();
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return b;
+}
+
 size_t tm_count_entries(const char *dir)
 {
 	DIR *d = opendir(dir);

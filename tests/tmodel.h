@@ -56,6 +56,9 @@ char *tm_strdup(struct tm *t, const char *s);
  * removal with everything in it. */
 char *tm_tmpdir(void);
 void tm_rm_rf(const char *dir);
+/* A whole file, malloc'd (free it), its size in *len; aborts if it cannot be
+ * read. */
+uint8_t *tm_read_file(const char *path, size_t *len);
 /* Entries in a folder, "." and ".." not counted; aborts if it cannot be read. */
 size_t tm_count_entries(const char *dir);
 
