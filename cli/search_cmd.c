@@ -187,9 +187,13 @@ static void describe_kernels(const struct mo_mugraph *mg, FILE *out)
 			continue;
 		}
 		const struct mo_block_graph *bg = op->bg;
+		struct mo_bg_plan plan;
+		mo_bg_plan(bg, &plan);
 		fprintf(out, "    kernel %d: graph-defined, grid (%d,%d,%d), for-loop %d, %d block ops, "
-			"%d thread graph%s\n      ", k + 1, bg->grid[0], bg->grid[1], bg->grid[2],
-			bg->forloop, bg->body.n_ops + bg->n_accums, bg->n_tgs, bg->n_tgs == 1 ? "" : "s");
+			"%d thread graph%s, %.1f KB shared memory (%.1f KB unshared)\n      ", k + 1,
+			bg->grid[0], bg->grid[1], bg->grid[2], bg->forloop, bg->body.n_ops + bg->n_accums,
+			bg->n_tgs, bg->n_tgs == 1 ? "" : "s", plan.bytes / 1024.0,
+			plan.bytes_unshared / 1024.0);
 		for (int i = 0; i < bg->body.n_ops; i++)
 			fprintf(out, "%s%s", i ? " " : "", mo_op_table[bg->body.ops[i].kind].name);
 		for (int a = 0; a < bg->n_accums; a++)

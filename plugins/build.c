@@ -161,7 +161,8 @@ static bool compile_c(const char *cc, const char *dir, const char *src, const ch
 	snprintf(inc, sizeof inc, "-I%s", dir);
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[] = { (char *)cc, "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",
-			 "-ffp-contract=off", inc, "-c", (char *)src, "-o", (char *)obj, NULL };
+			 "-ffp-contract=off", "-fno-strict-aliasing",
+			 /* tiles of two types share bytes */ inc, "-c", (char *)src, "-o", (char *)obj, NULL };
 	if (run(argv, log))
 		return true;
 	char e[256];

@@ -487,103 +487,34 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 
 /* ---- a graph-defined kernel ---- */
 
+/* What the block's threads did since the last barrier: tiles written
+ * (a read of one needs a barrier first) and every buffer touched, as byte
+ * ranges of shared memory (a write into bytes another buffer touched needs
+ * one too: the memory plan shares bytes between buffers). */
 struct barriers {
 	bool dirty[MO_MG_MAX];
+	int n;
+	struct touch { int id; uint64_t lo, hi; } touched[4 * MO_MG_MAX];
 };
-
-static void sync_for(struct gen *g, struct barriers *br, const int *in, int n_in);
 
 struct plan {
+	struct mo_bg_plan mp;
 	struct buf tiles[MO_MG_MAX];
 	struct buf runmax[MO_MG_MAX], newmax[MO_MG_MAX];
-	uint64_t off_tile[MO_MG_MAX], off_run[MO_MG_MAX], off_new[MO_MG_MAX];
-	uint64_t floats; /* workspace / shared memory, in floats */
-	bool post[MO_MG_MAX];
-	/* thread graphs run as one loop, their inner tiles in registers */
-	int tg_last[MO_MG_MAX];  /* op index: last op of the fused run it starts, or -1 */
-	bool in_reg[MO_MG_MAX];  /* tile lives only in a thread graph's registers */
 };
-
-static uint64_t take(struct plan *pl, uint64_t n)
-{
-	uint64_t at = pl->floats;
-	pl->floats += (n + 3) & ~(uint64_t)3; /* 16-byte aligned tiles */
-	return at;
-}
-
-static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
-{
-	if (a->rank != b->rank)
-		return false;
-	for (int d = 0; d < a->rank; d++)
-		if (a->dims[d] != b->dims[d])
-			return false;
-	return true;
-}
-
-/* A thread graph runs as one loop over its elements when every op in it
- * makes a tile of one shape and reads its run's tiles without broadcasting:
- * each thread then owns the same elements of all of them, in registers. */
-static void plan_thread_graphs(const struct mo_block_graph *bg, struct plan *pl)
-{
-	const struct mo_tp *body = &bg->body;
-	for (int i = 0; i < MO_MG_MAX; i++)
-		pl->tg_last[i] = -1;
-	for (int k = 0; k < bg->n_tgs; k++) {
-		int first = bg->tgs[k].first, last = bg->tgs[k].last;
-		if (first < 0 || last >= body->n_ops || first > last)
-			continue;
-		const struct mo_tensor *shape = &body->tensors[body->ops[first].out[0]];
-		bool ok = true;
-		for (int j = first; j <= last && ok; j++) {
-			const struct mo_tp_op *op = &body->ops[j];
-			ok = mo_op_elementwise(op->kind) && op->n_out == 1 && op->n_in <= 2 &&
-			     same_shape(&body->tensors[op->out[0]], shape) &&
-			     pl->post[op->out[0]] == pl->post[body->ops[first].out[0]];
-			for (int q = 0; ok && q < op->n_in; q++) {
-				int t = op->in[q];
-				int prod = t >= 0 ? body->tensors[t].producer : -1;
-				if (prod >= first && prod < j)
-					ok = same_shape(&body->tensors[t], shape);
-			}
-		}
-		if (!ok)
-			continue;
-		pl->tg_last[first] = last;
-		for (int j = first; j <= last; j++) {
-			int t = body->ops[j].out[0];
-			bool outside = false;
-			for (int o = 0; o < body->n_ops && !outside; o++)
-				for (int q = 0; (o < first || o > last) && q < body->ops[o].n_in; q++)
-					outside |= body->ops[o].in[q] == t;
-			for (int a = 0; a < bg->n_accums; a++)
-				outside |= bg->accums[a].in == t || bg->accums[a].max_in == t;
-			for (int v = 0; v < bg->n_savers; v++)
-				outside |= bg->savers[v].tile == t;
-			pl->in_reg[t] = !outside;
-		}
-	}
-}
 
 static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct plan *pl)
 {
 	const struct mo_tp *body = &bg->body;
 	memset(pl, 0, sizeof *pl);
-	for (int a = 0; a < bg->n_accums; a++)
-		pl->post[bg->accums[a].out] = true;
-	for (int i = 0; i < body->n_ops; i++) {
-		const struct mo_tp_op *op = &body->ops[i];
-		bool p = false;
-		for (int k = 0; k < op->n_in; k++)
-			p |= op->in[k] >= 0 && pl->post[op->in[k]];
-		pl->post[op->out[0]] = p;
-	}
-	plan_thread_graphs(bg, pl);
+	mo_bg_plan(bg, &pl->mp);
 	for (int i = 0; i < body->n_tensors; i++) {
 		const struct mo_tensor *t = &body->tensors[i];
 		struct buf *b = &pl->tiles[i];
 		snprintf(b->name, sizeof b->name, "t%d", i);
 		b->ct = CT_F32;
+		if (pl->mp.elem[i] == 2 && !ctype_of(t->dtype, &b->ct))
+			unsupported(g, "a %d-byte tile type", (int)pl->mp.elem[i]);
 		b->t = t;
 		if (t->kind == MO_T_CONST) {
 			if (!t->fvals || t->n_vals != 1) {
@@ -592,37 +523,98 @@ static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct pl
 			}
 			b->is_const = true;
 			b->value = t->fvals[0];
-			continue;
 		}
-		if (!pl->in_reg[i])
-			pl->off_tile[i] = take(pl, mo_tensor_numel(t));
 	}
 	for (int a = 0; a < bg->n_accums; a++) {
-		const struct mo_bg_accum *x = &bg->accums[a];
-		if (x->kind != MO_ACC_RESCALED)
-			continue;
-		uint64_t nm = mo_tensor_numel(&body->tensors[x->max_in]);
 		snprintf(pl->runmax[a].name, sizeof pl->runmax[a].name, "rm%d", a);
 		snprintf(pl->newmax[a].name, sizeof pl->newmax[a].name, "nm%d", a);
-		pl->off_run[a] = take(pl, nm);
-		pl->off_new[a] = take(pl, nm);
 	}
 }
 
-/* Body ops first..last (a thread graph, plan_thread_graphs) as one loop:
+/* Buffer ids for the barrier bookkeeping: tiles, then running and new
+ * maxes of accumulator a. */
+#define ID_RUN(a) (MO_MG_MAX + (a))
+#define ID_NEW(a) (2 * MO_MG_MAX + (a))
+
+static void range_of(const struct mo_block_graph *bg, const struct plan *pl, int id,
+		     uint64_t *lo, uint64_t *hi)
+{
+	const struct mo_bg_plan *mp = &pl->mp;
+	if (id < MO_MG_MAX) {
+		*lo = mp->off[id];
+		*hi = *lo + mo_tensor_numel(&bg->body.tensors[id]) * mp->elem[id];
+		return;
+	}
+	int a = id % MO_MG_MAX;
+	*lo = id < ID_NEW(0) ? mp->off_run[a] : mp->off_new[a];
+	*hi = *lo + mo_tensor_numel(&bg->body.tensors[bg->accums[a].max_in]) * 4;
+}
+
+static void sync_all(struct gen *g, struct barriers *br)
+{
+	if (g->cuda)
+		P(g, "__syncthreads();\n");
+	memset(br->dirty, 0, sizeof br->dirty);
+	br->n = 0;
+}
+
+static void touch(struct barriers *br, const struct mo_block_graph *bg, const struct plan *pl, int id)
+{
+	if (id < 0 || (id < MO_MG_MAX && pl->mp.elem[id] == 0))
+		return; /* a constant or a register: no shared memory */
+	struct touch *t = &br->touched[br->n++];
+	t->id = id;
+	range_of(bg, pl, id, &t->lo, &t->hi);
+}
+
+/* Before the block reads tiles in[0..n_in) and writes buffers out[0..n_out):
+ * a barrier if a read tile was written, or a written buffer's bytes were
+ * touched by another buffer, since the last barrier. Then records them. */
+static void sync_for(struct gen *g, struct barriers *br, const struct mo_block_graph *bg,
+		     const struct plan *pl, const int *in, int n_in, const int *out, int n_out)
+{
+	bool need = false;
+	for (int k = 0; k < n_in; k++)
+		need |= in[k] >= 0 && br->dirty[in[k]];
+	for (int k = 0; k < n_out && !need; k++) {
+		if (out[k] < MO_MG_MAX && pl->mp.elem[out[k]] == 0)
+			continue;
+		uint64_t lo, hi;
+		range_of(bg, pl, out[k], &lo, &hi);
+		for (int j = 0; j < br->n && !need; j++)
+			need = br->touched[j].id != out[k] && br->touched[j].lo < hi &&
+			       lo < br->touched[j].hi;
+	}
+	int room = (int)(sizeof br->touched / sizeof br->touched[0]) - br->n;
+	if (need || room < n_in + n_out)
+		sync_all(g, br);
+	for (int k = 0; k < n_in; k++)
+		touch(br, bg, pl, in[k]);
+	for (int k = 0; k < n_out; k++) {
+		touch(br, bg, pl, out[k]);
+		if (out[k] < MO_MG_MAX)
+			br->dirty[out[k]] = true;
+	}
+}
+
+/* Body ops first..last (a register thread graph, mo_bg_plan) as one loop:
  * each element's chain in registers, stored only where read outside. */
-static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_tp *body,
+static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_block_graph *bg,
 			      const struct plan *pl, int first, int last, struct barriers *br)
 {
-	int reads[2 * MO_MG_MAX] = { 0 }, nr = 0;
-	for (int j = first; j <= last; j++)
+	const struct mo_tp *body = &bg->body;
+	int reads[2 * MO_MG_MAX] = { 0 }, nr = 0, writes[MO_MG_MAX] = { 0 }, nw = 0;
+	for (int j = first; j <= last; j++) {
 		for (int q = 0; q < body->ops[j].n_in; q++) {
 			int t = body->ops[j].in[q];
 			int prod = t >= 0 ? body->tensors[t].producer : -1;
 			if (t >= 0 && !(prod >= first && prod < j))
 				reads[nr++] = t;
 		}
-	sync_for(g, br, reads, nr);
+		if (!pl->mp.in_reg[body->ops[j].out[0]])
+			writes[nw++] = body->ops[j].out[0];
+	}
+	sync_for(g, br, bg, pl, reads, nr, writes, nw);
 	const struct mo_tensor *shape = &body->tensors[body->ops[first].out[0]];
 	loop_open(g, sc, "i", mo_tensor_numel(shape));
 	for (int j = first; j <= last && !g->fail; j++) {
@@ -642,10 +634,8 @@ static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_tp *
 			break;
 		int out = op->out[0];
 		P(g, "const float r%d = %s;\n", out, e);
-		if (!pl->in_reg[out]) {
+		if (!pl->mp.in_reg[out])
 			P(g, "%s[i] = r%d;\n", pl->tiles[out].name, out);
-			br->dirty[out] = true;
-		}
 	}
 	P(g, "}\n");
 }
@@ -686,26 +676,6 @@ static void gbuf(struct buf *b, const struct mo_tp *kg, int t)
 		b->ct = CT_F32;
 }
 
-static void sync_for(struct gen *g, struct barriers *br, const int *in, int n_in)
-{
-	if (!g->cuda)
-		return;
-	bool need = false;
-	for (int k = 0; k < n_in; k++)
-		need |= in[k] >= 0 && br->dirty[in[k]];
-	if (need) {
-		P(g, "__syncthreads();\n");
-		memset(br->dirty, 0, sizeof br->dirty);
-	}
-}
-
-static void sync_all(struct gen *g, struct barriers *br)
-{
-	if (g->cuda)
-		P(g, "__syncthreads();\n");
-	memset(br->dirty, 0, sizeof br->dirty);
-}
-
 static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph *bg,
 		       const struct plan *pl, int a, struct barriers *br)
 {
@@ -714,8 +684,10 @@ static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph
 	const struct mo_tensor *t = &body->tensors[x->out];
 	const struct buf *acc = &pl->tiles[x->out];
 	char v[600], idx[256];
-	int reads[2] = { x->in, x->max_in };
-	sync_for(g, br, reads, x->kind == MO_ACC_RESCALED ? 2 : 1);
+	bool resc = x->kind == MO_ACC_RESCALED;
+	int reads[3] = { x->in, x->out, x->max_in };
+	int writes[3] = { x->out, ID_RUN(a), ID_NEW(a) };
+	sync_for(g, br, bg, pl, reads, resc ? 3 : 2, writes, resc ? 3 : 1);
 	load(v, sizeof v, &pl->tiles[x->in], "i");
 	switch (x->kind) {
 	case MO_ACC_SUM:
@@ -746,46 +718,45 @@ static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph
 		break;
 	}
 	}
-	br->dirty[x->out] = true;
 }
 
 /* The body ops of one phase: in the for-loop (post false) or after it. */
-static void emit_body(struct gen *g, enum scope sc, const struct mo_tp *body,
+static void emit_body(struct gen *g, enum scope sc, const struct mo_block_graph *bg,
 		      const struct plan *pl, bool post, struct barriers *br)
 {
+	const struct mo_tp *body = &bg->body;
 	for (int i = 0; i < body->n_ops; i++) {
 		const struct mo_tp_op *op = &body->ops[i];
-		if (pl->post[op->out[0]] != post)
+		if (pl->mp.post[op->out[0]] != post)
 			continue;
-		if (pl->tg_last[i] >= 0) {
-			emit_thread_graph(g, sc, body, pl, i, pl->tg_last[i], br);
-			i = pl->tg_last[i];
+		if (pl->mp.tg_last[i] >= 0) {
+			emit_thread_graph(g, sc, bg, pl, i, pl->mp.tg_last[i], br);
+			i = pl->mp.tg_last[i];
 			continue;
 		}
-		sync_for(g, br, op->in, op->n_in);
+		sync_for(g, br, bg, pl, op->in, op->n_in, op->out, 1);
 		emit_op(g, sc, body, op, pl->tiles);
-		br->dirty[op->out[0]] = true;
 	}
 }
 
 static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k, const char *fn,
-			      uint64_t *ws_floats)
+			      uint64_t *ws_bytes)
 {
 	const struct mo_block_graph *bg = mg->ops[k].bg;
 	const struct mo_tp *body = &bg->body;
 	struct plan pl;
 	plan_block(g, bg, &pl);
-	*ws_floats = pl.floats;
+	*ws_bytes = pl.mp.bytes;
 	enum scope sc = g->cuda ? SC_BLOCK : SC_CPU;
 	struct buf gb[MO_MG_MAX];
 	for (int t = 0; t < mg->kg.n_tensors; t++)
 		gbuf(&gb[t], &mg->kg, t);
 	if (g->cuda) {
 		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
-		P(g, "extern __shared__ float4 mo_smem4[];\nfloat *ws = (float *)mo_smem4;\n");
+		P(g, "extern __shared__ float4 mo_smem4[];\nchar *ws = (char *)mo_smem4;\n");
 		P(g, "const uint64_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
 	} else {
-		P(g, "static void %s(const struct args *ap, float *ws)\n{\nconst struct args a = *ap;\n", fn);
+		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
 		P(g, "for (uint64_t bz = 0; bz < %du; bz++)\nfor (uint64_t by = 0; by < %du; by++)\n"
 		  "for (uint64_t bx = 0; bx < %du; bx++) {\n", bg->grid[2], bg->grid[1], bg->grid[0]);
 	}
@@ -799,37 +770,43 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		if (used[t])
 			P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[t].ct], gb[t].name,
 			  ctype_c[gb[t].ct], t);
+	/* the memory plan: offsets shared between tiles whose lives do not meet */
 	for (int i = 0; i < body->n_tensors; i++)
-		if (!pl.tiles[i].is_const && !pl.in_reg[i])
-			P(g, "float *%s = ws + %" PRIu64 ";\n", pl.tiles[i].name, pl.off_tile[i]);
+		if (pl.mp.elem[i])
+			P(g, "%s *%s = (%s *)(ws + %" PRIu64 ");\n", ctype_c[pl.tiles[i].ct],
+			  pl.tiles[i].name, ctype_c[pl.tiles[i].ct], pl.mp.off[i]);
 	for (int a = 0; a < bg->n_accums; a++)
 		if (bg->accums[a].kind == MO_ACC_RESCALED)
-			P(g, "float *%s = ws + %" PRIu64 ", *%s = ws + %" PRIu64 ";\n", pl.runmax[a].name,
-			  pl.off_run[a], pl.newmax[a].name, pl.off_new[a]);
+			P(g, "float *%s = (float *)(ws + %" PRIu64 "), *%s = (float *)(ws + %" PRIu64 ");\n",
+			  pl.runmax[a].name, pl.mp.off_run[a], pl.newmax[a].name, pl.mp.off_new[a]);
 	P(g, "(void)ws;\n");
-	struct barriers br = { { false } };
+	struct barriers br = { .n = 0 };
 	char idx[600], v[700];
 	P(g, "for (uint64_t it = 0; it < %du; it++) {\n", bg->forloop);
 	for (int i = 0; i < bg->n_iters; i++) {
 		const struct mo_bg_iter *x = &bg->iters[i];
 		const struct mo_tensor *tile = &body->tensors[x->tile];
 		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->imap, bg->grid, x->fmap);
-		load(v, sizeof v, &gb[x->tensor], idx);
+		const struct buf *tb = &pl.tiles[x->tile];
+		if (tb->ct == gb[x->tensor].ct) /* kept in its storage type: a copy */
+			snprintf(v, sizeof v, "%s[%s]", gb[x->tensor].name, idx);
+		else
+			load(v, sizeof v, &gb[x->tensor], idx);
+		sync_for(g, &br, bg, &pl, NULL, 0, &x->tile, 1);
 		loop_open(g, sc, "i", mo_tensor_numel(tile));
-		P(g, "%s[i] = %s;\n}\n", pl.tiles[x->tile].name, v);
-		br.dirty[x->tile] = true;
+		P(g, "%s[i] = %s;\n}\n", tb->name, v);
 	}
-	emit_body(g, sc, body, &pl, false, &br);
+	emit_body(g, sc, bg, &pl, false, &br);
 	for (int a = 0; a < bg->n_accums; a++)
 		emit_accum(g, sc, bg, &pl, a, &br);
 	if (bg->forloop > 1)
 		sync_all(g, &br);
 	P(g, "}\n");
-	emit_body(g, sc, body, &pl, true, &br);
+	emit_body(g, sc, bg, &pl, true, &br);
 	for (int s = 0; s < bg->n_savers; s++) {
 		const struct mo_bg_saver *x = &bg->savers[s];
 		const struct mo_tensor *tile = &body->tensors[x->tile];
-		sync_for(g, &br, &x->tile, 1);
+		sync_for(g, &br, bg, &pl, &x->tile, 1, NULL, 0);
 		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, bg->grid, MO_PHI);
 		load(v, sizeof v, &pl.tiles[x->tile], "i");
 		loop_open(g, sc, "i", mo_tensor_numel(tile));
@@ -851,7 +828,7 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 	if (g->cuda)
 		P(g, "__global__ void %s(struct args a)\n{\n", fn);
 	else
-		P(g, "static void %s(const struct args *ap, float *ws)\n{\nconst struct args a = *ap;\n(void)ws;\n",
+		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n(void)ws;\n",
 		  fn);
 	for (int i = 0; i < op->n_in; i++)
 		if (op->in[i] >= 0)
@@ -924,9 +901,9 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	}
 	uint64_t smem_limit = mo_target_smem(target);
 	for (int k = 0; cuda && k < mg->n_ops && !g.fail; k++)
-		if (ws[k] * sizeof(float) > smem_limit)
-			unsupported(&g, "kernel %d needs %" PRIu64 " KB of shared memory in fp32 tiles, "
-				    "over the %" PRIu64 " KB of %s", k, ws[k] * 4 / 1024, smem_limit / 1024,
+		if (ws[k] > smem_limit)
+			unsupported(&g, "kernel %d needs %" PRIu64 " KB of shared memory, "
+				    "over the %" PRIu64 " KB of %s", k, ws[k] / 1024, smem_limit / 1024,
 				    target == MO_SM80 ? "sm_80" : "sm_90");
 	/* kernel tensors: inputs, outputs, intermediates */
 	int role[MO_MG_MAX]; /* -1 intermediate, else index in in/out */
@@ -962,8 +939,8 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			P(&g, "a.g[%d] = malloc(%" PRIu64 "u);\nif (!a.g[%d]) rc = 1;\n", t, bytes, t);
 	}
 	if (!cuda)
-		P(&g, "float *ws = (float *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
-		  (ws_max ? ws_max : 1) * sizeof(float));
+		P(&g, "char *ws = (char *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
+		  ws_max ? ws_max : 1);
 	P(&g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_block_graph *bg = mg->ops[k].bg;
@@ -972,7 +949,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			continue;
 		}
 		if (bg) {
-			uint64_t smem = ws[k] * sizeof(float);
+			uint64_t smem = ws[k];
 			if (smem > 48 * 1024)
 				P(&g, "cudaFuncSetAttribute(%s_k%d, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
 				  PRIu64 ");\n", ident, k, smem);

@@ -177,10 +177,43 @@ uint64_t mo_target_smem(enum mo_target t);
 int mo_target_regs_per_thread(enum mo_target t);
 int mo_target_regs_per_sm(enum mo_target t);
 
-/* What a block graph needs: shared memory (tiles not held in registers by a
- * thread graph) and registers per thread (the largest thread graph's
- * estimate: 16 for addressing plus, per element a thread owns, one register
- * per value live across the chain). */
+/* Where a block graph's tiles live (the paper's §6 memory plan). The code
+ * generator lays tiles out by it and the search's memory check counts it,
+ * so what the search accepts is what the kernel asks for.
+ * - Schedule: the for-loop's iterators, then its body ops in order, then
+ *   its accumulators; after the loop, the remaining body ops and the savers.
+ *   A register thread graph (below) is one step.
+ * - Lifetimes: a tile takes shared memory from the step that writes it to
+ *   the last step that reads it; an accumulator, and online softmax's
+ *   running and new max, for the whole for-loop and until last read.
+ *   Buffers whose lifetimes do not overlap share bytes (first fit by start,
+ *   16-byte aligned). The code generator puts a barrier before a write into
+ *   bytes that another buffer used since the last barrier.
+ * - Types: a tile an iterator loads keeps its tensor's storage type (2 bytes
+ *   per element for fp16 and bf16: loads are exact); computed tiles are
+ *   fp32, so arithmetic and accumulation stay fp32.
+ * - Thread graphs: one whose ops each make a tile of one shape, in one
+ *   phase, reading the run's own tiles without broadcasting, runs as one
+ *   loop, and its tiles read nowhere else live in registers. Any other
+ *   thread graph runs op by op through shared memory. */
+struct mo_bg_plan {
+	bool post[MO_MG_MAX];     /* tile exists only after the for-loop */
+	int tg_last[MO_MG_MAX];   /* body op that starts a register thread graph:
+				   * its last op; otherwise -1 */
+	bool in_reg[MO_MG_MAX];   /* tile held in a thread graph's registers */
+	uint8_t elem[MO_MG_MAX];  /* bytes per element in shared memory; 0: none
+				   * (a constant or a register tile) */
+	uint64_t off[MO_MG_MAX];  /* byte offset of each tile */
+	uint64_t off_run[MO_MG_MAX], off_new[MO_MG_MAX]; /* per rescaled accumulator */
+	uint64_t bytes;           /* shared memory per block */
+	uint64_t bytes_unshared;  /* the same buffers laid end to end */
+};
+void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p);
+
+/* What a block graph needs: shared memory (mo_bg_plan's bytes) and
+ * registers per thread (the largest register thread graph's estimate: 16
+ * for addressing plus, per element a thread owns, one register per value
+ * live across the chain). */
 struct mo_bg_usage {
 	uint64_t smem;
 	int regs_per_thread;

@@ -3,6 +3,7 @@
 #include "superopt_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fail(struct mo_mugraph *mg, const char *fmt, ...)
@@ -450,68 +451,16 @@ int mo_target_regs_per_sm(enum mo_target t)
 	return 65536;
 }
 
-/* The thread graph holding body op i, or -1. */
-static int tg_of(const struct mo_block_graph *bg, int op)
-{
-	for (int g = 0; g < bg->n_tgs; g++)
-		if (op >= bg->tgs[g].first && op <= bg->tgs[g].last)
-			return g;
-	return -1;
-}
+/* ---- the memory plan (paper §6) ---- */
 
-/* Is body tensor t a register value: made inside a thread graph and read
- * only inside the same one (not accumulated, not saved, not a max tile)? */
-static bool in_registers(const struct mo_block_graph *bg, int t)
+static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
 {
-	int p = bg->body.tensors[t].producer;
-	int g = p >= 0 ? tg_of(bg, p) : -1;
-	if (g < 0)
+	if (a->rank != b->rank)
 		return false;
-	for (int a = 0; a < bg->n_accums; a++)
-		if (bg->accums[a].in == t || bg->accums[a].max_in == t)
+	for (int d = 0; d < a->rank; d++)
+		if (a->dims[d] != b->dims[d])
 			return false;
-	for (int s = 0; s < bg->n_savers; s++)
-		if (bg->savers[s].tile == t)
-			return false;
-	for (int i = 0; i < bg->body.n_ops; i++) {
-		const struct mo_tp_op *op = &bg->body.ops[i];
-		for (int k = 0; k < op->n_in; k++)
-			if (op->in[k] == t && tg_of(bg, i) != g)
-				return false;
-	}
 	return true;
-}
-
-void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
-{
-	u->smem = 0;
-	u->regs_per_thread = 0;
-	for (int i = 0; i < bg->body.n_tensors; i++) {
-		const struct mo_tensor *t = &bg->body.tensors[i];
-		if (in_registers(bg, i))
-			continue;
-		size_t es = mo_onnx_dtype_size(t->dtype);
-		u->smem += mo_tensor_numel(t) * (es ? es : 4);
-	}
-	for (int g = 0; g < bg->n_tgs; g++) {
-		const struct mo_thread_graph *tg = &bg->tgs[g];
-		uint64_t most = 1;
-		int live = 1; /* the value being computed */
-		for (int i = tg->first; i <= tg->last; i++) {
-			const struct mo_tp_op *op = &bg->body.ops[i];
-			uint64_t n = mo_tensor_numel(&bg->body.tensors[op->out[0]]);
-			most = n > most ? n : most;
-			for (int k = 0; k < op->n_in; k++) {
-				int p = op->in[k] >= 0 ? bg->body.tensors[op->in[k]].producer : -1;
-				if (p < tg->first || p > tg->last)
-					live++; /* an operand loaded from shared memory */
-			}
-		}
-		uint64_t per_thread = (most + MO_BLOCK_THREADS - 1) / MO_BLOCK_THREADS;
-		uint64_t regs = 16 + per_thread * (uint64_t)live;
-		int r = regs > 100000 ? 100000 : (int)regs;
-		u->regs_per_thread = r > u->regs_per_thread ? r : u->regs_per_thread;
-	}
 }
 
 /* post[i]: body tensor i exists only after the for-loop (it depends on an
@@ -526,8 +475,184 @@ static void phases(const struct mo_block_graph *bg, bool *post)
 		const struct mo_tp_op *op = &bg->body.ops[i];
 		bool p = false;
 		for (int k = 0; k < op->n_in; k++)
-			p |= post[op->in[k]];
+			p |= op->in[k] >= 0 && post[op->in[k]];
 		post[op->out[0]] = p;
+	}
+}
+
+/* A thread graph runs as one loop when each of its ops makes a tile of one
+ * shape, in one phase, and reads the run's own tiles without broadcasting:
+ * each thread then owns the same elements of all of them. Its tiles read
+ * nowhere else (no other op, accumulator or saver) stay in registers. */
+static void register_thread_graphs(const struct mo_block_graph *bg, struct mo_bg_plan *p)
+{
+	const struct mo_tp *body = &bg->body;
+	for (int k = 0; k < bg->n_tgs; k++) {
+		int first = bg->tgs[k].first, last = bg->tgs[k].last;
+		if (first < 0 || last >= body->n_ops || first > last)
+			continue;
+		const struct mo_tensor *shape = &body->tensors[body->ops[first].out[0]];
+		bool phase = p->post[body->ops[first].out[0]], ok = true;
+		for (int j = first; j <= last && ok; j++) {
+			const struct mo_tp_op *op = &body->ops[j];
+			ok = mo_op_elementwise(op->kind) && op->n_out == 1 && op->n_in <= 2 &&
+			     same_shape(&body->tensors[op->out[0]], shape) &&
+			     p->post[op->out[0]] == phase;
+			for (int q = 0; ok && q < op->n_in; q++) {
+				int t = op->in[q];
+				int prod = t >= 0 ? body->tensors[t].producer : -1;
+				if (prod >= first && prod < j)
+					ok = same_shape(&body->tensors[t], shape);
+			}
+		}
+		if (!ok)
+			continue;
+		p->tg_last[first] = last;
+		for (int j = first; j <= last; j++) {
+			int t = body->ops[j].out[0];
+			bool outside = false;
+			for (int o = 0; o < body->n_ops && !outside; o++)
+				for (int q = 0; (o < first || o > last) && q < body->ops[o].n_in; q++)
+					outside |= body->ops[o].in[q] == t;
+			for (int a = 0; a < bg->n_accums; a++)
+				outside |= bg->accums[a].in == t || bg->accums[a].max_in == t;
+			for (int v = 0; v < bg->n_savers; v++)
+				outside |= bg->savers[v].tile == t;
+			p->in_reg[t] = !outside;
+		}
+	}
+}
+
+/* A buffer's life in steps of the schedule (see struct mo_bg_plan). */
+struct life {
+	uint64_t bytes;
+	int from, to;
+	uint64_t *off;
+};
+
+static int cmp_life(const void *a, const void *b)
+{
+	const struct life *x = a, *y = b;
+	if (x->from != y->from)
+		return x->from < y->from ? -1 : 1;
+	return x->bytes > y->bytes ? -1 : x->bytes < y->bytes;
+}
+
+void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
+{
+	const struct mo_tp *body = &bg->body;
+	memset(p, 0, sizeof *p);
+	for (int i = 0; i < MO_MG_MAX; i++)
+		p->tg_last[i] = -1;
+	phases(bg, p->post);
+	register_thread_graphs(bg, p);
+	/* steps: iterators, the loop's ops, accumulators; the ops after the
+	 * loop, savers. A register thread graph is one step (its loop reads and
+	 * writes element by element). */
+	int n_ops = body->n_ops, step_op[MO_MG_MAX];
+	int loop_ops = bg->n_iters, accums = loop_ops + n_ops, post_ops = accums + bg->n_accums;
+	int savers = post_ops + n_ops, loop_end = post_ops - 1;
+	for (int i = 0; i < n_ops; i++) {
+		int at = (p->post[body->ops[i].out[0]] ? post_ops : loop_ops) + i;
+		int last = p->tg_last[i];
+		for (int j = i; j <= (last >= 0 ? last : i); j++)
+			step_op[j] = at;
+		i = last >= i ? last : i;
+	}
+	int from[MO_MG_MAX], to[MO_MG_MAX];
+	for (int t = 0; t < body->n_tensors; t++)
+		from[t] = to[t] = -1;
+	for (int i = 0; i < bg->n_iters; i++)
+		from[bg->iters[i].tile] = i;
+	for (int i = 0; i < n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		from[op->out[0]] = step_op[i];
+		for (int k = 0; k < op->n_in; k++)
+			if (op->in[k] >= 0 && to[op->in[k]] < step_op[i])
+				to[op->in[k]] = step_op[i];
+	}
+	for (int a = 0; a < bg->n_accums; a++) {
+		const struct mo_bg_accum *x = &bg->accums[a];
+		from[x->out] = 0; /* read and written by every iteration */
+		if (to[x->out] < loop_end)
+			to[x->out] = loop_end;
+		to[x->in] = to[x->in] > accums + a ? to[x->in] : accums + a;
+		if (x->max_in >= 0 && to[x->max_in] < accums + a)
+			to[x->max_in] = accums + a;
+	}
+	for (int t = 0; t < body->n_tensors; t++)
+		from[t] = from[t] < 0 ? 0 : from[t];
+	for (int s = 0; s < bg->n_savers; s++)
+		if (to[bg->savers[s].tile] < savers + s)
+			to[bg->savers[s].tile] = savers + s;
+	struct life L[3 * MO_MG_MAX];
+	int n = 0;
+	for (int t = 0; t < body->n_tensors; t++) {
+		const struct mo_tensor *x = &body->tensors[t];
+		if (x->kind == MO_T_CONST || p->in_reg[t])
+			continue;
+		int32_t dt = x->kind == MO_T_INPUT ? x->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		p->elem[t] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+				     dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 2 : 4;
+		uint64_t bytes = mo_tensor_numel(x) * p->elem[t];
+		L[n++] = (struct life){ bytes, from[t], to[t] > from[t] ? to[t] : from[t], &p->off[t] };
+	}
+	for (int a = 0; a < bg->n_accums; a++) {
+		const struct mo_bg_accum *x = &bg->accums[a];
+		if (x->kind != MO_ACC_RESCALED)
+			continue;
+		uint64_t bytes = mo_tensor_numel(&body->tensors[x->max_in]) * 4;
+		L[n++] = (struct life){ bytes, 0, loop_end, &p->off_run[a] };
+		L[n++] = (struct life){ bytes, 0, loop_end, &p->off_new[a] };
+	}
+	for (int i = 0; i < n; i++)
+		L[i].bytes = (L[i].bytes + 15) & ~(uint64_t)15; /* 16-byte aligned */
+	qsort(L, (size_t)n, sizeof *L, cmp_life);
+	/* first fit: the lowest offset clear of every placed buffer alive at
+	 * the same time */
+	for (int i = 0; i < n; i++) {
+		uint64_t at = 0;
+		for (bool moved = true; moved;) {
+			moved = false;
+			for (int j = 0; j < i; j++)
+				if (L[j].from <= L[i].to && L[i].from <= L[j].to &&
+				    *L[j].off < at + L[i].bytes && at < *L[j].off + L[j].bytes) {
+					at = *L[j].off + L[j].bytes;
+					moved = true;
+				}
+		}
+		*L[i].off = at;
+		p->bytes = at + L[i].bytes > p->bytes ? at + L[i].bytes : p->bytes;
+		p->bytes_unshared += L[i].bytes;
+	}
+}
+
+void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
+{
+	struct mo_bg_plan p;
+	mo_bg_plan(bg, &p);
+	u->smem = p.bytes;
+	u->regs_per_thread = 0;
+	for (int first = 0; first < bg->body.n_ops; first++) {
+		int last = p.tg_last[first];
+		if (last < 0)
+			continue;
+		uint64_t most = 1;
+		int live = 1; /* the value being computed */
+		for (int i = first; i <= last; i++) {
+			const struct mo_tp_op *op = &bg->body.ops[i];
+			uint64_t n = mo_tensor_numel(&bg->body.tensors[op->out[0]]);
+			most = n > most ? n : most;
+			for (int k = 0; k < op->n_in; k++) {
+				int pr = op->in[k] >= 0 ? bg->body.tensors[op->in[k]].producer : -1;
+				if (pr < first || pr > last)
+					live++; /* an operand loaded from shared memory */
+			}
+		}
+		uint64_t per_thread = (most + MO_BLOCK_THREADS - 1) / MO_BLOCK_THREADS;
+		uint64_t regs = 16 + per_thread * (uint64_t)live;
+		int r = regs > 100000 ? 100000 : (int)regs;
+		u->regs_per_thread = r > u->regs_per_thread ? r : u->regs_per_thread;
 	}
 }
 

@@ -326,19 +326,33 @@ static void thread_graphs(void **state)
 {
 	(void)state;
 	char why[256];
-	/* six 32 KB tiles between the ops exceed sm_80's shared memory; in a
-	 * thread graph they are registers and only input and output remain */
+	/* op by op, the chain's seven 32 KB tiles pass through shared memory,
+	 * two alive at a time; in a thread graph the five between the ops are
+	 * registers */
 	struct mo_mugraph *mg = chain(8192, 6, false);
-	assert_false(mo_mg_valid(mg, MO_SM80, why, sizeof why));
-	assert_non_null(strstr(why, "shared memory"));
+	struct mo_bg_plan plan;
+	mo_bg_plan(mg->blocks[0], &plan);
+	assert_int_equal(plan.bytes_unshared, 7 * 8192 * 4);
+	assert_int_equal(plan.bytes, 2 * 8192 * 4);
+	assert_int_equal(plan.tg_last[0], -1);
 	mo_mg_free(mg);
 	mg = chain(8192, 6, true);
 	if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
 		fail_msg("%s", why);
+	mo_bg_plan(mg->blocks[0], &plan);
+	assert_int_equal(plan.bytes_unshared, 2 * 8192 * 4);
+	assert_int_equal(plan.tg_last[0], 5);
 	struct mo_bg_usage u;
 	mo_bg_usage(mg->blocks[0], &u);
 	assert_int_equal(u.smem, 2 * 8192 * 4);
 	assert_int_equal(u.regs_per_thread, 16 + 64 * 2);
+	mo_mg_free(mg);
+	/* the check counts the plan: six ops over 96 KB tiles need two at a
+	 * time, 192 KB, over sm_80's 163 KB and inside sm_90's 227 KB */
+	mg = chain(24576, 6, false);
+	assert_false(mo_mg_valid(mg, MO_SM80, why, sizeof why));
+	assert_non_null(strstr(why, "196608 bytes of shared memory"));
+	assert_true(mo_mg_valid(mg, MO_SM90, why, sizeof why));
 	mo_mg_free(mg);
 	/* 128 elements per thread need more than 255 registers */
 	mg = chain(16384, 2, true);
@@ -364,6 +378,93 @@ static void thread_graphs(void **state)
 	assert_int_equal(mo_bg_thread_graph(mg, bg, b, b), -1);
 	assert_non_null(strstr(mg->error, "two thread graphs"));
 	mo_mg_free(mg);
+}
+
+/* The memory plan (paper §6): tiles take shared memory only while alive,
+ * so tiles whose lives do not meet share bytes, and tiles alive together
+ * never do; iterator tiles keep their storage type; accumulators and
+ * online softmax's max buffers hold their bytes for the whole loop. */
+static void memory_plan(void **state)
+{
+	(void)state;
+	/* x → a = exp(x) → b = -a → c = b + x: x lives to the end; a dies
+	 * before c is made, so c takes a's bytes; three tiles at a time */
+	struct mo_mugraph *mg = mo_mg_new();
+	int in = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 1, 4096 });
+	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
+	int x = mo_bg_iter(mg, bg, in, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int a = OP(bg, MO_OP_EXP, x), b = OP(bg, MO_OP_NEG, a), c = OP(bg, MO_OP_ADD, b, x);
+	mo_mg_output(mg, mo_bg_save(mg, bg, c, MO_PHI, MO_PHI, MO_PHI), "y");
+	assert_string_equal(mg->error, "");
+	struct mo_bg_plan p;
+	mo_bg_plan(bg, &p);
+	const uint64_t tile = 4096 * 4;
+	assert_int_equal(p.bytes_unshared, 4 * tile);
+	assert_int_equal(p.bytes, 3 * tile);
+	assert_int_equal(p.off[c], p.off[a]);
+	int alive[3][3] = { { x, a, -1 }, { x, a, b }, { x, b, c } }; /* steps 1..3 */
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < 3; i++)
+			for (int j = 0; j < 3; j++)
+				if (i != j && alive[s][i] >= 0 && alive[s][j] >= 0)
+					assert_true(p.off[alive[s][i]] + tile <= p.off[alive[s][j]] ||
+						    p.off[alive[s][j]] + tile <= p.off[alive[s][i]]);
+	for (int t = 0; t < 4; t++)
+		assert_int_equal(p.elem[t], 4);
+	mo_mg_free(mg);
+
+	/* fp16: the loaded tile keeps 2 bytes an element, what is computed
+	 * from it is fp32; the sum's accumulator lives across the loop, so it
+	 * shares with neither the iteration's tiles nor the result after it */
+	mg = mo_mg_new();
+	in = mo_mg_input(mg, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 2,
+			 (int64_t[]){ 64, 1024 });
+	bg = mo_mg_block(mg, 1, 1, 1, 4);
+	x = mo_bg_iter(mg, bg, in, MO_PHI, MO_PHI, MO_PHI, 1);
+	a = OP(bg, MO_OP_EXP, x);
+	int acc = mo_bg_accum(mg, bg, a, MO_ACC_SUM);
+	b = OP(bg, MO_OP_NEG, acc);
+	mo_mg_output(mg, mo_bg_save(mg, bg, b, MO_PHI, MO_PHI, MO_PHI), "y");
+	assert_string_equal(mg->error, "");
+	mo_bg_plan(bg, &p);
+	assert_int_equal(p.elem[x], 2);
+	assert_int_equal(p.elem[a], 4);
+	assert_int_equal(p.elem[acc], 4);
+	assert_true(p.post[b] && !p.post[a]);
+	const uint64_t t16 = 64 * 256 * 2, t32 = 64 * 256 * 4;
+	assert_int_equal(p.bytes_unshared, t16 + 3 * t32);
+	assert_int_equal(p.bytes, t16 + 2 * t32); /* b reuses x's and a's bytes */
+	assert_true(p.off[b] + t32 <= p.off[acc] || p.off[acc] + t32 <= p.off[b]);
+	mo_mg_free(mg);
+
+	/* online softmax: the running and new max live through the loop */
+	struct test_program tp = test_program_load("gqa_tiny_fp32.onnx");
+	mg = mg_attention_flash(tp.tp, 0);
+	assert_string_equal(mg->error, "");
+	bool found = false;
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_block_graph *g = mg->ops[k].bg;
+		if (!g)
+			continue;
+		mo_bg_plan(g, &p);
+		for (int r = 0; r < g->n_accums; r++) {
+			if (g->accums[r].kind != MO_ACC_RESCALED)
+				continue;
+			found = true;
+			uint64_t m = mo_tensor_numel(&g->body.tensors[g->accums[r].max_in]) * 4;
+			assert_true(p.off_run[r] + m <= p.off_new[r] || p.off_new[r] + m <= p.off_run[r]);
+			for (int t = 0; t < g->body.n_tensors; t++) {
+				if (!p.elem[t] || p.post[t])
+					continue; /* alive in the loop: apart from both */
+				uint64_t lo = p.off[t], hi = lo + mo_tensor_numel(&g->body.tensors[t]) * p.elem[t];
+				assert_true(hi <= p.off_run[r] || p.off_run[r] + m <= lo);
+				assert_true(hi <= p.off_new[r] || p.off_new[r] + m <= lo);
+			}
+		}
+	}
+	assert_true(found);
+	mo_mg_free(mg);
+	test_program_free(&tp);
 }
 
 /* Composing (the multi-kernel search's mo_mg_append): a μGraph replayed into
@@ -432,6 +533,7 @@ int main(void)
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
 		cmocka_unit_test(thread_graphs),
+		cmocka_unit_test(memory_plan),
 		cmocka_unit_test(append_composes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -135,6 +135,54 @@ static void wrong_kernel_fails_the_check(void **state)
 	test_program_free(&p);
 }
 
+#define OP(bg, kind, ...) \
+	mo_bg_op(mg, bg, kind, (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), \
+		 (int[]){ __VA_ARGS__ }, NULL)
+
+/* The memory plan gives a tile bytes another tile used earlier in the same
+ * iteration; in CUDA the block must wait for every thread to be done with
+ * the old tile before writing the new one, even where the new op reads
+ * nothing written since the last barrier. Here c = -x takes a's bytes
+ * right after b = -a read a. */
+static void shared_bytes_wait_for_readers(void **state)
+{
+	(void)state;
+	struct mo_mugraph *mg = mo_mg_new();
+	int in = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 1, 1024 });
+	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
+	int x = mo_bg_iter(mg, bg, in, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int a = OP(bg, MO_OP_EXP, x), b = OP(bg, MO_OP_NEG, a), c = OP(bg, MO_OP_NEG, x);
+	int y = OP(bg, MO_OP_ADD, b, c);
+	mo_mg_output(mg, mo_bg_save(mg, bg, y, MO_PHI, MO_PHI, MO_PHI), "y");
+	assert_string_equal(mg->error, "");
+	struct mo_bg_plan plan;
+	mo_bg_plan(bg, &plan);
+	assert_int_equal(plan.off[c], plan.off[a]);
+
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
+	char why[256] = "", *text = NULL;
+	size_t len = 0;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	FILE *f = open_memstream(&text, &len);
+	assert_int_equal(mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d), MO_OK);
+	fclose(f);
+	char read_a[16], write_c[16];
+	snprintf(read_a, sizeof read_a, "t%d[", a);
+	snprintf(write_c, sizeof write_c, "t%d[i] =", c);
+	const char *w = strstr(text, write_c);
+	assert_non_null(w);
+	const char *last_read = NULL;
+	for (const char *r = strstr(text, read_a); r && r < w; r = strstr(r + 1, read_a))
+		last_read = r;
+	assert_non_null(last_read);
+	const char *sync = strstr(last_read, "__syncthreads();");
+	assert_true(sync && sync < w);
+	free(text);
+	mo_mg_free(mg);
+}
+
 /* What the generator cannot emit is said, not compiled. */
 static void unsupported_op_is_reported(void **state)
 {
@@ -168,6 +216,7 @@ int main(void)
 		cmocka_unit_test(attention_flash_agrees),
 		cmocka_unit_test(wrong_kernel_fails_the_check),
 		cmocka_unit_test(unsupported_op_is_reported),
+		cmocka_unit_test(shared_bytes_wait_for_readers),
 	};
 	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }
