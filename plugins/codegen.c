@@ -720,18 +720,19 @@ static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph
 	}
 }
 
-/* The body ops of one phase: in the for-loop (post false) or after it. */
+/* The body ops of one phase, in the plan's order: in the for-loop (post
+ * false) or after it. */
 static void emit_body(struct gen *g, enum scope sc, const struct mo_block_graph *bg,
 		      const struct plan *pl, bool post, struct barriers *br)
 {
 	const struct mo_tp *body = &bg->body;
-	for (int i = 0; i < body->n_ops; i++) {
+	for (int u = 0; u < pl->mp.n_order; u++) {
+		int i = pl->mp.order[u];
 		const struct mo_tp_op *op = &body->ops[i];
 		if (pl->mp.post[op->out[0]] != post)
 			continue;
 		if (pl->mp.tg_last[i] >= 0) {
 			emit_thread_graph(g, sc, bg, pl, i, pl->mp.tg_last[i], br);
-			i = pl->mp.tg_last[i];
 			continue;
 		}
 		sync_for(g, br, bg, pl, op->in, op->n_in, op->out, 1);

@@ -180,15 +180,20 @@ int mo_target_regs_per_sm(enum mo_target t);
 /* Where a block graph's tiles live (the paper's §6 memory plan). The code
  * generator lays tiles out by it and the search's memory check counts it,
  * so what the search accepts is what the kernel asks for.
- * - Schedule: the for-loop's iterators, then its body ops in order, then
- *   its accumulators; after the loop, the remaining body ops and the savers.
- *   A register thread graph (below) is one step.
- * - Lifetimes: a tile takes shared memory from the step that writes it to
- *   the last step that reads it; an accumulator, and online softmax's
- *   running and new max, for the whole for-loop and until last read.
- *   Buffers whose lifetimes do not overlap share bytes (first fit by start,
- *   16-byte aligned). The code generator puts a barrier before a write into
- *   bytes that another buffer used since the last barrier.
+ * - Schedule: the for-loop's iterators, then its body ops by depth, then
+ *   its accumulators; after the loop, the remaining body ops by depth and
+ *   the savers. A unit (a block op, or a register thread graph: below) runs
+ *   as early as what it reads allows, so units of one depth share the
+ *   barrier before them; ties keep the body's order.
+ * - Lifetimes, in steps (the iterators; each depth of the loop; the
+ *   accumulators; each depth after the loop; the savers): a tile takes
+ *   shared memory from the step that writes it to the step of its last
+ *   reader; an accumulator, and online softmax's running and new max, for
+ *   the whole for-loop and until last read. Buffers whose lifetimes do not
+ *   meet share bytes (first fit by start, 16-byte aligned). So bytes change
+ *   hands only between depths, where the barrier before a depth's reads
+ *   stands anyway; the code generator still checks, and puts a barrier
+ *   before any write into bytes another buffer used since the last one.
  * - Types: a tile an iterator loads keeps its tensor's storage type (2 bytes
  *   per element for fp16 and bf16: loads are exact); computed tiles are
  *   fp32, so arithmetic and accumulation stay fp32.
@@ -201,6 +206,8 @@ struct mo_bg_plan {
 	int tg_last[MO_MG_MAX];   /* body op that starts a register thread graph:
 				   * its last op; otherwise -1 */
 	bool in_reg[MO_MG_MAX];   /* tile held in a thread graph's registers */
+	int n_order, order[MO_MG_MAX]; /* the units' first body ops, in the order
+					* they run (both phases) */
 	uint8_t elem[MO_MG_MAX];  /* bytes per element in shared memory; 0: none
 				   * (a constant or a register tile) */
 	uint64_t off[MO_MG_MAX];  /* byte offset of each tile */

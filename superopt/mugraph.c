@@ -523,6 +523,45 @@ static void register_thread_graphs(const struct mo_block_graph *bg, struct mo_bg
 	}
 }
 
+/* Scheduling by depth (paper §6): a unit (a block op, or a register thread
+ * graph) goes after every unit it reads from, as early as it can, so the
+ * units of one depth run between the same two barriers. In the for-loop a
+ * tile's depth counts from the iterators; after it, from the accumulators.
+ * Ties keep the body's order. */
+static void schedule_by_depth(const struct mo_block_graph *bg, struct mo_bg_plan *p,
+			      int *unit_depth)
+{
+	const struct mo_tp *body = &bg->body;
+	int depth_of_tile[MO_MG_MAX] = { 0 };
+	p->n_order = 0;
+	for (int i = 0; i < body->n_ops; i++) {
+		int last = p->tg_last[i] >= 0 ? p->tg_last[i] : i, d = 0;
+		for (int j = i; j <= last; j++)
+			for (int k = 0; k < body->ops[j].n_in; k++) {
+				int t = body->ops[j].in[k];
+				int pr = t >= 0 ? body->tensors[t].producer : -1;
+				if (pr >= 0 && (pr < i || pr > last) &&
+				    p->post[t] == p->post[body->ops[i].out[0]])
+					d = depth_of_tile[t] > d ? depth_of_tile[t] : d;
+			}
+		for (int j = i; j <= last; j++)
+			depth_of_tile[body->ops[j].out[0]] = d + 1;
+		unit_depth[p->n_order] = d + 1 + (p->post[body->ops[i].out[0]] ? 2 * MO_MG_MAX : 0);
+		p->order[p->n_order++] = i;
+		i = last;
+	}
+	/* stable insertion sort by (phase, depth) */
+	for (int a = 1; a < p->n_order; a++)
+		for (int b = a; b > 0 && unit_depth[b] < unit_depth[b - 1]; b--) {
+			int t = unit_depth[b];
+			unit_depth[b] = unit_depth[b - 1];
+			unit_depth[b - 1] = t;
+			t = p->order[b];
+			p->order[b] = p->order[b - 1];
+			p->order[b - 1] = t;
+		}
+}
+
 /* A buffer's life in steps of the schedule (see struct mo_bg_plan). */
 struct life {
 	uint64_t bytes;
@@ -546,25 +585,33 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		p->tg_last[i] = -1;
 	phases(bg, p->post);
 	register_thread_graphs(bg, p);
-	/* steps: iterators, the loop's ops, accumulators; the ops after the
-	 * loop, savers. A register thread graph is one step (its loop reads and
-	 * writes element by element). */
-	int n_ops = body->n_ops, step_op[MO_MG_MAX];
-	int loop_ops = bg->n_iters, accums = loop_ops + n_ops, post_ops = accums + bg->n_accums;
-	int savers = post_ops + n_ops, loop_end = post_ops - 1;
-	for (int i = 0; i < n_ops; i++) {
-		int at = (p->post[body->ops[i].out[0]] ? post_ops : loop_ops) + i;
-		int last = p->tg_last[i];
-		for (int j = i; j <= (last >= 0 ? last : i); j++)
-			step_op[j] = at;
-		i = last >= i ? last : i;
+	/* steps: the iterators (0); the loop's units, one step per depth (1..);
+	 * the accumulators; the units after the loop, one step per depth; the
+	 * savers. A tile's bytes stay its own until the end of the step of its
+	 * last reader, so bytes change hands only where a barrier already
+	 * stands: before the first unit of a depth, which reads what the
+	 * previous depth wrote. */
+	int unit_depth[MO_MG_MAX], loop_depth = 0, post_depth = 0, step_op[MO_MG_MAX];
+	schedule_by_depth(bg, p, unit_depth);
+	for (int u = 0; u < p->n_order; u++) {
+		if (unit_depth[u] > 2 * MO_MG_MAX)
+			post_depth = unit_depth[u] - 2 * MO_MG_MAX;
+		else
+			loop_depth = unit_depth[u];
+	}
+	int accums = loop_depth + 1, loop_end = accums, savers = accums + post_depth + 1;
+	for (int u = 0; u < p->n_order; u++) {
+		int i = p->order[u], last = p->tg_last[i] >= 0 ? p->tg_last[i] : i;
+		int st = unit_depth[u] > 2 * MO_MG_MAX ? accums + unit_depth[u] - 2 * MO_MG_MAX : unit_depth[u];
+		for (int j = i; j <= last; j++)
+			step_op[j] = st;
 	}
 	int from[MO_MG_MAX], to[MO_MG_MAX];
 	for (int t = 0; t < body->n_tensors; t++)
 		from[t] = to[t] = -1;
 	for (int i = 0; i < bg->n_iters; i++)
-		from[bg->iters[i].tile] = i;
-	for (int i = 0; i < n_ops; i++) {
+		from[bg->iters[i].tile] = 0;
+	for (int i = 0; i < body->n_ops; i++) {
 		const struct mo_tp_op *op = &body->ops[i];
 		from[op->out[0]] = step_op[i];
 		for (int k = 0; k < op->n_in; k++)
@@ -576,15 +623,15 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		from[x->out] = 0; /* read and written by every iteration */
 		if (to[x->out] < loop_end)
 			to[x->out] = loop_end;
-		to[x->in] = to[x->in] > accums + a ? to[x->in] : accums + a;
-		if (x->max_in >= 0 && to[x->max_in] < accums + a)
-			to[x->max_in] = accums + a;
+		to[x->in] = to[x->in] > accums ? to[x->in] : accums;
+		if (x->max_in >= 0 && to[x->max_in] < accums)
+			to[x->max_in] = accums;
 	}
 	for (int t = 0; t < body->n_tensors; t++)
 		from[t] = from[t] < 0 ? 0 : from[t];
 	for (int s = 0; s < bg->n_savers; s++)
-		if (to[bg->savers[s].tile] < savers + s)
-			to[bg->savers[s].tile] = savers + s;
+		if (to[bg->savers[s].tile] < savers)
+			to[bg->savers[s].tile] = savers;
 	struct life L[3 * MO_MG_MAX];
 	int n = 0;
 	for (int t = 0; t < body->n_tensors; t++) {

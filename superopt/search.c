@@ -1138,6 +1138,8 @@ static void kinds_of(struct target *T)
 		case MO_OP_RMS_NORM: case MO_OP_LAYER_NORM:
 			k[MO_OP_MUL] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = k[MO_OP_ADD] = true;
 			k[MO_OP_SQRT] = true;
+			if (op->kind == MO_OP_LAYER_NORM) /* x − mean(x) */
+				k[MO_OP_SUB] = true;
 			break;
 		case MO_OP_REDUCE_MEAN:
 			k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;

@@ -3,6 +3,9 @@
  * replaces, and a wrong μGraph's kernel is caught by the same check. Where
  * nvcc is found the CUDA of every μGraph is compiled too (for sm_80 and
  * sm_90), so what the GPU would run at least compiles on every machine.
+ * Where TensorRT's headers are found too (MO_TENSORRT_INCLUDE), the TensorRT
+ * glue is compiled into every plugin, and one plugin is driven through it by
+ * tests/trt_glue_harness.cpp as TensorRT would drive it.
  *
  * The models come from the `test_models` fixture (tiny shapes, fp32), in the
  * folder named by MO_TEST_MODELS. */
@@ -12,9 +15,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mo_plugin.h"
@@ -57,6 +63,7 @@ static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struc
 		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep.why);
 	assert_true(rep.built);
 	assert_int_equal(rep.cuda, o.cuda);
+	assert_int_equal(rep.tensorrt, o.cuda && mo_plugin_find_tensorrt(&o) != NULL);
 	struct mo_plugin_lib *lib;
 	if (mo_plugin_open(so, &lib, &d))
 		fail_msg("%s: %s", tag, d.msg);
@@ -139,46 +146,94 @@ static void wrong_kernel_fails_the_check(void **state)
 	mo_bg_op(mg, bg, kind, (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), \
 		 (int[]){ __VA_ARGS__ }, NULL)
 
-/* The memory plan gives a tile bytes another tile used earlier in the same
- * iteration; in CUDA the block must wait for every thread to be done with
- * the old tile before writing the new one, even where the new op reads
- * nothing written since the last barrier. Here c = -x takes a's bytes
- * right after b = -a read a. */
-static void shared_bytes_wait_for_readers(void **state)
+/* The CUDA text of a one-op plugin of mg (malloc'd). */
+static char *cuda_text(struct mo_mugraph *mg)
+{
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
+	char why[256] = "";
+	struct mo_diag d;
+	mo_diag_init(&d);
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	if (mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d))
+		fail_msg("emit: %s", why);
+	long len = ftell(f);
+	char *text = malloc((size_t)len + 1);
+	assert_non_null(text);
+	rewind(f);
+	assert_int_equal(fread(text, 1, (size_t)len, f), len);
+	text[len] = '\0';
+	fclose(f);
+	return text;
+}
+
+static int count(const char *text, const char *what)
+{
+	int n = 0;
+	for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+		n++;
+	return n;
+}
+
+/* The schedule (paper §6): block ops run by depth, so two independent
+ * chains x → a1 → a2 and y → b1 → b2 joined by c = a2 + b2 need a barrier
+ * per depth, not one per dependent step of the body's order. When
+ * the memory plan hands a tile's bytes to another, every thread must be
+ * done with the old tile before any writes the new one: a barrier stands
+ * between the last read of the old and the first write of the new. */
+static void schedule_and_shared_bytes(void **state)
 {
 	(void)state;
 	struct mo_mugraph *mg = mo_mg_new();
-	int in = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 1, 1024 });
+	int in_x = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 1, 1024 });
+	int in_y = mo_mg_input(mg, "y", 1, 2, (int64_t[]){ 1, 1024 });
 	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
-	int x = mo_bg_iter(mg, bg, in, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
-	int a = OP(bg, MO_OP_EXP, x), b = OP(bg, MO_OP_NEG, a), c = OP(bg, MO_OP_NEG, x);
-	int y = OP(bg, MO_OP_ADD, b, c);
-	mo_mg_output(mg, mo_bg_save(mg, bg, y, MO_PHI, MO_PHI, MO_PHI), "y");
+	int x = mo_bg_iter(mg, bg, in_x, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int y = mo_bg_iter(mg, bg, in_y, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int a1 = OP(bg, MO_OP_EXP, x), a2 = OP(bg, MO_OP_NEG, a1);
+	int b1 = OP(bg, MO_OP_EXP, y), b2 = OP(bg, MO_OP_NEG, b1);
+	int c = OP(bg, MO_OP_ADD, a2, b2);
+	mo_mg_output(mg, mo_bg_save(mg, bg, c, MO_PHI, MO_PHI, MO_PHI), "z");
 	assert_string_equal(mg->error, "");
 	struct mo_bg_plan plan;
 	mo_bg_plan(bg, &plan);
-	assert_int_equal(plan.off[c], plan.off[a]);
+	const struct mo_tp *body = &bg->body;
+	int order[5];
+	for (int u = 0; u < plan.n_order; u++)
+		order[u] = body->ops[plan.order[u]].out[0];
+	assert_int_equal(plan.n_order, 5);
+	int want[5] = { a1, b1, a2, b2, c };
+	assert_memory_equal(order, want, sizeof want);
+	char *text = cuda_text(mg);
+	/* one before each depth and one before the saver; the body's order
+	 * (a1, a2, b1, b2, c) would need 5 */
+	assert_int_equal(count(text, "__syncthreads();"), 4);
 
-	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
-	struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
-	char why[256] = "", *text = NULL;
-	size_t len = 0;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	FILE *f = open_memstream(&text, &len);
-	assert_int_equal(mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d), MO_OK);
-	fclose(f);
-	char read_a[16], write_c[16];
-	snprintf(read_a, sizeof read_a, "t%d[", a);
-	snprintf(write_c, sizeof write_c, "t%d[i] =", c);
-	const char *w = strstr(text, write_c);
-	assert_non_null(w);
-	const char *last_read = NULL;
-	for (const char *r = strstr(text, read_a); r && r < w; r = strstr(r + 1, read_a))
-		last_read = r;
-	assert_non_null(last_read);
-	const char *sync = strstr(last_read, "__syncthreads();");
-	assert_true(sync && sync < w);
+	/* every pair of tiles sharing bytes, in the order they hold them */
+	int shared = 0;
+	for (int old = 0; old < body->n_tensors; old++)
+		for (int nw = 0; nw < body->n_tensors; nw++) {
+			if (old == nw || !plan.elem[old] || !plan.elem[nw] || plan.off[old] != plan.off[nw])
+				continue;
+			char rd[32], wr[32];
+			snprintf(rd, sizeof rd, "t%d[", old);
+			snprintf(wr, sizeof wr, "t%d[i] =", nw);
+			const char *first_old = strstr(text, rd), *w = strstr(text, wr);
+			assert_non_null(first_old);
+			assert_non_null(w);
+			if (w < first_old)
+				continue; /* nw holds them first */
+			shared++;
+			const char *last_read = NULL;
+			for (const char *r = first_old; r && r < w; r = strstr(r + 1, rd))
+				last_read = r;
+			const char *sync = strstr(last_read, "__syncthreads();");
+			if (!sync || sync > w)
+				fail_msg("t%d takes t%d's bytes with no barrier after t%d's last read", nw,
+					 old, old);
+		}
+	assert_true(shared >= 2);
 	free(text);
 	mo_mg_free(mg);
 }
@@ -206,6 +261,175 @@ static void unsupported_op_is_reported(void **state)
 	test_program_free(&p);
 }
 
+/* ---- the TensorRT glue ---- */
+
+static char warned[512];
+
+static void keep_warning(void *ctx, const char *line)
+{
+	(void)ctx;
+	snprintf(warned, sizeof warned, "%s", line);
+}
+
+/* Runs cmd (through the shell) with its output in out; its exit status. */
+static int run_capture(const char *cmd, char *out, size_t len)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n = 0;
+	if (!p)
+		return -1;
+	while (n + 1 < len) {
+		size_t k = fread(out + n, 1, len - 1 - n, p);
+		if (k == 0)
+			break;
+		n += k;
+	}
+	out[n] = 0;
+	char sink[256];
+	while (fread(sink, 1, sizeof sink, p) > 0)
+		;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Builds the RMSNorm+MatMul plugin with CUDA and the options' TensorRT
+ * headers (NULL: searched) at tmpdir/TAG.so. */
+static void build_trt_plugin(const char *trt_include, const char *tag, char *so, size_t so_len,
+			     struct mo_plugin_op_report *rep)
+{
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
+	struct mo_plugin_options o = { .cuda = true, .archs = "90", .tensorrt_include = trt_include,
+				       .cg = { .banner = "test_plugin", .target = MO_SM90 },
+				       .warning = keep_warning };
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_diag d;
+	mo_diag_init(&d);
+	warned[0] = 0;
+	snprintf(so, so_len, "%s/%s.so", tmpdir, tag);
+	if (mo_plugin_build(&op, 1, &o, so, rep, &d))
+		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep->why);
+	mo_mg_free(mg);
+	test_program_free(&p);
+}
+
+/* With TensorRT's headers the plugin carries the TensorRT glue: it exports
+ * what `trtexec --dynamicPlugins` looks up, getCreators and setLoggerFinder,
+ * and beyond the ONNX Runtime entry points nothing else; it loads without
+ * TensorRT (it links no TensorRT library); and the harness, compiled against
+ * the same headers, finds the op's creator and plugin behaving as TensorRT
+ * expects. Skipped without nvcc or without headers. */
+static void tensorrt_glue_exports_its_entry_points(void **state)
+{
+	(void)state;
+	struct mo_plugin_options probe = { .cuda = true };
+	const char *nvcc = mo_plugin_find_nvcc(&probe);
+	if (!nvcc) {
+		print_message("skipped: no nvcc, so no CUDA kernels and no TensorRT glue\n");
+		skip();
+	}
+	const char *found = mo_plugin_find_tensorrt(&probe);
+	if (!found) {
+		print_message("skipped: no TensorRT headers (set MO_TENSORRT_INCLUDE to a folder "
+			      "with NvInfer.h)\n");
+		skip();
+	}
+	char trt[1024];
+	snprintf(trt, sizeof trt, "%s", found);
+	char so[256];
+	struct mo_plugin_op_report rep;
+	build_trt_plugin(NULL, "trt", so, sizeof so, &rep);
+	assert_true(rep.built);
+	assert_true(rep.cuda);
+	if (!rep.tensorrt)
+		fail_msg("no TensorRT glue in the plugin: %s", warned[0] ? warned : "(no warning)");
+
+	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		fail_msg("the plugin does not load: %s", dlerror());
+	assert_non_null(dlsym(h, "getCreators"));
+	assert_non_null(dlsym(h, "setLoggerFinder"));
+	assert_non_null(dlsym(h, "RegisterCustomOps"));
+	dlclose(h);
+
+	/* exactly these are exported (what linkers add themselves aside) */
+	static const char *const exported[] = { "RegisterCustomOps", "MirageOnnxPluginOps",
+						"getCreators", "setLoggerFinder", "_init", "_fini",
+						"_edata", "_end", "__bss_start" };
+	char cmd[2048], out[16384];
+	snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s'", so);
+	assert_int_equal(run_capture(cmd, out, sizeof out), 0);
+	int n_entry = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		const char *name = strrchr(line, ' ');
+		name = name ? name + 1 : line;
+		bool known = false;
+		for (size_t k = 0; k < sizeof exported / sizeof *exported && !known; k++)
+			known = strcmp(name, exported[k]) == 0;
+		if (!known)
+			fail_msg("the plugin exports %s", name);
+		n_entry += !strcmp(name, "getCreators") || !strcmp(name, "setLoggerFinder");
+	}
+	assert_int_equal(n_entry, 2);
+
+	/* the harness: the calls TensorRT makes, against the same headers */
+	char harness[300];
+	snprintf(harness, sizeof harness, "%s/trt_glue_harness", tmpdir);
+	snprintf(cmd, sizeof cmd, "'%s' -std=c++17 -isystem '%s' -I'%s' '%s' -o '%s' -ldl 2>&1", nvcc,
+		 trt, MO_TEST_PLUGIN_RUNTIME, MO_TEST_TRT_HARNESS, harness);
+	if (run_capture(cmd, out, sizeof out) != 0)
+		fail_msg("the harness does not compile against %s: %.700s", trt, out);
+	snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", harness, so);
+	int rc = run_capture(cmd, out, sizeof out);
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+		print_message("%s\n", line); /* a line at a time: cmocka cuts long messages */
+	if (rc != 0)
+		fail_msg("the TensorRT glue fails the harness (exit %d)", rc);
+	unlink(so);
+}
+
+/* TensorRT glue that does not compile (here: headers that are not
+ * TensorRT's) leaves only itself out, with a warning carrying the compiler's
+ * error: the plugin is built, with its CUDA kernels, and exports no TensorRT
+ * entry point. Needs nvcc only. */
+static void tensorrt_glue_that_fails_is_left_out(void **state)
+{
+	(void)state;
+	struct mo_plugin_options probe = { .cuda = true };
+	if (!mo_plugin_find_nvcc(&probe)) {
+		print_message("skipped: no nvcc, so no TensorRT glue to fail\n");
+		skip();
+	}
+	char fake[128], path[256];
+	snprintf(fake, sizeof fake, "%s/fake-trt", tmpdir);
+	assert_int_equal(mkdir(fake, 0755), 0);
+	for (int k = 0; k < 2; k++) {
+		snprintf(path, sizeof path, "%s/%s", fake, k ? "NvInferRuntime.h" : "NvInfer.h");
+		FILE *f = fopen(path, "w");
+		assert_non_null(f);
+		fputs("#error these are not TensorRT's headers\n", f);
+		fclose(f);
+	}
+	assert_string_equal(mo_plugin_find_tensorrt(&(struct mo_plugin_options){ .tensorrt_include = fake }),
+			    fake);
+	char so[256];
+	struct mo_plugin_op_report rep;
+	build_trt_plugin(fake, "trt_broken", so, sizeof so, &rep);
+	assert_true(rep.built);
+	assert_true(rep.cuda);
+	assert_false(rep.tensorrt);
+	if (!strstr(warned, "TensorRT glue did not compile") ||
+	    !strstr(warned, "these are not TensorRT's headers"))
+		fail_msg("the warning does not carry the compiler's error: \"%s\"", warned);
+	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		fail_msg("the plugin does not load: %s", dlerror());
+	assert_non_null(dlsym(h, "RegisterCustomOps"));
+	assert_null(dlsym(h, "getCreators"));
+	dlclose(h);
+	unlink(so);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,7 +440,9 @@ int main(void)
 		cmocka_unit_test(attention_flash_agrees),
 		cmocka_unit_test(wrong_kernel_fails_the_check),
 		cmocka_unit_test(unsupported_op_is_reported),
-		cmocka_unit_test(shared_bytes_wait_for_readers),
+		cmocka_unit_test(schedule_and_shared_bytes),
+		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
+		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
 	};
 	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }
