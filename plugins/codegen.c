@@ -273,6 +273,79 @@ no:
 }
 
 /* The emitters of one op over buffers. bufs: per tensor of tp. */
+/* LayerNormalization, RMSNormalization and Softmax: each group of elements
+ * over the normalized axes (contiguous, axes[0]..; a norm's run to the last
+ * dim) is one thread's, as the evaluator defines them: the mean (LayerNorm),
+ * the mean square of what is left, x / sqrt(that + epsilon), times scale,
+ * plus bias; Softmax exp(x − max) / Σ exp(x − max). Accumulation is fp32. */
+static void emit_normalize(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			   const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *X = &tp->tensors[op->in[0]];
+	const struct buf *O = &bufs[op->out[0]];
+	bool softmax = op->kind == MO_OP_SOFTMAX, layer = op->kind == MO_OP_LAYER_NORM;
+	int lo = op->p.n_axes ? (int)op->p.axes[0] : X->rank - 1;
+	int hi = softmax && op->p.n_axes ? (int)op->p.axes[op->p.n_axes - 1] : X->rank - 1;
+	if (X->rank == 0 || lo < 0 || hi < lo || hi >= X->rank) {
+		unsupported(g, "%s over axes that are not a tail of the dims", mo_op_table[op->kind].name);
+		return;
+	}
+	for (int k = 1; softmax && k < op->p.n_axes; k++)
+		if (op->p.axes[k] != op->p.axes[k - 1] + 1) {
+			unsupported(g, "Softmax over axes that are not contiguous");
+			return;
+		}
+	uint64_t len = 1, inner = 1;
+	for (int d = lo; d <= hi; d++)
+		len *= (uint64_t)X->dims[d];
+	for (int d = hi + 1; d < X->rank; d++)
+		inner *= (uint64_t)X->dims[d];
+	uint64_t groups = mo_tensor_numel(X) / (len ? len : 1);
+	char x[600], idx[256], eps[64];
+	load(x, sizeof x, &bufs[op->in[0]], "e_");
+	loop_open(g, sc, "r", groups);
+	P(g, "const uint64_t o_ = r / %" PRIu64 "u * %" PRIu64 "u + r %% %" PRIu64 "u;\n", inner,
+	  len * inner, inner);
+	const char *each = "for (uint64_t j_ = 0; j_ < %" PRIu64 "u; j_++) {\nconst uint64_t e_ = o_ + j_ * %" PRIu64 "u;\n";
+	if (softmax) {
+		P(g, "float m_ = -INFINITY, s_ = 0.0f;\n");
+		P(g, each, len, inner);
+		P(g, "m_ = mo_max(m_, %s);\n}\n", x);
+		P(g, each, len, inner);
+		P(g, "s_ += expf(%s - m_);\n}\n", x);
+		P(g, each, len, inner);
+		char y[700];
+		snprintf(y, sizeof y, "expf(%s - m_) / s_", x);
+		store(g, O, "e_", y);
+		P(g, "}\n}\n");
+		return;
+	}
+	if (layer) {
+		P(g, "float m_ = 0.0f;\n");
+		P(g, each, len, inner);
+		P(g, "m_ += %s;\n}\nm_ /= %" PRIu64 ".0f;\n", x, len);
+	} else {
+		P(g, "const float m_ = 0.0f;\n");
+	}
+	P(g, "float v_ = 0.0f;\n");
+	P(g, each, len, inner);
+	P(g, "const float d_ = %s - m_;\nv_ += d_ * d_;\n}\n", x);
+	flit(eps, sizeof eps, (double)(float)op->p.epsilon);
+	P(g, "const float q_ = sqrtf(v_ / %" PRIu64 ".0f + %s);\n", len, eps);
+	P(g, each, len, inner);
+	P(g, "float y_ = (%s - m_) / q_;\n", x);
+	for (int k = 1; k <= (layer ? 2 : 1) && k < op->n_in; k++) {
+		if (op->in[k] < 0)
+			continue;
+		char v[600];
+		bcast_index(idx, sizeof idx, &tp->tensors[op->in[k]], X, "e_");
+		load(v, sizeof v, &bufs[op->in[k]], idx);
+		P(g, "y_ %s= %s;\n", k == 1 ? "*" : "+", v);
+	}
+	store(g, O, "e_", "y_");
+	P(g, "}\n}\n");
+}
+
 static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
 		    const struct buf *bufs)
 {
@@ -403,6 +476,9 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		}
 		return;
 	}
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: case MO_OP_SOFTMAX:
+		emit_normalize(g, sc, tp, op, bufs);
+		return;
 	case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN:
 		/* row-major: the same elements in the same order */
 		load(a, sizeof a, &bufs[op->in[0]], "i");
