@@ -1027,21 +1027,27 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		}
 		if (bg) {
 			uint64_t smem = ws[k];
+			/* beyond 48 KB a kernel opts in; a GPU with less shared
+			 * memory than the target the μGraph was planned for refuses */
 			if (smem > 48 * 1024)
-				P(&g, "cudaFuncSetAttribute(%s_k%d, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
-				  PRIu64 ");\n", ident, k, smem);
-			P(&g, "%s_k%d<<<dim3(%d, %d, %d), %d, %" PRIu64 "u, st>>>(a);\n", ident, k,
+				P(&g, "if (!rc && cudaFuncSetAttribute(%s_k%d, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
+				  PRIu64 ") != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
+				  "\"%s: kernel %d needs %" PRIu64 " bytes of shared memory per block, more "
+				  "than this GPU allows (planned for %s; fuse again with --target sm_80 for "
+				  "this GPU)\");\nrc = 1;\n}\n", ident, k, smem, op->name, k + 1, smem,
+				  target == MO_SM80 ? "sm_80" : "sm_90");
+			P(&g, "if (!rc) %s_k%d<<<dim3(%d, %d, %d), %d, %" PRIu64 "u, st>>>(a);\n", ident, k,
 			  bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
 		} else {
 			uint64_t n = mo_tensor_numel(&mg->kg.tensors[mg->ops[k].op.out[0]]);
 			uint64_t blocks = (n + 255) / 256;
 			if (blocks > (1u << 20))
 				blocks = 1u << 20;
-			P(&g, "%s_k%d<<<%" PRIu64 ", 256, 0, st>>>(a);\n", ident, k, blocks ? blocks : 1);
+			P(&g, "if (!rc) %s_k%d<<<%" PRIu64 ", 256, 0, st>>>(a);\n", ident, k, blocks ? blocks : 1);
 		}
 	}
 	if (cuda)
-		P(&g, "cudaError_t e = cudaGetLastError();\nif (e != cudaSuccess) {\n"
+		P(&g, "cudaError_t e = cudaGetLastError();\nif (!rc && e != cudaSuccess) {\n"
 		  "snprintf(err, err_len, \"%s: %%s\", cudaGetErrorString(e));\nrc = 1;\n}\n", op->name);
 	P(&g, "}\n");
 	for (int t = 0; t < nt; t++)
