@@ -131,22 +131,24 @@ class Graph:
             zlib.crc32(wname.encode())).standard_normal(dim))
         return self.op("Mul", [normed, g], scope)
 
-    def layernorm_op(self, x, dim, scope, wname):
+    def layernorm_op(self, x, dim, scope, wname, trained=False):
+        """LayerNormalization; its scale and bias as initialized (ones,
+        zeros) or, trained, random."""
         if self.opset < 17:  # LayerNormalization is opset 17; exporters decompose before
-            return self.layernorm_decomposed(x, dim, scope, wname)
-        g = self.weight(f"{wname}.weight", [dim], value=np.ones(dim))
-        b = self.weight(f"{wname}.bias", [dim], value=np.zeros(dim))
+            return self.layernorm_decomposed(x, dim, scope, wname, trained)
+        g = self.weight(f"{wname}.weight", [dim], value=None if trained else np.ones(dim))
+        b = self.weight(f"{wname}.bias", [dim], value=None if trained else np.zeros(dim))
         return self.op("LayerNormalization", [x, g, b], scope, axis=-1, epsilon=1e-5)
 
-    def layernorm_decomposed(self, x, dim, scope, wname):
+    def layernorm_decomposed(self, x, dim, scope, wname, trained=False):
         mean = self.reduce("ReduceMean", x, [-1], scope)
         d = self.op("Sub", [x, mean], scope)
         sq = self.op("Pow", [d, self.const(2.0, scope)], scope)
         var = self.reduce("ReduceMean", sq, [-1], scope)
         std = self.op("Sqrt", [self.op("Add", [var, self.const(1e-12, scope)], scope)], scope)
         normed = self.op("Div", [d, std], scope)
-        g = self.weight(f"{wname}.weight", [dim], value=np.ones(dim))
-        b = self.weight(f"{wname}.bias", [dim], value=np.zeros(dim))
+        g = self.weight(f"{wname}.weight", [dim], value=None if trained else np.ones(dim))
+        b = self.weight(f"{wname}.bias", [dim], value=None if trained else np.zeros(dim))
         return self.op("Add", [self.op("Mul", [normed, g], scope), b], scope)
 
     def model(self):
@@ -164,6 +166,16 @@ def rmsnorm(g, s):
     x = g.input("X", [s["tokens"], s["hidden"]])
     y = g.rmsnorm(x, s["hidden"], "/norm", "norm")
     y = g.linear(y, s["hidden"], s["out"], "/proj", "proj")
+    g.output(y, [s["tokens"], s["out"]])
+
+
+def ln_linear(g, s):
+    """LayerNorm then a Linear: the input of GPT-2's and BERT's attention and
+    MLP (LayerNorm + MatMul, the LayerNorm counterpart of section A's RMSNorm +
+    MatMul), with trained (random) scale and bias."""
+    x = g.input("X", [s["tokens"], s["hidden"]])
+    y = g.layernorm_op(x, s["hidden"], "/ln", "ln", trained=True)
+    y = g.linear(y, s["hidden"], s["out"], "/proj", "proj", bias=True)
     g.output(y, [s["tokens"], s["out"]])
 
 
@@ -396,6 +408,8 @@ SUITE = {
     "ntrans": (ntrans, {"tiny": {"tokens": 8, "hidden": 64},
                         **{f"paper_{k}": v for k, v in batched(
                             {"tokens": lambda b: 8 * b, "hidden": 4096}).items()}}),
+    "ln_linear": (ln_linear, {"tiny": {"tokens": 16, "hidden": 64, "out": 96},
+                              "paper": {"tokens": 128, "hidden": 768, "out": 2304}}),
     "llama_layer": (llama_layer, {
         "tiny": {"seq": 16, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 176},
         "paper": {"seq": 128, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 11008}}),

@@ -166,6 +166,7 @@ struct target {
 	int out_e[8];
 	struct mo_subexpr *sub;
 	bool kinds[MO_OP__COUNT + 1]; /* block op kinds worth trying */
+	double norm_eps[2];     /* LayerNorm's and RMSNorm's epsilon, as block ops */
 	int n_consts;
 	double consts[16];
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
@@ -202,7 +203,7 @@ struct step {
 	int in[2], n_in;
 	int input;         /* iterator: which program input (index into prog inputs) */
 	double value;      /* constant */
-	int axis;          /* ReduceSum axis */
+	int axis;          /* ReduceSum's and a norm's axis */
 };
 
 struct state {
@@ -438,6 +439,16 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 		out[d] = -1;
 		return true;
 	}
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: {
+		/* normalizes along an axis the tile must hold whole; one the
+		 * output keeps must be one the program normalizes */
+		int l = s->lab[a][op->p.axes[0]];
+		if (l >= 0 && (splits(s->S, l) || s->S->loop_label == l ||
+			       (is_out_label(T, l) && !kept_reduced(T, l))))
+			return false;
+		memcpy(out, s->lab[a], sizeof(int) * (size_t)R);
+		return true;
+	}
 	default: /* element-wise: right-aligned, unlike axes do not mix */
 		for (int k = 0; k < op->n_in; k++) {
 			int x = op->in[k];
@@ -508,11 +519,13 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 	op->n_in = b >= 0 ? 2 : 1;
 	op->out[0] = y;
 	op->n_out = 1;
-	if (kind == MO_OP_REDUCE_SUM) {
+	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM) {
 		op->p.n_axes = 1;
 		op->p.axes[0] = axis;
 		op->p.keepdims = 1;
 	}
+	if (kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM)
+		op->p.epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
 	const char *why = NULL;
 	if (!mo_tp_infer(&s->body, op, &why) || !s->tensors[y].shape_known ||
 	    !label_op(s, op, y)) {
@@ -721,6 +734,12 @@ static void dfs(struct state *s)
 			for (int d = 0; d < s->tensors[a].rank; d++)
 				if (s->tensors[a].dims[d] > 1)
 					branch(s, MO_OP_REDUCE_SUM, a, -1, d, 0, d);
+		/* the program's norms, over the tile's last axis */
+		static const int norms[] = { MO_OP_LAYER_NORM, MO_OP_RMS_NORM };
+		for (size_t k = 0; k < 2; k++)
+			if (T->kinds[norms[k]] && s->tensors[a].rank > 0 &&
+			    s->tensors[a].dims[s->tensors[a].rank - 1] > 1)
+				branch(s, norms[k], a, -1, s->tensors[a].rank - 1, 0, 0);
 		/* with a constant */
 		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD };
 		for (size_t k = 0; k < 3; k++)
@@ -851,11 +870,14 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 			}
 		} else {
 			struct mo_op_params p = { 0 };
-			if (st->kind == MO_OP_REDUCE_SUM) {
+			if (st->kind == MO_OP_REDUCE_SUM || st->kind == MO_OP_LAYER_NORM ||
+			    st->kind == MO_OP_RMS_NORM) {
 				p.n_axes = 1;
 				p.axes[0] = st->axis;
 				p.keepdims = 1;
 			}
+			if (st->kind == MO_OP_LAYER_NORM || st->kind == MO_OP_RMS_NORM)
+				p.epsilon = T->norm_eps[st->kind == MO_OP_RMS_NORM];
 			int ops[2] = { a, b };
 			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, b >= 0 ? 2 : 1, ops, &p);
 		}
@@ -1135,12 +1157,21 @@ static void kinds_of(struct target *T)
 		case MO_OP_SOFTMAX:
 			k[MO_OP_EXP] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;
 			break;
-		case MO_OP_RMS_NORM: case MO_OP_LAYER_NORM:
+		case MO_OP_RMS_NORM: case MO_OP_LAYER_NORM: {
 			k[MO_OP_MUL] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = k[MO_OP_ADD] = true;
 			k[MO_OP_SQRT] = true;
 			if (op->kind == MO_OP_LAYER_NORM) /* x − mean(x) */
 				k[MO_OP_SUB] = true;
+			/* over the last axis alone, the norm itself is a block op
+			 * (scale and bias are a Mul and an Add after it) */
+			const struct mo_tensor *x = &tp->tensors[op->in[0]];
+			if (op->p.n_axes == 1 && x->shape_known && op->p.axes[0] == x->rank - 1 &&
+			    (op->n_out == 1 || op->out[1] < 0)) {
+				k[op->kind] = true;
+				T->norm_eps[op->kind == MO_OP_RMS_NORM] = op->p.epsilon;
+			}
 			break;
+		}
 		case MO_OP_REDUCE_MEAN:
 			k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;
 			break;

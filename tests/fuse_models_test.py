@@ -10,8 +10,9 @@ Also checked, per model:
   domain, and no other node of that domain exists; opset_import lists the
   domain; metadata_props names the plugin;
 - the models of BENCHMARKS.md section A that the search is known to fuse at
-  tiny shapes (rmsnorm, gated_mlp, lora, gqa) do get fused: a regression in
-  search, code generation or export fails here;
+  tiny shapes (rmsnorm, gated_mlp, lora, gqa), and LayerNorm + Linear
+  (ln_linear), do get fused: a regression in search, code generation or
+  export fails here;
 - where nvcc is found, every fused op also has a CUDA kernel, i.e. the
   generated CUDA compiled for sm_80 and sm_90 (the tool's default
   --cuda-arch).
@@ -30,8 +31,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-MUST_FUSE = {"rmsnorm", "gated_mlp", "lora", "gqa"}
+MUST_FUSE = {"rmsnorm", "gated_mlp", "lora", "gqa", "ln_linear"}
 SECTION_A = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans"]
+# single patterns beyond section A, checked like it (fp32 and fp16)
+PATTERNS = ["ln_linear"]
 SECTION_C = ["llama_layer", "gpt2_block", "bert_layer"]
 # Largest error allowed, relative to the largest magnitude of the output. The
 # fused kernels compute in fp32 and round once; ONNX Runtime rounds fp16
@@ -129,14 +132,14 @@ def main():
     ap.add_argument("--only", help="comma list of model families")
     args = ap.parse_args()
 
-    families = args.only.split(",") if args.only else SECTION_A + SECTION_C
+    families = args.only.split(",") if args.only else SECTION_A + PATTERNS + SECTION_C
     nvcc = shutil.which(os.environ.get("NVCC", "nvcc")) or (
         "/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="mo_fuse_") as tmp:
         os.environ["MIRAGE_ONNX_CACHE"] = os.path.join(tmp, "cache")
         models = os.path.join(tmp, "models")
-        a = [f for f in families if f in SECTION_A]
+        a = [f for f in families if f in SECTION_A + PATTERNS]
         c = [f for f in families if f in SECTION_C]
         # section C (whole blocks) at fp32 only: their regions are what
         # section A's are, and the search on them is the slow part
@@ -151,7 +154,7 @@ def main():
             family = f.split("_tiny_")[0]
             # whole blocks: many regions and parts, each searched; a shorter
             # budget keeps the suite quick and still fuses their easy parts
-            budget = args.budget if family in SECTION_A else min(args.budget, 6)
+            budget = args.budget if family in SECTION_A + PATTERNS else min(args.budget, 6)
             try:
                 name, nf, nr, err = check_model(args.cli, os.path.join(models, f), tmp,
                                                 budget, nvcc is not None)

@@ -1,7 +1,7 @@
 /* The generator rediscovers single-kernel μGraphs for the benchmark programs
- * of models/build.py (tiny shapes), deterministically, finds several kernels
- * where one cannot do, and every μGraph it returns has passed the full
- * verdict. */
+ * of models/build.py (tiny shapes), deterministically, fuses LayerNorm +
+ * Linear, finds several kernels where one cannot do, and every μGraph it
+ * returns has passed the full verdict. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -103,6 +103,41 @@ static void attention(void **state)
 	free(search("gqa_tiny_fp32.onnx", 2));
 }
 
+/* A LayerNormalization over the last axis is itself a block op, so LayerNorm
+ * + Linear (GPT-2's and BERT's pattern) is one kernel: the norm, its scale
+ * and bias, the MatMul and its bias, proven. The space is not exhausted
+ * quickly (LayerNorm brings Sub, Sqrt, Div...), so a short budget, and the
+ * kernel must be found in it. */
+static void layernorm_linear(void **state)
+{
+	(void)state;
+	struct region r = load_region("ln_linear_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 6;
+	struct mo_search_result res;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_search(r.prog, &o, &res, &d))
+		fail_msg("%s", d.msg);
+	if (!res.best)
+		fail_msg("nothing found: %s", res.why);
+	assert_int_equal(res.best->n_ops, 1);
+	const struct mo_block_graph *bg = res.best->ops[0].bg;
+	assert_non_null(bg);
+	int norms = 0, matmuls = 0;
+	for (int i = 0; i < bg->body.n_ops; i++) {
+		norms += bg->body.ops[i].kind == MO_OP_LAYER_NORM;
+		matmuls += bg->body.ops[i].kind == MO_OP_MATMUL;
+	}
+	assert_int_equal(norms, 1);
+	assert_int_equal(matmuls, 1);
+	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
+	assert_true(res.verification.error_bound < 1e-20);
+	assert_true(res.cost_best.us < res.cost_unfused.us);
+	mo_search_result_free(&res);
+	unload(&r);
+}
+
 /* The same seed and thread count give the same μGraph; so does another
  * thread count (classes are merged in order). */
 static void deterministic(void **state)
@@ -189,6 +224,7 @@ int main(void)
 		cmocka_unit_test(attention),
 		cmocka_unit_test(deterministic),
 		cmocka_unit_test(several_kernels),
+		cmocka_unit_test(layernorm_linear),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
