@@ -31,6 +31,7 @@ struct region_state {
 	char why[400];       /* why not fused */
 	struct mo_plugin_check check;
 	bool cuda;
+	bool tensorrt;       /* with a TensorRT plugin in the library */
 	double seconds;
 };
 
@@ -38,6 +39,17 @@ static void progress_line(void *ctx, const char *line)
 {
 	if (ctx)
 		fprintf(stderr, "  %s\n", line);
+}
+
+/* A warning of the plugin build, said once though the library may be built
+ * up to three times (the TensorRT glue fails the same way every time). */
+static void warning_line(void *ctx, const char *line)
+{
+	char *last = ctx;
+	if (strcmp(last, line) == 0)
+		return;
+	snprintf(last, 512, "%s", line);
+	fprintf(stderr, "mirage-onnx: warning: %s\n", line);
 }
 
 /* OUT minus ".onnx", plus suffix. */
@@ -134,8 +146,8 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 		fprintf(f, "], \"fused\": %s, \"split_into_parts\": %s", s->fused ? "true" : "false",
 			s->split ? "true" : "false");
 		if (s->fused) {
-			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s", s->op_type,
-				s->cuda ? "true" : "false");
+			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s, \"tensorrt\": %s", s->op_type,
+				s->cuda ? "true" : "false", s->tensorrt ? "true" : "false");
 		} else {
 			fputs(", \"why\": ", f);
 			mo_json_string(f, s->why);
@@ -290,7 +302,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	beside(a->out_path, ".mirage.so", so, sizeof so);
 	beside(a->out_path, ".mirage.json", manifest, sizeof manifest);
 	bool have_plugin = false;
-	char lb[32];
+	char lb[32], last_warning[512] = "";
 	for (int round = 0; round < 3; round++) {
 		int n = 0;
 		for (int ri = 0; ri < nu; ri++) {
@@ -310,6 +322,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			.cuda = a->cuda, .archs = a->archs, .sources_dir = a->keep_sources,
 			.cg = { .banner = a->banner, .target = a->search->target },
 			.progress = progress_line, .progress_ctx = info,
+			.warning = warning_line, .warning_ctx = last_warning,
 		};
 		if (info)
 			fprintf(stderr, "building %s: %d fused op%s%s\n", so, n, n == 1 ? "" : "s",
@@ -366,6 +379,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 					again = true;
 				}
 				s->cuda = rep[k].cuda;
+				s->tensorrt = rep[k].tensorrt;
 			}
 		}
 		mo_plugin_close(lib);

@@ -1,6 +1,7 @@
 /* Building the plugin library: sources into a folder, each op compiled on its
- * own (a failure leaves only that op out), one link, an atomic rename. Then
- * the float check runs the library's CPU kernels against the evaluator. */
+ * own (a failure leaves only that op out), the glue (ONNX Runtime's always,
+ * TensorRT's where its headers are), one link, an atomic rename. Then the
+ * float check runs the library's CPU kernels against the evaluator. */
 #include "mo_plugin.h"
 
 #include <dirent.h>
@@ -54,6 +55,49 @@ const char *mo_plugin_find_nvcc(const struct mo_plugin_options *o)
 	if (p)
 		return p;
 	return is_executable("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : NULL;
+}
+
+static bool has_nvinfer(const char *dir)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/NvInfer.h", dir);
+	return access(p, R_OK) == 0;
+}
+
+const char *mo_plugin_find_tensorrt(const struct mo_plugin_options *o)
+{
+	static char buf[4096];
+	static const char *const usual[] = { "/usr/include/x86_64-linux-gnu", "/usr/include",
+					     "/usr/local/TensorRT/include" };
+	const char *want = o->tensorrt_include ? o->tensorrt_include : getenv("MO_TENSORRT_INCLUDE");
+	const char *root = getenv("TENSORRT_ROOT");
+	if (want && *want && has_nvinfer(want)) {
+		snprintf(buf, sizeof buf, "%s", want);
+		return buf;
+	}
+	if (root && *root) {
+		snprintf(buf, sizeof buf, "%s/include", root);
+		if (has_nvinfer(buf))
+			return buf;
+	}
+	for (size_t i = 0; i < sizeof usual / sizeof *usual; i++)
+		if (has_nvinfer(usual[i]))
+			return usual[i];
+	return NULL;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void warn(const struct mo_plugin_options *o, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (o->warning)
+		o->warning(o->warning_ctx, line);
+	else
+		fprintf(stderr, "mirage-onnx: warning: %s\n", line);
 }
 
 static const char *find_cc(const struct mo_plugin_options *o)
@@ -208,6 +252,34 @@ static bool compile_cuda(const char *nvcc, const char *archs, const char *dir, c
 	return false;
 }
 
+/* The TensorRT glue, C++17, with nvcc as the driver: it finds the CUDA
+ * headers TensorRT's include (cudaStream_t) and the host C++ compiler nvcc
+ * works with. TensorRT's headers are system headers, so that their own
+ * warnings stay theirs. */
+static bool compile_trt(const char *nvcc, const char *trt_include, const char *dir, const char *src,
+			const char *obj, char *why, size_t len)
+{
+	char inc[4200], log[4210];
+	snprintf(inc, sizeof inc, "-I%s", dir);
+	snprintf(log, sizeof log, "%s.log", obj);
+	char *argv[] = { (char *)nvcc, "-O2", "-std=c++17", "-Xcompiler",
+			 "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden", "-isystem",
+			 (char *)trt_include, inc, "-c", (char *)src, "-o", (char *)obj, NULL };
+	if (run(argv, log))
+		return true;
+	char e[256];
+	first_error(log, e, sizeof e);
+	/* the sources' folder is usually temporary: name the file alone */
+	size_t dl = strlen(dir);
+	for (char *p = strstr(e, dir); p && dl; p = strstr(p, dir))
+		if (p[dl] == '/')
+			memmove(p, p + dl + 1, strlen(p + dl + 1) + 1);
+		else
+			p += dl;
+	snprintf(why, len, "%s", e);
+	return false;
+}
+
 /* The CUDA runtime's library folder, next to nvcc's. */
 static void cuda_libdir(const char *nvcc, char *out, size_t len)
 {
@@ -257,6 +329,7 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	char **idents = mo_calloc((size_t)n + 1, sizeof *idents);
 	bool *has_cuda = mo_calloc((size_t)n + 1, sizeof *has_cuda);
 	struct mo_cg_op *built = mo_calloc((size_t)n + 1, sizeof *built);
+	/* two per op, the op table, the ORT and the TensorRT glue */
 	char **objs = mo_calloc(2 * (size_t)n + 3, sizeof *objs);
 	if (!idents || !has_cuda || !built || !objs) {
 		st = mo_diag_nomem(d);
@@ -316,6 +389,26 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		}
 		objs[no++] = mo_strdup(obj);
 	}
+	/* The TensorRT glue, for the ops with CUDA: only where TensorRT's
+	 * headers are, and optional, so that a failure leaves only it out. It
+	 * links no TensorRT library, and the libstdc++ it needs is linked for
+	 * the CUDA objects anyway. */
+	const char *trt_include = nvcc ? mo_plugin_find_tensorrt(o) : NULL;
+	bool trt = false;
+	if (nvcc && !trt_include)
+		progress(o, "no TensorRT headers (MO_TENSORRT_INCLUDE, TENSORRT_ROOT): no TensorRT plugins");
+	if (trt_include) {
+		char why[300];
+		progress(o, "compiling the TensorRT glue (headers in %s)", trt_include);
+		snprintf(path, sizeof path, "%s/mo_trt_glue.cpp", dir);
+		snprintf(obj, sizeof obj, "%s/mo_trt_glue.o", dir);
+		trt = compile_trt(nvcc, trt_include, dir, path, obj, why, sizeof why);
+		if (trt)
+			objs[no++] = mo_strdup(obj);
+		else
+			warn(o, "the TensorRT glue did not compile against %s, so the plugin has no "
+			     "TensorRT plugins: %s", trt_include, why);
+	}
 	/* link to a temporary name beside out_so, then rename */
 	char tmp_so[4200], log[4200], libdir[4200];
 	snprintf(tmp_so, sizeof tmp_so, "%s.tmp%ld", out_so, (long)getpid());
@@ -351,11 +444,14 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	if (rename(tmp_so, out_so) != 0) {
 		st = mo_diag_set(d, MO_ERR_INPUT, "cannot write %s: %s", out_so, strerror(errno));
 		unlink(tmp_so);
+		goto free_lists;
 	}
+	for (int i = 0; i < n; i++)
+		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda;
 free_lists:
 	for (int k = 0; idents && k < n; k++)
 		mo_free(idents[k]);
-	for (int k = 0; objs && k < 2 * n + 2; k++)
+	for (int k = 0; objs && k < 2 * n + 3; k++)
 		mo_free(objs[k]);
 	mo_free(idents);
 	mo_free(has_cuda);

@@ -6,7 +6,9 @@
  * runtime files (plugins/runtime: the ONNX Runtime ABI, the glue that
  * registers the ops, fp16/bf16 conversions), compiles each op on its own, so
  * that one op that fails to compile only leaves that op out, and links one
- * shared library exporting RegisterCustomOps. */
+ * shared library exporting RegisterCustomOps; with CUDA and where TensorRT's
+ * headers are found, also the TensorRT glue (mo_trt_glue.cpp), which exports
+ * getCreators and setLoggerFinder. */
 #ifndef MO_PLUGIN_H
 #define MO_PLUGIN_H
 
@@ -51,25 +53,42 @@ struct mo_plugin_options {
 	bool cuda;               /* emit and compile CUDA kernels */
 	const char *archs;       /* SM versions, "80,90" */
 	const char *sources_dir; /* keep the sources and objects here; NULL: a temporary folder */
+	/* a folder holding TensorRT's NvInfer.h (NULL: searched, see
+	 * mo_plugin_find_tensorrt); used only with CUDA */
+	const char *tensorrt_include;
 	struct mo_cg_options cg;
 	void (*progress)(void *ctx, const char *line);
 	void *progress_ctx;
+	/* what went wrong without failing the build (the TensorRT glue did not
+	 * compile); NULL: "mirage-onnx: warning: ..." on stderr */
+	void (*warning)(void *ctx, const char *line);
+	void *warning_ctx;
 };
 
 struct mo_plugin_op_report {
 	bool built;      /* in the library */
 	bool cuda;       /* with a CUDA kernel */
+	bool tensorrt;   /* with a TensorRT plugin (IPluginV3) */
 	char why[300];   /* why not built */
 };
 
 /* The nvcc the options name, or NULL when none is found. */
 const char *mo_plugin_find_nvcc(const struct mo_plugin_options *o);
 
+/* The folder with TensorRT's headers (one holding NvInfer.h): the options'
+ * tensorrt_include, else $MO_TENSORRT_INCLUDE, else $TENSORRT_ROOT/include,
+ * /usr/include/x86_64-linux-gnu, /usr/include, /usr/local/TensorRT/include;
+ * NULL when none has it. */
+const char *mo_plugin_find_tensorrt(const struct mo_plugin_options *o);
+
 /* Builds the library at out_so (written to a temporary name beside it and
  * renamed once linked). Ops that fail code generation or compilation are
  * left out with rep[i].why; when CUDA is wanted and an op's CUDA fails, the
  * op is left out too (a CUDA session would otherwise run it on the CPU).
- * Fails (nothing written) only when nothing could be linked. */
+ * With CUDA and TensorRT headers the TensorRT glue is linked in too (every
+ * op with CUDA gets rep[i].tensorrt); if it does not compile, the library is
+ * built without it and the options' warning says why. Fails (nothing
+ * written) only when nothing could be linked. */
 enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct mo_plugin_options *o,
 			       const char *out_so, struct mo_plugin_op_report *rep, struct mo_diag *d);
 
