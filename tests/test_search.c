@@ -50,6 +50,18 @@ static void unload(struct region *r)
 	mo_onnx_free(r->m);
 }
 
+/* Searches the region with options o; fails the test when nothing is found. */
+static void search_found(const struct region *r, const struct mo_search_options *o,
+			 struct mo_search_result *res)
+{
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_search(r->prog, o, res, &d))
+		fail_msg("%s", d.msg);
+	if (!res->best)
+		fail_msg("nothing found: %s", res->why);
+}
+
 /* Searches the model's region; returns the best μGraph's JSON. */
 static char *search(const char *model, int jobs)
 {
@@ -115,12 +127,7 @@ static void layernorm_linear(void **state)
 	struct mo_search_options o = MO_SEARCH_DEFAULTS;
 	o.budget_s = 6;
 	struct mo_search_result res;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_search(r.prog, &o, &res, &d))
-		fail_msg("%s", d.msg);
-	if (!res.best)
-		fail_msg("nothing found: %s", res.why);
+	search_found(&r, &o, &res);
 	assert_int_equal(res.best->n_ops, 1);
 	const struct mo_block_graph *bg = res.best->ops[0].bg;
 	assert_non_null(bg);
@@ -185,12 +192,7 @@ static void several_kernels(void **state)
 	struct mo_search_options o = MO_SEARCH_DEFAULTS;
 	o.budget_s = 8;
 	struct mo_search_result res;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_search(r.prog, &o, &res, &d))
-		fail_msg("%s", d.msg);
-	if (!res.best)
-		fail_msg("nothing found: %s", res.why);
+	search_found(&r, &o, &res);
 	assert_true(res.best->n_ops >= 2);
 	assert_true(res.best->n_ops <= o.max_kernel_ops);
 	int graph_defined = 0;
@@ -207,6 +209,8 @@ static void several_kernels(void **state)
 
 	o.max_kernel_ops = 1;
 	o.budget_s = 1;
+	struct mo_diag d;
+	mo_diag_init(&d);
 	if (mo_search(r.prog, &o, &res, &d))
 		fail_msg("%s", d.msg);
 	assert_null(res.best);
