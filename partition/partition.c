@@ -271,9 +271,13 @@ static void mark_core(const struct mo_tp *tp, const struct opgraph *g, bool *fwd
 	}
 }
 
+/* An op a region may hold: in the Lax fragment, with one output. A μGraph's
+ * kernel ops and block ops each make one tensor, so a region that holds a
+ * Split (several outputs) cannot be one μGraph; its MatMuls and norms fuse
+ * without it, and the Split runs as it is. */
 static bool fusable(const struct mo_tp_op *op)
 {
-	return op->lax != MO_LAX_NONE;
+	return op->lax != MO_LAX_NONE && op->n_out <= 1;
 }
 
 static bool computes(const struct mo_tp_op *op)

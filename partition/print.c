@@ -196,7 +196,9 @@ void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p, FI
 		first = 0;
 		mo_json_string(out, tp->node_names[tp->ops[i].node]);
 		fputs(", \"reason\": ", out);
-		mo_json_string(out, tp->ops[i].note ? tp->ops[i].note : "nothing to fuse it with");
+		mo_json_string(out, tp->ops[i].note ? tp->ops[i].note
+				    : tp->ops[i].n_out > 1 ? "several outputs: a μGraph op makes one"
+				    : "nothing to fuse it with");
 		fputc('}', out);
 	}
 	fputs("]}\n", out);

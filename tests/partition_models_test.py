@@ -117,6 +117,13 @@ class Partition(unittest.TestCase):
         m = "/transformer/h.0/mlp"
         self.assert_together(doc, ["/transformer/h.0/ln_2/LayerNormalization",
                                    f"{m}/c_fc/MatMul", f"{m}/act/Tanh", f"{m}/act/Pow"])
+        # the qkv Split has three outputs, which no μGraph op makes: it stays
+        # out, and ln_1 with c_attn is a region of its own (LayerNorm + Linear)
+        self.assert_together(doc, ["/transformer/h.0/ln_1/LayerNormalization",
+                                   f"{a}/c_attn/MatMul", f"{a}/c_attn/Add"])
+        split = [u for u in doc["unfused"] if u["node"] == f"{a}/Split"]
+        self.assertEqual(len(split), 1, doc["unfused"])
+        self.assertIn("several outputs", split[0]["reason"])
 
     def test_bert_layer_keeps_layernorms_whole(self):
         doc = regions(self.model("bert_layer"))
