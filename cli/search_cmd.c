@@ -123,20 +123,26 @@ static struct mo_mugraph *cache_load(const char *path)
 	return mg;
 }
 
-static void write_json_file(const char *path, const struct mo_mugraph *mg)
+/* Writes mg's JSON to path through a temporary name; false (errno set) when
+ * it could not. */
+static bool write_json_file(const char *path, const struct mo_mugraph *mg)
 {
 	char tmp[1100];
 	int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	if (n < 0 || (size_t)n >= sizeof tmp)
-		return; /* a cache entry is optional */
+	if (n < 0 || (size_t)n >= sizeof tmp) {
+		errno = ENAMETOOLONG;
+		return false;
+	}
 	FILE *f = fopen(tmp, "w");
 	if (!f)
-		return;
+		return false;
 	mo_mg_print_json(mg, f);
-	if (fclose(f) == 0)
-		rename(tmp, path);
-	else
-		remove(tmp);
+	if (fclose(f) == 0 && rename(tmp, path) == 0)
+		return true;
+	int e = errno;
+	remove(tmp);
+	errno = e;
+	return false;
 }
 
 /* The region's best μGraph: from the cache when an entry verifies again,
@@ -171,7 +177,7 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 	}
 	enum mo_status st = mo_search(prog, o, r, d);
 	if (!st && r->best && cache)
-		write_json_file(path, r->best);
+		(void)write_json_file(path, r->best); /* a cache entry is optional */
 	return st;
 }
 
@@ -213,6 +219,13 @@ static int count_gdk(const struct mo_mugraph *mg)
 
 int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d)
 {
+	/* said before a search that may take minutes, not after it */
+	struct stat dst;
+	if (a->dump_dir && (stat(a->dump_dir, &dst) != 0 || !S_ISDIR(dst.st_mode))) {
+		mo_diag_set(d, MO_ERR_USAGE, "--dump-mugraph %s: no such folder (create it first)",
+			    a->dump_dir);
+		return 2;
+	}
 	struct mo_tp *tp;
 	if (mo_tp_import(m, a->import, &tp, d))
 		return d->status == MO_ERR_USAGE ? 2 : 1;
@@ -251,7 +264,9 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 		if (r.best && a->dump_dir) {
 			char dump[1100];
 			snprintf(dump, sizeof dump, "%s/region_%d.json", a->dump_dir, ri + 1);
-			write_json_file(dump, r.best);
+			if (!write_json_file(dump, r.best))
+				fprintf(stderr, "mirage-onnx: warning: could not write %s: %s\n", dump,
+					strerror(errno));
 		}
 		double speedup = r.best && r.cost_best.us > 0 ? r.cost_unfused.us / r.cost_best.us : 1;
 		if (a->json) {

@@ -293,6 +293,11 @@ class Cli(unittest.TestCase):
         self.assertFalse(third["cached"])
         self.assertTrue(third["fused"])
         dump = self.path("dump")
+        # a missing folder is said at once, before any search
+        r = self.run_cli(*args, "--no-cache", "--dump-mugraph", dump, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertIn("--dump-mugraph", r.stderr)
         os.mkdir(dump)
         r = self.run_cli(*args, "--no-cache", "--dump-mugraph", dump, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
