@@ -674,14 +674,14 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 	}
 }
 
-void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
+/* What the block graph planned as p needs. */
+static void usage_of(const struct mo_block_graph *bg, const struct mo_bg_plan *p,
+		     struct mo_bg_usage *u)
 {
-	struct mo_bg_plan p;
-	mo_bg_plan(bg, &p);
-	u->smem = p.bytes;
+	u->smem = p->bytes;
 	u->regs_per_thread = 0;
 	for (int first = 0; first < bg->body.n_ops; first++) {
-		int last = p.tg_last[first];
+		int last = p->tg_last[first];
 		if (last < 0)
 			continue;
 		uint64_t most = 1;
@@ -703,6 +703,13 @@ void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
 	}
 }
 
+void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
+{
+	struct mo_bg_plan p;
+	mo_bg_plan(bg, &p);
+	usage_of(bg, &p, u);
+}
+
 bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		 size_t why_len)
 {
@@ -714,10 +721,10 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		const struct mo_block_graph *bg = mg->ops[k].bg;
 		if (!bg)
 			continue;
-		bool post[MO_MG_MAX];
-		phases(bg, post);
+		struct mo_bg_plan plan;
+		mo_bg_plan(bg, &plan);
 		struct mo_bg_usage u;
-		mo_bg_usage(bg, &u);
+		usage_of(bg, &plan, &u);
 		if (u.smem > mo_target_smem(target)) {
 			snprintf(why, why_len, "kernel %d: tiles need %llu bytes of shared memory, "
 				 "the target has %llu", k + 1, (unsigned long long)u.smem,
@@ -733,7 +740,7 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		}
 		for (int s = 0; s < bg->n_savers; s++) {
 			int tile = bg->savers[s].tile;
-			if (bg->forloop > 1 && !post[tile]) {
+			if (bg->forloop > 1 && !plan.post[tile]) {
 				snprintf(why, why_len, "kernel %d: a saved tile does not pass through "
 					 "an accumulator, but the for-loop runs %d times", k + 1,
 					 bg->forloop);
@@ -742,7 +749,7 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		}
 		for (int a = 0; a < bg->n_accums; a++) {
 			int m = bg->accums[a].max_in;
-			if (post[bg->accums[a].in] || (m >= 0 && post[m])) {
+			if (plan.post[bg->accums[a].in] || (m >= 0 && plan.post[m])) {
 				snprintf(why, why_len, "kernel %d: an accumulator reads a value made "
 					 "after the for-loop", k + 1);
 				return false;
