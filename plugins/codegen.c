@@ -346,6 +346,139 @@ static void emit_normalize(struct gen *g, enum scope sc, const struct mo_tp *tp,
 	P(g, "}\n}\n");
 }
 
+/* MatMul and Gemm, one output element per thread (per loop step on the
+ * CPU): a dot product over K in fp32. */
+static void emit_matmul_scalar(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			       const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
+	char a[512], b[512], ia[256], ib[256];
+	bool ta = op->kind == MO_OP_GEMM && op->p.trans_a;
+	bool tb = op->kind == MO_OP_GEMM && op->p.trans_b;
+	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
+	int64_t K = ta ? A->dims[A->rank - 2] : A->dims[A->rank - 1];
+	/* batch offsets: the operand's batch dims broadcast to the output's */
+	struct mo_tensor ob = *out, ab = *A, bb = *B;
+	ob.rank -= 2;
+	ab.rank -= 2;
+	bb.rank -= 2;
+	loop_open(g, sc, "i", mo_tensor_numel(out));
+	P(g, "uint64_t n_ = i %% %" PRId64 "u, m_ = i / %" PRId64 "u %% %" PRId64
+	  "u, b_ = i / %" PRId64 "u;\n", N, N, M, M * N);
+	bcast_index(ia, sizeof ia, &ab, &ob, "b_");
+	bcast_index(ib, sizeof ib, &bb, &ob, "b_");
+	P(g, "(void)b_;\nuint64_t a_ = %s * %" PRId64 "u, c_ = %s * %" PRId64 "u;\n", ia,
+	  M * K, ib, K * N);
+	P(g, "float s_ = 0.0f;\n");
+	P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_++) {\n", K);
+	char ka[128], kb[128];
+	snprintf(ka, sizeof ka, ta ? "a_ + k_ * %" PRId64 "u + m_" : "a_ + m_ * %" PRId64 "u + k_",
+		 ta ? M : K);
+	snprintf(kb, sizeof kb, tb ? "c_ + n_ * %" PRId64 "u + k_" : "c_ + k_ * %" PRId64 "u + n_",
+		 tb ? K : N);
+	load(a, sizeof a, &bufs[op->in[0]], ka);
+	load(b, sizeof b, &bufs[op->in[1]], kb);
+	P(g, "s_ += %s * %s;\n}\n", a, b);
+	if (op->kind == MO_OP_GEMM) {
+		char al[40];
+		flit(al, sizeof al, op->p.alpha);
+		P(g, "s_ *= %s;\n", al);
+		if (op->n_in > 2 && op->in[2] >= 0) {
+			bcast_index(ia, sizeof ia, &tp->tensors[op->in[2]], out, "i");
+			load(a, sizeof a, &bufs[op->in[2]], ia);
+			char be[40];
+			flit(be, sizeof be, op->p.beta);
+			P(g, "s_ += %s * %s;\n", be, a);
+		}
+	}
+	store(g, &bufs[op->out[0]], "i", "s_");
+	P(g, "}\n");
+}
+
+/* The tensor-core fragment shape (m, n, k = 16) for a block MatMul of two
+ * fp16 or bf16 tiles into an fp32 tile, or false where there is none: the
+ * dims must divide into fragments (16×16, or 8×32 for 8-row tiles), and
+ * the operands broadcast only whole matrices. Offsets stay 32-byte aligned:
+ * the memory plan aligns tiles so, and every fragment starts at a multiple
+ * of 16 elements of a row whose length is a multiple of 16. */
+static bool mma_shape(const struct mo_tensor *A, const struct mo_tensor *B,
+		      const struct mo_tensor *out, int *fm, int *fn)
+{
+	if (A->rank < 2 || B->rank < 2 || out->rank < 2 || A->dtype != B->dtype ||
+	    (A->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
+	     A->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16))
+		return false;
+	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
+	int64_t K = A->dims[A->rank - 1];
+	if (K % 16 || N % 16 || M % 8 || A->dims[A->rank - 2] != M || B->dims[B->rank - 2] != K)
+		return false;
+	*fm = M % 16 == 0 ? 16 : 8;
+	*fn = *fm == 16 ? 16 : 32;
+	return N % *fn == 0;
+}
+
+/* A block MatMul on tensor cores (WMMA, which the compiler turns into
+ * mma.sync): each warp takes fragments of the output in turn and runs
+ * K / 16 multiply-accumulates with fp32 accumulation, reading the fp16 or
+ * bf16 tiles in place. The scalar form stays for GPUs without them. */
+static bool emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct mo_tp_op *op,
+			    const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
+	const struct buf *a = &bufs[op->in[0]], *b = &bufs[op->in[1]], *o = &bufs[op->out[0]];
+	int fm, fn;
+	if (op->kind != MO_OP_MATMUL || a->is_const || b->is_const || a->ct == CT_F32 ||
+	    a->ct != b->ct || o->ct != CT_F32 || !mma_shape(A, B, out, &fm, &fn))
+		return false;
+	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1], K = A->dims[A->rank - 1];
+	struct mo_tensor ob = *out, ab = *A, bb = *B;
+	ob.rank -= 2;
+	ab.rank -= 2;
+	bb.rank -= 2;
+	char ia[256], ib[256];
+	bcast_index(ia, sizeof ia, &ab, &ob, "b_");
+	bcast_index(ib, sizeof ib, &bb, &ob, "b_");
+	const char *T = a->ct == CT_F16 ? "__half" : "__nv_bfloat16";
+	uint64_t per = (uint64_t)(M / fm) * (uint64_t)(N / fn);
+	P(g, "#if __CUDA_ARCH__ >= %d\n{\n", a->ct == CT_F16 ? 700 : 800);
+	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, %d, %d, 16, %s, nvcuda::wmma::row_major> fa_;\n",
+	  fm, fn, T);
+	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, %d, %d, 16, %s, nvcuda::wmma::row_major> fb_;\n",
+	  fm, fn, T);
+	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, %d, %d, 16, float> fc_;\n", fm, fn);
+	P(g, "for (uint64_t f_ = threadIdx.x / 32; f_ < %" PRIu64 "u; f_ += blockDim.x / 32) {\n",
+	  per * mo_tensor_numel(&ob));
+	P(g, "const uint64_t b_ = f_ / %" PRIu64 "u, m_ = f_ / %" PRId64 "u %% %" PRId64
+	  "u * %d, n_ = f_ %% %" PRId64 "u * %d;\n(void)b_;\n", per, N / fn, M / fm, fm, N / fn, fn);
+	P(g, "const %s *pa_ = (const %s *)%s + %s * %" PRId64 "u + m_ * %" PRId64 "u;\n", T, T,
+	  a->name, ia, M * K, K);
+	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_;\n", T, T, b->name, ib, K * N);
+	P(g, "nvcuda::wmma::fill_fragment(fc_, 0.0f);\n");
+	P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_ += 16) {\n", K);
+	P(g, "nvcuda::wmma::load_matrix_sync(fa_, pa_ + k_, %" PRId64 "u);\n", K);
+	P(g, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_ * %" PRId64 "u, %" PRId64 "u);\n", N, N);
+	P(g, "nvcuda::wmma::mma_sync(fc_, fa_, fb_, fc_);\n}\n");
+	P(g, "nvcuda::wmma::store_matrix_sync(%s + b_ * %" PRId64 "u + m_ * %" PRId64
+	  "u + n_, fc_, %" PRId64 "u, nvcuda::wmma::mem_row_major);\n}\n}\n#else\n", o->name, M * N, N, N);
+	return true;
+}
+
+static void emit_matmul(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	if (tp->tensors[op->in[0]].rank < 2 || tp->tensors[op->in[1]].rank < 2 || out->rank < 2) {
+		unsupported(g, "no code generation for a MatMul of rank-1 operands");
+		return;
+	}
+	bool mma = g->cuda && sc == SC_BLOCK && emit_matmul_mma(g, tp, op, bufs);
+	emit_matmul_scalar(g, sc, tp, op, bufs);
+	if (mma)
+		P(g, "#endif\n");
+}
+
 static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
 		    const struct buf *bufs)
 {
@@ -359,54 +492,9 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		return;
 	}
 	switch (op->kind) {
-	case MO_OP_MATMUL: case MO_OP_GEMM: {
-		const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
-		if (A->rank < 2 || B->rank < 2 || out->rank < 2) {
-			unsupported(g, "no code generation for a MatMul of rank-1 operands");
-			return;
-		}
-		bool ta = op->kind == MO_OP_GEMM && op->p.trans_a;
-		bool tb = op->kind == MO_OP_GEMM && op->p.trans_b;
-		int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
-		int64_t K = ta ? A->dims[A->rank - 2] : A->dims[A->rank - 1];
-		/* batch offsets: the operand's batch dims broadcast to the output's */
-		struct mo_tensor ob = *out, ab = *A, bb = *B;
-		ob.rank -= 2;
-		ab.rank -= 2;
-		bb.rank -= 2;
-		loop_open(g, sc, "i", n);
-		P(g, "uint64_t n_ = i %% %" PRId64 "u, m_ = i / %" PRId64 "u %% %" PRId64
-		  "u, b_ = i / %" PRId64 "u;\n", N, N, M, M * N);
-		bcast_index(ia, sizeof ia, &ab, &ob, "b_");
-		bcast_index(ib, sizeof ib, &bb, &ob, "b_");
-		P(g, "(void)b_;\nuint64_t a_ = %s * %" PRId64 "u, c_ = %s * %" PRId64 "u;\n", ia,
-		  M * K, ib, K * N);
-		P(g, "float s_ = 0.0f;\n");
-		P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_++) {\n", K);
-		char ka[128], kb[128];
-		snprintf(ka, sizeof ka, ta ? "a_ + k_ * %" PRId64 "u + m_" : "a_ + m_ * %" PRId64 "u + k_",
-			 ta ? M : K);
-		snprintf(kb, sizeof kb, tb ? "c_ + n_ * %" PRId64 "u + k_" : "c_ + k_ * %" PRId64 "u + n_",
-			 tb ? K : N);
-		load(a, sizeof a, &bufs[op->in[0]], ka);
-		load(b, sizeof b, &bufs[op->in[1]], kb);
-		P(g, "s_ += %s * %s;\n}\n", a, b);
-		if (op->kind == MO_OP_GEMM) {
-			char al[40];
-			flit(al, sizeof al, op->p.alpha);
-			P(g, "s_ *= %s;\n", al);
-			if (op->n_in > 2 && op->in[2] >= 0) {
-				bcast_index(ia, sizeof ia, &tp->tensors[op->in[2]], out, "i");
-				load(a, sizeof a, &bufs[op->in[2]], ia);
-				char be[40];
-				flit(be, sizeof be, op->p.beta);
-				P(g, "s_ += %s * %s;\n", be, a);
-			}
-		}
-		store(g, O, "i", "s_");
-		P(g, "}\n");
+	case MO_OP_MATMUL: case MO_OP_GEMM:
+		emit_matmul(g, sc, tp, op, bufs);
 		return;
-	}
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: {
 		const struct mo_tensor *X = &tp->tensors[op->in[0]];
 		bool red[MO_MAX_RANK] = { false };
@@ -830,7 +918,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		gbuf(&gb[t], &mg->kg, t);
 	if (g->cuda) {
 		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
-		P(g, "extern __shared__ float4 mo_smem4[];\nchar *ws = (char *)mo_smem4;\n");
+		P(g, "extern __shared__ __align__(128) float4 mo_smem4[];\nchar *ws = (char *)mo_smem4;\n");
 		P(g, "const uint64_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
 	} else {
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
@@ -929,7 +1017,7 @@ static const char prelude_c[] =
 	"#define MO_DEV static inline\n";
 
 static const char prelude_cuda[] =
-	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n"
 	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n\n"
 	"static __device__ __forceinline__ float mo_h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }\n"

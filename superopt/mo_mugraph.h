@@ -190,7 +190,8 @@ int mo_target_regs_per_sm(enum mo_target t);
  *   shared memory from the step that writes it to the step of its last
  *   reader; an accumulator, and online softmax's running and new max, for
  *   the whole for-loop and until last read. Buffers whose lifetimes do not
- *   meet share bytes (first fit by start, 16-byte aligned). So bytes change
+ *   meet share bytes (first fit by start, 32-byte aligned, as tensor-core
+ *   fragments need). So bytes change
  *   hands only between depths, where the barrier before a depth's reads
  *   stands anyway; the code generator still checks, and puts a barrier
  *   before any write into bytes another buffer used since the last one.

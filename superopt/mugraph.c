@@ -653,7 +653,7 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		L[n++] = (struct life){ bytes, 0, loop_end, &p->off_new[a] };
 	}
 	for (int i = 0; i < n; i++)
-		L[i].bytes = (L[i].bytes + 15) & ~(uint64_t)15; /* 16-byte aligned */
+		L[i].bytes = (L[i].bytes + 31) & ~(uint64_t)31; /* 32-byte aligned: tensor-core fragments */
 	qsort(L, (size_t)n, sizeof *L, cmp_life);
 	/* first fit: the lowest offset clear of every placed buffer alive at
 	 * the same time */

@@ -238,6 +238,71 @@ static void schedule_and_shared_bytes(void **state)
 	mo_mg_free(mg);
 }
 
+/* x (16×64) @ w (64×N) over a for-loop of 2 along K, inputs of dtype dt. */
+static struct mo_mugraph *blocked_matmul(int32_t dt, int64_t m, int64_t n)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int in_x = mo_mg_input(mg, "x", dt, 2, (int64_t[]){ m, 64 });
+	int in_w = mo_mg_input(mg, "w", dt, 2, (int64_t[]){ 64, n });
+	struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 2);
+	int x = mo_bg_iter(mg, bg, in_x, MO_PHI, MO_PHI, MO_PHI, 1);
+	int w = mo_bg_iter(mg, bg, in_w, MO_PHI, MO_PHI, MO_PHI, 0);
+	int y = mo_bg_accum(mg, bg, OP(bg, MO_OP_MATMUL, x, w), MO_ACC_SUM);
+	mo_mg_output(mg, mo_bg_save(mg, bg, y, MO_PHI, MO_PHI, MO_PHI), "y");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* A block MatMul of fp16 or bf16 tiles runs on tensor cores (WMMA
+ * fragments, mma.sync), 16×16 or 8×32 per fragment with fp32 accumulators,
+ * read in place from 32-byte aligned tiles; fp32 tiles, and dims that do
+ * not divide into fragments, keep the scalar loop. The kernels compile for
+ * sm_80 and sm_90 where nvcc is. */
+static void block_matmul_on_tensor_cores(void **state)
+{
+	(void)state;
+	static const struct { int32_t dt; int64_t m, n; const char *frag; } cases[] = {
+		{ ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 16, 32, "16, 16, 16, __half" },
+		{ ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, 16, 32, "16, 16, 16, __nv_bfloat16" },
+		{ ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 8, 64, "8, 32, 16, __half" },
+		{ ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 8, 48, NULL }, /* 48 % 32 */
+		{ ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 16, 32, NULL },
+	};
+	struct mo_plugin_options o = { .cuda = true, .archs = "80,90",
+				       .cg = { .banner = "test_plugin", .target = MO_SM90 } };
+	bool nvcc = mo_plugin_find_nvcc(&o) != NULL;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		struct mo_mugraph *mg = blocked_matmul(cases[c].dt, cases[c].m, cases[c].n);
+		struct mo_bg_plan plan;
+		mo_bg_plan(mg->ops[0].bg, &plan);
+		for (int t = 0; t < mg->ops[0].bg->body.n_tensors; t++)
+			assert_int_equal(plan.off[t] % 32, 0);
+		char *text = cuda_text(mg);
+		if (cases[c].frag) {
+			assert_non_null(strstr(text, cases[c].frag));
+			assert_int_equal(count(text, "nvcuda::wmma::mma_sync("), 1);
+		} else {
+			assert_int_equal(count(text, "wmma"), 0);
+		}
+		free(text);
+		if (nvcc) {
+			char so[256];
+			snprintf(so, sizeof so, "%s/mma%zu.so", tmpdir, c);
+			struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+			struct mo_plugin_op_report rep;
+			struct mo_diag d;
+			mo_diag_init(&d);
+			if (mo_plugin_build(&op, 1, &o, so, &rep, &d))
+				fail_msg("case %zu: build failed: %s (%s)", c, d.msg, rep.why);
+			assert_true(rep.cuda);
+			unlink(so);
+		}
+		mo_mg_free(mg);
+	}
+	if (!nvcc)
+		print_message("no nvcc: the tensor-core kernels were emitted, not compiled\n");
+}
+
 /* What the generator cannot emit is said, not compiled. */
 static void unsupported_op_is_reported(void **state)
 {
@@ -443,6 +508,7 @@ int main(void)
 		cmocka_unit_test(wrong_kernel_fails_the_check),
 		cmocka_unit_test(unsupported_op_is_reported),
 		cmocka_unit_test(schedule_and_shared_bytes),
+		cmocka_unit_test(block_matmul_on_tensor_cores),
 		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
 		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
 	};
