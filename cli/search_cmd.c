@@ -183,7 +183,7 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 
 /* ---- printing ---- */
 
-static void describe_kernels(const struct mo_mugraph *mg, FILE *out)
+static void describe_kernels(const struct mo_mugraph *mg, enum mo_target target, FILE *out)
 {
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_kg_op *op = &mg->ops[k];
@@ -193,13 +193,13 @@ static void describe_kernels(const struct mo_mugraph *mg, FILE *out)
 			continue;
 		}
 		const struct mo_block_graph *bg = op->bg;
-		struct mo_bg_plan plan;
-		mo_bg_plan(bg, &plan);
+		struct mo_bg_plan plan; /* as the code generator lays it out */
+		bool dbuf = mo_bg_plan_pipelined(bg, mo_target_smem(target), &plan);
 		fprintf(out, "    kernel %d: graph-defined, grid (%d,%d,%d), for-loop %d, %d block ops, "
-			"%d thread graph%s, %.1f KB shared memory (%.1f KB unshared)\n      ", k + 1,
+			"%d thread graph%s, %.1f KB shared memory (%.1f KB unshared%s)\n      ", k + 1,
 			bg->grid[0], bg->grid[1], bg->grid[2], bg->forloop, bg->body.n_ops + bg->n_accums,
 			bg->n_tgs, bg->n_tgs == 1 ? "" : "s", plan.bytes / 1024.0,
-			plan.bytes_unshared / 1024.0);
+			plan.bytes_unshared / 1024.0, dbuf ? "; input tiles double-buffered" : "");
 		for (int i = 0; i < bg->body.n_ops; i++)
 			fprintf(out, "%s%s", i ? " " : "", mo_op_table[bg->body.ops[i].kind].name);
 		for (int a = 0; a < bg->n_accums; a++)
@@ -316,7 +316,7 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       "(%d kernels): %.2fx\n", cached ? " (from the cache, re-verified)" : "",
 				       r.best->n_ops, r.best->n_ops == 1 ? "" : "s", r.cost_best.us,
 				       r.cost_unfused.us, r.cost_unfused.kernels, speedup);
-				describe_kernels(r.best, stdout);
+				describe_kernels(r.best, o.target, stdout);
 				printf("  verified: %s\n", r.verification.detail);
 			} else {
 				printf("  stays unfused: %s\n", r.why);

@@ -42,6 +42,7 @@ struct buf {
 struct gen {
 	FILE *o;
 	bool cuda;
+	enum mo_target target; /* the plan fits its shared memory */
 	const char *fail; /* first reason the μGraph cannot be generated */
 	char why[200];
 };
@@ -671,7 +672,7 @@ static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct pl
 {
 	const struct mo_tp *body = &bg->body;
 	memset(pl, 0, sizeof *pl);
-	mo_bg_plan(bg, &pl->mp);
+	mo_bg_plan_pipelined(bg, mo_target_smem(g->target), &pl->mp);
 	for (int i = 0; i < body->n_tensors; i++) {
 		const struct mo_tensor *t = &body->tensors[i];
 		struct buf *b = &pl->tiles[i];
@@ -706,8 +707,8 @@ static void range_of(const struct mo_block_graph *bg, const struct plan *pl, int
 	const struct mo_bg_plan *mp = &pl->mp;
 	if (id < MO_MG_MAX) {
 		*lo = mp->off[id];
-		*hi = *lo + mo_tensor_numel(&bg->body.tensors[id]) * mp->elem[id];
-		return;
+		*hi = mp->off2[id] + mo_tensor_numel(&bg->body.tensors[id]) * mp->elem[id];
+		return; /* both halves of a double-buffered tile */
 	}
 	int a = id % MO_MG_MAX;
 	*lo = id < ID_NEW(0) ? mp->off_run[a] : mp->off_new[a];
@@ -805,9 +806,10 @@ static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_bloc
 }
 
 /* The offset of a tile element in its kernel tensor: the block's chunk along
- * each mapped dim, iteration `it`'s chunk along fmap (as mugraph_eval.c). */
+ * each mapped dim, iteration `it`'s chunk along fmap (as mugraph_eval.c);
+ * `it` names the iteration's variable. */
 static void tile_index(char *s, size_t n, const struct mo_tensor *full, const struct mo_tensor *tile,
-		       const int *map, const int *grid, int fmap)
+		       const int *map, const int *grid, int fmap, const char *it)
 {
 	int64_t fs[MO_MAX_RANK], ts[MO_MAX_RANK];
 	strides(full, fs);
@@ -819,7 +821,7 @@ static void tile_index(char *s, size_t n, const struct mo_tensor *full, const st
 			len += (size_t)snprintf(s + len, n - len, " + %s * %" PRId64 "u", bv[gd],
 						full->dims[map[gd]] / grid[gd] * fs[map[gd]]);
 	if (fmap != MO_PHI && len < n)
-		len += (size_t)snprintf(s + len, n - len, " + it * %" PRId64 "u",
+		len += (size_t)snprintf(s + len, n - len, " + %s * %" PRId64 "u", it,
 					tile->dims[fmap] * fs[fmap]);
 	for (int d = 0; d < tile->rank && len < n; d++) {
 		if (tile->dims[d] == 1)
@@ -904,6 +906,46 @@ static void emit_body(struct gen *g, enum scope sc, const struct mo_block_graph 
 	}
 }
 
+/* Iterator x's tile for iteration `it` (an expression) into dst (a pointer
+ * expression). On the GPU a tile kept in its storage type is copied
+ * asynchronously (cp.async through __pipeline_memcpy_async), 16, 8 or 4
+ * bytes a thread: the widest that the rows of both the tile and the tensor
+ * divide, so every chunk is one contiguous, aligned run of both; where the
+ * tensor's address is not that aligned, or the GPU predates sm_80, plain
+ * copies. The caller commits and waits. */
+static void emit_iter_copy(struct gen *g, enum scope sc, const struct mo_mugraph *mg,
+			   const struct mo_block_graph *bg, const struct plan *pl, const struct buf *gb,
+			   const struct mo_bg_iter *x, const char *dst, const char *it)
+{
+	const struct mo_tensor *tile = &bg->body.tensors[x->tile];
+	const struct mo_tensor *full = &mg->kg.tensors[x->tensor];
+	const struct buf *tb = &pl->tiles[x->tile], *G = &gb[x->tensor];
+	char idx[600], v[700];
+	tile_index(idx, sizeof idx, full, tile, x->imap, bg->grid, x->fmap, it);
+	bool raw = tb->ct == G->ct; /* kept in its storage type: a copy */
+	if (raw)
+		snprintf(v, sizeof v, "%s[%s]", G->name, idx);
+	else
+		load(v, sizeof v, G, idx);
+	uint64_t n = mo_tensor_numel(tile), elem = pl->mp.elem[x->tile];
+	unsigned w = 0;
+	for (unsigned c = 16; raw && g->cuda && tile->rank > 0 && c >= 4 && !w; c /= 2)
+		if ((uint64_t)tile->dims[tile->rank - 1] * elem % c == 0 &&
+		    (uint64_t)full->dims[full->rank - 1] * elem % c == 0)
+			w = c;
+	if (w) {
+		P(g, "#if __CUDA_ARCH__ >= 800\nif (((uintptr_t)%s & %uu) == 0) {\n", G->name, w - 1);
+		P(g, "for (uint64_t c_ = threadIdx.x; c_ < %" PRIu64 "u; c_ += blockDim.x) {\n"
+		  "const uint64_t i = c_ * %" PRIu64 "u;\n", n * elem / w, w / elem);
+		P(g, "__pipeline_memcpy_async(%s + i, %s + %s, %u);\n}\n} else\n#endif\n{\n", dst,
+		  G->name, idx, w);
+	}
+	loop_open(g, sc, "i", n);
+	P(g, "%s[i] = %s;\n}\n", dst, v);
+	if (w)
+		P(g, "}\n");
+}
+
 static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k, const char *fn,
 			      uint64_t *ws_bytes)
 {
@@ -947,19 +989,43 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 	P(g, "(void)ws;\n");
 	struct barriers br = { .n = 0 };
 	char idx[600], v[700];
+	if (pl.mp.pipelined) /* iteration 0's tiles into the first halves */
+		for (int i = 0; i < bg->n_iters; i++)
+			emit_iter_copy(g, sc, mg, bg, &pl, gb, &bg->iters[i], pl.tiles[bg->iters[i].tile].name, "0");
+	if (pl.mp.pipelined && g->cuda)
+		P(g, "__pipeline_commit();\n");
 	P(g, "for (uint64_t it = 0; it < %du; it++) {\n", bg->forloop);
-	for (int i = 0; i < bg->n_iters; i++) {
-		const struct mo_bg_iter *x = &bg->iters[i];
-		const struct mo_tensor *tile = &body->tensors[x->tile];
-		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->imap, bg->grid, x->fmap);
-		const struct buf *tb = &pl.tiles[x->tile];
-		if (tb->ct == gb[x->tensor].ct) /* kept in its storage type: a copy */
-			snprintf(v, sizeof v, "%s[%s]", gb[x->tensor].name, idx);
-		else
-			load(v, sizeof v, &gb[x->tensor], idx);
-		sync_for(g, &br, bg, &pl, NULL, 0, &x->tile, 1);
-		loop_open(g, sc, "i", mo_tensor_numel(tile));
-		P(g, "%s[i] = %s;\n}\n", tb->name, v);
+	if (pl.mp.pipelined) {
+		/* this iteration's halves; the next iteration's tiles load into
+		 * the others while this one computes */
+		for (int i = 0; i < bg->n_iters; i++) {
+			const struct buf *tb = &pl.tiles[bg->iters[i].tile];
+			uint64_t o1 = pl.mp.off[bg->iters[i].tile], o2 = pl.mp.off2[bg->iters[i].tile];
+			P(g, "%s = (%s *)(ws + ((it & 1) ? %" PRIu64 "u : %" PRIu64 "u));\n", tb->name,
+			  ctype_c[tb->ct], o2, o1);
+		}
+		P(g, "if (it + 1 < %du) {\n", bg->forloop);
+		for (int i = 0; i < bg->n_iters; i++) {
+			const struct buf *tb = &pl.tiles[bg->iters[i].tile];
+			uint64_t o1 = pl.mp.off[bg->iters[i].tile], o2 = pl.mp.off2[bg->iters[i].tile];
+			char dst[96];
+			snprintf(dst, sizeof dst, "((%s *)(ws + ((it & 1) ? %" PRIu64 "u : %" PRIu64 "u)))",
+				 ctype_c[tb->ct], o1, o2);
+			emit_iter_copy(g, sc, mg, bg, &pl, gb, &bg->iters[i], dst, "(it + 1)");
+		}
+		if (g->cuda)
+			P(g, "__pipeline_commit();\n__pipeline_wait_prior(1);\n} else {\n"
+			  "__pipeline_wait_prior(0);\n");
+		P(g, "}\n");
+		sync_all(g, &br);
+	} else {
+		for (int i = 0; i < bg->n_iters; i++) {
+			sync_for(g, &br, bg, &pl, NULL, 0, &bg->iters[i].tile, 1);
+			emit_iter_copy(g, sc, mg, bg, &pl, gb, &bg->iters[i],
+				       pl.tiles[bg->iters[i].tile].name, "it");
+		}
+		if (g->cuda && bg->n_iters)
+			P(g, "__pipeline_commit();\n__pipeline_wait_prior(0);\n");
 	}
 	emit_body(g, sc, bg, &pl, false, &br);
 	for (int a = 0; a < bg->n_accums; a++)
@@ -972,7 +1038,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		const struct mo_bg_saver *x = &bg->savers[s];
 		const struct mo_tensor *tile = &body->tensors[x->tile];
 		sync_for(g, &br, bg, &pl, &x->tile, 1, NULL, 0);
-		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, bg->grid, MO_PHI);
+		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, bg->grid, MO_PHI, "it");
 		load(v, sizeof v, &pl.tiles[x->tile], "i");
 		loop_open(g, sc, "i", mo_tensor_numel(tile));
 		store(g, &gb[x->tensor], idx, v);
@@ -1017,7 +1083,7 @@ static const char prelude_c[] =
 	"#define MO_DEV static inline\n";
 
 static const char prelude_cuda[] =
-	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n"
+	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <cuda_pipeline.h>\n"
 	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n\n"
 	"static __device__ __forceinline__ float mo_h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }\n"
@@ -1045,7 +1111,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	const struct mo_mugraph *mg = op->mg;
 	const char *banner = o->banner;
 	enum mo_target target = o->target;
-	struct gen g = { .o = out, .cuda = cuda };
+	struct gen g = { .o = out, .cuda = cuda, .target = o->target };
 	if (mg->error[0])
 		unsupported(&g, "the μGraph is invalid: %s", mg->error);
 	int nt = mg->kg.n_tensors;

@@ -190,11 +190,12 @@ int mo_target_regs_per_sm(enum mo_target t);
  *   shared memory from the step that writes it to the step of its last
  *   reader; an accumulator, and online softmax's running and new max, for
  *   the whole for-loop and until last read. Buffers whose lifetimes do not
- *   meet share bytes (first fit by start, 32-byte aligned, as tensor-core
- *   fragments need). So bytes change
- *   hands only between depths, where the barrier before a depth's reads
- *   stands anyway; the code generator still checks, and puts a barrier
- *   before any write into bytes another buffer used since the last one.
+ *   meet share bytes (first fit by start; 32-byte aligned, as tensor-core
+ *   fragments need). So bytes change hands only between depths, where the
+ *   barrier before a depth's reads stands anyway; the code generator still
+ *   checks, and puts a barrier before any write into bytes another buffer
+ *   used since the last one. (mo_bg_plan_pipelined: iterator tiles twice
+ *   over, for the whole loop.)
  * - Types: a tile an iterator loads keeps its tensor's storage type (2 bytes
  *   per element for fp16 and bf16: loads are exact); computed tiles are
  *   fp32, so arithmetic and accumulation stay fp32.
@@ -212,11 +213,23 @@ struct mo_bg_plan {
 	uint8_t elem[MO_MG_MAX];  /* bytes per element in shared memory; 0: none
 				   * (a constant or a register tile) */
 	uint64_t off[MO_MG_MAX];  /* byte offset of each tile */
+	bool pipelined;           /* iterator tiles have two halves (below) */
+	uint64_t off2[MO_MG_MAX]; /* an iterator tile's second half (= off
+				   * when not pipelined) */
 	uint64_t off_run[MO_MG_MAX], off_new[MO_MG_MAX]; /* per rescaled accumulator */
 	uint64_t bytes;           /* shared memory per block */
 	uint64_t bytes_unshared;  /* the same buffers laid end to end */
 };
 void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p);
+/* The plan the code generator lays kernels out by: with a for-loop of more
+ * than one iteration, iterator tiles get two halves that iterations use in
+ * turn (double buffering: iteration it + 1's tiles load, asynchronously on
+ * the GPU, while iteration it computes), so they hold their bytes for the
+ * whole loop. Where that does not fit smem_limit, mo_bg_plan's plan.
+ * Returns whether the tiles are double-buffered. The search checks
+ * mo_bg_plan's plan: what it accepts always has one that fits. */
+bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,
+			  struct mo_bg_plan *p);
 
 /* What a block graph needs: shared memory (mo_bg_plan's bytes) and
  * registers per thread (the largest register thread graph's estimate: 16

@@ -577,7 +577,12 @@ static int cmp_life(const void *a, const void *b)
 	return x->bytes > y->bytes ? -1 : x->bytes < y->bytes;
 }
 
-void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
+static uint64_t align32(uint64_t n)
+{
+	return (n + 31) & ~(uint64_t)31; /* tensor-core fragments need 32 bytes */
+}
+
+static void plan(const struct mo_block_graph *bg, bool pipelined, struct mo_bg_plan *p)
 {
 	const struct mo_tp *body = &bg->body;
 	memset(p, 0, sizeof *p);
@@ -609,8 +614,13 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 	int from[MO_MG_MAX], to[MO_MG_MAX];
 	for (int t = 0; t < body->n_tensors; t++)
 		from[t] = to[t] = -1;
-	for (int i = 0; i < bg->n_iters; i++)
-		from[bg->iters[i].tile] = 0;
+	p->pipelined = pipelined;
+	for (int i = 0; i < bg->n_iters; i++) {
+		int t = bg->iters[i].tile;
+		from[t] = 0;
+		if (pipelined)
+			to[t] = loop_end; /* the next iteration's half fills meanwhile */
+	}
 	for (int i = 0; i < body->n_ops; i++) {
 		const struct mo_tp_op *op = &body->ops[i];
 		from[op->out[0]] = step_op[i];
@@ -641,7 +651,9 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		int32_t dt = x->kind == MO_T_INPUT ? x->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 		p->elem[t] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
 				     dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 2 : 4;
-		uint64_t bytes = mo_tensor_numel(x) * p->elem[t];
+		uint64_t bytes = align32(mo_tensor_numel(x) * p->elem[t]);
+		if (pipelined && x->kind == MO_T_INPUT)
+			bytes *= 2; /* two halves: off and off2 */
 		L[n++] = (struct life){ bytes, from[t], to[t] > from[t] ? to[t] : from[t], &p->off[t] };
 	}
 	for (int a = 0; a < bg->n_accums; a++) {
@@ -653,7 +665,7 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		L[n++] = (struct life){ bytes, 0, loop_end, &p->off_new[a] };
 	}
 	for (int i = 0; i < n; i++)
-		L[i].bytes = (L[i].bytes + 31) & ~(uint64_t)31; /* 32-byte aligned: tensor-core fragments */
+		L[i].bytes = align32(L[i].bytes);
 	qsort(L, (size_t)n, sizeof *L, cmp_life);
 	/* first fit: the lowest offset clear of every placed buffer alive at
 	 * the same time */
@@ -672,6 +684,29 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 		p->bytes = at + L[i].bytes > p->bytes ? at + L[i].bytes : p->bytes;
 		p->bytes_unshared += L[i].bytes;
 	}
+	for (int i = 0; i < bg->n_iters; i++) {
+		int t = bg->iters[i].tile;
+		p->off2[t] = p->off[t];
+		if (pipelined)
+			p->off2[t] += align32(mo_tensor_numel(&body->tensors[t]) * p->elem[t]);
+	}
+}
+
+void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
+{
+	plan(bg, false, p);
+}
+
+bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,
+			  struct mo_bg_plan *p)
+{
+	if (bg->forloop > 1 && bg->n_iters > 0) {
+		plan(bg, true, p);
+		if (p->bytes <= smem_limit)
+			return true;
+	}
+	plan(bg, false, p);
+	return false;
 }
 
 /* What the block graph planned as p needs. */

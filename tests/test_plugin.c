@@ -87,7 +87,10 @@ static void rmsnorm_matmul_kernel_agrees(void **state)
 {
 	(void)state;
 	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
-	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4), &p, "rmsnorm");
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
+	struct mo_bg_plan plan; /* so the check covers double-buffered tiles */
+	assert_true(mo_bg_plan_pipelined(mg->ops[0].bg, mo_target_smem(MO_SM90), &plan));
+	expect_agrees(mg, &p, "rmsnorm");
 	/* one block, one iteration: the degenerate schedule */
 	expect_agrees(mg_rmsnorm_matmul(p.tp, RMS_OK, 1, 1, 1), &p, "rmsnorm_1");
 	test_program_free(&p);
@@ -303,6 +306,48 @@ static void block_matmul_on_tensor_cores(void **state)
 		print_message("no nvcc: the tensor-core kernels were emitted, not compiled\n");
 }
 
+/* Double buffering: in a for-loop, each iterator tile has two halves used
+ * in turn, which no other buffer of the loop touches; the GPU loads the
+ * next iteration's tiles into the other halves asynchronously (cp.async)
+ * before it waits for this iteration's, and the CPU twin copies them at the
+ * same point into the same bytes, so the float check covers the plan.
+ * Where the halves do not fit, the plan is the search's single one. */
+static void iterator_tiles_double_buffered(void **state)
+{
+	(void)state;
+	struct mo_mugraph *mg = blocked_matmul(ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 16, 32);
+	const struct mo_block_graph *bg = mg->ops[0].bg;
+	struct mo_bg_plan single, plan;
+	mo_bg_plan(bg, &single);
+	assert_false(single.pipelined);
+	assert_true(mo_bg_plan_pipelined(bg, mo_target_smem(MO_SM90), &plan));
+	assert_true(plan.bytes > single.bytes);
+	const struct mo_tp *body = &bg->body;
+	int acc = bg->accums[0].out;
+	for (int i = 0; i < bg->n_iters; i++) {
+		int t = bg->iters[i].tile;
+		uint64_t half = mo_tensor_numel(&body->tensors[t]) * plan.elem[t];
+		assert_int_equal(plan.off2[t], plan.off[t] + half); /* 16×32 and 32×32 halves: 32-byte multiples */
+		uint64_t acc_lo = plan.off[acc], acc_hi = acc_lo + mo_tensor_numel(&body->tensors[acc]) * 4;
+		assert_true(plan.off2[t] + half <= acc_lo || acc_hi <= plan.off[t]);
+		for (int j = 0; j < i; j++) {
+			int u = bg->iters[j].tile;
+			uint64_t uh = mo_tensor_numel(&body->tensors[u]) * plan.elem[u];
+			assert_true(plan.off2[t] + half <= plan.off[u] || plan.off2[u] + uh <= plan.off[t]);
+		}
+	}
+	/* too little shared memory for the halves: the single plan */
+	assert_false(mo_bg_plan_pipelined(bg, single.bytes, &plan));
+	assert_int_equal(plan.bytes, single.bytes);
+	char *text = cuda_text(mg);
+	assert_int_equal(count(text, "__pipeline_memcpy_async("), 4); /* 2 tiles: prologue, prefetch */
+	const char *pre = strstr(text, "if (it + 1 < 2u)"), *wait = strstr(text, "__pipeline_wait_prior(1)");
+	const char *mma = strstr(text, "nvcuda::wmma::mma_sync(");
+	assert_true(pre && wait && mma && pre < wait && wait < mma);
+	free(text);
+	mo_mg_free(mg);
+}
+
 /* What the generator cannot emit is said, not compiled. */
 static void unsupported_op_is_reported(void **state)
 {
@@ -509,6 +554,7 @@ int main(void)
 		cmocka_unit_test(unsupported_op_is_reported),
 		cmocka_unit_test(schedule_and_shared_bytes),
 		cmocka_unit_test(block_matmul_on_tensor_cores),
+		cmocka_unit_test(iterator_tiles_double_buffered),
 		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
 		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
 	};
