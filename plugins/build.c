@@ -413,13 +413,19 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	char tmp_so[4200], log[4200], libdir[4200];
 	snprintf(tmp_so, sizeof tmp_so, "%s.tmp%ld", out_so, (long)getpid());
 	snprintf(log, sizeof log, "%s/link.log", dir);
-	char *argv[2 * MO_MG_MAX + 64];
+	/* every object: an op left off the line would still link (a shared
+	 * library may leave symbols undefined) and fail only when loaded */
+	char **argv = mo_calloc((size_t)no + 16, sizeof *argv);
+	if (!argv) {
+		st = mo_diag_nomem(d);
+		goto free_lists;
+	}
 	int na = 0;
 	argv[na++] = (char *)cc;
 	argv[na++] = "-shared";
 	argv[na++] = "-o";
 	argv[na++] = tmp_so;
-	for (int k = 0; k < no && na < (int)(sizeof argv / sizeof *argv) - 12; k++)
+	for (int k = 0; k < no; k++)
 		argv[na++] = objs[k];
 	if (nvcc) {
 		cuda_libdir(nvcc, libdir, sizeof libdir);
@@ -434,7 +440,9 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	argv[na++] = "-lm";
 	argv[na] = NULL;
 	progress(o, "linking %s", out_so);
-	if (!run(argv, log)) {
+	bool linked = run(argv, log);
+	mo_free(argv);
+	if (!linked) {
 		char e[256];
 		first_error(log, e, sizeof e);
 		unlink(tmp_so);

@@ -348,6 +348,48 @@ static void iterator_tiles_double_buffered(void **state)
 	mo_mg_free(mg);
 }
 
+/* A model with many fused regions gets one library holding every op: the
+ * link line has room for all their objects (it once dropped those past
+ * about 144, and a shared library links with symbols missing). CPU only,
+ * so the 150 compilations stay quick. */
+static void many_ops_link_into_one_library(void **state)
+{
+	(void)state;
+	enum { N = 150 };
+	struct mo_mugraph *mg = blocked_matmul(ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 16, 32);
+	static struct mo_cg_op ops[N];
+	static char names[N][24];
+	static struct mo_plugin_op_report rep[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "MirageTest%d", i);
+		ops[i] = (struct mo_cg_op){ .name = names[i], .mg = mg };
+	}
+	struct mo_plugin_options o = { .cuda = false, .cg = { .banner = "t", .target = MO_SM90 } };
+	char so[256];
+	snprintf(so, sizeof so, "%s/many.so", tmpdir);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_plugin_build(ops, N, &o, so, rep, &d))
+		fail_msg("build failed: %s", d.msg);
+	for (int i = 0; i < N; i++)
+		assert_true(rep[i].built);
+	struct mo_plugin_lib *lib;
+	if (mo_plugin_open(so, &lib, &d))
+		fail_msg("%s", d.msg);
+	mo_plugin_close(lib);
+	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(h);
+	/* the op table counts them all; RTLD_NOW resolved every op's kernel */
+	const void *(*table)(int *) = (const void *(*)(int *))dlsym(h, "MirageOnnxPluginOps");
+	assert_non_null(table);
+	int n = 0;
+	assert_non_null(table(&n));
+	assert_int_equal(n, N);
+	dlclose(h);
+	unlink(so);
+	mo_mg_free(mg);
+}
+
 /* What the generator cannot emit is said, not compiled. */
 static void unsupported_op_is_reported(void **state)
 {
@@ -555,6 +597,7 @@ int main(void)
 		cmocka_unit_test(schedule_and_shared_bytes),
 		cmocka_unit_test(block_matmul_on_tensor_cores),
 		cmocka_unit_test(iterator_tiles_double_buffered),
+		cmocka_unit_test(many_ops_link_into_one_library),
 		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
 		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
 	};
