@@ -449,47 +449,81 @@ struct rows {
 
 #define ROWS_TILE 64 /* output rows and columns per task */
 
-/* Output tile [i0, i1) x [j0, j1), in the field. */
+#define FF_CHUNK 64 /* products of one dot product summed in registers */
+
+/* x ≡ x (mod p), below 2^105: a fold of its top 64 bits (2^64 ≡ c64, which
+ * is below 2^40 for the verifier's p close to 2^62) or, for another p, the
+ * remainder. Either way 15 more p products (each below 2^124) fit. */
+static inline unsigned __int128 ff_fold(unsigned __int128 x, uint64_t c64, uint64_t p)
+{
+	if (c64)
+		return (unsigned __int128)(uint64_t)(x >> 64) * c64 + (uint64_t)x;
+	return x % p;
+}
+
+/* Output tile [i0, i1) x [j0, j1), in the field: dot products over chunks
+ * of FF_CHUNK along k, each summed in registers from a contiguous row of A
+ * and a contiguous (transposed) column of B, p products folded every 15,
+ * q products (below 2^62) summed whole; reduced once at the end. An output
+ * element is dead in q when any of its terms is. */
 static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
 	const struct mo_field *f = r->f;
+	const ff *A = r->A, *B = r->B;
 	int64_t w = j1 - j0, m = i1 - i0;
 	size_t mw = (size_t)(m * w);
 	unsigned __int128 *acc = mo_calloc(mw * 2, sizeof *acc);
-	bool *dead = mo_calloc(mw, sizeof *dead);
-	if (!acc || !dead) {
+	bool *dead = mo_calloc(mw + (size_t)w, sizeof *dead);
+	ff *bt = mo_malloc(sizeof *bt * (size_t)(w * FF_CHUNK + FF_CHUNK));
+	if (!acc || !dead || !bt) {
 		mo_free(acc);
 		mo_free(dead);
+		mo_free(bt);
 		__atomic_store_n(&r->ok, false, __ATOMIC_RELAXED);
 		return;
 	}
+	uint64_t c64 = (uint64_t)(((unsigned __int128)1 << 64) % f->p);
+	if (f->p >= ((uint64_t)1 << 62) || c64 >= ((uint64_t)1 << 40))
+		c64 = 0; /* no fold: remainders */
 	unsigned __int128 *aq = acc + mw;
-	for (int64_t l = 0; l < r->k; l++) {
-		const ff *row = (const ff *)r->B + l * r->sbk + j0;
+	bool *col_dead = dead + mw;
+	ff *arow = bt + w * FF_CHUNK;
+	for (int64_t l0 = 0; l0 < r->k; l0 += FF_CHUNK) {
+		int64_t kc = r->k - l0 < FF_CHUNK ? r->k - l0 : FF_CHUNK;
+		for (int64_t j = 0; j < w; j++) {
+			bool cd = false;
+			for (int64_t l = 0; l < kc; l++) {
+				ff b = B[(l0 + l) * r->sbk + j0 + j];
+				bt[j * kc + l] = b;
+				cd |= b.q == MO_FF_DEAD;
+			}
+			col_dead[j] = cd;
+		}
 		for (int64_t i = 0; i < m; i++) {
-			ff x = ((const ff *)r->A)[(i0 + i) * r->sam + l * r->sak];
-			unsigned __int128 *ap = acc + i * w, *qq = aq + i * w;
-			bool *dd = dead + i * w;
-			if (x.q == MO_FF_DEAD) {
-				for (int64_t j = 0; j < w; j++) {
-					ap[j] += (unsigned __int128)x.p * row[j].p;
-					dd[j] = true;
-				}
-				continue;
+			bool row_dead = false;
+			for (int64_t l = 0; l < kc; l++) {
+				arow[l] = A[(i0 + i) * r->sam + (l0 + l) * r->sak];
+				row_dead |= arow[l].q == MO_FF_DEAD;
 			}
 			for (int64_t j = 0; j < w; j++) {
-				ap[j] += (unsigned __int128)x.p * row[j].p;
-				if (row[j].q == MO_FF_DEAD)
-					dd[j] = true;
+				const ff *b = bt + j * kc;
+				unsigned __int128 sp = 0, sq = 0;
+				for (int64_t l = 0; l < kc;) {
+					int64_t e = l + 15 < kc ? l + 15 : kc;
+					for (; l < e; l++) {
+						sp += (unsigned __int128)arow[l].p * b[l].p;
+						sq += (unsigned __int128)arow[l].q * b[l].q;
+					}
+					sp = ff_fold(sp, c64, f->p);
+				}
+				size_t at = (size_t)(i * w + j);
+				acc[at] = ff_fold(acc[at], c64, f->p) + sp; /* below 2^106 */
+				if (row_dead || col_dead[j])
+					dead[at] = true; /* its q sum wrapped: never read */
 				else
-					qq[j] += (unsigned __int128)x.q * row[j].q;
+					aq[at] += sq;
 			}
 		}
-		/* p products are below 2^124: reduce every 16; q products below
-		 * 2^62 fit 2^66 times, so q is reduced once at the end */
-		if ((l & 15) == 15)
-			for (size_t j = 0; j < mw; j++)
-				acc[j] %= f->p;
 	}
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < w; j++) {
@@ -500,6 +534,7 @@ static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t 
 		}
 	mo_free(acc);
 	mo_free(dead);
+	mo_free(bt);
 }
 
 /* The same tile in floating point: each element sums over l in order, as a

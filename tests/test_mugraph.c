@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -520,10 +521,72 @@ static void append_composes(void **state)
 	test_program_free(&p);
 }
 
+/* x (8×256) @ w (256×8) in the field, optionally of exp(x): as one
+ * pre-defined MatMul (k = 256: four of the evaluator's chunks of 64, folded
+ * every 15 products) or summed over a for-loop of 16 tiles of k = 16. The
+ * inputs are gqa_tiny's K and V (2048 elements each), reshaped. */
+static struct mo_mugraph *long_matmul(bool blocked, bool with_exp)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mo_mg_input(mg, "K", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){ 8, 256 });
+	int w = mo_mg_input(mg, "V", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){ 256, 8 });
+	if (with_exp)
+		x = mo_mg_kernel(mg, MO_OP_EXP, 1, &x, NULL);
+	int y;
+	if (blocked) {
+		struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 16);
+		int xt = mo_bg_iter(mg, bg, x, MO_PHI, MO_PHI, MO_PHI, 1);
+		int wt = mo_bg_iter(mg, bg, w, MO_PHI, MO_PHI, MO_PHI, 0);
+		int acc = mo_bg_accum(mg, bg, OP(bg, MO_OP_MATMUL, xt, wt), MO_ACC_SUM);
+		y = mo_bg_save(mg, bg, acc, MO_PHI, MO_PHI, MO_PHI);
+	} else {
+		y = mo_mg_kernel(mg, MO_OP_MATMUL, 2, (int[]){ x, w }, NULL);
+	}
+	mo_mg_output(mg, y, "y");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* The field MatMul is exact however its sums are split: one long product
+ * equals the sum of short ones in both halves, and after an exp (q dead)
+ * in p, with every q element dead. */
+static void field_matmul_is_exact_over_long_k(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
+	struct mo_diag d;
+	mo_diag_init(&d);
+	for (int ex = 0; ex < 2; ex++) {
+		struct mo_mugraph *one = long_matmul(false, ex), *sum = long_matmul(true, ex);
+		struct mo_eval_result a, b;
+		if (mo_mg_eval(one, p.tp, MO_EVAL_FF, 5, 1.0, &a, &d))
+			fail_msg("%s", d.msg);
+		assert_int_equal(mo_mg_eval(sum, p.tp, MO_EVAL_FF, 5, 1.0, &b, &d), MO_OK);
+		assert_int_equal(a.counts[0], 64);
+		const struct mo_ff *u = a.values[0], *v = b.values[0];
+		int nonzero = 0;
+		for (uint64_t i = 0; i < a.counts[0]; i++) {
+			if (u[i].p != v[i].p || u[i].q != v[i].q)
+				fail_msg("exp %d, element %" PRIu64 ": (%" PRIu64 ", %" PRIu64 ") vs (%"
+					 PRIu64 ", %" PRIu64 ")", ex, i, u[i].p, u[i].q, v[i].p, v[i].q);
+			assert_true(u[i].p < mo_field_get()->p);
+			assert_true(ex ? u[i].q == MO_FF_DEAD : u[i].q < mo_field_get()->q);
+			nonzero += u[i].p != 0;
+		}
+		assert_true(nonzero > 60);
+		mo_eval_result_free(&a);
+		mo_eval_result_free(&b);
+		mo_mg_free(one);
+		mo_mg_free(sum);
+	}
+	test_program_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(rmsnorm_matmul_single_kernel),
+		cmocka_unit_test(field_matmul_is_exact_over_long_k),
 		cmocka_unit_test(rmsnorm_mutants_are_killed_by_the_verifier),
 		cmocka_unit_test(gated_mlp_single_kernel),
 		cmocka_unit_test(lora_concatenated_matmul),
