@@ -37,6 +37,7 @@ struct buf {
 	const struct mo_tensor *t;
 	bool is_const;
 	double value;
+	enum ctype round; /* loads round to this 2-byte type (CT_F32: no) */
 };
 
 struct gen {
@@ -149,7 +150,11 @@ static void load(char *s, size_t n, const struct buf *b, const char *idx)
 		flit(s, n, b->value);
 		return;
 	}
-	if (b->ct == CT_F16)
+	if (b->round == CT_F16)
+		k = snprintf(s, n, "mo_h2f(mo_f2h(%s[%s]))", b->name, idx);
+	else if (b->round == CT_BF16)
+		k = snprintf(s, n, "mo_bf2f(mo_f2bf(%s[%s]))", b->name, idx);
+	else if (b->ct == CT_F16)
 		k = snprintf(s, n, "mo_h2f(%s[%s])", b->name, idx);
 	else if (b->ct == CT_BF16)
 		k = snprintf(s, n, "mo_bf2f(%s[%s])", b->name, idx);
@@ -397,42 +402,19 @@ static void emit_matmul_scalar(struct gen *g, enum scope sc, const struct mo_tp 
 	P(g, "}\n");
 }
 
-/* The tensor-core fragment shape (m, n, k = 16) for a block MatMul of two
- * fp16 or bf16 tiles into an fp32 tile, or false where there is none: the
- * dims must divide into fragments (16×16, or 8×32 for 8-row tiles), and
- * the operands broadcast only whole matrices. Offsets stay 32-byte aligned:
- * the memory plan aligns tiles so, and every fragment starts at a multiple
- * of 16 elements of a row whose length is a multiple of 16. */
-static bool mma_shape(const struct mo_tensor *A, const struct mo_tensor *B,
-		      const struct mo_tensor *out, int *fm, int *fn)
-{
-	if (A->rank < 2 || B->rank < 2 || out->rank < 2 || A->dtype != B->dtype ||
-	    (A->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 &&
-	     A->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16))
-		return false;
-	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
-	int64_t K = A->dims[A->rank - 1];
-	if (K % 16 || N % 16 || M % 8 || A->dims[A->rank - 2] != M || B->dims[B->rank - 2] != K)
-		return false;
-	*fm = M % 16 == 0 ? 16 : 8;
-	*fn = *fm == 16 ? 16 : 32;
-	return N % *fn == 0;
-}
-
 /* A block MatMul on tensor cores (WMMA, which the compiler turns into
- * mma.sync): each warp takes fragments of the output in turn and runs
- * K / 16 multiply-accumulates with fp32 accumulation, reading the fp16 or
- * bf16 tiles in place. The scalar form stays for GPUs without them. */
-static bool emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct mo_tp_op *op,
-			    const struct buf *bufs)
+ * mma.sync; mo_bg_mma says when and how): each warp takes fm×fn fragments
+ * of the output in turn and runs K / 16 multiply-accumulates with fp32
+ * accumulators. 2-byte tiles are read in place; an fp32 operand is staged:
+ * the warp rounds each fragment of it into its slice of the plan's staging
+ * area first. The scalar loop stays for GPUs without tensor cores. */
+static void emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct mo_tp_op *op,
+			    const struct buf *bufs, const struct mo_bg_mma *mm, uint64_t off_stage)
 {
 	const struct mo_tensor *out = &tp->tensors[op->out[0]];
 	const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
 	const struct buf *a = &bufs[op->in[0]], *b = &bufs[op->in[1]], *o = &bufs[op->out[0]];
-	int fm, fn;
-	if (op->kind != MO_OP_MATMUL || a->is_const || b->is_const || a->ct == CT_F32 ||
-	    a->ct != b->ct || o->ct != CT_F32 || !mma_shape(A, B, out, &fm, &fn))
-		return false;
+	int fm = mm->fm, fn = mm->fn;
 	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1], K = A->dims[A->rank - 1];
 	struct mo_tensor ob = *out, ab = *A, bb = *B;
 	ob.rank -= 2;
@@ -441,47 +423,83 @@ static bool emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct 
 	char ia[256], ib[256];
 	bcast_index(ia, sizeof ia, &ab, &ob, "b_");
 	bcast_index(ib, sizeof ib, &bb, &ob, "b_");
-	const char *T = a->ct == CT_F16 ? "__half" : "__nv_bfloat16";
+	bool bf = mm->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+	const char *T = bf ? "__nv_bfloat16" : "__half", *cvt = bf ? "__float2bfloat16_rn" : "__float2half_rn";
 	uint64_t per = (uint64_t)(M / fm) * (uint64_t)(N / fn);
-	P(g, "#if __CUDA_ARCH__ >= %d\n{\n", a->ct == CT_F16 ? 700 : 800);
+	P(g, "#if __CUDA_ARCH__ >= %d\n{\n", bf ? 800 : 700);
 	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, %d, %d, 16, %s, nvcuda::wmma::row_major> fa_;\n",
 	  fm, fn, T);
 	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, %d, %d, 16, %s, nvcuda::wmma::row_major> fb_;\n",
 	  fm, fn, T);
 	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, %d, %d, 16, float> fc_;\n", fm, fn);
+	if (mm->stage[0] || mm->stage[1])
+		P(g, "%s *sa_ = (%s *)(ws + %" PRIu64 "u + threadIdx.x / 32 * %du), *sb_ = sa_ + 256;\n"
+		  "const unsigned lane_ = threadIdx.x %% 32;\n", T, T, off_stage, MO_MMA_STAGE_BYTES);
 	P(g, "for (uint64_t f_ = threadIdx.x / 32; f_ < %" PRIu64 "u; f_ += blockDim.x / 32) {\n",
 	  per * mo_tensor_numel(&ob));
 	P(g, "const uint64_t b_ = f_ / %" PRIu64 "u, m_ = f_ / %" PRId64 "u %% %" PRId64
 	  "u * %d, n_ = f_ %% %" PRId64 "u * %d;\n(void)b_;\n", per, N / fn, M / fm, fm, N / fn, fn);
-	P(g, "const %s *pa_ = (const %s *)%s + %s * %" PRId64 "u + m_ * %" PRId64 "u;\n", T, T,
-	  a->name, ia, M * K, K);
-	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_;\n", T, T, b->name, ib, K * N);
+	P(g, "const %s *pa_ = (const %s *)%s + %s * %" PRId64 "u + m_ * %" PRId64 "u;\n",
+	  mm->stage[0] ? "float" : T, mm->stage[0] ? "float" : T, a->name, ia, M * K, K);
+	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_;\n", mm->stage[1] ? "float" : T,
+	  mm->stage[1] ? "float" : T, b->name, ib, K * N);
 	P(g, "nvcuda::wmma::fill_fragment(fc_, 0.0f);\n");
 	P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_ += 16) {\n", K);
-	P(g, "nvcuda::wmma::load_matrix_sync(fa_, pa_ + k_, %" PRId64 "u);\n", K);
-	P(g, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_ * %" PRId64 "u, %" PRId64 "u);\n", N, N);
-	P(g, "nvcuda::wmma::mma_sync(fc_, fa_, fb_, fc_);\n}\n");
+	if (mm->stage[0]) {
+		P(g, "for (unsigned e_ = lane_; e_ < %du; e_ += 32) sa_[e_] = %s(pa_[e_ / 16 * %" PRId64
+		  "u + k_ + e_ %% 16]);\n__syncwarp();\n", fm * 16, cvt, K);
+		P(g, "nvcuda::wmma::load_matrix_sync(fa_, sa_, 16);\n");
+	} else {
+		P(g, "nvcuda::wmma::load_matrix_sync(fa_, pa_ + k_, %" PRId64 "u);\n", K);
+	}
+	if (mm->stage[1]) {
+		P(g, "for (unsigned e_ = lane_; e_ < %du; e_ += 32) sb_[e_] = %s(pb_[(k_ + e_ / %d) * %" PRId64
+		  "u + e_ %% %d]);\n__syncwarp();\n", 16 * fn, cvt, fn, N, fn);
+		P(g, "nvcuda::wmma::load_matrix_sync(fb_, sb_, %d);\n", fn);
+	} else {
+		P(g, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_ * %" PRId64 "u, %" PRId64 "u);\n", N, N);
+	}
+	P(g, "nvcuda::wmma::mma_sync(fc_, fa_, fb_, fc_);\n");
+	if (mm->stage[0] || mm->stage[1])
+		P(g, "__syncwarp(); /* the slices are rewritten next */\n");
+	P(g, "}\n");
 	P(g, "nvcuda::wmma::store_matrix_sync(%s + b_ * %" PRId64 "u + m_ * %" PRId64
 	  "u + n_, fc_, %" PRId64 "u, nvcuda::wmma::mem_row_major);\n}\n}\n#else\n", o->name, M * N, N, N);
-	return true;
 }
 
+/* mm: the tensor-core form of a block MatMul (NULL: none). Its staged
+ * operands are rounded to its storage type in the scalar loop too, so the
+ * CPU kernel computes what the tensor cores do. */
 static void emit_matmul(struct gen *g, enum scope sc, const struct mo_tp *tp,
-			const struct mo_tp_op *op, const struct buf *bufs)
+			const struct mo_tp_op *op, const struct buf *bufs, const struct mo_bg_mma *mm,
+			uint64_t off_stage)
 {
 	const struct mo_tensor *out = &tp->tensors[op->out[0]];
 	if (tp->tensors[op->in[0]].rank < 2 || tp->tensors[op->in[1]].rank < 2 || out->rank < 2) {
 		unsupported(g, "no code generation for a MatMul of rank-1 operands");
 		return;
 	}
-	bool mma = g->cuda && sc == SC_BLOCK && emit_matmul_mma(g, tp, op, bufs);
-	emit_matmul_scalar(g, sc, tp, op, bufs);
+	bool mma = g->cuda && sc == SC_BLOCK && mm;
+	if (mma)
+		emit_matmul_mma(g, tp, op, bufs, mm, off_stage);
+	const struct buf *use = bufs;
+	struct buf copy[MO_MG_MAX]; /* a block body's buffers, staged ones rounding */
+	if (mm && (mm->stage[0] || mm->stage[1]) && tp->n_tensors <= MO_MG_MAX) {
+		memcpy(copy, bufs, sizeof *copy * (size_t)tp->n_tensors);
+		for (int k = 0; k < 2; k++)
+			if (mm->stage[k])
+				copy[op->in[k]].round = mm->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16
+								? CT_BF16 : CT_F16;
+		use = copy;
+	}
+	emit_matmul_scalar(g, sc, tp, op, use);
 	if (mma)
 		P(g, "#endif\n");
 }
 
+/* mm, off_stage: a block MatMul's tensor-core form (emit_matmul). */
 static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
-		    const struct buf *bufs)
+		    const struct buf *bufs, const struct mo_bg_mma *mm, uint64_t off_stage)
 {
 	const struct mo_tensor *out = &tp->tensors[op->out[0]];
 	const struct buf *O = &bufs[op->out[0]];
@@ -494,7 +512,7 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 	}
 	switch (op->kind) {
 	case MO_OP_MATMUL: case MO_OP_GEMM:
-		emit_matmul(g, sc, tp, op, bufs);
+		emit_matmul(g, sc, tp, op, bufs, mm, off_stage);
 		return;
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: {
 		const struct mo_tensor *X = &tp->tensors[op->in[0]];
@@ -902,7 +920,9 @@ static void emit_body(struct gen *g, enum scope sc, const struct mo_block_graph 
 			continue;
 		}
 		sync_for(g, br, bg, pl, op->in, op->n_in, op->out, 1);
-		emit_op(g, sc, body, op, pl->tiles);
+		struct mo_bg_mma mm;
+		bool tc = mo_bg_mma(bg, &pl->mp, i, &mm);
+		emit_op(g, sc, body, op, pl->tiles, tc ? &mm : NULL, pl->mp.off_stage);
 	}
 }
 
@@ -1067,7 +1087,7 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 			  gb[op->in[i]].name, ctype_c[gb[op->in[i]].ct], op->in[i]);
 	P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[op->out[0]].ct], gb[op->out[0]].name,
 	  ctype_c[gb[op->out[0]].ct], op->out[0]);
-	emit_op(g, g->cuda ? SC_GRID : SC_CPU, &mg->kg, op, gb);
+	emit_op(g, g->cuda ? SC_GRID : SC_CPU, &mg->kg, op, gb, NULL, 0);
 	P(g, "}\n\n");
 }
 

@@ -219,6 +219,9 @@ struct mo_bg_plan {
 	uint64_t off_run[MO_MG_MAX], off_new[MO_MG_MAX]; /* per rescaled accumulator */
 	uint64_t bytes;           /* shared memory per block */
 	uint64_t bytes_unshared;  /* the same buffers laid end to end */
+	uint64_t off_stage;       /* per-warp staging of fp32 MatMul operands for
+				   * tensor cores (MO_MMA_STAGE_BYTES a warp,
+				   * at the end); 0 bytes when none is */
 };
 void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p);
 /* The plan the code generator lays kernels out by: with a for-loop of more
@@ -230,6 +233,25 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p);
  * mo_bg_plan's plan: what it accepts always has one that fits. */
 bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,
 			  struct mo_bg_plan *p);
+
+/* How body op i, a MatMul, runs on tensor cores (code generation, and the
+ * plan's staging area): fragments of fm×fn×16 (16×16, or 8×32 for tiles of
+ * 8 rows) in storage type `dtype` (fp16 or bf16) with fp32 accumulation.
+ * An operand that is a 2-byte tile (an iterator's) is read in place; an
+ * fp32 tile (computed) is `staged`: each warp rounds the fragment it needs
+ * to `dtype` in its own slice of shared memory, so the product is that of
+ * the rounded operand (the CPU kernel rounds the same way). False, and
+ * the scalar loop, for kernels of fp32 tensors, constant or register
+ * operands, dims that do not divide into fragments, or operands that
+ * broadcast other than as whole matrices. */
+struct mo_bg_mma {
+	int fm, fn;
+	int32_t dtype;
+	bool stage[2];
+};
+#define MO_MMA_STAGE_BYTES 1536 /* a warp's staged A (≤ 256) and B (≤ 512) halves */
+bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int i,
+	       struct mo_bg_mma *m);
 
 /* What a block graph needs: shared memory (mo_bg_plan's bytes) and
  * registers per thread (the largest register thread graph's estimate: 16

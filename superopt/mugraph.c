@@ -684,6 +684,17 @@ static void plan(const struct mo_block_graph *bg, bool pipelined, struct mo_bg_p
 		p->bytes = at + L[i].bytes > p->bytes ? at + L[i].bytes : p->bytes;
 		p->bytes_unshared += L[i].bytes;
 	}
+	bool stage = false;
+	for (int i = 0; i < body->n_ops; i++) {
+		struct mo_bg_mma m;
+		if (mo_bg_mma(bg, p, i, &m))
+			stage |= m.stage[0] || m.stage[1];
+	}
+	if (stage) { /* every warp's slice, for the whole kernel */
+		p->off_stage = align32(p->bytes);
+		p->bytes = p->off_stage + (uint64_t)MO_MMA_STAGE_BYTES * (MO_BLOCK_THREADS / 32);
+		p->bytes_unshared += (uint64_t)MO_MMA_STAGE_BYTES * (MO_BLOCK_THREADS / 32);
+	}
 	for (int i = 0; i < bg->n_iters; i++) {
 		int t = bg->iters[i].tile;
 		p->off2[t] = p->off[t];
@@ -695,6 +706,61 @@ static void plan(const struct mo_block_graph *bg, bool pipelined, struct mo_bg_p
 void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 {
 	plan(bg, false, p);
+}
+
+static bool two_byte(int32_t dt)
+{
+	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+}
+
+bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int i,
+	       struct mo_bg_mma *m)
+{
+	const struct mo_tp *body = &bg->body;
+	const struct mo_tp_op *op = &body->ops[i];
+	memset(m, 0, sizeof *m);
+	if (op->kind != MO_OP_MATMUL || op->n_in != 2 || op->in[0] < 0 || op->in[1] < 0)
+		return false;
+	const struct mo_tensor *A = &body->tensors[op->in[0]], *B = &body->tensors[op->in[1]];
+	const struct mo_tensor *Y = &body->tensors[op->out[0]];
+	if (A->rank < 2 || B->rank < 2 || Y->rank < 2 || p->elem[op->out[0]] != 4)
+		return false;
+	/* the storage type: the operands' 2-byte type, else the kernel's */
+	for (int k = 0; k < 2; k++) {
+		int t = op->in[k];
+		if (p->elem[t] == 0)
+			return false; /* a constant or a register tile */
+		if (p->elem[t] == 2) {
+			if (m->dtype && m->dtype != body->tensors[t].dtype)
+				return false;
+			m->dtype = body->tensors[t].dtype;
+		}
+		m->stage[k] = p->elem[t] == 4;
+	}
+	for (int k = 0; k < bg->n_iters && !m->dtype; k++) {
+		const struct mo_tensor *t = &body->tensors[bg->iters[k].tile];
+		if (two_byte(t->dtype))
+			m->dtype = t->dtype;
+	}
+	if (!two_byte(m->dtype))
+		return false;
+	int64_t M = Y->dims[Y->rank - 2], N = Y->dims[Y->rank - 1], K = A->dims[A->rank - 1];
+	if (K % 16 || N % 16 || M % 8 || A->dims[A->rank - 2] != M || B->dims[B->rank - 2] != K ||
+	    B->dims[B->rank - 1] != N)
+		return false;
+	/* batch dims: each operand's equal to the output's or all 1 */
+	for (int k = 0; k < 2; k++) {
+		const struct mo_tensor *X = k ? B : A;
+		bool whole = X->rank <= 2 || X->rank == Y->rank;
+		for (int d = 0; d + 2 < X->rank && whole; d++)
+			whole = X->dims[d] == 1 || X->dims[d] == Y->dims[d + Y->rank - X->rank];
+		if (!whole)
+			return false;
+	}
+	m->fm = M % 16 == 0 ? 16 : 8;
+	m->fn = m->fm == 16 ? 16 : 32;
+	return N % m->fn == 0;
 }
 
 bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,

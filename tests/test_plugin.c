@@ -149,8 +149,8 @@ static void wrong_kernel_fails_the_check(void **state)
 	mo_bg_op(mg, bg, kind, (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), \
 		 (int[]){ __VA_ARGS__ }, NULL)
 
-/* The CUDA text of a one-op plugin of mg (malloc'd). */
-static char *cuda_text(struct mo_mugraph *mg)
+/* The CUDA (or C) text of a one-op plugin of mg (malloc'd). */
+static char *emit_text(struct mo_mugraph *mg, bool cuda)
 {
 	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
 	struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
@@ -159,7 +159,7 @@ static char *cuda_text(struct mo_mugraph *mg)
 	mo_diag_init(&d);
 	FILE *f = tmpfile();
 	assert_non_null(f);
-	if (mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d))
+	if (mo_cg_emit(&op, "t", cuda, &o, f, why, sizeof why, &d))
 		fail_msg("emit: %s", why);
 	long len = ftell(f);
 	char *text = malloc((size_t)len + 1);
@@ -169,6 +169,11 @@ static char *cuda_text(struct mo_mugraph *mg)
 	text[len] = '\0';
 	fclose(f);
 	return text;
+}
+
+static char *cuda_text(struct mo_mugraph *mg)
+{
+	return emit_text(mg, true);
 }
 
 static int count(const char *text, const char *what)
@@ -304,6 +309,62 @@ static void block_matmul_on_tensor_cores(void **state)
 	}
 	if (!nvcc)
 		print_message("no nvcc: the tensor-core kernels were emitted, not compiled\n");
+}
+
+/* LayerNorm + Linear in fp16 (ln_linear_tiny_fp16) as one kernel whose
+ * MatMul reads the normalized rows, an fp32 tile: on tensor cores that
+ * operand is staged (each warp rounds its fragments to fp16 in its slice of
+ * the plan's staging area) and the weights are read in place; the CPU
+ * kernel rounds the operand the same way, and agrees with the region
+ * within fp16's tolerance. */
+static void staged_operand_on_tensor_cores(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("ln_linear_tiny_fp16.onnx");
+	const struct mo_op_params *lnp = NULL;
+	for (int i = 0; i < p.tp->n_ops; i++)
+		if (p.tp->ops[i].kind == MO_OP_LAYER_NORM)
+			lnp = &p.tp->ops[i].p;
+	assert_non_null(lnp);
+	struct mo_mugraph *mg = mo_mg_new();
+	int X = mg_program_input(mg, p.tp, "X"), g = mg_program_input(mg, p.tp, "ln.weight");
+	int b = mg_program_input(mg, p.tp, "ln.bias"), W = mg_program_input(mg, p.tp, "proj.weight");
+	int pb = mg_program_input(mg, p.tp, "proj.bias");
+	struct mo_block_graph *bg = mo_mg_block(mg, 2, 1, 1, 1);
+	int xt = mo_bg_iter(mg, bg, X, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int gt = mo_bg_iter(mg, bg, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int bt = mo_bg_iter(mg, bg, b, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int wt = mo_bg_iter(mg, bg, W, 1, MO_PHI, MO_PHI, MO_PHI);
+	int pbt = mo_bg_iter(mg, bg, pb, 0, MO_PHI, MO_PHI, MO_PHI);
+	int n = mo_bg_op(mg, bg, MO_OP_LAYER_NORM, 1, &xt, lnp);
+	int a = OP(bg, MO_OP_ADD, OP(bg, MO_OP_MUL, n, gt), bt);
+	int y = OP(bg, MO_OP_MATMUL, a, wt);
+	mo_mg_output(mg, mo_bg_save(mg, bg, OP(bg, MO_OP_ADD, y, pbt), 1, MO_PHI, MO_PHI),
+		     "/proj/Add_output_0");
+	assert_string_equal(mg->error, "");
+	struct mo_bg_plan plan;
+	mo_bg_plan(bg, &plan);
+	int mm = bg->body.tensors[y].producer;
+	struct mo_bg_mma m;
+	assert_true(mo_bg_mma(bg, &plan, mm, &m));
+	assert_true(m.stage[0] && !m.stage[1]);
+	assert_int_equal(m.fm, 16);
+	assert_int_equal(m.dtype, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16);
+	assert_int_equal(plan.bytes - plan.off_stage, MO_MMA_STAGE_BYTES * (MO_BLOCK_THREADS / 32));
+	char *text = cuda_text(mg);
+	assert_int_equal(count(text, "sa_[e_] = __float2half_rn("), 1);
+	assert_int_equal(count(text, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_"), 1);
+	free(text);
+	char want[64]; /* the CPU kernel's MatMul reads the operand rounded */
+	snprintf(want, sizeof want, "s_ += mo_h2f(mo_f2h(t%d[", a);
+	text = emit_text(mg, false);
+	assert_int_equal(count(text, want), 1);
+	free(text);
+	struct mo_plugin_check c = build_and_check(mg, &p, "ln_fp16");
+	if (!c.ok)
+		fail_msg("the CPU kernel disagrees: %s", c.detail);
+	mo_mg_free(mg);
+	test_program_free(&p);
 }
 
 /* Double buffering: in a for-loop, each iterator tile has two halves used
@@ -597,6 +658,7 @@ int main(void)
 		cmocka_unit_test(schedule_and_shared_bytes),
 		cmocka_unit_test(block_matmul_on_tensor_cores),
 		cmocka_unit_test(iterator_tiles_double_buffered),
+		cmocka_unit_test(staged_operand_on_tensor_cores),
 		cmocka_unit_test(many_ops_link_into_one_library),
 		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
 		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
