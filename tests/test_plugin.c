@@ -43,6 +43,18 @@ static int remove_tmpdir(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* Builds a one-op plugin of mg with options o at tmpdir/TAG.so (so). */
+static void build_one(struct mo_mugraph *mg, const struct mo_plugin_options *o, const char *tag,
+		      char *so, size_t so_len, struct mo_plugin_op_report *rep)
+{
+	snprintf(so, so_len, "%s/%s.so", tmpdir, tag);
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_plugin_build(&op, 1, o, so, rep, &d))
+		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep->why);
+}
+
 /* Builds a one-op plugin of mg (with CUDA where nvcc is) and runs the float
  * check of its CPU kernel against p. */
 static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struct test_program *p,
@@ -54,13 +66,11 @@ static struct mo_plugin_check build_and_check(struct mo_mugraph *mg, const struc
 				       .cg = { .banner = "test_plugin", .target = MO_SM90 } };
 	o.cuda = mo_plugin_find_nvcc(&o) != NULL;
 	char so[256];
-	snprintf(so, sizeof so, "%s/%s.so", tmpdir, tag);
-	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
 	struct mo_plugin_op_report rep;
+	build_one(mg, &o, tag, so, sizeof so, &rep);
+	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
 	struct mo_diag d;
 	mo_diag_init(&d);
-	if (mo_plugin_build(&op, 1, &o, so, &rep, &d))
-		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep.why);
 	assert_true(rep.built);
 	assert_int_equal(rep.cuda, o.cuda);
 	assert_int_equal(rep.tensorrt, o.cuda && mo_plugin_find_tensorrt(&o) != NULL);
@@ -294,14 +304,10 @@ static void block_matmul_on_tensor_cores(void **state)
 		}
 		free(text);
 		if (nvcc) {
-			char so[256];
-			snprintf(so, sizeof so, "%s/mma%zu.so", tmpdir, c);
-			struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+			char so[256], tag[16];
 			struct mo_plugin_op_report rep;
-			struct mo_diag d;
-			mo_diag_init(&d);
-			if (mo_plugin_build(&op, 1, &o, so, &rep, &d))
-				fail_msg("case %zu: build failed: %s (%s)", c, d.msg, rep.why);
+			snprintf(tag, sizeof tag, "mma%zu", c);
+			build_one(mg, &o, tag, so, sizeof so, &rep);
 			assert_true(rep.cuda);
 			unlink(so);
 		}
