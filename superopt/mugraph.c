@@ -577,6 +577,12 @@ static int cmp_life(const void *a, const void *b)
 	return x->bytes > y->bytes ? -1 : x->bytes < y->bytes;
 }
 
+static bool two_byte(int32_t dt)
+{
+	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+}
+
 static uint64_t align32(uint64_t n)
 {
 	return (n + 31) & ~(uint64_t)31; /* tensor-core fragments need 32 bytes */
@@ -649,8 +655,7 @@ static void plan(const struct mo_block_graph *bg, bool pipelined, struct mo_bg_p
 		if (x->kind == MO_T_CONST || p->in_reg[t])
 			continue;
 		int32_t dt = x->kind == MO_T_INPUT ? x->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-		p->elem[t] = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-				     dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? 2 : 4;
+		p->elem[t] = two_byte(dt) ? 2 : 4;
 		uint64_t bytes = align32(mo_tensor_numel(x) * p->elem[t]);
 		if (pipelined && x->kind == MO_T_INPUT)
 			bytes *= 2; /* two halves: off and off2 */
@@ -706,12 +711,6 @@ static void plan(const struct mo_block_graph *bg, bool pipelined, struct mo_bg_p
 void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p)
 {
 	plan(bg, false, p);
-}
-
-static bool two_byte(int32_t dt)
-{
-	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 }
 
 bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int i,
