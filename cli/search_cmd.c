@@ -282,6 +282,7 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				", \"pruned_memory\": %" PRIu64 ", \"candidates\": %" PRIu64
 				", \"quick_rejected\": %" PRIu64 ", \"verified\": %" PRIu64
 				", \"schedules\": %d, \"kernel_pieces\": %d, \"budget_hit\": %s"
+				", \"proofs\": %d, \"proof_seconds\": %.3f"
 				", \"solver_calls\": %" PRIu64
 				", \"cost_us\": %.3f, \"unfused_cost_us\": %.3f, \"estimated_speedup\": %.3f",
 				r.best ? "true" : "false", r.best ? r.best->n_ops : 0,
@@ -290,7 +291,9 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				r.stats.pruned_duplicate, r.stats.pruned_dead_end, r.stats.pruned_memory,
 				r.stats.candidates, r.stats.quick_rejected, r.stats.verified,
 				r.stats.schedules, r.stats.kernel_pieces,
-				r.stats.budget_hit ? "true" : "false", r.stats.subexpr.solver_calls, r.best ? r.cost_best.us : r.cost_unfused.us,
+				r.stats.budget_hit ? "true" : "false", r.stats.proofs,
+				r.stats.proof_seconds, r.stats.subexpr.solver_calls,
+				r.best ? r.cost_best.us : r.cost_unfused.us,
 				r.cost_unfused.us, speedup);
 			if (r.best) {
 				const struct mo_block_graph *bg = NULL;
@@ -326,13 +329,15 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       PRIu64 " by abstract expression, %" PRIu64 " by shape, %" PRIu64
 				       " duplicates, %" PRIu64 " dead ends, %" PRIu64 " by memory; %" PRIu64
 				       " candidates, %" PRIu64 " refuted by the fast check, %" PRIu64
-				       " verified; %d runs of ops searched as kernels of several%s\n",
+				       " verified; %d runs of ops searched as kernels of several%s; "
+				       "%d full verification%s, %.2f s\n",
 				       r.stats.seconds, r.stats.schedules, r.stats.states,
 				       r.stats.pruned_absexpr, r.stats.pruned_shape,
 				       r.stats.pruned_duplicate, r.stats.pruned_dead_end,
 				       r.stats.pruned_memory, r.stats.candidates, r.stats.quick_rejected,
 				       r.stats.verified, r.stats.kernel_pieces,
-				       r.stats.budget_hit ? " (budget hit)" : "");
+				       r.stats.budget_hit ? " (budget hit)" : "", r.stats.proofs,
+				       r.stats.proofs == 1 ? "" : "s", r.stats.proof_seconds);
 		}
 		mo_search_result_free(&r);
 		mo_tp_free(prog);

@@ -177,15 +177,97 @@ struct prog {
 	const struct mo_mugraph *mg;
 	struct mo_eval_cache cache;
 	struct mo_eval_cache *weights; /* the field weights in use: &cache, or shared */
+	struct mo_ref_memo *memo;      /* tp's results kept between verdicts, or NULL */
 };
+
+static size_t result_bytes(const struct mo_eval_result *r)
+{
+	size_t es = r->domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff), n = 0;
+	for (int k = 0; k < r->n_outputs; k++)
+		n += (size_t)r->counts[k] * es;
+	return n;
+}
+
+static enum mo_status result_copy(const struct mo_eval_result *from, struct mo_eval_result *to,
+				  struct mo_diag *d)
+{
+	size_t es = from->domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff);
+	*to = *from;
+	size_t n = (size_t)from->n_outputs + 1;
+	to->names = mo_calloc(n, sizeof *to->names);
+	to->values = mo_calloc(n, sizeof *to->values);
+	to->counts = mo_calloc(n, sizeof *to->counts);
+	bool ok = to->names && to->values && to->counts;
+	for (int k = 0; ok && k < from->n_outputs; k++) {
+		to->names[k] = from->names[k];
+		to->counts[k] = from->counts[k];
+		to->values[k] = mo_malloc(from->counts[k] ? from->counts[k] * es : 1);
+		ok = to->values[k] != NULL;
+		if (ok)
+			memcpy(to->values[k], from->values[k], from->counts[k] * es);
+	}
+	if (ok)
+		return MO_OK;
+	mo_eval_result_free(to);
+	return mo_diag_nomem(d);
+}
+
+/* The seed of field trial t of a verdict. */
+static uint64_t trial_seed(const struct mo_equiv_options *opt, int t)
+{
+	return opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
+}
 
 static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
 				double scale, struct mo_eval_result *out, struct mo_diag *d)
 {
+	struct mo_ref_memo *m = p->memo;
+	for (int i = 0; m && i < m->n; i++)
+		if (m->e[i].dom == dom && m->e[i].seed == seed && m->e[i].scale == scale)
+			return result_copy(&m->e[i].r, out, d);
 	struct mo_eval_cache *w = dom != MO_EVAL_FF ? NULL : p->weights ? p->weights : &p->cache;
-	if (p->mg)
-		return mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, w, out, d);
-	return mo_eval_scaled(p->tp, dom, seed, scale, w, out, d);
+	double t0 = mo_seconds();
+	enum mo_status st = p->mg ? mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, w, out, d)
+				  : mo_eval_scaled(p->tp, dom, seed, scale, w, out, d);
+	if (st || !m)
+		return st;
+	if (dom == MO_EVAL_FF)
+		m->ff_seconds = mo_seconds() - t0;
+	size_t bytes = result_bytes(out);
+	if (m->n < MO_REF_MEMO_MAX && m->bytes + bytes <= MO_REF_MEMO_BYTES &&
+	    !result_copy(out, &m->e[m->n].r, d)) {
+		m->e[m->n].dom = dom;
+		m->e[m->n].seed = seed;
+		m->e[m->n].scale = scale;
+		m->n++;
+		m->bytes += bytes;
+	}
+	return MO_OK; /* (a copy that failed only costs an evaluation later) */
+}
+
+void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref)
+{
+	memset(m, 0, sizeof *m);
+	m->ref = ref;
+}
+
+void mo_ref_memo_free(struct mo_ref_memo *m)
+{
+	for (int i = 0; i < m->n; i++)
+		mo_eval_result_free(&m->e[i].r);
+	mo_eval_cache_free(&m->weights);
+	mo_ref_memo_init(m, NULL);
+}
+
+enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_options *opt,
+				 struct mo_diag *d)
+{
+	struct prog p = { .tp = m->ref, .weights = &m->weights, .memo = m };
+	struct mo_eval_result r;
+	enum mo_status st = prog_eval(&p, MO_EVAL_FF, trial_seed(opt, 0), 1.0, &r, d);
+	if (!st)
+		mo_eval_result_free(&r);
+	return st;
 }
 
 static bool tp_uninterpreted(const struct mo_tp *tp)
@@ -305,7 +387,7 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 	/* a trial with a division by zero says nothing: draw again, a few times */
 	for (int t = 0; agreeing < opt->trials && t < opt->trials * 4; t++) {
 		struct mo_eval_result ra, rb;
-		uint64_t seed = opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
+		uint64_t seed = trial_seed(opt, t);
 		st = prog_eval(a, MO_EVAL_FF, seed, 1.0, &ra, d);
 		if (st)
 			return st;
@@ -434,6 +516,10 @@ enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
 	rep->degree = da > db ? da : db;
 	struct prog pa = { .tp = ref, .mg = mg }, pb = { .tp = ref };
 	pa.weights = &pb.cache; /* one program's weights, converted once */
+	if (opt->memo && opt->memo->ref == ref) { /* ... and its results, once per trial */
+		pb.memo = opt->memo;
+		pa.weights = pb.weights = &opt->memo->weights;
+	}
 	enum mo_status st = decide(&pa, &pb, opt, rep, d);
 	mo_eval_cache_free(&pb.cache);
 	return st;

@@ -1087,16 +1087,27 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 			A[i] = keep + V[i] * exp(M[o[i]] - M1[o[i]]);
 		}
 	} else {
+		/* the factors depend on the max element only: an exp (a modular
+		 * power) per row, not per element */
 		const struct mo_field *f = e->f;
-		ff *A = acc;
+		uint64_t nm = numel(mt);
+		ff *A = acc, *fv = mo_calloc(2 * nm + 1, sizeof *fv), *fa = fv + nm;
 		const ff *V = v, *M = m, *M0 = old_max, *M1 = new_max;
-		for (uint64_t i = 0; i < n && !e->bad; i++) {
-			ff add = ff_mul(f, V[i], ff_exp(e, ff_add(f, M[o[i]], ff_neg(f, M1[o[i]]))));
-			if (!first)
-				add = ff_add(f, add, ff_mul(f, A[i], ff_exp(e, ff_add(f, M0[o[i]],
-									ff_neg(f, M1[o[i]])))));
-			A[i] = add;
+		if (!fv) {
+			e->bad = "out of memory";
+			mo_free(o);
+			return;
 		}
+		for (uint64_t j = 0; j < nm && !e->bad; j++) {
+			fv[j] = ff_exp(e, ff_add(f, M[j], ff_neg(f, M1[j])));
+			if (!first)
+				fa[j] = ff_exp(e, ff_add(f, M0[j], ff_neg(f, M1[j])));
+		}
+		for (uint64_t i = 0; i < n && !e->bad; i++) {
+			ff add = ff_mul(f, V[i], fv[o[i]]);
+			A[i] = first ? add : ff_add(f, add, ff_mul(f, A[i], fa[o[i]]));
+		}
+		mo_free(fv);
 	}
 	mo_free(o);
 }

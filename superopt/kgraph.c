@@ -30,6 +30,13 @@
 /* runs the greedy growth tries past the last one that fused (or past the
  * single op it starts from) */
 #define LOOKAHEAD 3
+/* The final proof's evaluations after the one that sizes it, in units of
+ * that one: three field trials of the μGraph (about twice the reference's
+ * time each: tiles, rescaled accumulators) and two more of the reference,
+ * then the float check of both (about 1.4 together); and at most this share
+ * of the budget is kept for it */
+#define PROOF_EVALS 9.0
+#define MAX_PROOF_SHARE 0.5
 
 /* The run of ops order[i..j-1], at pieces[i * (n + 1) + j]. */
 struct piece {
@@ -48,6 +55,9 @@ struct kg {
 	int *order;               /* depth-first topological order of the ops */
 	struct piece *pieces;     /* [i * (n + 1) + j] */
 	int n_cut, cut[MO_MG_MAX + 1]; /* the cover tried last: pieces cut[c]..cut[c+1] */
+	/* runs are searched until `soft` (the budget less the final proof's
+	 * share), or until `hard` (the whole budget) while no cover exists */
+	double soft, hard;
 };
 
 static struct piece *piece_at(struct kg *k, int i, int j)
@@ -297,8 +307,19 @@ done:
 	return n_cut;
 }
 
+/* Seconds left for searching runs (0: stop). */
+static double time_left(struct kg *k)
+{
+	double now = mo_seconds();
+	if (now < k->soft)
+		return k->soft - now;
+	int K = k->o->max_kernel_ops < MO_MG_MAX ? k->o->max_kernel_ops : MO_MG_MAX, cut[MO_MG_MAX + 1];
+	return now < k->hard && !cheapest_cover(k, K, cut) ? k->hard - now : 0;
+}
+
 /* The full verdict of piece (i, j)'s μGraph against its own program. */
-static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok, struct mo_diag *d)
+static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
+				  struct mo_search_stats *st, struct mo_diag *d)
 {
 	struct piece *pc = piece_at(k, i, j);
 	struct mo_tp *sub = NULL;
@@ -308,7 +329,10 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok, struct m
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 	eo.seed = k->o->seed;
 	struct mo_equiv_report rep;
+	double t0 = mo_seconds();
 	s = mo_mg_equiv(pc->mg, sub, &eo, &rep, d);
+	st->proofs++;
+	st->proof_seconds += mo_seconds() - t0;
 	*ok = !s && rep.verdict == MO_EQUIVALENT;
 	pc->proven = *ok;
 	mo_tp_free(sub);
@@ -353,7 +377,13 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 	}
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 	eo.seed = o->seed;
+	eo.memo = o->memo;
+	double t0 = mo_seconds();
 	enum mo_status s = mo_mg_equiv(mg, k->prog, &eo, &r->verification, d);
+	r->stats.proofs++;
+	r->stats.proof_seconds += mo_seconds() - t0;
+	mo_progressf(o->progress, o->progress_ctx, "  full verification of %d kernels in %.1f s",
+		     mg->n_ops, mo_seconds() - t0);
 	if (!s && r->verification.verdict == MO_EQUIVALENT) {
 		r->best = mg;
 		r->why[0] = 0;
@@ -374,10 +404,10 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 /* The multi-kernel search over what is left of the budget; fills r->best
  * when a composite beats the unfused region and passes the full verdict. */
 static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_search_options *o,
-				     double deadline, struct mo_search_result *r,
+				     double soft, double hard, struct mo_search_result *r,
 				     struct mo_diag *d)
 {
-	struct kg k = { .prog = prog, .o = o, .n = prog->n_ops };
+	struct kg k = { .prog = prog, .o = o, .n = prog->n_ops, .soft = soft, .hard = hard };
 	bool *seen = mo_calloc((size_t)k.n + 1, sizeof *seen);
 	k.order = mo_calloc((size_t)k.n + 1, sizeof *k.order);
 	k.pieces = mo_calloc((size_t)(k.n + 1) * (size_t)(k.n + 1), sizeof *k.pieces);
@@ -403,7 +433,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
 		bool ok = false;
 		if (j <= k.n && j - i < k.n && nonlayout_ops(&k, i, j) <= o->max_block_ops) {
-			double left = deadline - mo_seconds();
+			double left = time_left(&k);
 			if (left <= 0)
 				break;
 			int est = (k.n - i) / 2; /* searches left in this phase, about */
@@ -428,7 +458,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 			struct piece *pc = piece_at(&k, i, i + len);
 			if (pc->searched || nonlayout_ops(&k, i, i + len) > o->max_block_ops)
 				continue;
-			double left = deadline - mo_seconds();
+			double left = time_left(&k);
 			if (left <= 0) {
 				r->stats.budget_hit = out_of_time = true;
 				continue;
@@ -453,7 +483,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 			if (pc->proven || k.cut[c + 1] - k.cut[c] == 1)
 				continue;
 			bool ok;
-			s = prove_piece(&k, k.cut[c], k.cut[c + 1], &ok, d);
+			s = prove_piece(&k, k.cut[c], k.cut[c + 1], &ok, &r->stats, d);
 			if (!s && !ok) {
 				mo_mg_free(pc->mg);
 				pc->mg = NULL;
@@ -473,28 +503,62 @@ done:
 	return s;
 }
 
-enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
+/* Seconds of the budget to keep for the final proof: one evaluation of the
+ * region (kept for the proof's first trial) is timed, and the proof takes
+ * about PROOF_EVALS more. 0 when the verifier cannot evaluate the region
+ * (every verdict will say why). */
+static double proof_reserve(const struct mo_search_options *o)
+{
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o->seed;
+	struct mo_diag quiet;
+	mo_diag_init(&quiet);
+	if (mo_ref_memo_prime(o->memo, &eo, &quiet))
+		return 0;
+	double reserve = PROOF_EVALS * o->memo->ff_seconds;
+	if (reserve > MAX_PROOF_SHARE * o->budget_s)
+		reserve = MAX_PROOF_SHARE * o->budget_s;
+	if (reserve >= 1)
+		mo_progressf(o->progress, o->progress_ctx, "  one evaluation of the region takes "
+			     "%.1f s: %.0f s of the budget is kept for the final proof",
+			     o->memo->ff_seconds, reserve);
+	return reserve;
+}
+
+enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o_in,
 			 struct mo_search_result *r, struct mo_diag *d)
 {
 	double t0 = mo_seconds();
-	bool several = o->max_kernel_ops > 1 && prog->n_ops > 1;
+	struct mo_search_options o = *o_in;
+	struct mo_ref_memo memo;
+	mo_ref_memo_init(&memo, prog);
+	o.memo = &memo;
+	double reserve = proof_reserve(&o);
+	double t_primed = mo_seconds();
+	/* the enumeration's share: the budget less the proof and the priming */
+	double enum_s = o.budget_s - reserve - (t_primed - t0);
+	if (enum_s < 0)
+		enum_s = 0;
+	bool several = o.max_kernel_ops > 1 && prog->n_ops > 1;
 	/* the whole region as one kernel first; pieces share the rest */
-	struct mo_search_options one = *o;
-	if (several)
-		one.budget_s = o->budget_s * WHOLE_SHARE;
+	struct mo_search_options one = o;
+	one.budget_s = several ? enum_s * WHOLE_SHARE : enum_s;
 	enum mo_status s = mo_search_one_kernel(prog, &one, true, r, d);
 	if (s || r->best || !several)
-		return s;
+		goto done;
 	char why_one[256];
 	snprintf(why_one, sizeof why_one, "%s", r->why);
-	mo_progressf(o->progress, o->progress_ctx, "  not one kernel (%s); searching for several", why_one);
-	s = search_kernels(prog, o, t0 + o->budget_s, r, d);
+	mo_progressf(o.progress, o.progress_ctx, "  not one kernel (%s); searching for several", why_one);
+	s = search_kernels(prog, &o, t_primed + enum_s, t0 + o.budget_s, r, d);
 	if (!s && !r->best) {
 		char why[256];
 		snprintf(why, sizeof why, "%s", r->why);
 		snprintf(r->why, sizeof r->why, "%.120s; %.120s", why_one, why);
 	}
+done:
+	r->stats.proof_seconds += t_primed - t0;
 	r->stats.seconds = mo_seconds() - t0;
+	mo_ref_memo_free(&memo);
 	return s;
 }
 

@@ -41,7 +41,10 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 /* ---- the search ---- */
 
 struct mo_search_options {
-	double budget_s;     /* wall-clock budget of the enumeration */
+	/* wall-clock budget of a region's search: the enumeration stops in time
+	 * for the final proof, as estimated from one evaluation of the region
+	 * (at most half the budget is kept for it) */
+	double budget_s;
 	int jobs;            /* worker threads (0: one per CPU) */
 	int max_kernel_ops;  /* kernels in a μGraph */
 	int max_block_ops;   /* ops in a block graph, accumulators included */
@@ -51,6 +54,9 @@ struct mo_search_options {
 	/* progress lines (NULL: none) */
 	void (*progress)(void *ctx, const char *line);
 	void *progress_ctx;
+	/* the region's reference results for the full verdicts (mo_search sets
+	 * it; NULL: none kept) */
+	struct mo_ref_memo *memo;
 };
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
@@ -68,6 +74,8 @@ struct mo_search_stats {
 	uint64_t verified;          /* candidates that passed the fast check */
 	int schedules;              /* grid / for-loop classes explored */
 	int kernel_pieces;          /* runs of ops searched as one kernel of several */
+	int proofs;                 /* full verdicts run */
+	double proof_seconds;       /* in full verdicts (and the evaluation that sized them) */
 	double seconds;
 	bool budget_hit;
 	struct mo_subexpr_stats subexpr;

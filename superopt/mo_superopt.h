@@ -85,10 +85,15 @@ void mo_eval_result_free(struct mo_eval_result *r);
 
 enum mo_verdict { MO_EQUIVALENT, MO_NOT_EQUIVALENT, MO_INCONCLUSIVE };
 
+struct mo_ref_memo;
+
 struct mo_equiv_options {
 	int trials;      /* finite-field trials that must all agree (default 3) */
 	uint64_t seed;
 	double rtol, atol; /* the float check */
+	/* mo_mg_equiv: the reference program's results, kept between verdicts
+	 * against the same program (NULL: evaluated afresh each time) */
+	struct mo_ref_memo *memo;
 };
 #define MO_EQUIV_DEFAULTS { .trials = 3, .seed = 1, .rtol = 1e-4, .atol = 1e-5 }
 
@@ -100,6 +105,36 @@ struct mo_equiv_report {
 	double float_max_abs, float_max_rel;
 	char detail[512];    /* first differing output and element, or why */
 };
+
+/* A reference program's results under the verdict's seeds (each field
+ * trial, each float scale) and its weights in the field. They are the same
+ * for every μGraph proven against that program, so a search that proves
+ * several candidates of one region (or a composite after a single kernel)
+ * evaluates the region once per trial. Results are copied in and out; what
+ * would take more than MO_REF_MEMO_BYTES is evaluated again instead. */
+#define MO_REF_MEMO_BYTES (256u << 20)
+#define MO_REF_MEMO_MAX 16
+struct mo_ref_memo {
+	const struct mo_tp *ref;
+	struct {
+		enum mo_eval_domain dom;
+		uint64_t seed;
+		double scale;
+		struct mo_eval_result r;
+	} e[MO_REF_MEMO_MAX];
+	int n;
+	size_t bytes;
+	struct mo_eval_cache weights;
+	double ff_seconds; /* the last field evaluation of ref, timed (0: none yet) */
+};
+/* Empty, for verdicts against `ref` (which must outlive it). */
+void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref);
+void mo_ref_memo_free(struct mo_ref_memo *m);
+/* Evaluates ref for the first field trial of a verdict with `opt`'s seed
+ * (m->ff_seconds: how long that took, what a search budgets its final proof
+ * by). */
+enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_options *opt,
+				 struct mo_diag *d);
 
 /* Decides whether a and b compute the same outputs from the same inputs.
  * Their input and output names and shapes must match (MO_ERR_INPUT if not). */
