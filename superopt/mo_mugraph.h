@@ -157,6 +157,13 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bound,
 		 const char *const *bound_names, const int *bound, int *outs);
 
+/* src (one graph-defined kernel whose for-loop feeds sum or max-rescaled
+ * accumulators, with a grid dim of 1) as two kernels: the loop split across
+ * `parts` blocks along that grid dim, saving partial results, then a kernel
+ * that combines them and runs the rest (superopt/split.c). NULL when src
+ * does not qualify. */
+struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
+
 /* ---- serializing ---- */
 
 /* The μGraph as JSON: {"steps": [...]} in build order. */

@@ -946,6 +946,8 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->candidates += from->candidates;
 	to->quick_rejected += from->quick_rejected;
 	to->verified += from->verified;
+	to->proofs += from->proofs;
+	to->proof_seconds += from->proof_seconds;
 	to->budget_hit |= from->budget_hit;
 }
 
@@ -1108,6 +1110,11 @@ struct ranking {
 	struct mo_search_stats *st;
 };
 
+static void rank(struct ranking *R, struct mo_mugraph *mg);
+
+/* The most parts a for-loop is split into across the grid. */
+#define MAX_SPLIT 16
+
 static void consider(void *ctx, const struct sched *S)
 {
 	struct ranking *R = ctx;
@@ -1125,8 +1132,23 @@ static void consider(void *ctx, const struct sched *S)
 		mo_mg_free(mg);
 		return;
 	}
+	/* the loop split across the grid (split-K / split-KV), when two
+	 * kernels are allowed: ranked beside the single kernel */
+	for (int parts = 2; parts <= MAX_SPLIT && T->o->max_kernel_ops > 1; parts *= 2) {
+		struct mo_mugraph *sp = mo_mg_split_loop(mg, parts);
+		if (sp && mo_mg_valid(sp, T->o->target, why, sizeof why))
+			rank(R, sp);
+		else
+			mo_mg_free(sp);
+	}
+	rank(R, mg);
+}
+
+/* Keeps mg among the TOP cheapest, or frees it. */
+static void rank(struct ranking *R, struct mo_mugraph *mg)
+{
 	struct mo_cost c;
-	mo_cost_mugraph(mg, T->o->gpu, &c);
+	mo_cost_mugraph(mg, R->T->o->gpu, &c);
 	int at = R->n;
 	while (at > 0 && R->top[at - 1].us > c.us)
 		at--;
@@ -1343,16 +1365,23 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	/* the best that passes the full verdict */
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 	eo.seed = o.seed;
+	eo.memo = o.memo;
 	enum mo_status st = MO_OK;
 	int tried = 0;
-	for (int i = 0; i < rk.n && !r->best && !st; i++) {
+	/* (ranked by cost: once one is not faster than the unfused region, none
+	 * after it is, and proving it would be wasted) */
+	for (int i = 0; i < rk.n && !r->best && !st &&
+			(i == 0 || rk.top[i].us < r->cost_unfused.us); i++) {
 		struct mo_equiv_report rep = { .verdict = MO_INCONCLUSIVE };
 		if (!verify) { /* the caller proves what it builds from this */
 			snprintf(rep.detail, sizeof rep.detail, "passed the fast check only");
 			rep.verdict = MO_EQUIVALENT;
-		} else {
+		} else if (rk.top[i].us < r->cost_unfused.us) {
 			tried++;
 			st = mo_mg_equiv(rk.top[i].mg, prog, &eo, &rep, d);
+		} else { /* kept, to say why it is not used */
+			rep.verdict = MO_EQUIVALENT;
+			snprintf(rep.detail, sizeof rep.detail, "not proven: not faster");
 		}
 		if (!st && rep.verdict == MO_EQUIVALENT) {
 			r->best = rk.top[i].mg;
@@ -1361,6 +1390,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			mo_cost_mugraph(r->best, o.gpu, &r->cost_best);
 		}
 	}
+	r->stats.proofs += tried;
+	r->stats.proof_seconds += mo_seconds() - t_ranked;
 	if (tried)
 		mo_progressf(o.progress, o.progress_ctx, "  full verification of %d μGraph%s in "
 			     "%.1f s", tried, tried == 1 ? "" : "s", mo_seconds() - t_ranked);

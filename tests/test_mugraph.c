@@ -165,6 +165,76 @@ static void attention_flash_online_softmax(void **state)
 	test_program_free(&p);
 }
 
+/* Splitting the for-loop across the grid (split-K for RMSNorm + MatMul's
+ * sums, split-KV for attention's max-rescaled sums) keeps the function: the
+ * two kernels are proven equal to the program, they stay stable where the
+ * online softmax is, and a wrong kernel stays wrong when split. */
+static void split_loop_keeps_the_function(void **state)
+{
+	(void)state;
+	char detail[512], why[256];
+	struct test_program a = test_program_load("gqa_tiny_fp32.onnx");
+	for (int parts = 2; parts <= 4; parts *= 2) {
+		struct mo_mugraph *one = mg_attention_flash(a.tp, 0);
+		struct mo_mugraph *mg = mo_mg_split_loop(one, parts);
+		assert_non_null(mg);
+		assert_int_equal(mg->n_ops, 2);
+		const struct mo_block_graph *k1 = mg->ops[0].bg, *k2 = mg->ops[1].bg;
+		assert_int_equal(k1->grid[2], parts); /* the grid dim the kernel left free */
+		assert_int_equal(k1->forloop, one->ops[0].bg->forloop / parts);
+		assert_int_equal(k2->forloop, parts);
+		assert_int_equal(k2->grid[2], 1);
+		if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
+			fail_msg("split into %d: invalid: %s", parts, why);
+		if (verdict(mg, &a, detail) != MO_EQUIVALENT)
+			fail_msg("split into %d: not proven: %s", parts, detail);
+		struct mo_eval_result x, y;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		assert_int_equal(mo_mg_eval(mg, a.tp, MO_EVAL_FLOAT, 3, 30.0, &x, &d), MO_OK);
+		assert_int_equal(mo_eval_scaled(a.tp, MO_EVAL_FLOAT, 3, 30.0, NULL, &y, &d), MO_OK);
+		for (uint64_t i = 0; i < x.counts[0]; i++) {
+			double u = ((double *)x.values[0])[i], v = ((double *)y.values[0])[i];
+			if (!(fabs(u - v) <= 1e-9 * (1 + fabs(v))))
+				fail_msg("split into %d differs at scale 30: %g vs %g", parts, u, v);
+		}
+		mo_eval_result_free(&x);
+		mo_eval_result_free(&y);
+		mo_mg_free(mg);
+		mo_mg_free(one);
+	}
+	/* 4 iterations do not split into 8; a loop of one does not split */
+	struct mo_mugraph *one = mg_attention_flash(a.tp, 0);
+	assert_null(mo_mg_split_loop(one, 8));
+	mo_mg_free(one);
+	/* the row sum without rescaling (mutant 1) is wrong, and so is its split */
+	one = mg_attention_flash(a.tp, 1);
+	struct mo_mugraph *mg = mo_mg_split_loop(one, 2);
+	assert_non_null(mg);
+	assert_int_equal(verdict(mg, &a, detail), MO_NOT_EQUIVALENT);
+	mo_mg_free(mg);
+	mo_mg_free(one);
+	test_program_free(&a);
+
+	struct test_program r = test_program_load("rmsnorm_tiny_fp32.onnx");
+	/* (its sum of squares is one column: with the columns gridded it has no
+	 * dim left to hold the parts, so the split needs grid x free) */
+	one = mg_rmsnorm_matmul(r.tp, RMS_OK, 2, 2, 4);
+	assert_null(mo_mg_split_loop(one, 4));
+	mo_mg_free(one);
+	one = mg_rmsnorm_matmul(r.tp, RMS_OK, 1, 2, 4);
+	mg = mo_mg_split_loop(one, 4);
+	assert_non_null(mg);
+	assert_int_equal(mg->ops[0].bg->grid[0], 4);
+	if (verdict(mg, &r, detail) != MO_EQUIVALENT)
+		fail_msg("rmsnorm split-K: not proven: %s", detail);
+	mo_mg_free(mg);
+	mo_mg_free(one);
+	assert_null(mo_mg_split_loop((one = mg_rmsnorm_matmul(r.tp, RMS_OK, 1, 1, 1)), 2));
+	mo_mg_free(one);
+	test_program_free(&r);
+}
+
 /* The fast check: the reference is evaluated once per seed; a correct graph
  * passes comparing only the elements of the sampled blocks; the mutants fail. */
 static void quick_check_samples_blocks(void **state)
@@ -592,6 +662,7 @@ int main(void)
 		cmocka_unit_test(lora_concatenated_matmul),
 		cmocka_unit_test(attention_split_kv_and_combine),
 		cmocka_unit_test(attention_flash_online_softmax),
+		cmocka_unit_test(split_loop_keeps_the_function),
 		cmocka_unit_test(quick_check_samples_blocks),
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),

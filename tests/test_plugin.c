@@ -141,6 +141,18 @@ static void attention_flash_agrees(void **state)
 	test_program_free(&p);
 }
 
+/* The same split across the grid by mo_mg_split_loop (split-KV): partial
+ * sums and running maxes saved by the first kernel, combined by the second. */
+static void attention_split_loop_agrees(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
+	struct mo_mugraph *one = mg_attention_flash(p.tp, 0);
+	expect_agrees(mo_mg_split_loop(one, 2), &p, "flash_split");
+	mo_mg_free(one);
+	test_program_free(&p);
+}
+
 /* The check is what keeps a wrong kernel out of a model: a μGraph that is
  * wrong (the mean divides by hidden − 1) builds, and its kernel fails it. */
 static void wrong_kernel_fails_the_check(void **state)
@@ -659,6 +671,7 @@ int main(void)
 		cmocka_unit_test(lora_two_kernels_with_concat_agree),
 		cmocka_unit_test(attention_split_kv_agrees),
 		cmocka_unit_test(attention_flash_agrees),
+		cmocka_unit_test(attention_split_loop_agrees),
 		cmocka_unit_test(wrong_kernel_fails_the_check),
 		cmocka_unit_test(unsupported_op_is_reported),
 		cmocka_unit_test(schedule_and_shared_bytes),
