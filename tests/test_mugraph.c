@@ -235,6 +235,42 @@ static void split_loop_keeps_the_function(void **state)
 	test_program_free(&r);
 }
 
+/* The reference's results kept between verdicts (mo_ref_memo): the second
+ * verdict against the same program evaluates it no more, gives the same
+ * answer, and still refutes a wrong μGraph; another program ignores them. */
+static void verdicts_share_the_reference(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
+	struct mo_ref_memo memo;
+	mo_ref_memo_init(&memo, p.tp);
+	struct mo_equiv_options opt = MO_EQUIV_DEFAULTS;
+	opt.memo = &memo;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_ref_memo_prime(&memo, &opt, &d), MO_OK);
+	assert_int_equal(memo.n, 1);
+	assert_true(memo.ff_seconds > 0);
+	struct mo_equiv_report rep;
+	for (int mut = 0; mut <= 1; mut++) {
+		struct mo_mugraph *mg = mg_attention_flash(p.tp, mut);
+		assert_int_equal(mo_mg_equiv(mg, p.tp, &opt, &rep, &d), MO_OK);
+		assert_int_equal(rep.verdict, mut ? MO_NOT_EQUIVALENT : MO_EQUIVALENT);
+		/* 3 field trials and the float check at scale 1, kept once */
+		assert_int_equal(memo.n, 4);
+		mo_mg_free(mg);
+	}
+	struct test_program r = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(r.tp, RMS_OK, 2, 2, 4);
+	assert_int_equal(mo_mg_equiv(mg, r.tp, &opt, &rep, &d), MO_OK);
+	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	assert_int_equal(memo.n, 4);
+	mo_mg_free(mg);
+	test_program_free(&r);
+	mo_ref_memo_free(&memo);
+	test_program_free(&p);
+}
+
 /* The fast check: the reference is evaluated once per seed; a correct graph
  * passes comparing only the elements of the sampled blocks; the mutants fail. */
 static void quick_check_samples_blocks(void **state)
@@ -663,6 +699,7 @@ int main(void)
 		cmocka_unit_test(attention_split_kv_and_combine),
 		cmocka_unit_test(attention_flash_online_softmax),
 		cmocka_unit_test(split_loop_keeps_the_function),
+		cmocka_unit_test(verdicts_share_the_reference),
 		cmocka_unit_test(quick_check_samples_blocks),
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
