@@ -199,7 +199,7 @@ static void replay(struct split *S, int which)
 }
 
 /* Kernel 1's partial results and kernel 2's accumulation of them. */
-static bool partials(struct split *S, int parts)
+static bool partials(struct split *S)
 {
 	const struct mo_block_graph *bg = S->bg;
 	int max_part[MO_MG_MAX]; /* src max tile -> kernel 2's tile of the saved maxes */
@@ -229,7 +229,6 @@ static bool partials(struct split *S, int parts)
 			? mo_bg_accum_rescaled(S->mg, S->k[1], it, max_part[x->max_in])
 			: mo_bg_accum(S->mg, S->k[1], it, MO_ACC_SUM);
 	}
-	(void)parts;
 	return !S->mg->error[0];
 }
 
@@ -256,7 +255,7 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts)
 	S.k[0] = mo_mg_block(S.mg, g1[0], g1[1], g1[2], S.bg->forloop / parts);
 	replay(&S, 0);
 	S.k[1] = mo_mg_block(S.mg, S.bg->grid[0], S.bg->grid[1], S.bg->grid[2], parts);
-	if (S.mg->error[0] || !partials(&S, parts)) {
+	if (S.mg->error[0] || !partials(&S)) {
 		mo_mg_free(S.mg);
 		return NULL;
 	}
