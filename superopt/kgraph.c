@@ -60,6 +60,12 @@ struct kg {
 	double soft, hard;
 };
 
+/* The most kernels a cover may have. */
+static int max_kernels(const struct kg *k)
+{
+	return k->o->max_kernel_ops < MO_MG_MAX ? k->o->max_kernel_ops : MO_MG_MAX;
+}
+
 static struct piece *piece_at(struct kg *k, int i, int j)
 {
 	return &k->pieces[i * (k->n + 1) + j];
@@ -313,8 +319,8 @@ static double time_left(struct kg *k)
 	double now = mo_seconds();
 	if (now < k->soft)
 		return k->soft - now;
-	int K = k->o->max_kernel_ops < MO_MG_MAX ? k->o->max_kernel_ops : MO_MG_MAX, cut[MO_MG_MAX + 1];
-	return now < k->hard && !cheapest_cover(k, K, cut) ? k->hard - now : 0;
+	int cut[MO_MG_MAX + 1];
+	return now < k->hard && !cheapest_cover(k, max_kernels(k), cut) ? k->hard - now : 0;
 }
 
 /* The full verdict of piece (i, j)'s μGraph against its own program. */
@@ -326,13 +332,8 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	enum mo_status s = piece_prog(k, i, j, &sub, d);
 	if (s)
 		return s;
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = k->o->seed;
 	struct mo_equiv_report rep;
-	double t0 = mo_seconds();
-	s = mo_mg_equiv(pc->mg, sub, &eo, &rep, d);
-	st->proofs++;
-	st->proof_seconds += mo_seconds() - t0;
+	s = mo_search_prove(pc->mg, sub, k->o, &rep, st, d);
 	*ok = !s && rep.verdict == MO_EQUIVALENT;
 	pc->proven = *ok;
 	mo_tp_free(sub);
@@ -348,8 +349,7 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 {
 	const struct mo_search_options *o = k->o;
 	*refuted = NULL;
-	int K = o->max_kernel_ops < MO_MG_MAX ? o->max_kernel_ops : MO_MG_MAX;
-	k->n_cut = cheapest_cover(k, K, k->cut);
+	k->n_cut = cheapest_cover(k, max_kernels(k), k->cut);
 	if (!k->n_cut) {
 		snprintf(r->why, sizeof r->why, "no cover of the region by %d kernels (%d of its "
 			 "runs of ops fuse into one kernel)", o->max_kernel_ops, fused);
@@ -375,13 +375,8 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 		mo_mg_free(mg);
 		return MO_OK;
 	}
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = o->seed;
-	eo.memo = o->memo;
 	double t0 = mo_seconds();
-	enum mo_status s = mo_mg_equiv(mg, k->prog, &eo, &r->verification, d);
-	r->stats.proofs++;
-	r->stats.proof_seconds += mo_seconds() - t0;
+	enum mo_status s = mo_search_prove(mg, k->prog, o, &r->verification, &r->stats, d);
 	mo_progressf(o->progress, o->progress_ctx, "  full verification of %d kernels in %.1f s",
 		     mg->n_ops, mo_seconds() - t0);
 	if (!s && r->verification.verdict == MO_EQUIVALENT) {
@@ -509,8 +504,7 @@ done:
  * (every verdict will say why). */
 static double proof_reserve(const struct mo_search_options *o)
 {
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = o->seed;
+	struct mo_equiv_options eo = mo_search_equiv_options(o);
 	struct mo_diag quiet;
 	mo_diag_init(&quiet);
 	if (mo_ref_memo_prime(o->memo, &eo, &quiet))

@@ -951,6 +951,26 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->budget_hit |= from->budget_hit;
 }
 
+struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o)
+{
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o->seed;
+	eo.memo = o->memo;
+	return eo;
+}
+
+enum mo_status mo_search_prove(const struct mo_mugraph *mg, const struct mo_tp *prog,
+			       const struct mo_search_options *o, struct mo_equiv_report *rep,
+			       struct mo_search_stats *st, struct mo_diag *d)
+{
+	struct mo_equiv_options eo = mo_search_equiv_options(o);
+	double t0 = mo_seconds();
+	enum mo_status s = mo_mg_equiv(mg, prog, &eo, rep, d);
+	st->proofs++;
+	st->proof_seconds += mo_seconds() - t0;
+	return s;
+}
+
 static void describe_sched(struct target *T, const struct sched *S, char *buf, size_t len)
 {
 	size_t n = (size_t)snprintf(buf, len, "grid (");
@@ -1370,9 +1390,6 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	mo_progressf(o.progress, o.progress_ctx, "  enumerated in %.1f s; ranked %d μGraphs by "
 		     "the cost model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
 	/* the best that passes the full verdict */
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = o.seed;
-	eo.memo = o.memo;
 	enum mo_status st = MO_OK;
 	int tried = 0;
 	double slowest = -1; /* the estimate of the first not faster than the region */
@@ -1390,7 +1407,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			rep.verdict = MO_EQUIVALENT;
 		} else {
 			tried++;
-			st = mo_mg_equiv(rk.top[i].mg, prog, &eo, &rep, d);
+			st = mo_search_prove(rk.top[i].mg, prog, &o, &rep, &r->stats, d);
 		}
 		if (!st && rep.verdict == MO_EQUIVALENT) {
 			r->best = rk.top[i].mg;
@@ -1399,8 +1416,6 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			r->cost_best = c;
 		}
 	}
-	r->stats.proofs += tried;
-	r->stats.proof_seconds += mo_seconds() - t_ranked;
 	if (tried)
 		mo_progressf(o.progress, o.progress_ctx, "  full verification of %d μGraph%s in "
 			     "%.1f s", tried, tried == 1 ? "" : "s", mo_seconds() - t_ranked);

@@ -55,5 +55,12 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o,
 				    bool verify, struct mo_search_result *r, struct mo_diag *d);
 void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);
+/* The verdict's options for a search: its seed, and its region's reference
+ * results (o->memo, used when the program is that region). */
+struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o);
+/* The full verdict of mg against prog, counted in st (proofs, seconds). */
+enum mo_status mo_search_prove(const struct mo_mugraph *mg, const struct mo_tp *prog,
+			       const struct mo_search_options *o, struct mo_equiv_report *rep,
+			       struct mo_search_stats *st, struct mo_diag *d);
 
 #endif
