@@ -281,7 +281,8 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				", \"pruned_duplicate\": %" PRIu64 ", \"pruned_dead_end\": %" PRIu64
 				", \"pruned_memory\": %" PRIu64 ", \"candidates\": %" PRIu64
 				", \"quick_rejected\": %" PRIu64 ", \"verified\": %" PRIu64
-				", \"schedules\": %d, \"kernel_pieces\": %d, \"budget_hit\": %s"
+				", \"schedules\": %d, \"kernel_pieces\": %d, \"kernel_graphs\": %" PRIu64
+				", \"rewrites\": %" PRIu64 ", \"budget_hit\": %s"
 				", \"proofs\": %d, \"proof_seconds\": %.3f"
 				", \"solver_calls\": %" PRIu64
 				", \"cost_us\": %.3f, \"unfused_cost_us\": %.3f, \"estimated_speedup\": %.3f",
@@ -290,8 +291,8 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				r.stats.states, r.stats.pruned_absexpr, r.stats.pruned_shape,
 				r.stats.pruned_duplicate, r.stats.pruned_dead_end, r.stats.pruned_memory,
 				r.stats.candidates, r.stats.quick_rejected, r.stats.verified,
-				r.stats.schedules, r.stats.kernel_pieces,
-				r.stats.budget_hit ? "true" : "false", r.stats.proofs,
+				r.stats.schedules, r.stats.kernel_pieces, r.stats.kernel_graphs,
+				r.stats.rewrites, r.stats.budget_hit ? "true" : "false", r.stats.proofs,
 				r.stats.proof_seconds, r.stats.subexpr.solver_calls,
 				r.best ? r.cost_best.us : r.cost_unfused.us,
 				r.cost_unfused.us, speedup);
@@ -303,6 +304,10 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 					fprintf(out, ", \"grid\": [%d, %d, %d], \"forloop\": %d", bg->grid[0],
 						bg->grid[1], bg->grid[2], bg->forloop);
 				fprintf(out, ", \"error_bound\": %.3g", r.verification.error_bound);
+				if (r.rewrite[0]) {
+					fputs(", \"rewrite\": ", out);
+					mo_json_string(out, r.rewrite);
+				}
 			} else {
 				fputs(", \"why\": ", out);
 				mo_json_string(out, r.why);
@@ -319,6 +324,8 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       "(%d kernels): %.2fx\n", cached ? " (from the cache, re-verified)" : "",
 				       r.best->n_ops, r.best->n_ops == 1 ? "" : "s", r.cost_best.us,
 				       r.cost_unfused.us, r.cost_unfused.kernels, speedup);
+				if (r.rewrite[0])
+					printf("  from another program for the region: %s\n", r.rewrite);
 				describe_kernels(r.best, o.target, stdout);
 				printf("  verified: %s\n", r.verification.detail);
 			} else {
@@ -329,14 +336,16 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       PRIu64 " by abstract expression, %" PRIu64 " by shape, %" PRIu64
 				       " duplicates, %" PRIu64 " dead ends, %" PRIu64 " by memory; %" PRIu64
 				       " candidates, %" PRIu64 " refuted by the fast check, %" PRIu64
-				       " verified; %d runs of ops searched as kernels of several%s; "
+				       " verified; %d runs of ops searched as kernels of several; %" PRIu64
+				       " kernel graphs, %" PRIu64 " other ways to compute a tensor%s; "
 				       "%d full verification%s, %.2f s\n",
 				       r.stats.seconds, r.stats.schedules, r.stats.states,
 				       r.stats.pruned_absexpr, r.stats.pruned_shape,
 				       r.stats.pruned_duplicate, r.stats.pruned_dead_end,
 				       r.stats.pruned_memory, r.stats.candidates, r.stats.quick_rejected,
-				       r.stats.verified, r.stats.kernel_pieces,
-				       r.stats.budget_hit ? " (budget hit)" : "", r.stats.proofs,
+				       r.stats.verified, r.stats.kernel_pieces, r.stats.kernel_graphs,
+				       r.stats.rewrites, r.stats.budget_hit ? " (budget hit)" : "",
+				       r.stats.proofs,
 				       r.stats.proofs == 1 ? "" : "s", r.stats.proof_seconds);
 		}
 		mo_search_result_free(&r);

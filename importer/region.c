@@ -20,8 +20,10 @@ enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 	r->ops = mo_arena_array(&r->arena, (size_t)n_ops + 1, sizeof *r->ops);
 	r->inputs = mo_arena_array(&r->arena, (size_t)n_inputs + 1, sizeof *r->inputs);
 	r->outputs = mo_arena_array(&r->arena, (size_t)n_outputs + 1, sizeof *r->outputs);
-	r->node_names = mo_arena_array(&r->arena, (size_t)n_ops + 1, sizeof *r->node_names);
-	if (!r->tensors || !r->ops || !r->inputs || !r->outputs || !r->node_names) {
+	/* node names stay indexed by ONNX node, as op->node is: shared with tp */
+	r->node_names = tp->node_names;
+	r->n_nodes = tp->n_nodes;
+	if (!r->tensors || !r->ops || !r->inputs || !r->outputs) {
 		mo_tp_free(r);
 		return mo_diag_nomem(d);
 	}
@@ -36,7 +38,6 @@ enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 	}
 	for (int k = 0; k < n_ops; k++) {
 		r->ops[k] = tp->ops[ops[k]];
-		r->node_names[k] = tp->node_names ? tp->node_names[tp->ops[ops[k]].node] : NULL;
 		for (int o = 0; o < r->ops[k].n_out; o++)
 			if (r->ops[k].out[o] >= 0)
 				r->tensors[r->ops[k].out[o]].producer = k;

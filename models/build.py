@@ -197,6 +197,22 @@ def lora(g, s):
     g.output(y, [s["tokens"], s["out"]])
 
 
+def lora_merged(g, s):
+    """A LoRA adapter merged into its weight on every call, W + A·B, then the
+    projection: how multi-adapter servers that take the adapter as an input
+    write it. Computed as written it makes the [hidden, out] delta each call;
+    X·W + (X·A)·B does the same arithmetic per token (the search's
+    kernel-graph level finds it)."""
+    x = g.input("X", [s["tokens"], s["hidden"]])
+    a = g.input("lora_A", [s["hidden"], s["rank"]])
+    b = g.input("lora_B", [s["rank"], s["out"]])
+    w = g.weight("base_layer.weight", [s["hidden"], s["out"]])
+    delta = g.op("MatMul", [a, b], "/lora")
+    merged = g.op("Add", [w, delta], "/lora")
+    y = g.op("MatMul", [x, merged], "/base_layer")
+    g.output(y, [s["tokens"], s["out"]])
+
+
 def attention_core(g, q, k_t, v, rank, scope):
     scores = g.op("MatMul", [q, k_t], scope)
     probs = g.softmax(scores, rank, scope)
@@ -397,6 +413,9 @@ SUITE = {
                               "paper": {"tokens": 8, "hidden": 4096, "ffn": 4096}}),
     "lora": (lora, {"tiny": {"tokens": 16, "hidden": 32, "out": 64, "rank": 4},
                     "paper": {"tokens": 16, "hidden": 256, "out": 4096, "rank": 16}}),
+    "lora_merged": (lora_merged, {"tiny": {"tokens": 16, "hidden": 64, "out": 64, "rank": 4},
+                                  "paper": {"tokens": 16, "hidden": 4096, "out": 4096,
+                                            "rank": 16}}),
     "gqa": (gqa, {"tiny": {"heads": 2, "q_len": 8, "kv_len": 64, "head_dim": 16},
                   **{f"paper_{k}": v for k, v in batched(
                       {"heads": lambda b: 2 * b, "q_len": 256, "kv_len": 4096,

@@ -495,6 +495,36 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
 	return st;
 }
 
+enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
+			       const struct mo_equiv_options *opt, bool *agree, struct mo_diag *d)
+{
+	*agree = false;
+	enum mo_status st = check_interfaces(a, ref, d);
+	if (st)
+		return st;
+	struct prog pa = { .tp = a }, pb = { .tp = ref };
+	if (opt->memo && opt->memo->ref == ref) {
+		pb.memo = opt->memo;
+		pb.weights = &opt->memo->weights;
+	}
+	struct mo_eval_result ra, rb;
+	uint64_t seed = trial_seed(opt, 0), i;
+	int k;
+	st = prog_eval(&pa, MO_EVAL_FF, seed, 1.0, &ra, d);
+	if (!st) {
+		st = prog_eval(&pb, MO_EVAL_FF, seed, 1.0, &rb, d);
+		if (!st) {
+			*agree = !ra.div_by_zero && !rb.div_by_zero &&
+				 !first_difference(&ra, &rb, &k, &i);
+			mo_eval_result_free(&rb);
+		}
+		mo_eval_result_free(&ra);
+	}
+	mo_eval_cache_free(&pa.cache);
+	mo_eval_cache_free(&pb.cache);
+	return st;
+}
+
 enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			   const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
 			   struct mo_diag *d)

@@ -21,6 +21,7 @@
 #include "mo_search.h"
 #include "superopt_int.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -214,6 +215,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		struct mo_search_options o = *k->o;
 		o.budget_s = budget;
 		o.progress = NULL;
+		o.truth = NULL; /* a piece is its own program */
 		struct mo_search_result r;
 		s = mo_search_one_kernel(sub, &o, false, &r, d); /* proven as a whole */
 		mo_search_stats_add(st, &r.stats);
@@ -333,7 +335,9 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	if (s)
 		return s;
 	struct mo_equiv_report rep;
-	s = mo_search_prove(pc->mg, sub, k->o, &rep, st, d);
+	struct mo_search_options o = *k->o;
+	o.truth = NULL; /* against the piece, not the region */
+	s = mo_search_prove(pc->mg, sub, &o, &rep, st, d);
 	*ok = !s && rep.verdict == MO_EQUIVALENT;
 	pc->proven = *ok;
 	mo_tp_free(sub);
@@ -519,6 +523,82 @@ static double proof_reserve(const struct mo_search_options *o)
 	return reserve;
 }
 
+/* One program's search, until `enum_end` (`hard_end` while the kernels
+ * found cannot cover it): the whole program as one kernel first, with
+ * WHOLE_SHARE of the time when several are allowed, then several. */
+static enum mo_status search_program(const struct mo_tp *sp, const struct mo_search_options *o,
+				     double enum_end, double hard_end, struct mo_search_result *r,
+				     struct mo_diag *d)
+{
+	bool several = o->max_kernel_ops > 1 && sp->n_ops > 1;
+	double enum_s = enum_end - mo_seconds();
+	struct mo_search_options one = *o;
+	one.budget_s = enum_s < 0 ? 0 : several ? enum_s * WHOLE_SHARE : enum_s;
+	enum mo_status s = mo_search_one_kernel(sp, &one, true, r, d);
+	if (s || r->best || !several)
+		return s;
+	char why_one[256];
+	snprintf(why_one, sizeof why_one, "%s", r->why);
+	mo_progressf(o->progress, o->progress_ctx, "  not one kernel (%s); searching for several",
+		     why_one);
+	s = search_kernels(sp, o, enum_end, hard_end, r, d);
+	if (!s && !r->best) {
+		char why[256];
+		snprintf(why, sizeof why, "%s", r->why);
+		snprintf(r->why, sizeof r->why, "%.120s; %.120s", why_one, why);
+	}
+	return s;
+}
+
+/* Another program for the region (kenum.c), searched first when the kernel
+ * graph level finds one that is clearly cheaper run op by op. It gets
+ * REWRITE_SHARE of the enumeration's time; the region's own program gets
+ * what is left when nothing comes of it. The kernel-graph enumeration
+ * itself takes at most KENUM_SHARE of that time, and KENUM_MAX_S. */
+#define REWRITE_GAIN 0.8
+#define REWRITE_SHARE 0.5
+#define KENUM_SHARE 0.05
+#define KENUM_MAX_S 3.0
+
+static enum mo_status search_rewrite(const struct mo_tp *prog, const struct mo_search_options *o,
+				     double enum_end, struct mo_search_result *r,
+				     struct mo_search_stats *spent, struct mo_diag *d)
+{
+	double cap = KENUM_SHARE * (enum_end - mo_seconds());
+	struct mo_kenum_stats ks = { 0 };
+	struct mo_tp *rw = NULL;
+	char desc[160];
+	enum mo_status s = mo_kenum_rewrite(prog, o, cap < KENUM_MAX_S ? cap : KENUM_MAX_S,
+					    REWRITE_GAIN, &rw, &ks, desc, sizeof desc, d);
+	spent->kernel_graphs += ks.states;
+	spent->rewrites += ks.rewrites;
+	if (!s && !rw)
+		mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
+			     "%.2f s%s, %" PRIu64 " other ways to compute a tensor, none with clearly "
+			     "less work", ks.states, ks.seconds, ks.budget_hit ? " (time cap hit)" : "",
+			     ks.rewrites);
+	if (s || !rw)
+		return s;
+	mo_progressf(o->progress, o->progress_ctx, "  the kernel-graph level computes %s: "
+		     "searching that program first", desc);
+	struct mo_search_options ro = *o;
+	ro.truth = prog; /* every proof is against the region itself */
+	double now = mo_seconds();
+	s = search_program(rw, &ro, now + REWRITE_SHARE * (enum_end - now), enum_end, r, d);
+	if (!s && r->best)
+		snprintf(r->rewrite, sizeof r->rewrite, "%s", desc);
+	else if (!s)
+		mo_progressf(o->progress, o->progress_ctx, "  nothing from it (%s); searching the "
+			     "region's own program", r->why);
+	if (!s && !r->best) {
+		mo_search_stats_add(spent, &r->stats);
+		spent->schedules += r->stats.schedules;
+		spent->kernel_pieces += r->stats.kernel_pieces;
+	}
+	mo_tp_free(rw);
+	return s;
+}
+
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o_in,
 			 struct mo_search_result *r, struct mo_diag *d)
 {
@@ -527,29 +607,24 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	struct mo_ref_memo memo;
 	mo_ref_memo_init(&memo, prog);
 	o.memo = &memo;
+	o.truth = NULL;
 	double reserve = proof_reserve(&o);
 	double t_primed = mo_seconds();
 	/* the enumeration's share: the budget less the proof and the priming */
 	double enum_s = o.budget_s - reserve - (t_primed - t0);
-	if (enum_s < 0)
-		enum_s = 0;
-	bool several = o.max_kernel_ops > 1 && prog->n_ops > 1;
-	/* the whole region as one kernel first; pieces share the rest */
-	struct mo_search_options one = o;
-	one.budget_s = several ? enum_s * WHOLE_SHARE : enum_s;
-	enum mo_status s = mo_search_one_kernel(prog, &one, true, r, d);
-	if (s || r->best || !several)
-		goto done;
-	char why_one[256];
-	snprintf(why_one, sizeof why_one, "%s", r->why);
-	mo_progressf(o.progress, o.progress_ctx, "  not one kernel (%s); searching for several", why_one);
-	s = search_kernels(prog, &o, t_primed + enum_s, t0 + o.budget_s, r, d);
-	if (!s && !r->best) {
-		char why[256];
-		snprintf(why, sizeof why, "%s", r->why);
-		snprintf(r->why, sizeof r->why, "%.120s; %.120s", why_one, why);
+	double enum_end = t_primed + (enum_s > 0 ? enum_s : 0);
+	struct mo_search_stats spent = { 0 };
+	memset(r, 0, sizeof *r);
+	enum mo_status s = search_rewrite(prog, &o, enum_end, r, &spent, d);
+	if (!s && !r->best)
+		s = search_program(prog, &o, enum_end, t0 + o.budget_s, r, d);
+	if (!s) {
+		const struct mo_gpu *g = o.gpu ? o.gpu : mo_gpu_of_target(o.target);
+		mo_cost_program(prog, g, &r->cost_unfused); /* the region's, rewritten or not */
 	}
-done:
+	mo_search_stats_add(&r->stats, &spent);
+	r->stats.schedules += spent.schedules;
+	r->stats.kernel_pieces += spent.kernel_pieces;
 	r->stats.proof_seconds += t_primed - t0;
 	r->stats.seconds = mo_seconds() - t0;
 	mo_ref_memo_free(&memo);

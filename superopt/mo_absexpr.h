@@ -76,6 +76,11 @@ struct mo_subexpr;
 /* A checker for subexpressions of any of the n target expressions. NULL if
  * out of memory. */
 struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int n);
+/* The same, with the instances that regroup a sum of products, sum(i,
+ * x·sum(j, y)) = sum(i·j, x·y) for every split of the count, in the
+ * saturation too (A_eq has them; the kernel-graph level needs them to see
+ * X·(A·B) and (X·A)·B as equal; the block level does without). */
+struct mo_subexpr *mo_subexpr_new_regrouping(struct mo_ae_pool *p, const int *targets, int n);
 void mo_subexpr_free(struct mo_subexpr *s);
 /* Does A_eq ∪ A_sub entail subexpr(e, target) for some target? Cached and
  * thread-safe. A solver that gives up (resource limit) counts as yes: the

@@ -57,6 +57,9 @@ struct mo_search_options {
 	/* the region's reference results for the full verdicts (mo_search sets
 	 * it; NULL: none kept) */
 	struct mo_ref_memo *memo;
+	/* the program every full verdict proves against (NULL: the one searched;
+	 * mo_search sets it to the region when it searches a rewritten program) */
+	const struct mo_tp *truth;
 };
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
@@ -74,6 +77,8 @@ struct mo_search_stats {
 	uint64_t verified;          /* candidates that passed the fast check */
 	int schedules;              /* grid / for-loop classes explored */
 	int kernel_pieces;          /* runs of ops searched as one kernel of several */
+	uint64_t kernel_graphs;     /* kernel graphs of pre-defined ops visited (kenum.c) */
+	uint64_t rewrites;          /* ways they found to compute a tensor of the region */
 	int proofs;                 /* full verdicts run */
 	double proof_seconds;       /* in full verdicts (and the evaluation that sized them) */
 	double seconds;
@@ -87,6 +92,9 @@ struct mo_search_result {
 	struct mo_equiv_report verification; /* the final, full verdict of best */
 	struct mo_search_stats stats;
 	char why[256];              /* why best is NULL */
+	/* what the program searched changed from the region's ("" when it is
+	 * the region's): best is built from it and proven against the region */
+	char rewrite[200];
 };
 
 /* Searches for the fastest μGraph equivalent to prog (a region's program,

@@ -142,4 +142,10 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
 			const struct mo_equiv_options *opt, struct mo_equiv_report *out,
 			struct mo_diag *d);
 
+/* A screen, not a verdict: does one field trial of a (the first of a verdict
+ * with opt's seed) agree with ref's? ref's result comes from opt->memo when
+ * it is ref's. *agree is false when they differ or the trial says nothing. */
+enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
+			       const struct mo_equiv_options *opt, bool *agree, struct mo_diag *d);
+
 #endif

@@ -949,6 +949,8 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->proofs += from->proofs;
 	to->proof_seconds += from->proof_seconds;
 	to->budget_hit |= from->budget_hit;
+	to->kernel_graphs += from->kernel_graphs;
+	to->rewrites += from->rewrites;
 }
 
 struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o)
@@ -965,7 +967,7 @@ enum mo_status mo_search_prove(const struct mo_mugraph *mg, const struct mo_tp *
 {
 	struct mo_equiv_options eo = mo_search_equiv_options(o);
 	double t0 = mo_seconds();
-	enum mo_status s = mo_mg_equiv(mg, prog, &eo, rep, d);
+	enum mo_status s = mo_mg_equiv(mg, o->truth ? o->truth : prog, &eo, rep, d);
 	st->proofs++;
 	st->proof_seconds += mo_seconds() - t0;
 	return s;

@@ -29,6 +29,8 @@
 #include <z3.h>
 
 #define MAX_TERMS 6000
+/* rounds of congruence (lift) in a regrouping saturation */
+#define LIFT_ROUNDS 3
 
 struct cache_entry {
 	int id;
@@ -46,6 +48,11 @@ struct mo_subexpr {
 	int *known, n_known, cap_known;
 	int (*eqs)[2];
 	int n_eqs, cap_eqs;
+	/* sum(i·j, x) = sum(i, sum(j, x)): the pool keeps only the left side
+	 * (it folds nested sums), so these are said to Z3 apart: (u, i, the id
+	 * of sum(j, x)) */
+	struct nest { int u, inner; int64_t i; } *nests;
+	int n_nests, cap_nests;
 	pthread_mutex_t lock; /* the solver and the cache */
 	Z3_context ctx;
 	Z3_solver solver;
@@ -116,6 +123,7 @@ struct sat {
 	struct mo_subexpr *s;
 	int *queue, nq, capq;
 	int size_cap;
+	bool regroup; /* also regroup sums of products (mo_subexpr_new_regrouping) */
 };
 
 static void found(struct sat *st, int id)
@@ -237,10 +245,33 @@ static void rewrite(struct sat *st, int u)
 		}
 		if (A.kind == MO_AE_DIV)
 			equal(st, u, MK(MO_AE_DIV, MK(MO_AE_SUM, A.a, -1, x.k), A.b, 0));
+		/* sum(i, x·sum(j, y)) = sum(i·j, x·y) and back, for every split of
+		 * the count: how one contraction is done as two (X·(A·B) as
+		 * (X·A)·B). The kernel-graph level asks for it; the block level
+		 * does without (it only makes the saturation larger there). */
+		if (st->regroup && A.kind == MO_AE_MUL) {
+			struct mo_ae f[2] = { mo_ae_node(p, A.a), mo_ae_node(p, A.b) };
+			int side[2] = { A.a, A.b };
+			for (int q = 0; q < 2; q++)
+				if (f[q].kind == MO_AE_SUM)
+					equal(st, u, MK(MO_AE_SUM, MK(MO_AE_MUL, side[1 - q], f[q].a, 0),
+							-1, x.k * f[q].k));
+			for (int64_t d = 2; d < x.k && d <= 1 << 20; d++)
+				if (x.k % d == 0)
+					for (int q = 0; q < 2; q++)
+						equal(st, u, MK(MO_AE_SUM, MK(MO_AE_MUL, side[q],
+							MK(MO_AE_SUM, side[1 - q], -1, d), 0), -1, x.k / d));
+		}
 		/* sum(i·j, x) = sum(i, sum(j, x)): the inner sums are subexpressions */
 		for (int64_t d = 2; d < x.k && d <= 1 << 20; d++)
-			if (x.k % d == 0)
-				found(st, MK(MO_AE_SUM, x.a, -1, d));
+			if (x.k % d == 0) {
+				int inner = MK(MO_AE_SUM, x.a, -1, d);
+				found(st, inner);
+				if (st->regroup && inner >= 0 && room(&st->s->nests, st->s->n_nests,
+						       &st->s->cap_nests, sizeof *st->s->nests))
+					st->s->nests[st->s->n_nests++] =
+						(struct nest){ u, inner, x.k / d };
+			}
 		break;
 	case MO_AE_EXP:
 		if (A.kind == MO_AE_ADD)
@@ -254,6 +285,56 @@ static void rewrite(struct sat *st, int u)
 	case MO_AE_VAR: case MO_AE_CONST: case MO_AE_FN:
 		break;
 	}
+}
+
+static int cmp_eq(const void *a, const void *b)
+{
+	const int *x = a, *y = b;
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* Congruence, one level: for every equality a = b found and every term with
+ * a as an operand, the term with b in its place is equal to it and is
+ * rewritten in turn (so a sum over a product that was regrouped is itself
+ * regrouped). The rewriting above only looks at a term's own operands.
+ * False when out of memory. */
+static bool lift(struct sat *st)
+{
+	struct mo_subexpr *s = st->s;
+	struct mo_ae_pool *p = s->pool;
+	int n_eqs = s->n_eqs, n_known = s->n_known;
+	int (*eqs)[2] = mo_malloc(sizeof *eqs * (size_t)(n_eqs + 1));
+	int *known = mo_malloc(sizeof *known * (size_t)(n_known + 1));
+	if (!eqs || !known) {
+		mo_free(eqs);
+		mo_free(known);
+		return false;
+	}
+	memcpy(eqs, s->eqs, sizeof *eqs * (size_t)n_eqs);
+	memcpy(known, s->known, sizeof *known * (size_t)n_known);
+	qsort(eqs, (size_t)n_eqs, sizeof *eqs, cmp_eq);
+	for (int k = 0; k < n_known && s->n_known < MAX_TERMS; k++) {
+		struct mo_ae x = mo_ae_node(p, known[k]);
+		int kids[2] = { x.a, x.b };
+		for (int side = 0; side < 2; side++) {
+			if (kids[side] < 0)
+				continue;
+			int lo = 0, hi = n_eqs; /* the first equality with kids[side] on the left */
+			while (lo < hi) {
+				int mid = (lo + hi) / 2;
+				if (eqs[mid][0] < kids[side])
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			for (int e = lo; e < n_eqs && eqs[e][0] == kids[side]; e++)
+				equal(st, known[k], MK(x.kind, side ? x.a : eqs[e][1],
+						       side ? eqs[e][1] : x.b, x.k));
+		}
+	}
+	mo_free(eqs);
+	mo_free(known);
+	return true;
 }
 
 /* ---- Z3 ---- */
@@ -321,7 +402,8 @@ static void assert_ast(struct mo_subexpr *s, Z3_ast a)
 	Z3_dec_ref(s->ctx, a);
 }
 
-struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int n)
+static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, int n,
+				      bool regroup)
 {
 	struct mo_subexpr *s = mo_calloc(1, sizeof *s);
 	if (!s)
@@ -332,7 +414,7 @@ struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int 
 	s->target_leaves = mo_calloc((size_t)n + 1, sizeof *s->target_leaves);
 	if (!s->targets || !s->target_leaves)
 		goto fail;
-	struct sat st = { .s = s, .size_cap = 8 };
+	struct sat st = { .s = s, .size_cap = 8, .regroup = regroup };
 	for (int i = 0; i < n; i++) {
 		if (targets[i] < 0)
 			continue;
@@ -350,6 +432,15 @@ struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int 
 	s->n_subterms = s->n_known;
 	for (int i = 0; i < st.nq && s->n_known < MAX_TERMS; i++)
 		rewrite(&st, st.queue[i]);
+	for (int round = 0; regroup && round < LIFT_ROUNDS && s->n_known < MAX_TERMS; round++) {
+		int nq = st.nq;
+		if (!lift(&st))
+			break;
+		for (int i = nq; i < st.nq && s->n_known < MAX_TERMS; i++)
+			rewrite(&st, st.queue[i]);
+		if (st.nq == nq)
+			break;
+	}
 	mo_free(st.queue);
 
 	Z3_config cfg = Z3_mk_config();
@@ -379,6 +470,11 @@ struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int 
 	Z3_solver_inc_ref(c, s->solver);
 	for (int i = 0; i < s->n_eqs; i++)
 		assert_ast(s, Z3_mk_eq(c, term(s, s->eqs[i][0]), term(s, s->eqs[i][1])));
+	for (int i = 0; i < s->n_nests; i++)
+		assert_ast(s, Z3_mk_eq(c, term(s, s->nests[i].u),
+				       Z3_mk_app(c, s->sum, 2, (Z3_ast[]){
+						 Z3_mk_int64(c, s->nests[i].i, s->I),
+						 term(s, s->nests[i].inner) })));
 	for (int i = 0; i < s->n_known; i++)
 		assert_ast(s, Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ term(s, s->known[i]), s->top }));
 	if (Z3_get_error_code(c) != Z3_OK)
@@ -387,6 +483,16 @@ struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int 
 fail:
 	mo_subexpr_free(s);
 	return NULL;
+}
+
+struct mo_subexpr *mo_subexpr_new(struct mo_ae_pool *p, const int *targets, int n)
+{
+	return subexpr_new(p, targets, n, false);
+}
+
+struct mo_subexpr *mo_subexpr_new_regrouping(struct mo_ae_pool *p, const int *targets, int n)
+{
+	return subexpr_new(p, targets, n, true);
 }
 
 void mo_subexpr_free(struct mo_subexpr *s)
@@ -407,6 +513,7 @@ void mo_subexpr_free(struct mo_subexpr *s)
 	mo_free(s->subterms);
 	mo_free(s->known);
 	mo_free(s->eqs);
+	mo_free(s->nests);
 	mo_free(s->ast_ids);
 	mo_free(s->asts);
 	mo_free(s->cache);

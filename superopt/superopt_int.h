@@ -63,4 +63,22 @@ enum mo_status mo_search_prove(const struct mo_mugraph *mg, const struct mo_tp *
 			       const struct mo_search_options *o, struct mo_equiv_report *rep,
 			       struct mo_search_stats *st, struct mo_diag *d);
 
+/* The kernel-graph level over pre-defined kernels (kenum.c): another
+ * program for the region, from kernel ops enumerated in canonical form. */
+struct mo_kenum_stats {
+	uint64_t states, pruned_shape, pruned_duplicate, pruned_absexpr;
+	uint64_t rewrites;   /* ways found to compute a tensor of the region */
+	int screened;        /* rewritten programs given a field trial */
+	double seconds;
+	bool budget_hit;
+};
+/* Searches for at most `budget_s` seconds; *out is the rewritten program
+ * with the lowest unfused cost below `gain` times the region's that one
+ * field trial does not refute (NULL: none), and desc says what it changed.
+ * *out shares prog's tensors and model: prog must outlive it. */
+enum mo_status mo_kenum_rewrite(const struct mo_tp *prog, const struct mo_search_options *o,
+				double budget_s, double gain, struct mo_tp **out,
+				struct mo_kenum_stats *st, char *desc, size_t len,
+				struct mo_diag *d);
+
 #endif

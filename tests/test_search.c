@@ -145,6 +145,85 @@ static void layernorm_linear(void **state)
 	unload(&r);
 }
 
+/* A LoRA merged into its weight on every call, X·(W + A·B) with the adapter
+ * as inputs: the kernel-graph level finds X·W + (X·A)·B, which does less
+ * work (the [hidden, out] delta is never made), searches that program, and
+ * the μGraph built from it is proven against the region as written. With one
+ * kernel op allowed it cannot take four ops, and the region's own program is
+ * searched. */
+static void kernel_graph_rewrite(void **state)
+{
+	(void)state;
+	struct region r = load_region("lora_merged_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 30;
+	struct mo_search_result res;
+	search_found(&r, &o, &res);
+	assert_true(res.stats.kernel_graphs > 0);
+	assert_true(res.stats.rewrites > 0);
+	assert_non_null(strstr(res.rewrite, "in 4 ops"));
+	/* its MatMuls read the adapter's two halves apart: none reads A·B */
+	const struct mo_block_graph *bg = res.best->ops[0].bg;
+	assert_non_null(bg);
+	int matmuls = 0;
+	for (int i = 0; i < bg->body.n_ops; i++)
+		matmuls += bg->body.ops[i].kind == MO_OP_MATMUL;
+	assert_int_equal(matmuls, 3);
+	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
+	/* proven against the region itself, again here */
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = 77;
+	struct mo_equiv_report rep;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_equiv(res.best, r.prog, &eo, &rep, &d))
+		fail_msg("%s", d.msg);
+	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	mo_search_result_free(&res);
+
+	o.max_kernel_ops = 1;
+	search_found(&r, &o, &res);
+	assert_int_equal(res.rewrite[0], 0);
+	mo_search_result_free(&res);
+	unload(&r);
+}
+
+/* One field trial screens a rewritten program: the region agrees with
+ * itself, and the region with its last MatMul reading W instead of W + A·B
+ * (same interface, other values) is refuted. */
+static void screen(void **state)
+{
+	(void)state;
+	struct region a = load_region("lora_merged_tiny_fp32.onnx");
+	const struct mo_region *g = &a.p->regions[0];
+	struct mo_tp *wrong;
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	bool agree = false;
+	if (mo_equiv_screen(a.prog, a.prog, &eo, &agree, &d) ||
+	    mo_tp_region(a.tp, g->ops, g->n_ops, g->inputs, g->n_inputs, g->outputs, g->n_outputs,
+			 &wrong, &d))
+		fail_msg("%s", d.msg);
+	assert_true(agree);
+	int mm = -1, w = -1;
+	for (int k = 0; k < wrong->n_ops; k++)
+		if (wrong->ops[k].kind == MO_OP_MATMUL &&
+		    wrong->tensors[wrong->ops[k].out[0]].is_graph_output)
+			mm = k;
+	for (int t = 0; t < wrong->n_tensors; t++)
+		if (wrong->tensors[t].kind == MO_T_INITIALIZER && wrong->tensors[t].n_consumers > 0)
+			w = t;
+	assert_true(mm >= 0 && w >= 0);
+	int in[2] = { wrong->ops[mm].in[0], w };
+	wrong->ops[mm].in = in; /* this program's copy of the op only */
+	if (mo_equiv_screen(wrong, a.prog, &eo, &agree, &d))
+		fail_msg("%s", d.msg);
+	assert_false(agree);
+	mo_tp_free(wrong);
+	unload(&a);
+}
+
 /* The same seed and thread count give the same μGraph; so does another
  * thread count (classes are merged in order). */
 static void deterministic(void **state)
@@ -229,6 +308,8 @@ int main(void)
 		cmocka_unit_test(deterministic),
 		cmocka_unit_test(several_kernels),
 		cmocka_unit_test(layernorm_linear),
+		cmocka_unit_test(kernel_graph_rewrite),
+		cmocka_unit_test(screen),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
