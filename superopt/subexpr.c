@@ -303,6 +303,8 @@ static bool lift(struct sat *st)
 	struct mo_subexpr *s = st->s;
 	struct mo_ae_pool *p = s->pool;
 	int n_eqs = s->n_eqs, n_known = s->n_known;
+	if (!n_eqs || !n_known)
+		return true; /* nothing to lift */
 	int (*eqs)[2] = mo_malloc(sizeof *eqs * (size_t)(n_eqs + 1));
 	int *known = mo_malloc(sizeof *known * (size_t)(n_known + 1));
 	if (!eqs || !known) {
