@@ -213,6 +213,19 @@ def lora_merged(g, s):
     g.output(y, [s["tokens"], s["out"]])
 
 
+def pooled_head(g, s):
+    """A classification head that projects every token and then mean-pools
+    the logits over the sequence, ReduceMean(X·W, axis 1): the order a model
+    written per token gets. Pooling first, ReduceMean(X, axis 1)·W, is the
+    same function with the MatMul done once per sequence instead of once
+    per token (the search's kernel-graph level finds it)."""
+    x = g.input("X", [s["batch"], s["seq"], s["hidden"]])
+    w = g.weight("classifier.weight", [s["hidden"], s["classes"]])
+    logits = g.op("MatMul", [x, w], "/classifier")
+    y = g.reduce("ReduceMean", logits, [1], "/pool")
+    g.output(y, [s["batch"], 1, s["classes"]])
+
+
 def attention_core(g, q, k_t, v, rank, scope):
     scores = g.op("MatMul", [q, k_t], scope)
     probs = g.softmax(scores, rank, scope)
@@ -416,6 +429,9 @@ SUITE = {
     "lora_merged": (lora_merged, {"tiny": {"tokens": 16, "hidden": 64, "out": 64, "rank": 4},
                                   "paper": {"tokens": 16, "hidden": 4096, "out": 4096,
                                             "rank": 16}}),
+    "pooled_head": (pooled_head, {"tiny": {"batch": 2, "seq": 32, "hidden": 64, "classes": 16},
+                                  "paper": {"batch": 8, "seq": 512, "hidden": 1024,
+                                            "classes": 1024}}),
     "gqa": (gqa, {"tiny": {"heads": 2, "q_len": 8, "kv_len": 64, "head_dim": 16},
                   **{f"paper_{k}": v for k, v in batched(
                       {"heads": lambda b: 2 * b, "q_len": 256, "kv_len": 4096,

@@ -79,7 +79,14 @@ static void op_cost(const struct mo_tp *tp, const struct mo_tp_op *op, const str
 		   op->kind != MO_OP_CONCAT) {
 		return;
 	}
-	double blocks = n / 4096 > 1 ? n / 4096 : 1; /* a library kernel's grid */
+	/* a library kernel's grid covers its largest operand (a reduction or a
+	 * MatMul with a small result splits the reduced axis across blocks);
+	 * ours has a thread per output element */
+	double cover = n;
+	for (int i = 0; !generated && i < op->n_in; i++)
+		if (op->in[i] >= 0 && (double)mo_tensor_numel(&tp->tensors[op->in[i]]) > cover)
+			cover = (double)mo_tensor_numel(&tp->tensors[op->in[i]]);
+	double blocks = cover / 4096 > 1 ? cover / 4096 : 1;
 	c->us += kernel_us(g, bytes, tc, fl, blocks);
 	c->dram_bytes += bytes;
 	c->flops += tc + fl;

@@ -33,11 +33,21 @@
 /* ops a rewrite may add (at most max_kernel_ops, and this) */
 #define MAX_NEW 5
 /* rewrites kept for the screen, cheapest first */
-#define MAX_FOUND 4
+#define MAX_FOUND 6
+/* kinds of kernel op: the five binary ones and the region's one-operand ops */
+#define MAX_KINDS 16
+
+/* A kind of pre-defined kernel op. A one-operand kind copies an op of the
+ * region (a reduction with its axes, Sqrt, Pow with its exponent, ...), or
+ * is Exp when the region exponentiates. */
+struct kkind {
+	struct mo_tp_op op; /* kind, class, exps and parameters (no operands) */
+	int arity;          /* 1 or 2 */
+};
 
 struct kop {
-	enum mo_op kind;
-	int a, b;      /* operands: tensors of w */
+	int kind;      /* into ken.kinds */
+	int a, b;      /* operands: tensors of w (b == a for one operand) */
 	int64_t key;   /* canonical rank */
 };
 
@@ -59,11 +69,12 @@ struct ken {
 	struct mo_subexpr *sub;
 	int *target_of;      /* per tensor of prog: its subexpr target, or -1 */
 	int *cand, n_cand;   /* the region's tensors an op may read */
-	enum mo_op kinds[8];
+	struct kkind kinds[MAX_KINDS];
 	int n_kinds, max_new;
 	struct kop ops[MAX_NEW];
 	int n_new;
-	double deadline;
+	uint64_t max_states; /* the cap, in kernel graphs visited: deterministic */
+	double deadline;     /* a safety net only */
 	struct found found[MAX_FOUND];
 	int n_found;
 	double prog_us;
@@ -75,27 +86,20 @@ static bool commutative(enum mo_op k)
 	return k == MO_OP_ADD || k == MO_OP_MUL;
 }
 
-static int kind_index(const struct ken *K, enum mo_op k)
-{
-	for (int i = 0; i < K->n_kinds; i++)
-		if (K->kinds[i] == k)
-			return i;
-	return 0;
-}
-
 /* Operand x of the ops: the region's tensors, then the new ones. */
 static int operand(const struct ken *K, int x)
 {
 	return x < K->n_cand ? K->cand[x] : K->n_base + (x - K->n_cand);
 }
 
-/* The rank of op (kind, operands x, y as operand numbers): larger operands
- * later, so an op that reads a new tensor comes after the op that made it. */
-static int64_t rank_of(const struct ken *K, enum mo_op kind, int x, int y)
+/* The rank of op (kind k, operands x, y as operand numbers; y == x for one
+ * operand): larger operands later, so an op that reads a new tensor comes
+ * after the op that made it. */
+static int64_t rank_of(const struct ken *K, int k, int x, int y)
 {
 	int hi = x > y ? x : y, lo = x > y ? y : x;
 	int64_t n = K->n_cand + MAX_NEW;
-	return (((int64_t)hi * n + lo) * 2 + (x > y)) * 8 + kind_index(K, kind);
+	return (((int64_t)hi * n + lo) * 2 + (x > y)) * MAX_KINDS + k;
 }
 
 static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
@@ -171,19 +175,24 @@ static struct mo_tp *rewritten(const struct ken *K, const struct found *f)
 		if (k != replaced)
 			all[n++] = p->ops[k];
 	for (int q = 0; q < f->n_ops; q++) {
+		const struct kkind *kk = &K->kinds[f->ops[q].kind];
 		struct mo_tp_op *op = &all[n++];
-		memset(op, 0, sizeof *op);
-		op->kind = f->ops[q].kind;
-		op->lax = mo_op_table[op->kind].lax;
+		*op = kk->op; /* kind, class, exps, parameters */
 		op->node = p->ops[replaced].node; /* what it stands for */
-		op->n_in = 2;
+		op->n_in = kk->arity;
 		op->n_out = 1;
 		op->in = mo_arena_array(&r->arena, 2, sizeof(int));
 		op->out = mo_arena_array(&r->arena, 1, sizeof(int));
 		if (!op->in || !op->out)
 			goto fail;
-		op->in[0] = f->ops[q].a == K->n_base + f->n_ops - 1 ? f->t : f->ops[q].a;
-		op->in[1] = f->ops[q].b == K->n_base + f->n_ops - 1 ? f->t : f->ops[q].b;
+		if (kk->op.n_params) {
+			op->param_in = mo_arena_array(&r->arena, (size_t)kk->op.n_params, sizeof(int));
+			if (!op->param_in)
+				goto fail;
+			memcpy(op->param_in, kk->op.param_in, sizeof(int) * (size_t)kk->op.n_params);
+		}
+		op->in[0] = f->ops[q].a;
+		op->in[1] = f->ops[q].b;
 		op->out[0] = q == f->n_ops - 1 ? f->t : K->n_base + q;
 	}
 	needed_by_outputs(r, all, n, need_t, keep);
@@ -295,23 +304,25 @@ static int unread(const struct ken *K)
 
 static void deepen(struct ken *K);
 
-/* Tries op (kind, x, y) after the ops so far. */
-static void try_op(struct ken *K, enum mo_op kind, int x, int y)
+/* Tries op (kind k, operands x, y) after the ops so far. */
+static void try_op(struct ken *K, int k, int x, int y)
 {
 	struct mo_tp *w = K->w;
+	const struct kkind *kk = &K->kinds[k];
 	int a = operand(K, x), b = operand(K, y), out = K->n_base + K->n_new;
 	const struct mo_tensor *ta = &w->tensors[a], *tb = &w->tensors[b];
-	if (kind == MO_OP_MATMUL && (ta->rank < 2 || tb->rank < 2))
+	if (kk->op.kind == MO_OP_MATMUL && (ta->rank < 2 || tb->rank < 2))
 		return;
 	int in[2] = { a, b }, outs[1] = { out };
-	struct mo_tp_op op = { .kind = kind, .lax = mo_op_table[kind].lax, .n_in = 2,
-			       .n_out = 1, .in = in, .out = outs };
-	struct mo_tensor saved = w->tensors[out];
+	struct mo_tp_op op = kk->op;
+	op.n_in = kk->arity;
+	op.n_out = 1;
+	op.in = in;
+	op.out = outs;
 	const char *why;
 	K->st->states++;
 	if (!mo_tp_infer(w, &op, &why)) {
 		K->st->pruned_shape++;
-		w->tensors[out] = saved;
 		return;
 	}
 	int terms[2] = { K->term[a], K->term[b] };
@@ -330,7 +341,7 @@ static void try_op(struct ken *K, enum mo_op kind, int x, int y)
 		return;
 	}
 	K->term[out] = e;
-	K->ops[K->n_new++] = (struct kop){ kind, a, b, rank_of(K, kind, x, y) };
+	K->ops[K->n_new++] = (struct kop){ k, a, b, rank_of(K, k, x, y) };
 	/* (a graph of fewer ops was seen at a shallower deepening) */
 	if (K->n_new == K->max_new && all_feed_the_last(K)) {
 		struct mo_ae ne = mo_ae_node(&K->pool, e);
@@ -348,6 +359,14 @@ static void try_op(struct ken *K, enum mo_op kind, int x, int y)
 	K->n_new--;
 }
 
+static bool out_of_time(struct ken *K)
+{
+	if (K->st->states < K->max_states && mo_seconds() <= K->deadline)
+		return false;
+	K->st->budget_hit = true;
+	return true;
+}
+
 static void deepen(struct ken *K)
 {
 	int n_ops = K->n_cand + K->n_new;
@@ -356,17 +375,16 @@ static void deepen(struct ken *K)
 		for (int lo = 0; lo <= hi; lo++)
 			for (int k = 0; k < K->n_kinds; k++)
 				for (int swap = 0; swap < 2; swap++) {
-					if (mo_seconds() > K->deadline) {
-						K->st->budget_hit = true;
+					if (out_of_time(K))
 						return;
-					}
-					enum mo_op kind = K->kinds[k];
-					if (swap && (lo == hi || commutative(kind)))
+					const struct kkind *kk = &K->kinds[k];
+					if (kk->arity == 1 ? lo != hi || swap
+					    : swap && (lo == hi || commutative(kk->op.kind)))
 						continue;
 					int x = swap ? hi : lo, y = swap ? lo : hi;
-					if (rank_of(K, kind, x, y) <= last)
+					if (rank_of(K, k, x, y) <= last)
 						continue;
-					try_op(K, kind, x, y);
+					try_op(K, k, x, y);
 				}
 }
 
@@ -376,6 +394,70 @@ static bool has_kind(const struct mo_tp *p, enum mo_op kind)
 		if (p->ops[k].kind == kind)
 			return true;
 	return false;
+}
+
+static void add_kind(struct ken *K, const struct mo_tp_op *op, int arity)
+{
+	struct mo_op_params p = op->p;
+	p.sizes = NULL;
+	for (int i = 0; i < K->n_kinds; i++) {
+		const struct mo_tp_op *q = &K->kinds[i].op;
+		struct mo_op_params pq = q->p;
+		pq.sizes = NULL;
+		if (q->kind == op->kind && !memcmp(&p, &pq, sizeof p) &&
+		    q->p.n_sizes == op->p.n_sizes &&
+		    (!q->p.n_sizes || !memcmp(q->p.sizes, op->p.sizes,
+					      sizeof *q->p.sizes * (size_t)q->p.n_sizes)) &&
+		    q->n_params == op->n_params &&
+		    (!q->n_params || !memcmp(q->param_in, op->param_in,
+					     sizeof *q->param_in * (size_t)q->n_params)))
+			return; /* the same op, parameters and all */
+	}
+	if (K->n_kinds == MAX_KINDS)
+		return;
+	struct kkind *kk = &K->kinds[K->n_kinds++];
+	kk->op = *op;
+	kk->op.in = kk->op.out = NULL;
+	kk->op.n_in = arity;
+	kk->op.n_out = 1;
+	kk->op.node = -1;
+	kk->op.n_implicit = 0;
+	kk->op.implicit = NULL;
+	kk->op.note = NULL;
+	kk->arity = arity;
+}
+
+static void add_plain_kind(struct ken *K, enum mo_op kind, int arity)
+{
+	struct mo_tp_op op = { .kind = kind, .lax = mo_op_table[kind].lax,
+			       .exps = mo_op_table[kind].exps };
+	add_kind(K, &op, arity);
+}
+
+/* The kernel ops: MatMul, Add and Mul, Sub and Div where the region has
+ * them, every one-operand op of the region that computes (not a layout
+ * op: it would only repeat its operand's expression), and Exp where the
+ * region exponentiates (Softmax and Sigmoid do). */
+static void kinds_of(struct ken *K)
+{
+	const struct mo_tp *p = K->prog;
+	static const enum mo_op always[] = { MO_OP_MATMUL, MO_OP_ADD, MO_OP_MUL };
+	static const enum mo_op if_used[] = { MO_OP_SUB, MO_OP_DIV };
+	for (size_t i = 0; i < sizeof always / sizeof *always; i++)
+		add_plain_kind(K, always[i], 2);
+	for (size_t i = 0; i < sizeof if_used / sizeof *if_used; i++)
+		if (has_kind(p, if_used[i]))
+			add_plain_kind(K, if_used[i], 2);
+	bool exps = false;
+	for (int k = 0; k < p->n_ops; k++) {
+		const struct mo_tp_op *op = &p->ops[k];
+		exps |= op->exps > 0;
+		if (op->n_in == 1 && op->in[0] >= 0 && op->n_out == 1 && !op->n_implicit &&
+		    op->lax != MO_LAX_LAYOUT && op->lax != MO_LAX_NONE)
+			add_kind(K, op, 1);
+	}
+	if (exps)
+		add_plain_kind(K, MO_OP_EXP, 1);
 }
 
 static enum mo_status setup(struct ken *K, struct mo_diag *d)
@@ -433,13 +515,7 @@ static enum mo_status setup(struct ken *K, struct mo_diag *d)
 	mo_free(targets);
 	if (n_targets && !K->sub)
 		return mo_diag_nomem(d);
-	static const enum mo_op always[] = { MO_OP_MATMUL, MO_OP_ADD, MO_OP_MUL };
-	static const enum mo_op if_used[] = { MO_OP_SUB, MO_OP_DIV };
-	for (size_t i = 0; i < sizeof always / sizeof *always; i++)
-		K->kinds[K->n_kinds++] = always[i];
-	for (size_t i = 0; i < sizeof if_used / sizeof *if_used; i++)
-		if (has_kind(p, if_used[i]))
-			K->kinds[K->n_kinds++] = if_used[i];
+	kinds_of(K);
 	return MO_OK;
 }
 
@@ -457,16 +533,15 @@ static void teardown(struct ken *K)
 	mo_free(K->cand);
 }
 
-enum mo_status mo_kenum_rewrite(const struct mo_tp *prog, const struct mo_search_options *o,
-				double budget_s, double gain, struct mo_tp **out,
-				struct mo_kenum_stats *st, char *desc, size_t len,
-				struct mo_diag *d)
+enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_search_options *o,
+				 uint64_t max_states, double budget_s, double gain,
+				 struct mo_kenum_found *out, int *n_out, struct mo_kenum_stats *st,
+				 struct mo_diag *d)
 {
 	double t0 = mo_seconds();
-	*out = NULL;
-	if (desc && len)
-		desc[0] = 0;
-	struct ken K = { .prog = prog, .st = st, .deadline = t0 + budget_s };
+	*n_out = 0;
+	struct ken K = { .prog = prog, .st = st, .max_states = max_states,
+			 .deadline = t0 + budget_s };
 	K.g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	K.max_new = o->max_kernel_ops < MAX_NEW ? o->max_kernel_ops : MAX_NEW;
 	struct mo_cost c;
@@ -482,20 +557,21 @@ enum mo_status mo_kenum_rewrite(const struct mo_tp *prog, const struct mo_search
 	}
 	/* the cheapest that one field trial does not refute */
 	struct mo_equiv_options eo = mo_search_equiv_options(o);
-	for (int i = 0; i < K.n_found && !s && !*out; i++) {
-		struct mo_tp *r = rewritten(&K, &K.found[i]);
+	for (int i = 0; i < K.n_found && !s && *n_out < MO_KENUM_MAX_OUT; i++) {
+		const struct found *f = &K.found[i];
+		struct mo_tp *r = rewritten(&K, f);
 		bool agree = false;
 		if (!r)
 			break;
 		s = mo_equiv_screen(r, prog, &eo, &agree, d);
 		st->screened++;
 		if (!s && agree) {
-			*out = r;
-			if (desc && len)
-				snprintf(desc, len, "'%s' another way, in %d op%s (%.2f µs of work "
-					 "unfused, was %.2f)", prog->tensors[K.found[i].t].name,
-					 K.found[i].n_ops, K.found[i].n_ops == 1 ? "" : "s",
-					 K.found[i].us, work(&K, &c));
+			struct mo_kenum_found *of = &out[(*n_out)++];
+			of->prog = r;
+			of->work_us = f->us;
+			snprintf(of->desc, sizeof of->desc, "'%s' another way, in %d op%s (%.2f µs of "
+				 "work unfused, was %.2f)", prog->tensors[f->t].name, f->n_ops,
+				 f->n_ops == 1 ? "" : "s", f->us, work(&K, &c));
 		} else {
 			mo_tp_free(r);
 		}
@@ -504,6 +580,11 @@ enum mo_status mo_kenum_rewrite(const struct mo_tp *prog, const struct mo_search
 			s = MO_OK;
 			break;
 		}
+	}
+	if (s) {
+		for (int i = 0; i < *n_out; i++)
+			mo_tp_free(out[i].prog);
+		*n_out = 0;
 	}
 	teardown(&K);
 	st->seconds += mo_seconds() - t0;

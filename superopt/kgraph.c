@@ -216,6 +216,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		o.budget_s = budget;
 		o.progress = NULL;
 		o.truth = NULL; /* a piece is its own program */
+		o.beat_us = 0;
 		struct mo_search_result r;
 		s = mo_search_one_kernel(sub, &o, false, &r, d); /* proven as a whole */
 		mo_search_stats_add(st, &r.stats);
@@ -337,6 +338,7 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	struct mo_equiv_report rep;
 	struct mo_search_options o = *k->o;
 	o.truth = NULL; /* against the piece, not the region */
+	o.beat_us = 0;
 	s = mo_search_prove(pc->mg, sub, &o, &rep, st, d);
 	*ok = !s && rep.verdict == MO_EQUIVALENT;
 	pc->proven = *ok;
@@ -367,10 +369,11 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	mo_cost_mugraph(mg, g, &r->cost_best);
 	char why[200] = "";
-	if (r->cost_best.us >= r->cost_unfused.us) {
+	const char *what;
+	double bar = mo_search_bar(o, &r->cost_unfused, &what);
+	if (r->cost_best.us >= bar) {
 		snprintf(r->why, sizeof r->why, "the best μGraph of %d kernels (%.1f µs) is not "
-			 "faster than the unfused region (%.1f µs)", mg->n_ops, r->cost_best.us,
-			 r->cost_unfused.us);
+			 "faster than %s (%.1f µs)", mg->n_ops, r->cost_best.us, what, bar);
 		mo_mg_free(mg);
 		return MO_OK;
 	}
@@ -550,52 +553,102 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
 	return s;
 }
 
-/* Another program for the region (kenum.c), searched first when the kernel
- * graph level finds one that is clearly cheaper run op by op. It gets
- * REWRITE_SHARE of the enumeration's time; the region's own program gets
- * what is left when nothing comes of it. The kernel-graph enumeration
- * itself takes at most KENUM_SHARE of that time, and KENUM_MAX_S. */
+/* Other programs for the region (kenum.c), searched first when the kernel
+ * graph level finds ones clearly cheaper run op by op (REWRITE_GAIN). Each
+ * program searched, the region's own last, gets an equal share of the
+ * enumeration's time left (what one does not use goes to the next), and a
+ * later one's μGraph is proven only when it is estimated faster than the
+ * best so far (options.beat_us). The kernel-graph enumeration itself visits
+ * at most KENUM_STATES_PER_S kernel graphs per second of min(KENUM_SHARE of
+ * the budget, KENUM_MAX_S): a count, so that the same region gives the same
+ * rewrites on every run (at about the rate of the 2-core machine; four times
+ * that time is a safety net). */
 #define REWRITE_GAIN 0.8
-#define REWRITE_SHARE 0.5
 #define KENUM_SHARE 0.05
 #define KENUM_MAX_S 3.0
+#define KENUM_STATES_PER_S 3e6
 
-static enum mo_status search_rewrite(const struct mo_tp *prog, const struct mo_search_options *o,
-				     double enum_end, struct mo_search_result *r,
-				     struct mo_search_stats *spent, struct mo_diag *d)
+/* Adds a whole search's statistics to `to` (schedule classes and pieces
+ * too, which mo_search_stats_add leaves to its callers). */
+static void spend(struct mo_search_stats *to, const struct mo_search_stats *from)
 {
-	double cap = KENUM_SHARE * (enum_end - mo_seconds());
+	mo_search_stats_add(to, from);
+	to->schedules += from->schedules;
+	to->kernel_pieces += from->kernel_pieces;
+}
+
+/* Keeps `got` in r when it is the first or a faster μGraph; else adds its
+ * statistics to `spent` and frees it. */
+static void keep_faster(struct mo_search_result *r, struct mo_search_result *got,
+			const char *rewrite, struct mo_search_stats *spent)
+{
+	if (got->best && (!r->best || got->cost_best.us < r->cost_best.us)) {
+		if (r->best) {
+			spend(spent, &r->stats);
+			mo_search_result_free(r);
+		}
+		*r = *got;
+		snprintf(r->rewrite, sizeof r->rewrite, "%s", rewrite);
+		return;
+	}
+	spend(spent, &got->stats);
+	if (!r->best) /* say why the last one found nothing */
+		snprintf(r->why, sizeof r->why, "%s", got->why);
+	mo_search_result_free(got);
+}
+
+/* Searches the rewrites, then the region's own program, keeping the fastest. */
+static enum mo_status search_programs(const struct mo_tp *prog,
+				      const struct mo_search_options *o, double enum_end,
+				      double hard_end, struct mo_search_result *r,
+				      struct mo_search_stats *spent, struct mo_diag *d)
+{
+	double share = KENUM_SHARE * o->budget_s < KENUM_MAX_S ? KENUM_SHARE * o->budget_s
+								: KENUM_MAX_S;
 	struct mo_kenum_stats ks = { 0 };
-	struct mo_tp *rw = NULL;
-	char desc[160];
-	enum mo_status s = mo_kenum_rewrite(prog, o, cap < KENUM_MAX_S ? cap : KENUM_MAX_S,
-					    REWRITE_GAIN, &rw, &ks, desc, sizeof desc, d);
+	struct mo_kenum_found rw[MO_KENUM_MAX_OUT];
+	int n_rw = 0;
+	enum mo_status s = mo_kenum_rewrites(prog, o, (uint64_t)(KENUM_STATES_PER_S * share),
+					     4 * share, REWRITE_GAIN, rw, &n_rw, &ks, d);
 	spent->kernel_graphs += ks.states;
 	spent->rewrites += ks.rewrites;
-	if (!s && !rw)
-		mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
-			     "%.2f s%s, %" PRIu64 " other ways to compute a tensor, none with clearly "
-			     "less work", ks.states, ks.seconds, ks.budget_hit ? " (time cap hit)" : "",
-			     ks.rewrites);
-	if (s || !rw)
-		return s;
-	mo_progressf(o->progress, o->progress_ctx, "  the kernel-graph level computes %s: "
-		     "searching that program first", desc);
-	struct mo_search_options ro = *o;
-	ro.truth = prog; /* every proof is against the region itself */
-	double now = mo_seconds();
-	s = search_program(rw, &ro, now + REWRITE_SHARE * (enum_end - now), enum_end, r, d);
-	if (!s && r->best)
-		snprintf(r->rewrite, sizeof r->rewrite, "%s", desc);
-	else if (!s)
-		mo_progressf(o->progress, o->progress_ctx, "  nothing from it (%s); searching the "
-			     "region's own program", r->why);
-	if (!s && !r->best) {
-		mo_search_stats_add(spent, &r->stats);
-		spent->schedules += r->stats.schedules;
-		spent->kernel_pieces += r->stats.kernel_pieces;
+	mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
+		     "%.2f s%s (pruned: %" PRIu64 " by shape, %" PRIu64 " as duplicates, %" PRIu64
+		     " by abstract expression); %" PRIu64 " other ways to compute a tensor, %d "
+		     "with clearly less work", ks.states, ks.seconds, ks.budget_hit ? ", cap hit" : "",
+		     ks.pruned_shape, ks.pruned_duplicate, ks.pruned_absexpr, ks.rewrites, n_rw);
+	memset(r, 0, sizeof *r);
+	for (int i = 0; i < n_rw && !s; i++) {
+		mo_progressf(o->progress, o->progress_ctx, "  the kernel-graph level computes %s: "
+			     "searching that program", rw[i].desc);
+		struct mo_search_options ro = *o;
+		ro.truth = prog; /* every proof is against the region itself */
+		ro.beat_us = r->best ? r->cost_best.us : o->beat_us;
+		double now = mo_seconds(), end = now + (enum_end - now) / (n_rw - i + 1);
+		struct mo_search_result got;
+		memset(&got, 0, sizeof got);
+		s = search_program(rw[i].prog, &ro, end, end, &got, d);
+		if (!s)
+			keep_faster(r, &got, rw[i].desc, spent);
+		else
+			mo_search_result_free(&got);
 	}
-	mo_tp_free(rw);
+	for (int i = 0; i < n_rw; i++)
+		mo_tp_free(rw[i].prog);
+	if (s)
+		return s;
+	struct mo_search_options oo = *o;
+	oo.beat_us = r->best ? r->cost_best.us : o->beat_us;
+	if (r->best)
+		mo_progressf(o->progress, o->progress_ctx, "  searching the region's own program "
+			     "for a μGraph faster than %.1f µs", r->cost_best.us);
+	struct mo_search_result got;
+	memset(&got, 0, sizeof got);
+	s = search_program(prog, &oo, enum_end, r->best ? enum_end : hard_end, &got, d);
+	if (!s)
+		keep_faster(r, &got, "", spent);
+	else
+		mo_search_result_free(&got);
 	return s;
 }
 
@@ -614,17 +667,12 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	double enum_s = o.budget_s - reserve - (t_primed - t0);
 	double enum_end = t_primed + (enum_s > 0 ? enum_s : 0);
 	struct mo_search_stats spent = { 0 };
-	memset(r, 0, sizeof *r);
-	enum mo_status s = search_rewrite(prog, &o, enum_end, r, &spent, d);
-	if (!s && !r->best)
-		s = search_program(prog, &o, enum_end, t0 + o.budget_s, r, d);
+	enum mo_status s = search_programs(prog, &o, enum_end, t0 + o.budget_s, r, &spent, d);
 	if (!s) {
 		const struct mo_gpu *g = o.gpu ? o.gpu : mo_gpu_of_target(o.target);
 		mo_cost_program(prog, g, &r->cost_unfused); /* the region's, rewritten or not */
 	}
-	mo_search_stats_add(&r->stats, &spent);
-	r->stats.schedules += spent.schedules;
-	r->stats.kernel_pieces += spent.kernel_pieces;
+	spend(&r->stats, &spent);
 	r->stats.proof_seconds += t_primed - t0;
 	r->stats.seconds = mo_seconds() - t0;
 	mo_ref_memo_free(&memo);

@@ -60,6 +60,10 @@ struct mo_search_options {
 	/* the program every full verdict proves against (NULL: the one searched;
 	 * mo_search sets it to the region when it searches a rewritten program) */
 	const struct mo_tp *truth;
+	/* > 0: prove only a μGraph estimated faster than this many µs (a μGraph
+	 * found before; mo_search lowers it to the best of each program it
+	 * searches for the next) */
+	double beat_us;
 };
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \

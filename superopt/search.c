@@ -953,6 +953,23 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->rewrites += from->rewrites;
 }
 
+double mo_search_bar(const struct mo_search_options *o, const struct mo_cost *unfused,
+		     const char **what)
+{
+	double bar = unfused->us;
+	if (o->truth) { /* a rewritten program: the region as written is what runs now */
+		struct mo_cost c;
+		mo_cost_program(o->truth, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
+		bar = c.us;
+	}
+	*what = "the unfused region";
+	if (o->beat_us > 0 && o->beat_us < bar) {
+		bar = o->beat_us;
+		*what = "the μGraph already found";
+	}
+	return bar;
+}
+
 struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o)
 {
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
@@ -1394,11 +1411,13 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	/* the best that passes the full verdict */
 	enum mo_status st = MO_OK;
 	int tried = 0;
-	double slowest = -1; /* the estimate of the first not faster than the region */
+	double slowest = -1; /* the estimate of the first not faster than the bar */
+	const char *what;
+	double bar = mo_search_bar(&o, &r->cost_unfused, &what);
 	for (int i = 0; i < rk.n && !r->best && !st; i++) {
 		struct mo_cost c;
 		mo_cost_mugraph(rk.top[i].mg, o.gpu, &c);
-		if (c.us >= r->cost_unfused.us) { /* not worth a proof */
+		if (c.us >= bar) { /* not worth a proof */
 			if (slowest < 0)
 				slowest = c.us;
 			continue;
@@ -1424,8 +1443,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	for (int i = 0; i < rk.n; i++)
 		mo_mg_free(rk.top[i].mg);
 	if (!st && !r->best && !tried && slowest >= 0)
-		snprintf(r->why, sizeof r->why, "the best μGraph (%.1f µs) is not faster than the "
-			 "unfused region (%.1f µs)", slowest, r->cost_unfused.us);
+		snprintf(r->why, sizeof r->why, "the best μGraph (%.1f µs) is not faster than %s "
+			 "(%.1f µs)", slowest, what, bar);
 	else if (!st && !r->best)
 		snprintf(r->why, sizeof r->why, "%s", rk.n ? "no candidate passed the full verification"
 					       : r->stats.budget_hit ? "the budget ran out before a candidate was found"

@@ -55,6 +55,12 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o,
 				    bool verify, struct mo_search_result *r, struct mo_diag *d);
 void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);
+/* What a μGraph's estimate must be below to be worth a proof: the region's
+ * unfused cost (`unfused`, the program searched, or o->truth's when set: a
+ * rewritten program need only beat the region as written), or o->beat_us
+ * when that is lower. *what names it for messages. */
+double mo_search_bar(const struct mo_search_options *o, const struct mo_cost *unfused,
+		     const char **what);
 /* The verdict's options for a search: its seed, and its region's reference
  * results (o->memo, used when the program is that region). */
 struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o);
@@ -72,13 +78,22 @@ struct mo_kenum_stats {
 	double seconds;
 	bool budget_hit;
 };
-/* Searches for at most `budget_s` seconds; *out is the rewritten program
- * with the lowest unfused cost below `gain` times the region's that one
- * field trial does not refute (NULL: none), and desc says what it changed.
- * *out shares prog's tensors and model: prog must outlive it. */
-enum mo_status mo_kenum_rewrite(const struct mo_tp *prog, const struct mo_search_options *o,
-				double budget_s, double gain, struct mo_tp **out,
-				struct mo_kenum_stats *st, char *desc, size_t len,
-				struct mo_diag *d);
+/* What the level found: another program for the region. */
+struct mo_kenum_found {
+	struct mo_tp *prog;  /* shares the region's tensors and model: the region
+			      * must outlive it (free with mo_tp_free) */
+	double work_us;      /* run op by op, less its launches */
+	char desc[160];      /* what it changed */
+};
+#define MO_KENUM_MAX_OUT 2
+/* Visits at most `max_states` kernel graphs (the cap that makes the result
+ * the same on every run; `budget_s` seconds is a safety net only). out[0..
+ * *n_out) are the rewritten programs (at most MO_KENUM_MAX_OUT), cheapest
+ * first, with less than `gain` times the region's work, that one field
+ * trial does not refute. */
+enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_search_options *o,
+				 uint64_t max_states, double budget_s, double gain,
+				 struct mo_kenum_found *out, int *n_out, struct mo_kenum_stats *st,
+				 struct mo_diag *d);
 
 #endif

@@ -10,9 +10,11 @@ Also checked, per model:
   domain, and no other node of that domain exists; opset_import lists the
   domain; metadata_props names the plugin;
 - the models of BENCHMARKS.md section A that the search is known to fuse at
-  tiny shapes (rmsnorm, gated_mlp, lora, gqa), and LayerNorm + Linear
-  (ln_linear), do get fused: a regression in search, code generation or
-  export fails here;
+  tiny shapes (rmsnorm, gated_mlp, lora, gqa), LayerNorm + Linear
+  (ln_linear), and the two patterns the search computes another way
+  (lora_merged, pooled_head: the kernel-graph level's rewrites, whose
+  kernels must then agree with ONNX Runtime like any), do get fused: a
+  regression in search, code generation or export fails here;
 - where nvcc is found, every fused op also has a CUDA kernel, i.e. the
   generated CUDA compiled for sm_80 and sm_90 (the tool's default
   --cuda-arch).
@@ -31,10 +33,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-MUST_FUSE = {"rmsnorm", "gated_mlp", "lora", "gqa", "ln_linear"}
+MUST_FUSE = {"rmsnorm", "gated_mlp", "lora", "gqa", "ln_linear", "lora_merged", "pooled_head"}
 SECTION_A = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans"]
 # single patterns beyond section A, checked like it (fp32 and fp16)
-PATTERNS = ["ln_linear"]
+PATTERNS = ["ln_linear", "lora_merged", "pooled_head"]
 SECTION_C = ["llama_layer", "gpt2_block", "bert_layer"]
 # Largest error allowed, relative to the largest magnitude of the output. The
 # fused kernels compute in fp32 and round once; ONNX Runtime rounds fp16

@@ -188,6 +188,90 @@ static void kernel_graph_rewrite(void **state)
 	unload(&r);
 }
 
+/* True when tile t of block graph body b is computed from a ReduceSum
+ * (following first operands back). */
+static bool from_a_sum(const struct mo_tp *b, int t)
+{
+	for (int depth = 0; t >= 0 && depth < 16; depth++) {
+		int k = b->tensors[t].producer;
+		if (k < 0)
+			return false;
+		if (b->ops[k].kind == MO_OP_REDUCE_SUM)
+			return true;
+		t = b->ops[k].in[0];
+	}
+	return false;
+}
+
+/* A one-operand op of the region is a kernel op too, a reduction with its
+ * axes here: a head that projects every token and then mean-pools,
+ * ReduceMean(X·W, axis 1), is found as ReduceMean(X, axis 1)·W, which
+ * multiplies once per sequence; the μGraph built from it pools before its
+ * MatMul and is proven against the region as written. Then the region's own
+ * program is searched too, for a μGraph faster still (beat_us): none is, so
+ * the rewrite's stays. */
+static void kernel_graph_reduction(void **state)
+{
+	(void)state;
+	struct region r = load_region("pooled_head_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 30;
+	struct mo_search_result res;
+	search_found(&r, &o, &res);
+	assert_non_null(strstr(res.rewrite, "ReduceMean_output_0' another way, in 2 ops"));
+	const struct mo_block_graph *bg = res.best->ops[0].bg;
+	assert_non_null(bg);
+	int mm = -1;
+	for (int i = 0; i < bg->body.n_ops; i++)
+		if (bg->body.ops[i].kind == MO_OP_MATMUL)
+			mm = i;
+	assert_true(mm >= 0);
+	assert_true(from_a_sum(&bg->body, bg->body.ops[mm].in[0]));
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = 78;
+	struct mo_equiv_report rep;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_equiv(res.best, r.prog, &eo, &rep, &d))
+		fail_msg("%s", d.msg);
+	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	/* the region's own program, searched after, proved nothing slower */
+	assert_int_equal(res.stats.proofs, 1);
+	mo_search_result_free(&res);
+	unload(&r);
+}
+
+/* With a μGraph already found, a search proves only one estimated faster
+ * (options.beat_us): LoRA's region as one kernel, searched again with the
+ * bar just below what it found, finds nothing, proves nothing and says why;
+ * with the bar just above, it finds it again. */
+static void beat_bar(void **state)
+{
+	(void)state;
+	struct region r = load_region("lora_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 30;
+	o.max_kernel_ops = 1;
+	struct mo_search_result res;
+	search_found(&r, &o, &res);
+	double us = res.cost_best.us;
+	mo_search_result_free(&res);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	o.beat_us = us * 0.999;
+	if (mo_search(r.prog, &o, &res, &d))
+		fail_msg("%s", d.msg);
+	assert_null(res.best);
+	assert_int_equal(res.stats.proofs, 0);
+	assert_non_null(strstr(res.why, "not faster than the μGraph already found"));
+	mo_search_result_free(&res);
+	o.beat_us = us * 1.001;
+	search_found(&r, &o, &res);
+	assert_true(res.cost_best.us < o.beat_us);
+	mo_search_result_free(&res);
+	unload(&r);
+}
+
 /* One field trial screens a rewritten program: the region agrees with
  * itself, and the region with its last MatMul reading W instead of W + A·B
  * (same interface, other values) is refuted. */
@@ -257,6 +341,27 @@ static void cost_model(void **state)
 	assert_true(ca.kernels >= 5); /* every op but layout is a kernel */
 	assert_true(ch.us < ca.us);   /* faster memory, faster launches */
 	unload(&r);
+
+	/* A library kernel spreads its largest operand over the SMs: a
+	 * MatMul with a small result and a reduction to one row per sequence
+	 * (the pooled head, at [8, 512, 1024] and a 1024x1024 weight) run at
+	 * about DRAM bandwidth, not on the few blocks their results fill. */
+	r = load_region("pooled_head_tiny_fp32.onnx");
+	for (int t = 0; t < r.prog->n_tensors; t++) {
+		struct mo_tensor *x = &r.prog->tensors[t];
+		if (x->rank == 3) { /* X, the logits, the pooled logits */
+			x->dims[0] = 8;
+			x->dims[1] = x->dims[1] > 1 ? 512 : 1;
+			x->dims[2] = 1024;
+		} else if (x->rank == 2) { /* the weight */
+			x->dims[0] = x->dims[1] = 1024;
+		}
+	}
+	mo_cost_program(r.prog, h200, &ch);
+	assert_int_equal(ch.kernels, 2);
+	double roof = ch.dram_bytes / (h200->dram_gbs * 1e3) + ch.flops / (h200->tc_tflops * 1e6);
+	assert_true(ch.us < 1.5 * roof + ch.kernels * h200->launch_us);
+	unload(&r);
 }
 
 /* A region no single kernel computes (ntrans: two normalizations in a row)
@@ -309,6 +414,8 @@ int main(void)
 		cmocka_unit_test(several_kernels),
 		cmocka_unit_test(layernorm_linear),
 		cmocka_unit_test(kernel_graph_rewrite),
+		cmocka_unit_test(kernel_graph_reduction),
+		cmocka_unit_test(beat_bar),
 		cmocka_unit_test(screen),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
