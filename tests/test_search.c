@@ -145,6 +145,19 @@ static void layernorm_linear(void **state)
 	unload(&r);
 }
 
+/* A fresh full verdict, with another seed, says mg computes prog. */
+static void assert_proven(const struct mo_mugraph *mg, const struct mo_tp *prog, uint64_t seed)
+{
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = seed;
+	struct mo_equiv_report rep;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_equiv(mg, prog, &eo, &rep, &d))
+		fail_msg("%s", d.msg);
+	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+}
+
 /* A LoRA merged into its weight on every call, X·(W + A·B) with the adapter
  * as inputs: the kernel-graph level finds X·W + (X·A)·B, which does less
  * work (the [hidden, out] delta is never made), searches that program, and
@@ -170,15 +183,7 @@ static void kernel_graph_rewrite(void **state)
 		matmuls += bg->body.ops[i].kind == MO_OP_MATMUL;
 	assert_int_equal(matmuls, 3);
 	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
-	/* proven against the region itself, again here */
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = 77;
-	struct mo_equiv_report rep;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_mg_equiv(res.best, r.prog, &eo, &rep, &d))
-		fail_msg("%s", d.msg);
-	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	assert_proven(res.best, r.prog, 77); /* against the region itself, again here */
 	mo_search_result_free(&res);
 
 	o.max_kernel_ops = 1;
@@ -227,14 +232,7 @@ static void kernel_graph_reduction(void **state)
 			mm = i;
 	assert_true(mm >= 0);
 	assert_true(from_a_sum(&bg->body, bg->body.ops[mm].in[0]));
-	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-	eo.seed = 78;
-	struct mo_equiv_report rep;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_mg_equiv(res.best, r.prog, &eo, &rep, &d))
-		fail_msg("%s", d.msg);
-	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	assert_proven(res.best, r.prog, 78);
 	/* the region's own program, searched after, proved nothing slower */
 	assert_int_equal(res.stats.proofs, 1);
 	mo_search_result_free(&res);
