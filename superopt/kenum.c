@@ -102,16 +102,6 @@ static int64_t rank_of(const struct ken *K, int k, int x, int y)
 	return (((int64_t)hi * n + lo) * 2 + (x > y)) * MAX_KINDS + k;
 }
 
-static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
-{
-	if (a->rank != b->rank)
-		return false;
-	for (int i = 0; i < a->rank; i++)
-		if (a->dims[i] != b->dims[i])
-			return false;
-	return true;
-}
-
 /* ---- the rewritten program ---- */
 
 /* keep[k]: op k feeds an output of r. */
@@ -347,7 +337,7 @@ static void try_op(struct ken *K, int k, int x, int y)
 		struct mo_ae ne = mo_ae_node(&K->pool, e);
 		for (int i = 0; i < K->n_cand; i++) {
 			int t = K->cand[i], g = K->target_of[t];
-			if (g < 0 || !same_shape(&w->tensors[out], &w->tensors[t]))
+			if (g < 0 || !mo_same_shape(&w->tensors[out], &w->tensors[t]))
 				continue;
 			struct mo_ae te = mo_ae_node(&K->pool, K->term[t]);
 			if (te.leaves == ne.leaves && mo_subexpr_equal(K->sub, e, g))

@@ -453,7 +453,7 @@ int mo_target_regs_per_sm(enum mo_target t)
 
 /* ---- the memory plan (paper §6) ---- */
 
-static bool same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
+bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
 {
 	if (a->rank != b->rank)
 		return false;
@@ -496,13 +496,13 @@ static void register_thread_graphs(const struct mo_block_graph *bg, struct mo_bg
 		for (int j = first; j <= last && ok; j++) {
 			const struct mo_tp_op *op = &body->ops[j];
 			ok = mo_op_elementwise(op->kind) && op->n_out == 1 && op->n_in <= 2 &&
-			     same_shape(&body->tensors[op->out[0]], shape) &&
+			     mo_same_shape(&body->tensors[op->out[0]], shape) &&
 			     p->post[op->out[0]] == phase;
 			for (int q = 0; ok && q < op->n_in; q++) {
 				int t = op->in[q];
 				int prod = t >= 0 ? body->tensors[t].producer : -1;
 				if (prod >= first && prod < j)
-					ok = same_shape(&body->tensors[t], shape);
+					ok = mo_same_shape(&body->tensors[t], shape);
 			}
 		}
 		if (!ok)

@@ -25,6 +25,9 @@ struct ev {
  * superopt. */
 uint64_t mo_mix64(uint64_t x);
 
+/* a and b have the same rank and dims. */
+bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b);
+
 /* Runs one op whose operands are in e->vals (tensors of e->tp); allocates
  * its outputs. Sets e->bad on failure, e->div0 on a field division by zero. */
 void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op);
