@@ -56,9 +56,10 @@ struct kg {
 	int *order;               /* depth-first topological order of the ops */
 	struct piece *pieces;     /* [i * (n + 1) + j] */
 	int n_cut, cut[MO_MG_MAX + 1]; /* the cover tried last: pieces cut[c]..cut[c+1] */
-	/* runs are searched until `soft` (the budget less the final proof's
-	 * share), or until `hard` (the whole budget) while no cover exists */
-	double soft, hard;
+	/* runs are searched until their work (in budget seconds, stats.work_s)
+	 * reaches `soft` (the budget less the final proof's share), or `hard`
+	 * (the whole budget) while no cover exists */
+	double soft, hard, used;
 };
 
 /* The most kernels a cover may have. */
@@ -195,7 +196,7 @@ static int nonlayout_ops(const struct kg *k, int i, int j)
 	return n;
 }
 
-/* Finds the best μGraph of piece (i, j) within `budget` seconds. */
+/* Finds the best μGraph of piece (i, j) within `budget` seconds of work. */
 static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 				   struct mo_search_stats *st, struct mo_diag *d)
 {
@@ -220,6 +221,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		struct mo_search_result r;
 		s = mo_search_one_kernel(sub, &o, false, &r, d); /* proven as a whole */
 		mo_search_stats_add(st, &r.stats);
+		k->used += r.stats.work_s;
 		st->kernel_pieces++;
 		pc->mg = r.best;
 	}
@@ -316,14 +318,14 @@ done:
 	return n_cut;
 }
 
-/* Seconds left for searching runs (0: stop). */
-static double time_left(struct kg *k)
+/* Seconds of work left for searching runs (0: stop). */
+static double work_left(struct kg *k)
 {
-	double now = mo_seconds();
-	if (now < k->soft)
-		return k->soft - now;
+	if (k->used < k->soft)
+		return k->soft - k->used;
 	int cut[MO_MG_MAX + 1];
-	return now < k->hard && !cheapest_cover(k, max_kernels(k), cut) ? k->hard - now : 0;
+	return k->used < k->hard && !cheapest_cover(k, max_kernels(k), cut) ? k->hard - k->used
+									     : 0;
 }
 
 /* The full verdict of piece (i, j)'s μGraph against its own program. */
@@ -403,13 +405,15 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 	return s;
 }
 
-/* The multi-kernel search over what is left of the budget; fills r->best
- * when a composite beats the unfused region and passes the full verdict. */
+/* The multi-kernel search with `soft` seconds of work (`hard` while no cover
+ * exists); fills r->best when a composite beats the unfused region and
+ * passes the full verdict. */
 static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_search_options *o,
 				     double soft, double hard, struct mo_search_result *r,
 				     struct mo_diag *d)
 {
 	struct kg k = { .prog = prog, .o = o, .n = prog->n_ops, .soft = soft, .hard = hard };
+	double t0 = mo_seconds();
 	bool *seen = mo_calloc((size_t)k.n + 1, sizeof *seen);
 	k.order = mo_calloc((size_t)k.n + 1, sizeof *k.order);
 	k.pieces = mo_calloc((size_t)(k.n + 1) * (size_t)(k.n + 1), sizeof *k.pieces);
@@ -435,7 +439,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
 		bool ok = false;
 		if (j <= k.n && j - i < k.n && nonlayout_ops(&k, i, j) <= o->max_block_ops) {
-			double left = time_left(&k);
+			double left = work_left(&k);
 			if (left <= 0)
 				break;
 			int est = (k.n - i) / 2; /* searches left in this phase, about */
@@ -460,7 +464,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 			struct piece *pc = piece_at(&k, i, i + len);
 			if (pc->searched || nonlayout_ops(&k, i, i + len) > o->max_block_ops)
 				continue;
-			double left = time_left(&k);
+			double left = work_left(&k);
 			if (left <= 0) {
 				r->stats.budget_hit = out_of_time = true;
 				continue;
@@ -471,6 +475,9 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		}
 	if (s)
 		goto done;
+	mo_progressf(o->progress, o->progress_ctx, "  %d runs of ops searched as kernels: %.1f s "
+		     "of work (estimated; %.1f s by the clock)", r->stats.kernel_pieces, k.used,
+		     mo_seconds() - t0);
 	/* the cheapest cover, composed and proven; a piece at fault when it is
 	 * not is dropped and the cover chosen again */
 	for (int round = 0; round <= k.n && !s; round++) {
@@ -506,35 +513,36 @@ done:
 }
 
 /* Seconds of the budget to keep for the final proof: one evaluation of the
- * region (kept for the proof's first trial) is timed, and the proof takes
- * about PROOF_EVALS more. 0 when the verifier cannot evaluate the region
- * (every verdict will say why). */
-static double proof_reserve(const struct mo_search_options *o)
+ * region (kept for the proof's first trial) and about PROOF_EVALS more, as
+ * estimated from its work (an estimate, not a timing, so that the
+ * enumeration's share is the same on every run). 0 when the verifier cannot
+ * evaluate the region (every verdict will say why). */
+static double proof_reserve(const struct mo_tp *prog, const struct mo_search_options *o)
 {
 	struct mo_equiv_options eo = mo_search_equiv_options(o);
 	struct mo_diag quiet;
 	mo_diag_init(&quiet);
 	if (mo_ref_memo_prime(o->memo, &eo, &quiet))
 		return 0;
-	double reserve = PROOF_EVALS * o->memo->ff_seconds;
+	double eval_s = mo_search_eval_estimate(prog, o);
+	double reserve = (1 + PROOF_EVALS) * eval_s;
 	if (reserve > MAX_PROOF_SHARE * o->budget_s)
 		reserve = MAX_PROOF_SHARE * o->budget_s;
 	if (reserve >= 1)
 		mo_progressf(o->progress, o->progress_ctx, "  one evaluation of the region takes "
-			     "%.1f s: %.0f s of the budget is kept for the final proof",
-			     o->memo->ff_seconds, reserve);
+			     "%.1f s (estimated %.1f s): %.0f s of the budget is kept for the "
+			     "final proof", o->memo->ff_seconds, eval_s, reserve);
 	return reserve;
 }
 
-/* One program's search, until `enum_end` (`hard_end` while the kernels
- * found cannot cover it): the whole program as one kernel first, with
- * WHOLE_SHARE of the time when several are allowed, then several. */
+/* One program's search, with `enum_s` seconds of work (`hard_s` while the
+ * kernels found cannot cover it): the whole program as one kernel first,
+ * with WHOLE_SHARE of it when several are allowed, then several. */
 static enum mo_status search_program(const struct mo_tp *sp, const struct mo_search_options *o,
-				     double enum_end, double hard_end, struct mo_search_result *r,
+				     double enum_s, double hard_s, struct mo_search_result *r,
 				     struct mo_diag *d)
 {
 	bool several = o->max_kernel_ops > 1 && sp->n_ops > 1;
-	double enum_s = enum_end - mo_seconds();
 	struct mo_search_options one = *o;
 	one.budget_s = enum_s < 0 ? 0 : several ? enum_s * WHOLE_SHARE : enum_s;
 	enum mo_status s = mo_search_one_kernel(sp, &one, true, r, d);
@@ -544,7 +552,8 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
 	snprintf(why_one, sizeof why_one, "%s", r->why);
 	mo_progressf(o->progress, o->progress_ctx, "  not one kernel (%s); searching for several",
 		     why_one);
-	s = search_kernels(sp, o, enum_end, hard_end, r, d);
+	double used = r->stats.work_s;
+	s = search_kernels(sp, o, enum_s - used, hard_s - used, r, d);
 	if (!s && !r->best) {
 		char why[256];
 		snprintf(why, sizeof why, "%s", r->why);
@@ -556,7 +565,7 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
 /* Other programs for the region (kenum.c), searched first when the kernel
  * graph level finds ones clearly cheaper run op by op (REWRITE_GAIN). Each
  * program searched, the region's own last, gets an equal share of the
- * enumeration's time left (what one does not use goes to the next), and a
+ * enumeration's work left (what one does not use goes to the next), and a
  * later one's μGraph is proven only when it is estimated faster than the
  * best so far (options.beat_us). The kernel-graph enumeration itself visits
  * at most KENUM_STATES_PER_S kernel graphs per second of min(KENUM_SHARE of
@@ -597,10 +606,11 @@ static void keep_faster(struct mo_search_result *r, struct mo_search_result *got
 	mo_search_result_free(got);
 }
 
-/* Searches the rewrites, then the region's own program, keeping the fastest. */
+/* Searches the rewrites, then the region's own program, keeping the fastest;
+ * `enum_s` seconds of work (`hard_s` while nothing covers the region). */
 static enum mo_status search_programs(const struct mo_tp *prog,
-				      const struct mo_search_options *o, double enum_end,
-				      double hard_end, struct mo_search_result *r,
+				      const struct mo_search_options *o, double enum_s,
+				      double hard_s, struct mo_search_result *r,
 				      struct mo_search_stats *spent, struct mo_diag *d)
 {
 	double share = KENUM_SHARE * o->budget_s < KENUM_MAX_S ? KENUM_SHARE * o->budget_s
@@ -612,6 +622,8 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 					     4 * share, REWRITE_GAIN, rw, &n_rw, &ks, d);
 	spent->kernel_graphs += ks.states;
 	spent->rewrites += ks.rewrites;
+	double left = enum_s - (double)ks.states / KENUM_STATES_PER_S;
+	hard_s -= (double)ks.states / KENUM_STATES_PER_S;
 	mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
 		     "%.2f s%s (pruned: %" PRIu64 " by shape, %" PRIu64 " as duplicates, %" PRIu64
 		     " by abstract expression); %" PRIu64 " other ways to compute a tensor, %d "
@@ -624,10 +636,12 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 		struct mo_search_options ro = *o;
 		ro.truth = prog; /* every proof is against the region itself */
 		ro.beat_us = r->best ? r->cost_best.us : o->beat_us;
-		double now = mo_seconds(), end = now + (enum_end - now) / (n_rw - i + 1);
+		double mine = left / (n_rw - i + 1);
 		struct mo_search_result got;
 		memset(&got, 0, sizeof got);
-		s = search_program(rw[i].prog, &ro, end, end, &got, d);
+		s = search_program(rw[i].prog, &ro, mine, mine, &got, d);
+		left -= got.stats.work_s;
+		hard_s -= got.stats.work_s;
 		if (!s)
 			keep_faster(r, &got, rw[i].desc, spent);
 		else
@@ -644,7 +658,7 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 			     "for a μGraph faster than %.1f µs", r->cost_best.us);
 	struct mo_search_result got;
 	memset(&got, 0, sizeof got);
-	s = search_program(prog, &oo, enum_end, r->best ? enum_end : hard_end, &got, d);
+	s = search_program(prog, &oo, left, r->best ? left : hard_s, &got, d);
 	if (!s)
 		keep_faster(r, &got, "", spent);
 	else
@@ -661,13 +675,17 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	mo_ref_memo_init(&memo, prog);
 	o.memo = &memo;
 	o.truth = NULL;
-	double reserve = proof_reserve(&o);
+	if (o.deadline <= 0)
+		o.deadline = t0 + MO_SAFETY_FACTOR * o.budget_s + MO_SAFETY_SLACK_S;
+	double reserve = proof_reserve(prog, &o);
 	double t_primed = mo_seconds();
-	/* the enumeration's share: the budget less the proof and the priming */
-	double enum_s = o.budget_s - reserve - (t_primed - t0);
-	double enum_end = t_primed + (enum_s > 0 ? enum_s : 0);
+	/* the enumeration's share: the budget less the proof; while nothing
+	 * covers the region, it may take half the proof's too (the reserve is
+	 * an estimate, and generous) */
+	double enum_s = o.budget_s - reserve;
 	struct mo_search_stats spent = { 0 };
-	enum mo_status s = search_programs(prog, &o, enum_end, t0 + o.budget_s, r, &spent, d);
+	enum mo_status s = search_programs(prog, &o, enum_s > 0 ? enum_s : 0,
+					   o.budget_s - reserve / 2, r, &spent, d);
 	if (!s) {
 		const struct mo_gpu *g = o.gpu ? o.gpu : mo_gpu_of_target(o.target);
 		mo_cost_program(prog, g, &r->cost_unfused); /* the region's, rewritten or not */

@@ -41,9 +41,12 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 /* ---- the search ---- */
 
 struct mo_search_options {
-	/* wall-clock budget of a region's search: the enumeration stops in time
-	 * for the final proof, as estimated from one evaluation of the region
-	 * (at most half the budget is kept for it) */
+	/* budget of a region's search, in seconds of the reference (2-core)
+	 * machine's work: the enumeration gets what the final proof's estimate
+	 * (at most half) leaves, and its work is estimated from what it did
+	 * (ops tried, solver calls, fast checks), not read off a clock, so the
+	 * same seed and jobs give the same μGraph on every run. The clock stops
+	 * the search only past MO_SAFETY_FACTOR times the budget. */
 	double budget_s;
 	int jobs;            /* worker threads (0: one per CPU) */
 	int max_kernel_ops;  /* kernels in a μGraph */
@@ -64,6 +67,9 @@ struct mo_search_options {
 	 * found before; mo_search lowers it to the best of each program it
 	 * searches for the next) */
 	double beat_us;
+	/* > 0: the safety net's absolute time (mo_seconds), for every search
+	 * under this one (mo_search sets it) */
+	double deadline;
 };
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
@@ -86,6 +92,7 @@ struct mo_search_stats {
 	int proofs;                 /* full verdicts run */
 	double proof_seconds;       /* in full verdicts (and the evaluation that sized them) */
 	double seconds;
+	double work_s;              /* the enumeration's work, in budget seconds (estimated) */
 	bool budget_hit;
 	struct mo_subexpr_stats subexpr;
 };

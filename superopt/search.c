@@ -23,10 +23,16 @@
  *    and the cost model ranks them. The best must pass the full verdict.
  *
  * Classes run on worker threads; results are merged in class order, so the
- * outcome does not depend on the thread count when the budget is not hit. */
+ * outcome does not depend on the thread count when the budget is not hit.
+ * The budget is not read off a clock: each class gets a quota of ops to try,
+ * fixed before it starts, and a pass's work is estimated from counts that do
+ * not depend on timing (run_passes), so the same seed and thread count give
+ * the same μGraph on every run. The clock is only a safety net
+ * (MO_SAFETY_FACTOR times the budget). */
 #include "mo_search.h"
 #include "superopt_int.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,6 +43,29 @@
 #define MAX_TILES 40
 #define MAX_OPS 24
 #define MAX_ALGOS 64
+/* The enumeration's cost on the reference machine (2-core, one thread),
+ * a least-squares fit over the benchmark regions: an op tried, a solver
+ * call of the subexpression check, a fast check, the workers' reference
+ * evaluation (in evaluations of the region as estimated), a search's set-up */
+#define ATTEMPT_S 3.7e-7
+#define SOLVER_CALL_S 2.2e-5
+#define CHECK_S 2.8e-2
+#define REFERENCE_EVALS 2.7
+#define SEARCH_SETUP_S 0.01
+/* A field evaluation's seconds per flop and per byte of the region run op
+ * by op (the cost model's counts), on the reference machine: fitted over
+ * the benchmark regions at the paper's shapes, each within 2x */
+#define FF_S_PER_FLOP 2.9e-10
+#define FF_S_PER_BYTE 8.4e-9
+/* Passes over the classes: the most, the pilot's share of the budget, and
+ * the least a pass may add to a quota (in units of the pilot's) */
+#define MAX_PASSES 8
+#define PILOT_SHARE 0.05
+#define MIN_MORE 0.1
+/* the pilot's rate: an attempt as a solver-bound region costs it (one in
+ * ten calls the solver, two threads waiting on it), so that the pilot stays
+ * within its share anywhere */
+#define PILOT_ATTEMPT_S (ATTEMPT_S + 0.1 * SOLVER_CALL_S)
 #define OP_ACCUM MO_OP__COUNT /* an accumulator, as a pseudo op kind */
 
 /* ---- 1. axes ---- */
@@ -172,7 +201,7 @@ struct target {
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
 	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
-	double deadline;
+	double deadline;        /* the safety net: past it every class stops */
 	atomic_bool stop;
 };
 
@@ -224,6 +253,9 @@ struct state {
 	int n_iters;
 	int n_block_ops;
 	int limit;              /* ops allowed in this round of the deepening */
+	struct cls *C;          /* the class enumerated */
+	uint64_t quota;         /* its quota of attempts (attempts_of), as of the last pass */
+	bool hit;               /* the quota (or the safety net) stopped it */
 	uint64_t last_rank;
 	/* results */
 	int n_algos;
@@ -233,7 +265,6 @@ struct state {
 		int save[8]; /* tile per output */
 	} *algos;
 	struct mo_search_stats st;
-	struct mo_ref_cache rc;
 };
 
 static uint64_t rank_of(int kind, const int *in, int n_in, int param)
@@ -640,13 +671,25 @@ static void check_complete(struct state *s)
 	record(s, save);
 }
 
+/* Ops tried: every state visited and every op pruned on the way. */
+static uint64_t attempts_of(const struct mo_search_stats *st)
+{
+	return st->states + st->pruned_absexpr + st->pruned_shape + st->pruned_duplicate;
+}
+
+static bool pause_at_quota(struct state *s);
+
 static bool budget_left(struct state *s)
 {
-	if (atomic_load(&s->T->stop))
+	if (s->hit)
 		return false;
+	if (atomic_load(&s->T->stop) || (attempts_of(&s->st) > s->quota && !pause_at_quota(s))) {
+		s->hit = s->st.budget_hit = true;
+		return false;
+	}
 	if ((s->st.states & 255) == 0 && mo_seconds() > s->T->deadline) {
 		atomic_store(&s->T->stop, true);
-		s->st.budget_hit = true;
+		s->hit = s->st.budget_hit = true;
 		return false;
 	}
 	return true;
@@ -919,19 +962,40 @@ static int64_t representative(int64_t size, const int64_t *choices, int n)
 	return 0;
 }
 
+/* A class runs on its own thread, which holds one of the run's `jobs`
+ * permits while it works. At its quota it pauses (gives the permit back)
+ * until the coordinator, once every class is paused or done, either raises
+ * the quota or stops it: a pass. */
+enum cls_status { CLS_RUNNING, CLS_PAUSED, CLS_DONE };
+
 struct cls {
 	struct sched rep;
 	int n_algos;
 	struct algo *algos;
 	bool *passed;
 	struct mo_search_stats st;
+	struct run *R;
+	enum cls_status status;
+	bool stopped;              /* told to stop at its quota */
+	uint64_t quota;            /* attempts it may make (attempts_of) */
+	uint64_t attempts;         /* made so far, as of its last pause or end */
+	uint64_t checks;           /* fast checks run */
+	pthread_t thread;
+	bool started;
 };
 
 struct run {
 	struct target *T;
 	struct cls *classes;
 	int n_classes;
-	atomic_int next, done;
+	int pass;
+	pthread_mutex_t lock;      /* the fields below and every class's status */
+	pthread_cond_t changed;    /* a status, a permit or a quota changed */
+	int permits;               /* classes that may work at once */
+	int active;                /* classes neither paused nor done */
+	int done;                  /* classes done */
+	pthread_mutex_t check_lock; /* the shared reference of the fast checks */
+	struct mo_ref_cache rc;
 	pthread_mutex_t progress_lock;
 };
 
@@ -949,8 +1013,28 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->proofs += from->proofs;
 	to->proof_seconds += from->proof_seconds;
 	to->budget_hit |= from->budget_hit;
+	to->work_s += from->work_s;
 	to->kernel_graphs += from->kernel_graphs;
+	to->subexpr.queries += from->subexpr.queries;
+	to->subexpr.cache_hits += from->subexpr.cache_hits;
+	to->subexpr.syntactic += from->subexpr.syntactic;
+	to->subexpr.by_leaves += from->subexpr.by_leaves;
+	to->subexpr.solver_calls += from->subexpr.solver_calls;
+	to->subexpr.solver_unknown += from->subexpr.solver_unknown;
 	to->rewrites += from->rewrites;
+}
+
+double mo_search_eval_estimate(const struct mo_tp *prog, const struct mo_search_options *o)
+{
+	struct mo_cost c;
+	mo_cost_program(prog, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
+	return FF_S_PER_FLOP * c.flops + FF_S_PER_BYTE * c.dram_bytes;
+}
+
+int mo_search_jobs(const struct mo_search_options *o)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return o->jobs > 0 ? (o->jobs < 64 ? o->jobs : 64) : cpus > 0 && cpus < 64 ? (int)cpus : 2;
 }
 
 double mo_search_bar(const struct mo_search_options *o, const struct mo_cost *unfused,
@@ -1021,32 +1105,55 @@ static void try_valid(void *ctx, const struct sched *S)
 	mo_mg_free(mg);
 }
 
-static void *worker(void *arg)
+/* Takes a permit; with R->lock held. */
+static void take_permit(struct run *R)
 {
-	struct run *R = arg;
+	while (R->permits == 0)
+		pthread_cond_wait(&R->changed, &R->lock);
+	R->permits--;
+}
+
+/* At the quota: pauses until the coordinator raises it (true) or stops the
+ * class (false). */
+static bool pause_at_quota(struct state *s)
+{
+	struct cls *C = s->C;
+	struct run *R = C->R;
+	pthread_mutex_lock(&R->lock);
+	C->attempts = attempts_of(&s->st);
+	C->status = CLS_PAUSED;
+	R->permits++;
+	R->active--;
+	pthread_cond_broadcast(&R->changed);
+	while (C->status == CLS_PAUSED)
+		pthread_cond_wait(&R->changed, &R->lock);
+	bool go = !C->stopped;
+	s->quota = C->quota;
+	take_permit(R); /* stopped too: it still checks what it found */
+	pthread_mutex_unlock(&R->lock);
+	return go;
+}
+
+/* A class's thread: its enumeration, then the fast check of what it found. */
+static void *class_main(void *arg)
+{
+	struct cls *C = arg;
+	struct run *R = C->R;
 	struct target *T = R->T;
 	struct state *s = mo_calloc(1, sizeof *s);
-	if (!s)
-		return NULL;
-	mo_ref_cache_init(&s->rc, T->tp);
-	for (;;) {
-		int c = atomic_fetch_add(&R->next, 1);
-		if (c >= R->n_classes || atomic_load(&T->stop))
-			break;
-		struct cls *C = &R->classes[c];
-		C->algos = mo_calloc(MAX_ALGOS, sizeof *C->algos);
-		C->passed = mo_calloc(MAX_ALGOS, sizeof *C->passed);
-		if (!C->algos || !C->passed)
-			break;
+	pthread_mutex_lock(&R->lock);
+	take_permit(R);
+	pthread_mutex_unlock(&R->lock);
+	if (s && C->algos && C->passed) {
 		state_init(s, T, &C->rep);
-		memset(&s->st, 0, sizeof s->st);
+		s->C = C;
+		s->quota = C->quota;
 		s->algos = C->algos;
-		s->n_algos = 0;
 		/* iterative deepening: rounds of 1, 2, ... ops; once a round finds
 		 * candidates, one more round (a slower op count can still be a
 		 * faster kernel), then stop */
 		int found_at = -1;
-		for (int L = 1; L <= T->o->max_block_ops && !atomic_load(&T->stop); L++) {
+		for (int L = 1; L <= T->o->max_block_ops && !s->hit; L++) {
 			if (found_at >= 0 && L > found_at + 1)
 				break;
 			s->limit = L;
@@ -1070,8 +1177,12 @@ static void *worker(void *arg)
 			struct mo_quick_report q = { .verdict = MO_NOT_EQUIVALENT };
 			struct mo_diag d;
 			mo_diag_init(&d);
-			if (mg && !mg->error[0])
-				mo_mg_quick_check(mg, &s->rc, T->o->seed, 2, &q, &d);
+			if (mg && !mg->error[0]) {
+				pthread_mutex_lock(&R->check_lock);
+				mo_mg_quick_check(mg, &R->rc, T->o->seed, 2, &q, &d);
+				pthread_mutex_unlock(&R->check_lock);
+			}
+			C->checks++;
 			C->passed[i] = q.verdict == MO_EQUIVALENT;
 			if (C->passed[i])
 				s->st.verified++;
@@ -1080,22 +1191,139 @@ static void *worker(void *arg)
 			mo_mg_free(mg);
 		}
 		C->st = s->st;
-		int done = atomic_fetch_add(&R->done, 1) + 1;
-		if (T->o->progress) {
-			char line[256], sched[96];
-			describe_sched(T, &C->rep, sched, sizeof sched);
-			snprintf(line, sizeof line, "  schedule %d/%d (%s): %llu states, %d candidates, "
-				 "%llu pass the fast check", done, R->n_classes, sched,
-				 (unsigned long long)s->st.states, C->n_algos,
-				 (unsigned long long)s->st.verified);
-			pthread_mutex_lock(&R->progress_lock);
-			T->o->progress(T->o->progress_ctx, line);
-			pthread_mutex_unlock(&R->progress_lock);
-		}
 	}
-	mo_ref_cache_free(&s->rc);
+	pthread_mutex_lock(&R->lock);
+	if (s)
+		C->attempts = attempts_of(&s->st);
+	C->status = CLS_DONE;
+	R->permits++;
+	R->active--;
+	int done = ++R->done;
+	pthread_cond_broadcast(&R->changed);
+	pthread_mutex_unlock(&R->lock);
+	if (T->o->progress && s) {
+		char line[256], sched[96];
+		describe_sched(T, &C->rep, sched, sizeof sched);
+		snprintf(line, sizeof line, "  schedule %d/%d (%s): %llu states%s, %d candidates, "
+			 "%llu pass the fast check", done, R->n_classes, sched,
+			 (unsigned long long)s->st.states, s->hit ? " (budget hit)" : "",
+			 C->n_algos, (unsigned long long)s->st.verified);
+		pthread_mutex_lock(&R->progress_lock);
+		T->o->progress(T->o->progress_ctx, line);
+		pthread_mutex_unlock(&R->progress_lock);
+	}
 	mo_free(s);
 	return NULL;
+}
+
+/* The block-graph enumeration within o->budget_s seconds of work, in
+ * passes. Every class starts with an equal quota of attempts, a pilot
+ * (PILOT_SHARE of the budget at a solver-bound region's rate). A pass ends when every
+ * class is paused at its quota or done; its cost is estimated from counts
+ * that do not depend on timing (the attempts and fast checks of each class,
+ * and the solver calls of the pass, which are the same set whatever order
+ * the classes ran in), and what it cost per attempt (the region's rate:
+ * how much of it is solver calls) sizes the next, in which the paused
+ * classes go on with an equal share of what is left. Returns the work done,
+ * in seconds of the reference machine. */
+static double run_passes(struct run *R, const struct mo_search_options *o, int jobs)
+{
+	int n = R->n_classes;
+	if (!n)
+		return 0;
+	struct target *T = R->T;
+	double spent = SEARCH_SETUP_S;
+	bool checked = false;
+	uint64_t q = (uint64_t)(PILOT_SHARE * o->budget_s * jobs / PILOT_ATTEMPT_S / n) + 1;
+	pthread_mutex_lock(&R->lock);
+	R->permits = jobs;
+	for (int c = 0; c < n; c++) {
+		struct cls *C = &R->classes[c];
+		C->R = R;
+		C->quota = q;
+		C->status = CLS_RUNNING;
+		C->algos = mo_calloc(MAX_ALGOS, sizeof *C->algos);
+		C->passed = mo_calloc(MAX_ALGOS, sizeof *C->passed);
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, 1 << 20);
+		C->started = pthread_create(&C->thread, &attr, class_main, C) == 0;
+		pthread_attr_destroy(&attr);
+		if (C->started) {
+			R->active++;
+		} else { /* out of threads: the search goes on without it */
+			C->status = CLS_DONE;
+			R->done++;
+			C->st.budget_hit = true;
+		}
+	}
+	struct mo_subexpr_stats before, after;
+	mo_subexpr_get_stats(T->sub, &before);
+	uint64_t att0 = 0, checks0 = 0;
+	int done0 = 0;
+	for (R->pass = 1;; R->pass++) {
+		while (R->active > 0)
+			pthread_cond_wait(&R->changed, &R->lock);
+		uint64_t att = 0, checks = 0;
+		int paused = 0;
+		for (int c = 0; c < n; c++) {
+			att += R->classes[c].attempts;
+			checks += R->classes[c].checks;
+			paused += R->classes[c].status == CLS_PAUSED;
+		}
+		mo_subexpr_get_stats(T->sub, &after);
+		int ran = paused + R->done - done0; /* classes that worked in this pass */
+		int par = jobs < ran ? jobs : ran > 0 ? ran : 1;
+		done0 = R->done;
+		/* the classes share one solver and one reference: solver calls
+		 * and fast checks take turns, and threads that wait on the
+		 * solver slow each other down (on the reference machine, two
+		 * threads took twice as long as one over the same solver-bound
+		 * enumeration) */
+		double cost = (double)(att - att0) * ATTEMPT_S / par +
+			      (double)(checks - checks0) * CHECK_S +
+			      (double)(after.solver_calls - before.solver_calls) * SOLVER_CALL_S * par;
+		if (checks > 0 && !checked) {
+			checked = true;
+			cost += REFERENCE_EVALS * mo_search_eval_estimate(T->tp, o);
+		}
+		spent += cost;
+		before = after;
+		double left = o->budget_s - spent;
+		if (!paused)
+			break;
+		bool stop = left <= 0 || att == att0 || R->pass == MAX_PASSES ||
+			    atomic_load(&T->stop);
+		uint64_t more = 0;
+		if (!stop) {
+			/* seconds per attempt on one thread, as this pass went */
+			double per = cost * par / (double)(att - att0);
+			more = (uint64_t)(left * (jobs < paused ? jobs : paused) / per / paused);
+			stop = more < MIN_MORE * q;
+		}
+		if (!stop)
+			mo_progressf(o->progress, o->progress_ctx, "  pass %d: %d schedule class%s at "
+				     "%s quota, %.1f s of the budget left: %" PRIu64 " more attempts "
+				     "each", R->pass, paused, paused == 1 ? "" : "es",
+				     paused == 1 ? "its" : "their", left, more);
+		for (int c = 0; c < n; c++) {
+			struct cls *C = &R->classes[c];
+			if (C->status != CLS_PAUSED)
+				continue;
+			C->stopped = stop;
+			C->quota += more;
+			C->status = CLS_RUNNING;
+			R->active++;
+		}
+		att0 = att;
+		checks0 = checks;
+		pthread_cond_broadcast(&R->changed);
+	}
+	pthread_mutex_unlock(&R->lock);
+	for (int c = 0; c < n; c++)
+		if (R->classes[c].started)
+			pthread_join(R->classes[c].thread, NULL);
+	return spent;
 }
 
 /* Every tile-size choice of a class, in a fixed order; fn gets each. */
@@ -1283,7 +1511,9 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 		return mo_diag_nomem(d);
 	T->tp = prog;
 	T->o = &o;
-	T->deadline = t0 + o.budget_s;
+	T->deadline = t0 + MO_SAFETY_FACTOR * o.budget_s + MO_SAFETY_SLACK_S;
+	if (o.deadline > 0 && o.deadline < T->deadline)
+		T->deadline = o.deadline;
 	mo_ae_pool_init(&T->pool);
 	T->e = mo_calloc((size_t)prog->n_tensors + 1, sizeof *T->e);
 	if (!T->e || !axes_build(&T->ax, prog)) {
@@ -1336,8 +1566,12 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 				T->red_labels[T->n_red_labels++] = l;
 		}
 	}
-	struct run R = { .T = T };
+	struct run R = { .T = T, .pass = 1 };
 	pthread_mutex_init(&R.progress_lock, NULL);
+	pthread_mutex_init(&R.lock, NULL);
+	pthread_mutex_init(&R.check_lock, NULL);
+	pthread_cond_init(&R.changed, NULL);
+	mo_ref_cache_init(&R.rc, prog);
 	R.classes = mo_calloc(256, sizeof *R.classes);
 	if (!R.classes) {
 		target_free(T);
@@ -1377,20 +1611,12 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			R.classes[j - 1] = t;
 		}
 	r->stats.schedules = R.n_classes;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int jobs = o.jobs > 0 ? o.jobs : cpus > 0 && cpus < 64 ? (int)cpus : 2;
+	int jobs = mo_search_jobs(&o);
 	if (jobs > R.n_classes)
 		jobs = R.n_classes > 0 ? R.n_classes : 1;
 	mo_progressf(o.progress, o.progress_ctx, "  %d schedule classes, %d worker threads, "
-		     "budget %.0f s", R.n_classes, jobs, o.budget_s);
-	pthread_t th[64];
-	int started = 0;
-	for (int i = 1; i < jobs && i < 64; i++)
-		if (pthread_create(&th[started], NULL, worker, &R) == 0)
-			started++;
-	worker(&R);
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+		     "budget %.1f s", R.n_classes, jobs, o.budget_s);
+	r->stats.work_s = run_passes(&R, &o, jobs);
 
 	double t_enum = mo_seconds();
 	/* rank every passing algorithm at every tile size, classes in order */
@@ -1456,6 +1682,10 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	}
 	mo_free(R.classes);
 	pthread_mutex_destroy(&R.progress_lock);
+	pthread_mutex_destroy(&R.lock);
+	pthread_mutex_destroy(&R.check_lock);
+	pthread_cond_destroy(&R.changed);
+	mo_ref_cache_free(&R.rc);
 	target_free(T);
 	mo_free(T);
 	r->stats.seconds = mo_seconds() - t0;

@@ -53,7 +53,8 @@ struct mo_subexpr {
 	 * of sum(j, x)) */
 	struct nest { int u, inner; int64_t i; } *nests;
 	int n_nests, cap_nests;
-	pthread_mutex_t lock; /* the solver and the cache */
+	pthread_mutex_t lock; /* the solver (and a miss's insertion into the cache) */
+	pthread_rwlock_t cache_lock;
 	Z3_context ctx;
 	Z3_solver solver;
 	Z3_sort T, I;
@@ -412,6 +413,7 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 		return NULL;
 	s->pool = p;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_rwlock_init(&s->cache_lock, NULL);
 	s->targets = mo_calloc((size_t)n + 1, sizeof *s->targets);
 	s->target_leaves = mo_calloc((size_t)n + 1, sizeof *s->target_leaves);
 	if (!s->targets || !s->target_leaves)
@@ -510,6 +512,7 @@ void mo_subexpr_free(struct mo_subexpr *s)
 		Z3_del_context(c);
 	}
 	pthread_mutex_destroy(&s->lock);
+	pthread_rwlock_destroy(&s->cache_lock);
 	mo_free(s->targets);
 	mo_free(s->target_leaves);
 	mo_free(s->subterms);
@@ -559,41 +562,67 @@ static int cache_find(struct mo_subexpr *s, int id)
 	return lo;
 }
 
+/* The cached answer for e, if any. */
+static bool cache_get(struct mo_subexpr *s, int e, bool *keep)
+{
+	pthread_rwlock_rdlock(&s->cache_lock);
+	int at = cache_find(s, e);
+	bool hit = at < s->cache_n && s->cache[at].id == e;
+	if (hit)
+		*keep = s->cache[at].keep;
+	pthread_rwlock_unlock(&s->cache_lock);
+	return hit;
+}
+
+static void cache_put(struct mo_subexpr *s, int e, bool keep)
+{
+	pthread_rwlock_wrlock(&s->cache_lock);
+	int at = cache_find(s, e);
+	if (room(&s->cache, s->cache_n, &s->cache_cap, sizeof *s->cache)) {
+		memmove(&s->cache[at + 1], &s->cache[at],
+			sizeof *s->cache * (size_t)(s->cache_n - at));
+		s->cache[at] = (struct cache_entry){ e, keep };
+		s->cache_n++;
+	} /* (else it is solved again next time) */
+	pthread_rwlock_unlock(&s->cache_lock);
+}
+
+#define COUNT(field) __atomic_fetch_add(&s->stats.field, 1, __ATOMIC_RELAXED)
+
+/* Threads look answers up concurrently and take the solver one at a time;
+ * an expression is solved at most once (a miss looks again once it holds
+ * the solver), so the solver calls of a search do not depend on how its
+ * threads interleave. */
 bool mo_subexpr_check(struct mo_subexpr *s, int e)
 {
 	if (e < 0)
 		return false;
-	pthread_mutex_lock(&s->lock);
-	s->stats.queries++;
-	int at = cache_find(s, e);
-	if (at < s->cache_n && s->cache[at].id == e) {
-		s->stats.cache_hits++;
-		bool keep = s->cache[at].keep;
-		pthread_mutex_unlock(&s->lock);
+	COUNT(queries);
+	bool keep;
+	if (cache_get(s, e, &keep)) {
+		COUNT(cache_hits);
 		return keep;
 	}
-	bool keep = false;
 	if (bsearch(&e, s->subterms, (size_t)s->n_subterms, sizeof e, cmp_int) ||
-	    (bsearch(&e, s->known, (size_t)s->n_known, sizeof e, cmp_int))) {
-		keep = true;
-		s->stats.syntactic++;
+	    bsearch(&e, s->known, (size_t)s->n_known, sizeof e, cmp_int)) {
+		COUNT(syntactic);
+		return true;
+	}
+	uint64_t leaves = mo_ae_node(s->pool, e).leaves;
+	bool any = false;
+	for (int t = 0; t < s->n_targets; t++)
+		any |= !(leaves & ~s->target_leaves[t]);
+	if (!any) {
+		COUNT(by_leaves);
+		return false;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (cache_get(s, e, &keep)) {
+		COUNT(cache_hits);
 	} else {
-		uint64_t leaves = mo_ae_node(s->pool, e).leaves;
-		bool any = false;
-		for (int t = 0; t < s->n_targets; t++)
-			any |= !(leaves & ~s->target_leaves[t]);
-		if (any)
-			keep = solve(s, e);
-		else
-			s->stats.by_leaves++;
+		keep = solve(s, e);
+		cache_put(s, e, keep);
 	}
-	if (!room(&s->cache, s->cache_n, &s->cache_cap, sizeof *s->cache)) {
-		pthread_mutex_unlock(&s->lock);
-		return keep;
-	}
-	memmove(&s->cache[at + 1], &s->cache[at], sizeof *s->cache * (size_t)(s->cache_n - at));
-	s->cache[at] = (struct cache_entry){ e, keep };
-	s->cache_n++;
 	pthread_mutex_unlock(&s->lock);
 	return keep;
 }
@@ -613,6 +642,11 @@ bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t)
 void mo_subexpr_get_stats(struct mo_subexpr *s, struct mo_subexpr_stats *out)
 {
 	pthread_mutex_lock(&s->lock);
-	*out = s->stats;
+	out->queries = __atomic_load_n(&s->stats.queries, __ATOMIC_RELAXED);
+	out->cache_hits = __atomic_load_n(&s->stats.cache_hits, __ATOMIC_RELAXED);
+	out->syntactic = __atomic_load_n(&s->stats.syntactic, __ATOMIC_RELAXED);
+	out->by_leaves = __atomic_load_n(&s->stats.by_leaves, __ATOMIC_RELAXED);
+	out->solver_calls = s->stats.solver_calls;
+	out->solver_unknown = s->stats.solver_unknown;
 	pthread_mutex_unlock(&s->lock);
 }

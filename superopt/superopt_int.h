@@ -58,6 +58,16 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o,
 				    bool verify, struct mo_search_result *r, struct mo_diag *d);
 void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);
+/* The safety net: a search stops at MO_SAFETY_FACTOR times its budget plus
+ * MO_SAFETY_SLACK_S of the clock, whatever its quota says (only a machine far
+ * slower than the reference gets there, and then the result depends on it). */
+#define MO_SAFETY_FACTOR 4.0
+#define MO_SAFETY_SLACK_S 5.0
+/* Worker threads: o->jobs, or one per CPU. */
+int mo_search_jobs(const struct mo_search_options *o);
+/* Seconds one field evaluation of prog takes on the reference machine, as
+ * estimated from its work (not timed: budgets built on it do not vary). */
+double mo_search_eval_estimate(const struct mo_tp *prog, const struct mo_search_options *o);
 /* What a μGraph's estimate must be below to be worth a proof: the region's
  * unfused cost (`unfused`, the program searched, or o->truth's when set: a
  * rewritten program need only beat the region as written), or o->beat_us

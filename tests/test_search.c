@@ -321,6 +321,36 @@ static void deterministic(void **state)
 	free(c);
 }
 
+/* The budget is not read off a clock: where it runs out (ntrans: the
+ * whole-region search never finds one kernel and stops at its budget; the
+ * runs of ops share what is left), the same seed and thread count still
+ * give the same μGraph, after the same number of states. */
+static void deterministic_budget_hit(void **state)
+{
+	(void)state;
+	struct region r = load_region("ntrans_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 4;
+	o.jobs = 2;
+	char *json[2];
+	uint64_t states[2], solver[2];
+	for (int i = 0; i < 2; i++) {
+		struct mo_search_result res;
+		search_found(&r, &o, &res);
+		assert_true(res.stats.budget_hit);
+		json[i] = mo_mg_json(res.best);
+		states[i] = res.stats.states;
+		solver[i] = res.stats.subexpr.solver_calls;
+		mo_search_result_free(&res);
+	}
+	assert_string_equal(json[0], json[1]);
+	assert_true(states[0] == states[1]);
+	assert_true(solver[0] == solver[1]);
+	free(json[0]);
+	free(json[1]);
+	unload(&r);
+}
+
 /* The cost model ranks the way the hardware does where it is not in doubt. */
 static void cost_model(void **state)
 {
@@ -409,6 +439,7 @@ int main(void)
 		cmocka_unit_test(lora),
 		cmocka_unit_test(attention),
 		cmocka_unit_test(deterministic),
+		cmocka_unit_test(deterministic_budget_hit),
 		cmocka_unit_test(several_kernels),
 		cmocka_unit_test(layernorm_linear),
 		cmocka_unit_test(kernel_graph_rewrite),
