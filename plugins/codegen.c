@@ -853,9 +853,8 @@ static void tile_index(char *s, size_t n, const struct mo_tensor *full, const st
 
 static void gbuf(struct buf *b, const struct mo_tp *kg, int t)
 {
+	*b = (struct buf){ .t = &kg->tensors[t], .ct = CT_F32, .round = CT_F32 };
 	snprintf(b->name, sizeof b->name, "G%d", t);
-	b->t = &kg->tensors[t];
-	b->is_const = false;
 	if (!ctype_of(b->t->dtype, &b->ct))
 		b->ct = CT_F32;
 }

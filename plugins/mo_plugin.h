@@ -107,7 +107,7 @@ struct mo_plugin_check {
 /* The float check of generated code: runs the library's CPU kernel of `op`
  * on the evaluator's float inputs (seed) and the program's weights, and
  * compares with the float evaluator of `ref` (the region it replaces). ok
- * when every output is within tolerance for its dtype (fp32 1e-3, fp16 and
+ * when every output is within tolerance for its dtype (fp32 1e-4, fp16 and
  * bf16 2e-2 of the output's largest magnitude). */
 enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
