@@ -27,6 +27,7 @@
 #include "mo_search.h"
 #include "superopt_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -524,14 +525,16 @@ static void teardown(struct ken *K)
 }
 
 enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_search_options *o,
-				 uint64_t max_states, double budget_s, double gain,
+				 uint64_t max_states, double gain,
 				 struct mo_kenum_found *out, int *n_out, struct mo_kenum_stats *st,
 				 struct mo_diag *d)
 {
 	double t0 = mo_seconds();
 	*n_out = 0;
+	/* the cap is the count; the clock stops it only past the search's own
+	 * safety net (a loaded machine must not change which rewrites it finds) */
 	struct ken K = { .prog = prog, .st = st, .max_states = max_states,
-			 .deadline = t0 + budget_s };
+			 .deadline = o->deadline > 0 ? o->deadline : INFINITY };
 	K.g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	K.max_new = o->max_kernel_ops < MAX_NEW ? o->max_kernel_ops : MAX_NEW;
 	struct mo_cost c;

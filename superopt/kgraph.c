@@ -570,8 +570,8 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
  * best so far (options.beat_us). The kernel-graph enumeration itself visits
  * at most KENUM_STATES_PER_S kernel graphs per second of min(KENUM_SHARE of
  * the budget, KENUM_MAX_S): a count, so that the same region gives the same
- * rewrites on every run (at about the rate of the 2-core machine; four times
- * that time is a safety net). */
+ * rewrites on every run (about twice the rate of the 2-core machine; only
+ * the whole search's safety net, options.deadline, stops it by the clock). */
 #define REWRITE_GAIN 0.8
 #define KENUM_SHARE 0.05
 #define KENUM_MAX_S 3.0
@@ -619,7 +619,7 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 	struct mo_kenum_found rw[MO_KENUM_MAX_OUT];
 	int n_rw = 0;
 	enum mo_status s = mo_kenum_rewrites(prog, o, (uint64_t)(KENUM_STATES_PER_S * share),
-					     4 * share, REWRITE_GAIN, rw, &n_rw, &ks, d);
+					     REWRITE_GAIN, rw, &n_rw, &ks, d);
 	spent->kernel_graphs += ks.states;
 	spent->rewrites += ks.rewrites;
 	double left = enum_s - (double)ks.states / KENUM_STATES_PER_S;

@@ -105,7 +105,7 @@ struct mo_kenum_found {
  * first, with less than `gain` times the region's work, that one field
  * trial does not refute. */
 enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_search_options *o,
-				 uint64_t max_states, double budget_s, double gain,
+				 uint64_t max_states, double gain,
 				 struct mo_kenum_found *out, int *n_out, struct mo_kenum_stats *st,
 				 struct mo_diag *d);
 
