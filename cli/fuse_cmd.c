@@ -273,6 +273,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		} else {
 			s->fused = true;
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
+			if (a->dump_dir)
+				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
 		}
 		s->seconds = mo_seconds() - t0;
 		if (info)

@@ -15,6 +15,7 @@ struct cli_fuse_args {
 	bool cuda;                /* CUDA kernels too (nvcc found, not --no-cuda) */
 	const char *archs;        /* "80,90" */
 	const char *keep_sources; /* --keep-sources DIR, or NULL */
+	const char *dump_dir;     /* --dump-mugraph DIR, or NULL */
 	const char *banner;       /* the first line of every generated file */
 };
 

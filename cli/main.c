@@ -92,6 +92,7 @@ static const char usage_text[] =
 	"                     ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx; a cached\n"
 	"                     μGraph is verified again before it is used)\n"
 	"      --dump-mugraph DIR   write each region's best μGraph as DIR/region_N.json\n"
+	"                     (a part of a region as region_N.M.json)\n"
 	"      --seed N       seed of the verifier's random trials (default 1)\n"
 	"\n"
 	"Nodes without a name are called OpType_INDEX (INDEX: the node's position\n"
@@ -560,6 +561,11 @@ static int run(struct cli *cli, int argc, char **argv)
 		return fail(&d);
 	}
 
+	/* said before a search that may take minutes, not after it */
+	struct stat dst;
+	if (cli->dump_dir && (stat(cli->dump_dir, &dst) != 0 || !S_ISDIR(dst.st_mode)))
+		return usage_error("--dump-mugraph: no such folder (create it first):",
+				   cli->dump_dir);
 	/* an unwritable OUT is found before minutes of search, not after */
 	if (out_path && mo_onnx_check_writable(out_path, &d))
 		return fail(&d);
@@ -608,6 +614,7 @@ static int run(struct cli *cli, int argc, char **argv)
 			.no_cache = cli->no_cache, .cuda = nvcc != NULL,
 			.archs = cli->cuda_arch ? cli->cuda_arch : "80,90",
 			.keep_sources = cli->keep_sources, .banner = banner,
+			.dump_dir = cli->dump_dir,
 		};
 		int rc = cli_fuse(m, &a, &d);
 		if (!rc)

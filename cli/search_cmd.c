@@ -145,6 +145,15 @@ static bool write_json_file(const char *path, const struct mo_mugraph *mg)
 	return false;
 }
 
+void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugraph *mg)
+{
+	char path[1100];
+	snprintf(path, sizeof path, "%s/region_%s.json", dir, label);
+	if (!write_json_file(path, mg))
+		fprintf(stderr, "mirage-onnx: warning: could not write %s: %s\n", path,
+			strerror(errno));
+}
+
 /* The region's best μGraph: from the cache when an entry verifies again,
  * else by searching (and then stored in the cache). */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
@@ -219,13 +228,6 @@ static int count_gdk(const struct mo_mugraph *mg)
 
 int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct mo_diag *d)
 {
-	/* said before a search that may take minutes, not after it */
-	struct stat dst;
-	if (a->dump_dir && (stat(a->dump_dir, &dst) != 0 || !S_ISDIR(dst.st_mode))) {
-		mo_diag_set(d, MO_ERR_USAGE, "--dump-mugraph %s: no such folder (create it first)",
-			    a->dump_dir);
-		return 2;
-	}
 	struct mo_tp *tp;
 	if (mo_tp_import(m, a->import, &tp, d))
 		return d->status == MO_ERR_USAGE ? 2 : 1;
@@ -262,11 +264,9 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 			break;
 		}
 		if (r.best && a->dump_dir) {
-			char dump[1100];
-			snprintf(dump, sizeof dump, "%s/region_%d.json", a->dump_dir, ri + 1);
-			if (!write_json_file(dump, r.best))
-				fprintf(stderr, "mirage-onnx: warning: could not write %s: %s\n", dump,
-					strerror(errno));
+			char lb[16];
+			snprintf(lb, sizeof lb, "%d", ri + 1);
+			cli_dump_mugraph(a->dump_dir, lb, r.best);
 		}
 		double speedup = r.best && r.cost_best.us > 0 ? r.cost_unfused.us / r.cost_best.us : 1;
 		if (a->json) {

@@ -28,6 +28,10 @@ uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *
  * made if missing; false when there is none. */
 bool cli_cache_dir(char *buf, size_t len);
 
+/* --dump-mugraph: writes mg as DIR/region_LABEL.json (LABEL: "4", or "4.2" for
+ * a part); a file it cannot write gets a warning, not a failure. */
+void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugraph *mg);
+
 /* The region's best μGraph: from the cache folder `cache` (NULL: none) when
  * its entry passes the verdict again, else by mo_search (then cached). */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,

@@ -302,6 +302,14 @@ class Cli(unittest.TestCase):
         r = self.run_cli(*args, "--no-cache", "--dump-mugraph", dump, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(os.listdir(dump), ["region_1.json"])
+        # fusing writes the same file for what it fuses (here from the cache)
+        os.remove(os.path.join(dump, "region_1.json"))
+        r = self.run_cli(model, "-q", "-o", self.path("fused.onnx"), "--no-cuda",
+                         "--dump-mugraph", dump, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.listdir(dump), ["region_1.json"])
+        with open(os.path.join(dump, "region_1.json")) as f:
+            self.assertIn("steps", json.load(f))
 
     def test_search_flags_are_checked(self):
         model = self.write("m.onnx", matmul_model())
