@@ -182,6 +182,33 @@ double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
 	return (double)(h >> 11) * 0x1p-52 - 1.0; /* uniform in [-1, 1) */
 }
 
+/* x rounded to nearest-even on a grid of `bits` significant bits, with the
+ * spacing of the smallest normal's binade below it (subnormals): the value
+ * an fp16 (11, -13) or bf16 (8, -125) tensor holds. Past the largest finite
+ * value it stays as is (the inputs here are at most 1e3). */
+static double round_to(double x, int bits, int min_exp)
+{
+	if (x == 0 || !isfinite(x))
+		return x;
+	int ex;
+	frexp(x, &ex);
+	double q = ldexp(1.0, (ex < min_exp ? min_exp : ex) - bits);
+	return nearbyint(x / q) * q;
+}
+
+/* A float input's value as its tensor holds it: an fp16 input can only hold
+ * fp16 values, and the kernels that read it get those. */
+static double as_stored(double x, int32_t dtype)
+{
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
+		return round_to(x, 11, -13);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		return round_to(x, 8, -125);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+		return (double)(float)x;
+	return x;
+}
+
 bool mo_ev_load_leaf(struct ev *e, int ti)
 {
 	const struct mo_tensor *t = &e->tp->tensors[ti];
@@ -206,7 +233,8 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 			if (e->dom == MO_EVAL_FF)
 				((ff *)v)[i] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
 			else
-				((double *)v)[i] = mo_eval_float_input(t->name, i, e->seed) * e->scale;
+				((double *)v)[i] = as_stored(mo_eval_float_input(t->name, i, e->seed)
+								 * e->scale, t->dtype);
 		}
 		return true;
 	}
