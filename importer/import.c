@@ -66,6 +66,18 @@ static bool is_int(int32_t dt)
 	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
 }
 
+/* v as an int64, saturated: exporters write "to the end" as INT64_MAX, which
+ * a double holds as 2^63, one past what converts (undefined behaviour, and
+ * INT64_MIN on x86: a Slice to the end came out empty). */
+static int64_t saturate_int64(double v)
+{
+	if (v >= 0x1p63)
+		return INT64_MAX;
+	if (v < -0x1p63 || isnan(v))
+		return INT64_MIN;
+	return (int64_t)v;
+}
+
 /* Reads the values of a small tensor into ivals (integer types) or fvals. */
 static bool read_values(struct importer *im, struct mo_tensor *t,
 			const Onnx__TensorProto *p)
@@ -80,7 +92,7 @@ static bool read_values(struct importer *im, struct mo_tensor *t,
 	if (is_int(p->data_type)) {
 		t->ivals = mo_arena_array(a, n ? n : 1, sizeof *t->ivals);
 		for (uint64_t i = 0; t->ivals && i < n; i++)
-			t->ivals[i] = (int64_t)v[i]; /* shapes and axes: exact below 2^53 */
+			t->ivals[i] = saturate_int64(v[i]); /* exact below 2^53 */
 	} else {
 		t->fvals = mo_arena_array(a, n ? n : 1, sizeof *t->fvals);
 		if (t->fvals)
@@ -681,6 +693,52 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
 			y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
 			mo_tensor_set_shape(y, 1, dims);
 		}
+	} else if (strcmp(ty, "ConstantOfShape") == 0) {
+		/* the TorchScript exporter's Expand shapes: ConstantOfShape,
+		 * Equal and Where over small integer constants */
+		const Onnx__AttributeProto *at = attr(n, "value");
+		int64_t fill = 0, dims[1];
+		int32_t dt = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		if (at && at->t) {
+			double f;
+			dt = at->t->data_type;
+			if (!mo_onnx_tensor_doubles(tp->model, at->t, 1, 0, 1, &f))
+				return false;
+			fill = saturate_int64(f);
+		}
+		if (!is_int(dt) || !a->ivals || a->rank != 1 || a->n_vals != 1 || a->ivals[0] < 0 ||
+		    a->ivals[0] > MAX_FOLD)
+			return false;
+		dims[0] = a->ivals[0];
+		for (nv = 0; nv < (size_t)dims[0]; nv++)
+			v[nv] = fill;
+		y->dtype = dt;
+		mo_tensor_set_shape(y, 1, dims);
+	} else if (strcmp(ty, "Equal") == 0 || strcmp(ty, "Where") == 0) {
+		size_t len = 1;
+		int rank = 0;
+		for (int i = 0; i < op->n_in; i++) {
+			const struct mo_tensor *t = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
+			if (!t || !t->ivals || t->rank > 1 || (t->n_vals != 1 && len != 1 &&
+							       t->n_vals != len))
+				return false;
+			len = t->n_vals > len ? t->n_vals : len;
+			rank = t->rank > rank ? t->rank : rank;
+		}
+		bool where = ty[0] == 'W';
+		if (op->n_in != (where ? 3 : 2))
+			return false;
+		for (size_t i = 0; i < len; i++) {
+			int64_t e[3];
+			for (int k = 0; k < op->n_in; k++) {
+				const struct mo_tensor *t = &tp->tensors[op->in[k]];
+				e[k] = t->ivals[t->n_vals == 1 ? 0 : i];
+			}
+			v[nv++] = where ? (e[0] ? e[1] : e[2]) : e[0] == e[1];
+		}
+		int64_t dims[1] = { (int64_t)len };
+		y->dtype = where ? tp->tensors[op->in[1]].dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+		mo_tensor_set_shape(y, rank, dims);
 	} else {
 		for (int i = 0; i < op->n_in; i++)
 			if (op->in[i] >= 0 && !tp->tensors[op->in[i]].ivals)
