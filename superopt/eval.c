@@ -170,9 +170,19 @@ static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 			__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
 			return;
 		}
-		for (uint64_t k = 0; k < cnt; k++)
-			if (!mo_ff_from_double(c->e->f, buf[k], &c->out[i + k]))
+		for (uint64_t k = 0; k < cnt; k++) {
+			if (isinf(buf[k])) {
+				/* an infinity (a mask's -inf) has no field value: it
+				 * is an unknown, the same in both programs, so what
+				 * the trials prove holds for every value it could
+				 * take; the float check and the kernel check see
+				 * the infinity itself */
+				uint64_t h = h3(hash_str(c->t->name), i + k, buf[k] < 0 ? 0x6e696e66 : 0x696e66);
+				c->out[i + k] = (ff){ h % c->e->f->p, mo_mix64(h) % c->e->f->q };
+			} else if (!mo_ff_from_double(c->e->f, buf[k], &c->out[i + k])) {
 				__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
+			}
+		}
 	}
 }
 
