@@ -257,11 +257,14 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				p->n_regions, rg->n_ops, o.budget_s);
 		}
 		struct mo_search_result r;
-		bool cached;
-		if (cli_find_mugraph(prog, &o, use_cache ? dir : NULL, &r, &cached, d)) {
-			mo_tp_free(prog);
-			rc = 3;
-			break;
+		bool cached = false;
+		struct mo_diag sd;
+		mo_diag_init(&sd);
+		if (cli_find_mugraph(prog, &o, use_cache ? dir : NULL, &r, &cached, &sd)) {
+			/* as when fusing: the region stays unfused, the others go on */
+			mo_search_result_free(&r);
+			memset(&r, 0, sizeof r);
+			snprintf(r.why, sizeof r.why, "search failed: %.200s", sd.msg);
 		}
 		if (r.best && a->dump_dir) {
 			char lb[16];

@@ -311,6 +311,22 @@ class Cli(unittest.TestCase):
         with open(os.path.join(dump, "region_1.json")) as f:
             self.assertIn("steps", json.load(f))
 
+    def test_a_region_that_cannot_be_searched_stays_unfused(self):
+        """A NaN weight has no field value: that region's search fails, the
+        run goes on and says why (it used to end the whole run)."""
+        m = self.rmsnorm_model(4)
+        w = np.ones((8, 4), np.float32)
+        w[0, 0] = np.nan
+        for t in m.graph.initializer:
+            if t.name == "W":
+                t.CopyFrom(numpy_helper.from_array(w, "W"))
+        model = self.write("nan.onnx", m)
+        r = self.run_cli(model, "--search-only", "--json", "--no-cache")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (region,) = json.loads(r.stdout)["regions"]
+        self.assertFalse(region["fused"])
+        self.assertIn("not finite", region["why"])
+
     def test_search_flags_are_checked(self):
         model = self.write("m.onnx", matmul_model())
         for bad in (["--budget", "0"], ["--jobs", "x"], ["--target", "sm_70"],
