@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""End to end on models written by others: Hugging Face transformers' and
+PEFT's modules exported by PyTorch's two ONNX exporters (the torch.export one,
+"dynamo", and the TorchScript one, "ts"), committed under
+tests/data/thirdparty/ by models/export_thirdparty.py.
+
+Per model:
+- the importer's shapes agree with ONNX's own shape inference on every tensor
+  ONNX gives a static shape (a Slice "to the end" once came out empty);
+- `mirage-onnx MODEL -o OUT` runs, and ONNX Runtime with the plugin matches
+  ONNX Runtime on the original within the dtype's tolerance (the checks of
+  fuse_models_test.py);
+- the search, cache off, finds what the paper finds on these modules:
+  RMSNorm + projection, the gated MLP and the LoRA layer are each one fused
+  region of one kernel, within the default budget; the attention core's
+  Softmax (its causal mask holds -inf) is inside a fused region. The whole
+  attention layer (rotary embedding and repeat_kv around the core) and the
+  GPT-2 block are checked for correct outputs only.
+
+Prints one line per model and exits non-zero on any failure.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import onnx
+from onnx import shape_inference
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fuse_models_test import check_model  # noqa: E402
+
+# model name prefix -> what the search must find
+ONE_KERNEL = ("hf_rmsnorm_linear", "hf_llama_mlp", "peft_lora")
+SOFTMAX_FUSED = ("hf_llama_attention_core",)
+DEFAULT_BUDGET = 60  # the tool's default: the issue asks for these within it
+
+
+def onnx_shapes(path):
+    m = shape_inference.infer_shapes(onnx.load(path), strict_mode=False)
+    out = {}
+    for v in list(m.graph.value_info) + list(m.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[v.name] = [d.dim_value for d in dims]
+    return out
+
+
+def check_shapes(cli, path):
+    r = subprocess.run([cli, path, "--dump-tp"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"--dump-tp exited {r.returncode}: {r.stderr.strip()}")
+    ours = {t["name"]: t.get("shape") for t in json.loads(r.stdout)["tensors"]}
+    theirs = onnx_shapes(path)
+    compared = 0
+    for name, shape in theirs.items():
+        if name in ours and ours[name] is not None:
+            compared += 1
+            if ours[name] != shape:
+                raise AssertionError(f"tensor {name}: shape {ours[name]}, ONNX infers {shape}")
+    if compared == 0:
+        raise AssertionError("no tensor's shape was compared")
+    return compared
+
+
+def check_fusion(name, manifest):
+    regions = json.load(open(manifest))["regions"] if os.path.exists(manifest) else []
+    fused = [g for g in regions if g["fused"]]
+    if name.startswith(ONE_KERNEL):
+        if len(regions) != 1 or len(fused) != 1 or fused[0]["kernels"] != 1:
+            raise AssertionError("expected one region fused into one kernel, got "
+                                 + ", ".join(f"{g['region']}: {g['kernels'] if g['fused'] else 'unfused'}"
+                                             for g in regions))
+    if name.startswith(SOFTMAX_FUSED):
+        m = onnx.load(manifest[:-len(".mirage.json")] + ".onnx")
+        if any(n.op_type == "Softmax" for n in m.graph.node):
+            raise AssertionError("the attention's Softmax stayed unfused")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--models", required=True, help="tests/data/thirdparty")
+    ap.add_argument("--budget", type=float, default=15, help="search budget per region")
+    ap.add_argument("--only", help="comma list of model name prefixes")
+    args = ap.parse_args()
+    srcs = sorted(f for f in os.listdir(args.models) if f.endswith(".onnx"))
+    if args.only:
+        srcs = [f for f in srcs if f.startswith(tuple(args.only.split(",")))]
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="mo_thirdparty_") as tmp:
+        os.environ["MIRAGE_ONNX_CACHE"] = os.path.join(tmp, "cache")
+        for f in srcs:
+            src = os.path.join(args.models, f)
+            name = f[:-len(".onnx")]
+            try:
+                n_shapes = check_shapes(args.cli, src)
+                # the whole GPT-2 block: many regions; its easy parts suffice
+                budget = (min(args.budget, 6) if "gpt2" in name else
+                          DEFAULT_BUDGET if name.startswith(ONE_KERNEL) else args.budget)
+                # fuse_models_test's checks; nvcc is the plugin tests' concern
+                _, nf, nr, err = check_model(args.cli, src, tmp, budget, False)
+                check_fusion(name, os.path.join(tmp, name + ".fused.mirage.json"))
+                print(f"ok   {name}: {n_shapes} shapes agree with ONNX, {nf} of {nr} regions fused"
+                      + (f", largest error {err:.2g}" if err is not None else ""))
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                failed += 1
+                print(f"FAIL {name}: {type(e).__name__}: {str(e).strip()[:400]}")
+    print(f"{len(srcs) - failed} passed, {failed} failed")
+    return 1 if failed or not srcs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
