@@ -826,6 +826,18 @@ static bool depends(const int *step_of_tile, const int *in0, const int *in1, int
 	       depends(step_of_tile, in0, in1, in1[t], from);
 }
 
+/* exp(a − max(a) over `axis`) when axis >= 0, else exp(a). */
+static int stable_exp(struct mo_mugraph *mg, struct mo_block_graph *bg, int a, int axis)
+{
+	if (axis < 0)
+		return mo_bg_op(mg, bg, MO_OP_EXP, 1, &a, NULL);
+	struct mo_op_params rp = { .n_axes = 1, .keepdims = 1 };
+	rp.axes[0] = axis;
+	int m = mo_bg_op(mg, bg, MO_OP_REDUCE_MAX, 1, &a, &rp);
+	int d = mo_bg_op(mg, bg, MO_OP_SUB, 2, (int[]){ a, m }, NULL);
+	return mo_bg_op(mg, bg, MO_OP_EXP, 1, &d, NULL);
+}
+
 static struct mo_mugraph *build(struct target *T, const struct sched *S, const struct algo *A,
 				const struct build_opts *bo)
 {
@@ -873,6 +885,26 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 					exp_of_accum[t] = exp_of_accum[t] < 0 ? x : -2; /* two exps */
 		}
 	}
+	/* and within a tile: an exp whose result reaches a ReduceSum (softmax's
+	 * denominator) subtracts the max over that sum's axis first, as
+	 * ONNX Runtime's Softmax does; exp of a raw logit overflows fp32 past
+	 * 88. The max cancels in the ratio, which the proof checks like any
+	 * rewrite. -1: none; -2: sums over different axes (left as is) */
+	int sum_axis_of_exp[MAX_TILES];
+	for (int t = 0; t < nt; t++)
+		sum_axis_of_exp[t] = -1;
+	if (bo->stabilize) {
+		for (int t = 0; t < nt; t++) {
+			if (step_of_tile[t] < 0 || A->steps[step_of_tile[t]].kind != MO_OP_REDUCE_SUM)
+				continue;
+			int ax = A->steps[step_of_tile[t]].axis;
+			for (int x = 0; x < nt; x++)
+				if (step_of_tile[x] >= 0 && A->steps[step_of_tile[x]].kind == MO_OP_EXP &&
+				    depends(step_of_tile, in0, in1, in0[t], x))
+					sum_axis_of_exp[x] = sum_axis_of_exp[x] == -1 || sum_axis_of_exp[x] == ax
+								   ? ax : -2;
+		}
+	}
 	nt = 0;
 	for (int i = 0; i < A->n_steps && !mg->error[0]; i++) {
 		const struct step *st = &A->steps[i];
@@ -909,8 +941,10 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 				y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &d, NULL);
 				max_of_exp[nt] = m;
 			} else {
-				y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &a, NULL);
+				y = stable_exp(mg, bg, a, sum_axis_of_exp[nt]);
 			}
+		} else if (st->kind == MO_OP_EXP) {
+			y = stable_exp(mg, bg, a, sum_axis_of_exp[nt]);
 		} else {
 			struct mo_op_params p = { 0 };
 			if (st->kind == MO_OP_REDUCE_SUM || st->kind == MO_OP_LAYER_NORM ||

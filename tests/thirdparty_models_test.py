@@ -13,7 +13,8 @@ Per model:
 - the search, cache off, finds what the paper finds on these modules:
   RMSNorm + projection, the gated MLP and the LoRA layer are each one fused
   region of one kernel, within the default budget; the attention core's
-  Softmax (its causal mask holds -inf) is inside a fused region. The whole
+  Softmax (its causal mask holds -inf) is inside a fused region, and still
+  right at ten times the inputs' scale (logits past exp's fp32 range). The whole
   attention layer (rotary embedding and repeat_kv around the core) and the
   GPT-2 block are checked for correct outputs only.
 
@@ -26,11 +27,12 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import onnx
 from onnx import shape_inference
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fuse_models_test import check_model  # noqa: E402
+from fuse_models_test import check_model, random_inputs, session  # noqa: E402
 
 # model name prefix -> what the search must find
 ONE_KERNEL = ("hf_rmsnorm_linear", "hf_llama_mlp", "peft_lora")
@@ -65,7 +67,7 @@ def check_shapes(cli, path):
     return compared
 
 
-def check_fusion(name, manifest):
+def check_fusion(name, src, manifest):
     regions = json.load(open(manifest))["regions"] if os.path.exists(manifest) else []
     fused = [g for g in regions if g["fused"]]
     if name.startswith(ONE_KERNEL):
@@ -74,9 +76,17 @@ def check_fusion(name, manifest):
                                  + ", ".join(f"{g['region']}: {g['kernels'] if g['fused'] else 'unfused'}"
                                              for g in regions))
     if name.startswith(SOFTMAX_FUSED):
-        m = onnx.load(manifest[:-len(".mirage.json")] + ".onnx")
-        if any(n.op_type == "Softmax" for n in m.graph.node):
+        out = manifest[:-len(".mirage.json")] + ".onnx"
+        if any(n.op_type == "Softmax" for n in onnx.load(out).graph.node):
             raise AssertionError("the attention's Softmax stayed unfused")
+        # logits past 88 overflow exp in fp32: the fused softmax must
+        # subtract the row max as ONNX Runtime's does (it gave NaN here)
+        feeds = {k: v * 10 for k, v in random_inputs(onnx.load(src), 7).items()}
+        want = session(src).run(None, feeds)[0].astype(np.float64)
+        got = session(out, manifest[:-len(".json")] + ".so").run(None, feeds)[0]
+        err = np.max(np.abs(want - got)) / np.max(np.abs(want))
+        if not np.isfinite(err) or err > 1e-4:
+            raise AssertionError(f"at 10x the inputs' scale the error is {err:.3g}")
 
 
 def main():
@@ -103,7 +113,7 @@ def main():
                           DEFAULT_BUDGET if name.startswith(ONE_KERNEL) else args.budget)
                 # fuse_models_test's checks; nvcc is the plugin tests' concern
                 _, nf, nr, err = check_model(args.cli, src, tmp, budget, False)
-                check_fusion(name, os.path.join(tmp, name + ".fused.mirage.json"))
+                check_fusion(name, src, os.path.join(tmp, name + ".fused.mirage.json"))
                 print(f"ok   {name}: {n_shapes} shapes agree with ONNX, {nf} of {nr} regions fused"
                       + (f", largest error {err:.2g}" if err is not None else ""))
             except Exception as e:  # noqa: BLE001 - every failure is reported
