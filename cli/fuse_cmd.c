@@ -17,7 +17,9 @@
 #include "search_cmd.h"
 
 /* A region of the partition, or a part of one the search could not fuse
- * whole (split once, with tighter limits: one MatMul per path, half the ops). */
+ * whole: a run of its ops the search found to fuse into one kernel, or,
+ * when it found none, a region of the model partitioned again with tighter
+ * limits (one MatMul per path, half the ops). Parts are not split again. */
 struct region_state {
 	const struct mo_region *rg;
 	int parent;          /* the unit it is a part of, or -1 */
@@ -236,9 +238,11 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	size_t cap = (size_t)p->n_regions + (size_t)tp->n_ops + 1;
 	int nu = p->n_regions;
 	struct region_state *rs = mo_calloc(cap, sizeof *rs);
+	/* the parts of region ri the search found, when it does not fuse whole */
+	struct mo_partition **parts = mo_calloc((size_t)p->n_regions + 1, sizeof *parts);
 	struct mo_cg_op *ops = mo_calloc(cap, sizeof *ops);
 	struct mo_plugin_op_report *rep = mo_calloc(cap, sizeof *rep);
-	if (!rs || !ops || !rep) {
+	if (!rs || !ops || !rep || !parts) {
 		mo_diag_nomem(d);
 		rc = 3;
 		goto out;
@@ -280,7 +284,32 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		if (info)
 			fprintf(stderr, "  %s in %.1f s%s\n", s->fused ? "found a μGraph" : "stays unfused",
 				s->seconds, s->cached ? " (from the cache, verified again)" : "");
-		if (!s->fused && s->parent < 0 && rg->n_ops > 2) {
+		if (!s->fused && s->parent < 0 && s->r.n_parts > 0) {
+			/* the runs of ops the search found to fuse, each a region again */
+			int *group = mo_malloc(sizeof *group * ((size_t)tp->n_ops + 1));
+			struct mo_diag pd;
+			mo_diag_init(&pd);
+			if (!group) {
+				rc = 3;
+				mo_diag_nomem(d);
+				break;
+			}
+			for (int v = 0; v < tp->n_ops; v++)
+				group[v] = -1;
+			for (int k = 0; k < rg->n_ops; k++)
+				group[rg->ops[k]] = s->r.part_of[k];
+			if (mo_part_groups(tp, group, &parts[ri], &pd))
+				parts[ri] = NULL;
+			mo_free(group);
+			int k = 0;
+			for (; parts[ri] && k < parts[ri]->n_regions; k++)
+				rs[nu + k] = (struct region_state){ .rg = &parts[ri]->regions[k],
+								    .parent = ri, .part = k + 1 };
+			if (k > 0 && info)
+				fprintf(stderr, "  fusing %d of its runs of ops as regions of their own\n", k);
+			s->split = k > 0;
+			nu += k;
+		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2) {
 			if (!tight) {
 				struct mo_part_options po = *a->part;
 				po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;
@@ -479,6 +508,9 @@ out:
 	mo_free(ops);
 	mo_free(rep);
 	mo_part_free(tight);
+	for (int ri = 0; parts && ri < p->n_regions; ri++)
+		mo_part_free(parts[ri]);
+	mo_free(parts);
 	mo_part_free(p);
 	mo_tp_free(tp);
 	return rc;

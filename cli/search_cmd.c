@@ -314,6 +314,18 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 			} else {
 				fputs(", \"why\": ", out);
 				mo_json_string(out, r.why);
+				fputs(", \"parts\": [", out);
+				for (int k = 0; k < r.n_parts; k++) {
+					fputs(k ? ", [" : "[", out);
+					for (int i = 0, first = 1; i < rg->n_ops; i++)
+						if (r.part_of[i] == k) {
+							fputs(first ? "" : ", ", out);
+							mo_json_string(out, tp->node_names[prog->ops[i].node]);
+							first = 0;
+						}
+					fputc(']', out);
+				}
+				fputc(']', out);
 			}
 			fputc('}', out);
 		} else {
@@ -333,6 +345,13 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				printf("  verified: %s\n", r.verification.detail);
 			} else {
 				printf("  stays unfused: %s\n", r.why);
+				for (int k = 0; k < r.n_parts; k++) {
+					printf("  part %d, fuses on its own:", k + 1);
+					for (int i = 0; i < rg->n_ops; i++)
+						if (r.part_of[i] == k)
+							printf(" %s", tp->node_names[prog->ops[i].node]);
+					printf("\n");
+				}
 			}
 			if (!cached)
 				printf("  search: %.2f s, %d schedule classes, %" PRIu64 " states, pruned %"

@@ -44,6 +44,12 @@ struct mo_partition {
 
 enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options *opt,
 			   struct mo_partition **out, struct mo_diag *d);
+/* The partition whose region k is the ops v with group[v] == k (-1: in
+ * none), for groups the caller chose (the parts of a region the search
+ * found to fuse): each group must be convex, and collapsing them all must
+ * leave the graph acyclic (mo_part_check), which the caller ensures. */
+enum mo_status mo_part_groups(const struct mo_tp *tp, const int *group,
+			      struct mo_partition **out, struct mo_diag *d);
 void mo_part_free(struct mo_partition *p);
 
 /* Checks the two properties everything downstream relies on: every region is

@@ -389,6 +389,45 @@ static void absorb_constant_nodes(const struct mo_tp *tp, int *node_region)
 	}
 }
 
+/* The nr regions of p->op_region (a region's ops in program order, its
+ * nodes with the constant nodes only it uses, inputs, outputs and sizes);
+ * node_region (every node -1) is filled on the way. Leaves exps and
+ * matmul_chain to the caller. */
+static enum mo_status fill_regions(const struct mo_tp *tp, struct mo_partition *p, int nr,
+				   int *node_region, struct mo_diag *d)
+{
+	p->regions = mo_arena_array(&p->arena, (size_t)nr + 1, sizeof *p->regions);
+	if (!p->regions)
+		return mo_diag_nomem(d);
+	p->n_regions = nr;
+	for (int v = 0; v < tp->n_ops; v++) {
+		int ri = p->op_region[v];
+		if (ri >= 0) {
+			node_region[tp->ops[v].node] = ri;
+			p->regions[ri].n_ops++;
+		}
+	}
+	for (int ri = 0; ri < nr; ri++) {
+		struct mo_region *r = &p->regions[ri];
+		r->ops = mo_arena_array(&p->arena, (size_t)r->n_ops + 1, sizeof(int));
+		if (!r->ops)
+			return mo_diag_nomem(d);
+		r->n_ops = 0;
+	}
+	for (int v = 0; v < tp->n_ops; v++) {
+		int ri = p->op_region[v];
+		if (ri >= 0)
+			p->regions[ri].ops[p->regions[ri].n_ops++] = v;
+	}
+	absorb_constant_nodes(tp, node_region);
+	for (int ri = 0; ri < nr; ri++) {
+		enum mo_status st = describe(tp, p, &p->regions[ri], ri, node_region, d);
+		if (st)
+			return st;
+	}
+	return MO_OK;
+}
+
 enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options *opt,
 			   struct mo_partition **out, struct mo_diag *d)
 {
@@ -506,43 +545,15 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 		if (any)
 			rep_index[r] = nr++;
 	}
-	p->regions = mo_arena_array(&p->arena, (size_t)nr + 1, sizeof *p->regions);
-	if (!p->regions) {
-		st = mo_diag_nomem(d);
-		goto out;
-	}
-	p->n_regions = nr;
-	for (int v = 0; v < n; v++) {
-		int ri = rep_index[find(&s, v)];
-		p->op_region[v] = ri;
-		if (ri >= 0) {
-			node_region[tp->ops[v].node] = ri;
-			p->regions[ri].n_ops++;
-		}
-	}
-	for (int ri = 0; ri < nr; ri++) {
-		struct mo_region *r = &p->regions[ri];
-		r->ops = mo_arena_array(&p->arena, (size_t)r->n_ops, sizeof(int));
-		if (!r->ops) {
-			st = mo_diag_nomem(d);
-			goto out;
-		}
-		r->n_ops = 0;
-	}
-	for (int v = 0; v < n; v++) {
-		int ri = p->op_region[v];
-		if (ri >= 0)
-			p->regions[ri].ops[p->regions[ri].n_ops++] = v;
-	}
-	absorb_constant_nodes(tp, node_region);
+	for (int v = 0; v < n; v++)
+		p->op_region[v] = rep_index[find(&s, v)];
+	st = fill_regions(tp, p, nr, node_region, d);
 	for (int ri = 0; !st && ri < nr; ri++) {
 		struct mo_region *r = &p->regions[ri];
-		int first = r->ops[0], max_e, max_mm;
-		int rep = find(&s, first);
+		int rep = find(&s, r->ops[0]), max_e, max_mm;
 		path_maxima(tp, &g, &s, &rep, 1, members, e, mm, &max_e, &max_mm);
 		r->exps = max_e;
 		r->matmul_chain = max_mm;
-		st = describe(tp, p, r, ri, node_region, d);
 	}
 out:
 	opgraph_free(&g);
@@ -560,6 +571,58 @@ out:
 	mo_free(mm);
 	mo_free(node_region);
 	mo_free(rep_index);
+	if (st) {
+		mo_part_free(p);
+		return st;
+	}
+	*out = p;
+	return MO_OK;
+}
+
+enum mo_status mo_part_groups(const struct mo_tp *tp, const int *group,
+			      struct mo_partition **out, struct mo_diag *d)
+{
+	*out = NULL;
+	int n = tp->n_ops, nr = 0;
+	for (int v = 0; v < n; v++)
+		if (group[v] >= nr)
+			nr = group[v] + 1;
+	struct mo_partition *p = mo_calloc(1, sizeof *p);
+	int *node_region = mo_calloc((size_t)tp->n_nodes + 1, sizeof(int));
+	int *e = mo_calloc((size_t)n + 1, sizeof(int)), *mm = mo_calloc((size_t)n + 1, sizeof(int));
+	enum mo_status st = MO_OK;
+	if (p)
+		mo_arena_init(&p->arena);
+	if (!p || !node_region || !e || !mm ||
+	    !(p->op_region = mo_arena_array(&p->arena, (size_t)n + 1, sizeof(int)))) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int i = 0; i < tp->n_nodes; i++)
+		node_region[i] = -1;
+	for (int v = 0; v < n; v++)
+		p->op_region[v] = group[v] >= 0 ? group[v] : -1;
+	st = fill_regions(tp, p, nr, node_region, d);
+	for (int v = 0; v < n && !st; v++) { /* ops are in topological order */
+		int ri = p->op_region[v];
+		if (ri < 0)
+			continue;
+		FOR_EACH_PRED(tp, &tp->ops[v], u, {
+			if (p->op_region[u] == ri) {
+				e[v] = e[u] > e[v] ? e[u] : e[v];
+				mm[v] = mm[u] > mm[v] ? mm[u] : mm[v];
+			}
+		});
+		e[v] += tp->ops[v].exps;
+		mm[v] += is_matmul(&tp->ops[v]);
+		struct mo_region *r = &p->regions[ri];
+		r->exps = e[v] > r->exps ? e[v] : r->exps;
+		r->matmul_chain = mm[v] > r->matmul_chain ? mm[v] : r->matmul_chain;
+	}
+out:
+	mo_free(node_region);
+	mo_free(e);
+	mo_free(mm);
 	if (st) {
 		mo_part_free(p);
 		return st;

@@ -45,6 +45,7 @@ struct piece {
 	bool proven;              /* mg passed the full verdict against the piece */
 	bool searched;            /* search_piece ran on it */
 	struct mo_cost cost;
+	double unfused_us;        /* its ops one by one, under the cost model */
 	int n_out;
 	const char *outs[MO_MG_MAX]; /* names of the tensors it makes for later pieces */
 };
@@ -73,19 +74,40 @@ static struct piece *piece_at(struct kg *k, int i, int j)
 	return &k->pieces[i * (k->n + 1) + j];
 }
 
+/* Whether every op not yet placed that tensor t depends on is a layout op
+ * (a view of an input: a transpose, a reshape, an expand). */
+static bool layout_cone(const struct mo_tp *p, int t, const bool *seen)
+{
+	int op = t >= 0 ? p->tensors[t].producer : -1;
+	if (op < 0 || seen[op])
+		return true;
+	if (p->ops[op].lax != MO_LAX_LAYOUT)
+		return false;
+	for (int i = 0; i < p->ops[op].n_in; i++)
+		if (!layout_cone(p, p->ops[op].in[i], seen))
+			return false;
+	return true;
+}
+
 static void visit(const struct mo_tp *p, int t, bool *seen, int *order, int *n)
 {
 	int op = t >= 0 ? p->tensors[t].producer : -1;
 	if (op < 0 || seen[op])
 		return;
 	seen[op] = true;
-	for (int i = 0; i < p->ops[op].n_in; i++)
-		visit(p, p->ops[op].in[i], seen, order, n);
+	/* views of inputs first, so that the ops computing the other operands
+	 * stay next to this one (attention's Softmax next to the MatMul with V,
+	 * V's repeat and transpose before both) */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < p->ops[op].n_in; i++)
+			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == 0))
+				visit(p, p->ops[op].in[i], seen, order, n);
 	order[(*n)++] = op;
 }
 
 /* The ops of a topological order in which each output's cone is contiguous:
- * depth-first from the outputs, operands before the op. */
+ * depth-first from the outputs, operands before the op, views of inputs
+ * before the operands that compute. */
 static void dfs_order(const struct mo_tp *p, bool *seen, int *order)
 {
 	int n = 0;
@@ -224,6 +246,7 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		k->used += r.stats.work_s;
 		st->kernel_pieces++;
 		pc->mg = r.best;
+		pc->unfused_us = r.cost_unfused.us;
 	}
 	if (pc->mg)
 		mo_cost_mugraph(pc->mg, g, &pc->cost);
@@ -316,6 +339,59 @@ done:
 	mo_free(best);
 	mo_free(from);
 	return n_cut;
+}
+
+/* The disjoint runs of several ops that save the most time fused, each one
+ * kernel estimated faster than its ops one by one, into r->part_of (by the
+ * program's op numbers) when no cover is. */
+static enum mo_status best_parts(struct kg *k, struct mo_search_result *r, struct mo_diag *d)
+{
+	int n = k->n;
+	double *saved = mo_calloc((size_t)n + 1, sizeof *saved);
+	int *from = mo_calloc((size_t)n + 1, sizeof *from);
+	r->part_of = mo_malloc(sizeof *r->part_of * ((size_t)n + 1));
+	if (!saved || !from || !r->part_of) {
+		mo_free(saved);
+		mo_free(from);
+		return mo_diag_nomem(d);
+	}
+	for (int j = 1; j <= n; j++) {
+		saved[j] = saved[j - 1]; /* op j - 1 in no part */
+		from[j] = j;
+		for (int i = 0; i + 1 < j; i++) {
+			struct piece *pc = piece_at(k, i, j);
+			double gain = pc->mg ? pc->unfused_us - pc->cost.us : 0;
+			if (gain > 0 && saved[i] + gain > saved[j]) {
+				saved[j] = saved[i] + gain;
+				from[j] = i;
+			}
+		}
+	}
+	for (int q = 0; q < n; q++)
+		r->part_of[q] = -1;
+	r->n_parts = 0;
+	for (int j = n; j > 0;) {
+		if (from[j] == j) {
+			j--;
+			continue;
+		}
+		for (int q = from[j]; q < j; q++)
+			r->part_of[k->order[q]] = r->n_parts;
+		r->n_parts++;
+		j = from[j];
+	}
+	/* numbered in program order */
+	for (int a = 0, b = r->n_parts - 1; a < b; a++, b--)
+		for (int q = 0; q < n; q++)
+			if (r->part_of[q] == a || r->part_of[q] == b)
+				r->part_of[q] = r->part_of[q] == a ? b : a;
+	if (r->n_parts)
+		mo_progressf(k->o->progress, k->o->progress_ctx, "  %d runs of ops fuse with "
+			     "%.1f µs saved of the %.1f µs they take unfused", r->n_parts, saved[n],
+			     r->cost_unfused.us);
+	mo_free(saved);
+	mo_free(from);
+	return MO_OK;
 }
 
 /* Seconds of work left for searching runs (0: stop). */
@@ -503,6 +579,8 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		if (!dropped)
 			break; /* r->why has the composite's verdict */
 	}
+	if (!s && !r->best)
+		s = best_parts(&k, r, d);
 done:
 	for (int q = 0; k.pieces && q < (k.n + 1) * (k.n + 1); q++)
 		mo_mg_free(k.pieces[q].mg);
@@ -601,8 +679,14 @@ static void keep_faster(struct mo_search_result *r, struct mo_search_result *got
 		return;
 	}
 	spend(spent, &got->stats);
-	if (!r->best) /* say why the last one found nothing */
+	if (!r->best) { /* say why the last one found nothing */
 		snprintf(r->why, sizeof r->why, "%s", got->why);
+		if (!rewrite[0]) { /* parts of the region's own program */
+			r->n_parts = got->n_parts;
+			r->part_of = got->part_of;
+			got->part_of = NULL;
+		}
+	}
 	mo_search_result_free(got);
 }
 
@@ -701,4 +785,7 @@ void mo_search_result_free(struct mo_search_result *r)
 {
 	mo_mg_free(r->best);
 	r->best = NULL;
+	mo_free(r->part_of);
+	r->part_of = NULL;
+	r->n_parts = 0;
 }

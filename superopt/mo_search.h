@@ -106,6 +106,14 @@ struct mo_search_result {
 	/* what the program searched changed from the region's ("" when it is
 	 * the region's): best is built from it and proven against the region */
 	char rewrite[200];
+	/* When best is NULL and the region's own program was cut into runs of
+	 * ops: the runs that fuse into one kernel estimated faster than their
+	 * ops one by one, disjoint, chosen for the most time saved. part_of[k]
+	 * is the part of the program's op k (-1: none). Each part is proven
+	 * only as a whole run; a caller that fuses one as a region of its own
+	 * searches and proves it again. */
+	int n_parts;
+	int *part_of;
 };
 
 /* Searches for the fastest μGraph equivalent to prog (a region's program,
