@@ -7,7 +7,9 @@ exporters write them; these are written by the exporters themselves, from
 modules this project did not write: LlamaRMSNorm followed by a projection,
 LlamaMLP (the gated MLP), a PEFT LoRA layer, LlamaAttention with grouped
 query heads (whole, and its core cut out: QK^T, scale, causal mask with
--inf, Softmax, times V), and GPT-2's block. Each comes from both of torch.onnx.export's
+-inf, Softmax, times V), its core again at a prefill's length (512 tokens,
+where the search must loop over the keys as FlashAttention does), and
+GPT-2's block. Each comes from both of torch.onnx.export's
 exporters: the torch.export-based one (the default since PyTorch 2.9,
 "dynamo") and the TorchScript one ("ts"). The .onnx files are committed, so
 the tests need neither PyTorch nor network; run this to make them again:
@@ -65,6 +67,33 @@ class Attention(torch.nn.Module):
         return self.attn(x, (cos, sin), self.mask)[0]
 
 
+class AttentionPrefill(torch.nn.Module):
+    """LlamaAttention at a prefill's length (PREFILL_TOKENS tokens, heads of
+    64), the causal mask given as an input as the decoder layer passes it.
+    Only its core is kept: the layer's weights would be megabytes."""
+    TOKENS, HIDDEN = 512, 256
+
+    def __init__(self):
+        super().__init__()
+        cfg = transformers.LlamaConfig(hidden_size=self.HIDDEN, intermediate_size=2 * self.HIDDEN,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                        num_hidden_layers=1, vocab_size=128,
+                                        max_position_embeddings=self.TOKENS,
+                                        attn_implementation="eager")
+        self.attn = llama.LlamaAttention(cfg, layer_idx=0)
+        self.rope = llama.LlamaRotaryEmbedding(cfg)
+
+    def forward(self, x, mask):
+        pos = torch.arange(self.TOKENS)[None]
+        cos, sin = self.rope(x, pos)
+        return self.attn(x, (cos, sin), mask)[0]
+
+    @classmethod
+    def example(cls):
+        mask = torch.full((cls.TOKENS, cls.TOKENS), float("-inf")).triu(1)
+        return (torch.randn(1, cls.TOKENS, cls.HIDDEN), mask[None, None]), ["x", "mask"]
+
+
 class Gpt2Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -104,7 +133,10 @@ MODELS = {
     "peft_lora": lora,
     "hf_llama_attention": Attention,
     "hf_gpt2_block": Gpt2Block,
+    "hf_llama_attention_prefill": AttentionPrefill,
 }
+# models of which only the attention core is kept
+CORE_ONLY = ("hf_llama_attention_prefill",)
 
 
 def attention_core(path, out):
@@ -130,6 +162,13 @@ def attention_core(path, out):
         t = consumers[t][0].output[0]
     mm = consumers[t][0]
     inputs.append(next(i for i in mm.input if i != t))
+    # a mask given as the model's input is the core's input too
+    graph_inputs = {i.name for i in m.graph.input}
+    t = n.output[0]
+    while t != mm.output[0]:
+        step = consumers[t][0]
+        inputs += [i for i in step.input if i in graph_inputs and i not in inputs]
+        t = step.output[0]
     onnx.utils.extract_model(path, out, inputs, [mm.output[0]])
 
 
@@ -144,17 +183,24 @@ def main():
     for name in names:
         torch.manual_seed(0)
         model = MODELS[name]().eval()
-        x = torch.randn(1, TOKENS, HIDDEN)
+        if hasattr(model, "example"):
+            args_, input_names = model.example()
+        else:
+            args_, input_names = (torch.randn(1, TOKENS, HIDDEN),), ["x"]
         for exporter, dynamo, opset in (("dynamo", True, 18), ("ts", False, 17)):
             path = os.path.join(args.out, f"{name}_{exporter}.onnx")
             with torch.no_grad():
-                torch.onnx.export(model, (x,), path, dynamo=dynamo, opset_version=opset,
-                                  input_names=["x"], output_names=["y"], external_data=False)
-            print(f"wrote {path} ({os.path.getsize(path)} bytes)")
-            if name == "hf_llama_attention":
+                torch.onnx.export(model, args_, path, dynamo=dynamo, opset_version=opset,
+                                  input_names=input_names, output_names=["y"],
+                                  external_data=False)
+            if name.startswith("hf_llama_attention"):
                 core = os.path.join(args.out, f"{name}_core_{exporter}.onnx")
                 attention_core(path, core)
                 print(f"wrote {core} ({os.path.getsize(core)} bytes)")
+            if name in CORE_ONLY:
+                os.remove(path)
+            else:
+                print(f"wrote {path} ({os.path.getsize(path)} bytes)")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
 
 
