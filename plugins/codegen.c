@@ -205,7 +205,12 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 	const struct mo_op_params *p = &op->p;
 	switch (op->kind) {
 	case MO_OP_ADD: snprintf(s, n, "(%s + %s)", a, b); return true;
-	case MO_OP_SUB: snprintf(s, n, "(%s - %s)", a, b); return true;
+	case MO_OP_SUB:
+		if (mo_bg_sub_of_max(tp, op)) /* a row of masked scores: exp gives 0 */
+			snprintf(s, n, "mo_sub_max(%s, %s)", a, b);
+		else
+			snprintf(s, n, "(%s - %s)", a, b);
+		return true;
 	case MO_OP_MUL: snprintf(s, n, "(%s * %s)", a, b); return true;
 	case MO_OP_DIV: snprintf(s, n, "(%s / %s)", a, b); return true;
 	case MO_OP_MAX: snprintf(s, n, "mo_max(%s, %s)", a, b); return true;
@@ -894,9 +899,9 @@ static void emit_accum(struct gen *g, enum scope sc, const struct mo_block_graph
 		bcast_index(idx, sizeof idx, mt, t, "i");
 		load(mv, sizeof mv, m, idx);
 		loop_open(g, sc, "i", mo_tensor_numel(t));
-		P(g, "float keep_ = it == 0 ? 0.0f : %s[i] * expf(%s[%s] - %s[%s]);\n", acc->name, rm,
-		  idx, nm, idx);
-		P(g, "%s[i] = keep_ + %s * expf(%s - %s[%s]);\n}\n", acc->name, v, mv, nm, idx);
+		P(g, "float keep_ = it == 0 ? 0.0f : mo_rescale(%s[i], %s[%s], %s[%s]);\n", acc->name,
+		  rm, idx, nm, idx);
+		P(g, "%s[i] = keep_ + mo_rescale(%s, %s, %s[%s]);\n}\n", acc->name, v, mv, nm, idx);
 		P(g, "{ float *s_ = %s; %s = %s; %s = s_; }\n", rm, rm, nm, nm);
 		break;
 	}
@@ -1110,10 +1115,14 @@ static const char prelude_cuda[] =
 	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
 	"#define MO_DEV static __device__ __forceinline__\n";
 
-/* Max and Min as the evaluator defines them (NaN handling included). */
+/* Max and Min as the evaluator defines them (NaN handling included); the
+ * Sub of a tile's max and the rescaling of online softmax as mo_mugraph.h
+ * defines them for rows whose scores are all masked. */
 static const char prelude_math[] =
 	"MO_DEV float mo_max(float a, float b) { return a > b ? a : b; }\n"
 	"MO_DEV float mo_min(float a, float b) { return a < b ? a : b; }\n"
+	"MO_DEV float mo_sub_max(float a, float m) { return m == -INFINITY ? -INFINITY : a - m; }\n"
+	"MO_DEV float mo_rescale(float x, float m, float m_new) { return m_new == -INFINITY ? 0.0f : x * expf(m - m_new); }\n"
 	"MO_DEV float mo_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
 	"MO_DEV float mo_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n\n";
 

@@ -327,6 +327,8 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 		}
 	}
 	if (e->dom == MO_EVAL_FLOAT) {
+		/* a tile row whose scores are all masked: exp(−inf) = 0, not NaN */
+		bool sub_of_max = mo_bg_sub_of_max(e->tp, op);
 		double *Y = out;
 		const double *A = e->vals[op->in[0]];
 		const double *B = nin > 1 && op->in[1] >= 0 ? e->vals[op->in[1]] : NULL;
@@ -344,7 +346,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			double r = 0;
 			switch (op->kind) {
 			case MO_OP_ADD: r = a + b; break;
-			case MO_OP_SUB: r = a - b; break;
+			case MO_OP_SUB: r = sub_of_max && b == -INFINITY ? -INFINITY : a - b; break;
 			case MO_OP_MUL: r = a * b; break;
 			case MO_OP_DIV: r = a / b; break;
 			case MO_OP_POW: r = pow(a, p->exponent); break;
@@ -1121,8 +1123,9 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 		double *A = acc;
 		const double *V = v, *M = m, *M0 = old_max, *M1 = new_max;
 		for (uint64_t i = 0; i < n; i++) {
-			double keep = first ? 0 : A[i] * exp(M0[o[i]] - M1[o[i]]);
-			A[i] = keep + V[i] * exp(M[o[i]] - M1[o[i]]);
+			double m1 = M1[o[i]]; /* −inf: all masked so far, A and V are 0 */
+			double keep = first || m1 == -INFINITY ? 0 : A[i] * exp(M0[o[i]] - m1);
+			A[i] = keep + (m1 == -INFINITY ? 0 : V[i] * exp(M[o[i]] - m1));
 		}
 	} else {
 		/* the factors depend on the max element only: an exp (a modular

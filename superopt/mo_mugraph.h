@@ -21,7 +21,9 @@ enum mo_accum_kind {
 	MO_ACC_MAX,      /* the running max M of x_i (online softmax's max) */
 	MO_ACC_RESCALED, /* Σ_i x_i·exp(m_i − M): the max-rescaled sum of online
 			  * softmax, m_i the iteration's max tile, M their running
-			  * max; kept as acc·exp(M_old − M_new) + x_i·exp(m_i − M_new) */
+			  * max; kept as acc·exp(M_old − M_new) + x_i·exp(m_i − M_new),
+			  * each factor 0 while M_new is −inf (every score so far
+			  * masked: x_i is 0, and exp(−inf − −inf) would be NaN) */
 };
 
 struct mo_bg_iter {
@@ -128,6 +130,13 @@ int mo_bg_iter(struct mo_mugraph *mg, struct mo_block_graph *bg, int tensor,
 	       int ix, int iy, int iz, int fmap);
 int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, int n_in,
 	     const int *in, const struct mo_op_params *p);
+/* Whether op, in a block graph's body, is a Sub of a ReduceMax's result
+ * (softmax's x − max(x), the only use of ReduceMax in block graphs: the
+ * Lax fragment has no ReduceMax of its own). Such a Sub gives −inf where
+ * the max is −inf: a row of a tile whose scores are all masked is 0 after
+ * the Exp and adds nothing, as in FlashAttention, instead of NaN
+ * (−inf − −inf). Evaluators and generated code all follow this. */
+bool mo_bg_sub_of_max(const struct mo_tp *body, const struct mo_tp_op *op);
 /* A scalar constant tile (for eps, 1/n, ...). */
 int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value);
 /* A sum or max accumulator (MO_ACC_SUM, MO_ACC_MAX). */

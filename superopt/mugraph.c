@@ -284,6 +284,14 @@ int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, 
 	return add_op(mg, &bg->body, kind, n_in, in, p);
 }
 
+bool mo_bg_sub_of_max(const struct mo_tp *body, const struct mo_tp_op *op)
+{
+	if (op->kind != MO_OP_SUB || op->n_in < 2 || op->in[1] < 0)
+		return false;
+	int prod = body->tensors[op->in[1]].producer;
+	return prod >= 0 && body->ops[prod].kind == MO_OP_REDUCE_MAX;
+}
+
 int mo_bg_const(struct mo_mugraph *mg, struct mo_block_graph *bg, double value)
 {
 	if (!bg)

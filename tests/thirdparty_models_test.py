@@ -19,7 +19,8 @@ Per model:
   around it: a region that does not fuse whole, fused in the runs of ops the
   search found to fuse). At a prefill's length (512 tokens) the core is one
   kernel that loops over the keys with rescaled accumulators, FlashAttention's
-  online softmax. The GPT-2 block is checked for correct outputs only.
+  online softmax, and right with the decoder's causal mask (key tiles whose
+  scores are all -inf). The GPT-2 block is checked for correct outputs only.
 
 Prints one line per model and exits non-zero on any failure.
 """
@@ -101,6 +102,18 @@ def check_fusion(name, src, manifest):
             raise AssertionError("expected one kernel looping over the keys with rescaled "
                                  f"accumulators, got {len(fused)} fused regions, for-loops "
                                  f"{loops}, {len(rescaled)} rescaled accumulators")
+        # the decoder's causal mask: the first rows' later key tiles are all
+        # -inf, whose max is -inf (exp(-inf - -inf) gave NaN in 122880 places)
+        out = manifest[:-len(".mirage.json")] + ".onnx"
+        feeds = random_inputs(onnx.load(src), 7)
+        t = feeds["mask"].shape[-1]
+        feeds["mask"] = np.triu(np.full((t, t), -np.inf, np.float32), 1)[None, None]
+        want = session(src).run(None, feeds)[0].astype(np.float64)
+        got = session(out, manifest[:-len(".json")] + ".so").run(None, feeds)[0]
+        err = np.max(np.abs(want - got)) / np.max(np.abs(want))
+        if not np.isfinite(err) or err > 1e-4:
+            raise AssertionError(f"with a causal mask the error is {err:.3g} "
+                                 f"({np.isnan(got).sum()} NaNs)")
 
 
 def main():
