@@ -218,17 +218,27 @@ static uint64_t trial_seed(const struct mo_equiv_options *opt, int t)
 	return opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
 }
 
+static bool same_name(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* p evaluated with `seed` and `scale`, the input `masked` (NULL: none)
+ * given a causal mask of -inf (mo_eval_masked). */
 static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
-				double scale, struct mo_eval_result *out, struct mo_diag *d)
+				double scale, const char *masked, struct mo_eval_result *out,
+				struct mo_diag *d)
 {
 	struct mo_ref_memo *m = p->memo;
 	for (int i = 0; m && i < m->n; i++)
-		if (m->e[i].dom == dom && m->e[i].seed == seed && m->e[i].scale == scale)
+		if (m->e[i].dom == dom && m->e[i].seed == seed && m->e[i].scale == scale &&
+		    same_name(m->e[i].masked, masked))
 			return result_copy(&m->e[i].r, out, d);
 	struct mo_eval_cache *w = dom != MO_EVAL_FF ? NULL : p->weights ? p->weights : &p->cache;
 	double t0 = mo_seconds();
-	enum mo_status st = p->mg ? mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, w, out, d)
-				  : mo_eval_scaled(p->tp, dom, seed, scale, w, out, d);
+	enum mo_status st = p->mg ? mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, masked, w,
+						      out, d)
+				  : mo_eval_masked(p->tp, dom, seed, scale, masked, w, out, d);
 	if (st || !m)
 		return st;
 	if (dom == MO_EVAL_FF)
@@ -239,6 +249,7 @@ static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_
 		m->e[m->n].dom = dom;
 		m->e[m->n].seed = seed;
 		m->e[m->n].scale = scale;
+		m->e[m->n].masked = masked;
 		m->n++;
 		m->bytes += bytes;
 	}
@@ -264,7 +275,7 @@ enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_op
 {
 	struct prog p = { .tp = m->ref, .weights = &m->weights, .memo = m };
 	struct mo_eval_result r;
-	enum mo_status st = prog_eval(&p, MO_EVAL_FF, trial_seed(opt, 0), 1.0, &r, d);
+	enum mo_status st = prog_eval(&p, MO_EVAL_FF, trial_seed(opt, 0), 1.0, NULL, &r, d);
 	if (!st)
 		mo_eval_result_free(&r);
 	return st;
@@ -332,20 +343,21 @@ static bool first_difference(const struct mo_eval_result *ra, const struct mo_ev
 	return false;
 }
 
-/* The float check at one input scale. Elements where the region is not
- * finite carry no information and are skipped; so are those where only the
+/* The float check at one input scale, with input `masked` (NULL: none)
+ * given a causal mask of -inf. Elements where the region is not finite
+ * carry no information and are skipped; so are those where only the
  * candidate is not, past scale 1 (an overflow of its order of operations).
  * *bad_name is the first output beyond tolerance, or NULL. */
 static enum mo_status float_check(struct prog *a, struct prog *b,
 				  const struct mo_equiv_options *opt, double scale,
-				  struct mo_equiv_report *rep, const char **bad_name,
-				  uint64_t *bad_i, struct mo_diag *d)
+				  const char *masked, struct mo_equiv_report *rep,
+				  const char **bad_name, uint64_t *bad_i, struct mo_diag *d)
 {
 	struct mo_eval_result ra, rb;
-	enum mo_status st = prog_eval(a, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, &ra, d);
+	enum mo_status st = prog_eval(a, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, masked, &ra, d);
 	if (st)
 		return st;
-	st = prog_eval(b, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, &rb, d);
+	st = prog_eval(b, MO_EVAL_FLOAT, opt->seed ^ 0xf10a7, scale, masked, &rb, d);
 	if (st) {
 		mo_eval_result_free(&ra);
 		return st;
@@ -383,6 +395,62 @@ static enum mo_status float_check(struct prog *a, struct prog *b,
 	return MO_OK;
 }
 
+/* Whether tensor t reaches an Exp or a Softmax of tp only through sums,
+ * differences, products with constants and layout ops: an additive mask or
+ * bias of attention's scores, which models fill with -inf. */
+static bool additive_to_exp(const struct mo_tp *tp, int t, int depth)
+{
+	for (int i = 0; i < tp->n_ops && depth < 16; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		int k = 0;
+		while (k < op->n_in && op->in[k] != t)
+			k++;
+		if (k == op->n_in || op->n_out < 1 || op->out[0] < 0)
+			continue;
+		if (op->kind == MO_OP_EXP || op->kind == MO_OP_SOFTMAX)
+			return true;
+		bool through = op->kind == MO_OP_ADD || op->kind == MO_OP_SUB ||
+			       op->lax == MO_LAX_LAYOUT || op->kind == MO_OP_CAST;
+		if (op->kind == MO_OP_MUL && op->n_in == 2) {
+			const struct mo_tensor *o = &tp->tensors[op->in[1 - k]];
+			through = o->kind == MO_T_CONST || o->kind == MO_T_INITIALIZER;
+		}
+		if (through && additive_to_exp(tp, op->out[0], depth + 1))
+			return true;
+	}
+	return false;
+}
+
+/* The float check again with each of the reference's float inputs that
+ * are additive to an exp given a causal mask of -inf (at most 4): a key
+ * tile whose scores are all -inf must add nothing to an online softmax,
+ * not NaN. A weight mask's -inf is in every float check already. */
+static enum mo_status masked_checks(struct prog *a, struct prog *b,
+				    const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
+				    const char **masked, const char **bad_name, uint64_t *bad_i,
+				    struct mo_diag *d)
+{
+	const struct mo_tp *tp = b->tp;
+	*masked = NULL;
+	for (int i = 0, n = 0; i < tp->n_inputs && n < 4 && !*bad_name; i++) {
+		const struct mo_tensor *t = &tp->tensors[tp->inputs[i]];
+		bool fl = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+			  t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			  t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+			  t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+		if (!fl || !additive_to_exp(tp, tp->inputs[i], 0))
+			continue;
+		n++;
+		struct mo_equiv_report probe = *rep; /* the report keeps the unmasked sizes */
+		enum mo_status st = float_check(a, b, opt, 1.0, t->name, &probe, bad_name, bad_i, d);
+		if (st)
+			return st;
+		if (*bad_name)
+			*masked = t->name;
+	}
+	return MO_OK;
+}
+
 /* Field trials, then the float check (VERIFIER.md). */
 static enum mo_status decide(struct prog *a, struct prog *b,
 			     const struct mo_equiv_options *opt, struct mo_equiv_report *rep,
@@ -397,10 +465,10 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 	for (int t = 0; agreeing < opt->trials && t < opt->trials * 4; t++) {
 		struct mo_eval_result ra, rb;
 		uint64_t seed = trial_seed(opt, t);
-		st = prog_eval(a, MO_EVAL_FF, seed, 1.0, &ra, d);
+		st = prog_eval(a, MO_EVAL_FF, seed, 1.0, NULL, &ra, d);
 		if (st)
 			return st;
-		st = prog_eval(b, MO_EVAL_FF, seed, 1.0, &rb, d);
+		st = prog_eval(b, MO_EVAL_FF, seed, 1.0, NULL, &rb, d);
 		if (st) {
 			mo_eval_result_free(&ra);
 			return st;
@@ -422,9 +490,11 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 		agreeing++;
 	}
 
-	const char *fname;
+	const char *fname, *masked = NULL;
 	uint64_t fi;
-	st = float_check(a, b, opt, 1.0, rep, &fname, &fi, d);
+	st = float_check(a, b, opt, 1.0, NULL, rep, &fname, &fi, d);
+	if (!st && !fname && !ff_name && agreeing == opt->trials)
+		st = masked_checks(a, b, opt, rep, &masked, &fname, &fi, d);
 	if (st)
 		return st;
 	char where[160];
@@ -439,7 +509,7 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 		static const double scales[] = { 1e-3, 1e3, 1e-6 };
 		for (int s = 0; !proven && !fname && s < 3; s++) {
 			struct mo_equiv_report probe = *rep;
-			st = float_check(a, b, opt, scales[s], &probe, &fname, &fi, d);
+			st = float_check(a, b, opt, scales[s], NULL, &probe, &fname, &fi, d);
 			if (st)
 				return st;
 		}
@@ -468,11 +538,18 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 	}
 	if (fname) {
 		describe_index(prog_output(a, fname), fi, where, sizeof where);
-		rep->verdict = MO_INCONCLUSIVE;
-		snprintf(rep->detail, sizeof rep->detail,
-			 "the finite field says equal, but in floating point output '%s' differs "
-			 "at %s by %.3g (beyond rtol %.g, atol %.g): numerically unstable?",
-			 fname, where, rep->float_max_abs, opt->rtol, opt->atol);
+		/* only a mask's -inf made it differ: wrong where models use it */
+		rep->verdict = masked ? MO_NOT_EQUIVALENT : MO_INCONCLUSIVE;
+		if (masked)
+			snprintf(rep->detail, sizeof rep->detail,
+				 "with input '%.60s' masked causally (-inf), output '%s' differs at "
+				 "%s (not finite where the region is, or beyond rtol %.g, atol %.g)",
+				 masked, fname, where, opt->rtol, opt->atol);
+		else
+			snprintf(rep->detail, sizeof rep->detail,
+				 "the finite field says equal, but in floating point output '%s' "
+				 "differs at %s by %.3g (beyond rtol %.g, atol %.g): numerically "
+				 "unstable?", fname, where, rep->float_max_abs, opt->rtol, opt->atol);
 		return MO_OK;
 	}
 	rep->verdict = MO_EQUIVALENT;
@@ -519,9 +596,9 @@ enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
 	struct mo_eval_result ra, rb;
 	uint64_t seed = trial_seed(opt, 0), i;
 	int k;
-	st = prog_eval(&pa, MO_EVAL_FF, seed, 1.0, &ra, d);
+	st = prog_eval(&pa, MO_EVAL_FF, seed, 1.0, NULL, &ra, d);
 	if (!st) {
-		st = prog_eval(&pb, MO_EVAL_FF, seed, 1.0, &rb, d);
+		st = prog_eval(&pb, MO_EVAL_FF, seed, 1.0, NULL, &rb, d);
 		if (!st) {
 			*agree = !ra.div_by_zero && !rb.div_by_zero &&
 				 !first_difference(&ra, &rb, &k, &i);

@@ -186,6 +186,23 @@ static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 	}
 }
 
+/* -inf over a causal pattern of the last two dims: row r of R sees the
+ * columns c with c·R <= r·C (column 0 always, the last row every column
+ * when R = C); a single row (decoding) sees the first third. So some tiles
+ * of a row are entirely -inf and no row is. */
+static void causal_mask(const struct mo_tensor *t, double *v)
+{
+	if (t->rank < 1)
+		return;
+	uint64_t n = numel(t), cols = (uint64_t)t->dims[t->rank - 1];
+	uint64_t rows = t->rank >= 2 ? (uint64_t)t->dims[t->rank - 2] : 1;
+	for (uint64_t i = 0; cols > 1 && i < n; i++) {
+		uint64_t c = i % cols, r = i / cols % rows;
+		if (rows > 1 ? c * rows > r * cols : c >= (cols + 2) / 3)
+			v[i] = -INFINITY;
+	}
+}
+
 double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
 {
 	uint64_t h = h3(hash_str(name), index, seed);
@@ -246,6 +263,8 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 				((double *)v)[i] = as_stored(mo_eval_float_input(t->name, i, e->seed)
 								 * e->scale, t->dtype);
 		}
+		if (e->dom == MO_EVAL_FLOAT && e->masked && strcmp(t->name, e->masked) == 0)
+			causal_mask(t, v);
 		return true;
 	}
 	struct convert c = { e, t, v, true };
@@ -1205,6 +1224,14 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 			      uint64_t seed, double scale, struct mo_eval_cache *cache,
 			      struct mo_eval_result *out, struct mo_diag *d)
 {
+	return mo_eval_masked(tp, domain, seed, scale, NULL, cache, out, d);
+}
+
+enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain,
+			      uint64_t seed, double scale, const char *masked,
+			      struct mo_eval_cache *cache, struct mo_eval_result *out,
+			      struct mo_diag *d)
+{
 	memset(out, 0, sizeof *out);
 	out->domain = domain;
 	if (cache && !cache->leaf) {
@@ -1214,7 +1241,7 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 	if (cache && cache->tp != tp)
 		cache = NULL;
 	struct ev e = { .tp = tp, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
-			.scale = scale, .cache = cache,
+			.scale = scale, .cache = cache, .masked = masked,
 			.es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff) };
 	e.vals = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.vals);
 	e.borrowed = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.borrowed);

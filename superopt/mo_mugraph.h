@@ -294,11 +294,12 @@ enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			  struct mo_eval_result *out, struct mo_diag *d);
 
 /* The same, with the reference's weights converted to the field once in
- * `weights` (zero-initialized before first use; mo_eval_cache_free after). */
+ * `weights` (zero-initialized before first use; mo_eval_cache_free after)
+ * and the input `masked` (NULL: none) masked as mo_eval_masked does. */
 enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
 				 enum mo_eval_domain domain, uint64_t seed, double scale,
-				 struct mo_eval_cache *weights, struct mo_eval_result *out,
-				 struct mo_diag *d);
+				 const char *masked, struct mo_eval_cache *weights,
+				 struct mo_eval_result *out, struct mo_diag *d);
 
 /* The reference program's finite-field results, computed once per seed and
  * reused for every candidate checked against it, and its weights, converted

@@ -79,6 +79,13 @@ void mo_eval_cache_free(struct mo_eval_cache *c);
 enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain,
 			      uint64_t seed, double scale, struct mo_eval_cache *cache,
 			      struct mo_eval_result *out, struct mo_diag *d);
+/* The same, with the float input named `masked` (NULL: none) -inf over a
+ * causal pattern of its last two dims (a single row: all but its first
+ * third), as an attention mask is: the float check's masked trial. */
+enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain,
+			      uint64_t seed, double scale, const char *masked,
+			      struct mo_eval_cache *cache, struct mo_eval_result *out,
+			      struct mo_diag *d);
 void mo_eval_result_free(struct mo_eval_result *r);
 
 /* ---- the verdict ---- */
@@ -120,6 +127,7 @@ struct mo_ref_memo {
 		enum mo_eval_domain dom;
 		uint64_t seed;
 		double scale;
+		const char *masked;
 		struct mo_eval_result r;
 	} e[MO_REF_MEMO_MAX];
 	int n;

@@ -264,6 +264,7 @@ struct mg_eval_opts {
 	struct mo_eval_cache *weights; /* field weights, converted once (or NULL) */
 	int blocks;                    /* > 0: sample this many blocks of the last kernels */
 	uint8_t **computed;            /* with blocks: per output, 1 where computed */
+	const char *masked;            /* the input given a causal -inf mask, or NULL */
 };
 
 static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
@@ -277,7 +278,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 		return mo_diag_set(d, MO_ERR_INPUT, "the μGraph is invalid: %s", mg->error);
 	size_t es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff);
 	struct ev re = { .tp = ref, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
-			 .es = es, .scale = scale };
+			 .es = es, .scale = scale, .masked = o->masked };
 	if (o->weights && domain == MO_EVAL_FF) {
 		if (!o->weights->leaf) {
 			o->weights->tp = ref;
@@ -428,10 +429,10 @@ enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 
 enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
 				 enum mo_eval_domain domain, uint64_t seed, double scale,
-				 struct mo_eval_cache *weights, struct mo_eval_result *out,
-				 struct mo_diag *d)
+				 const char *masked, struct mo_eval_cache *weights,
+				 struct mo_eval_result *out, struct mo_diag *d)
 {
-	struct mg_eval_opts o = { .weights = weights };
+	struct mg_eval_opts o = { .weights = weights, .masked = masked };
 	return mg_eval(mg, ref, domain, seed, scale, &o, out, d);
 }
 

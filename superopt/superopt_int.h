@@ -13,6 +13,7 @@ struct ev {
 	const struct mo_field *f;
 	size_t es;     /* element size: sizeof(double) or sizeof(struct mo_ff) */
 	double scale;  /* of float inputs */
+	const char *masked; /* a float input given a causal mask of -inf, or NULL */
 	struct mo_eval_cache *cache;
 	void **vals;   /* per tensor */
 	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */

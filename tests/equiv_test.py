@@ -4,7 +4,7 @@
 RMSNorm written four ways, mean as sum / n, LayerNorm decomposed, constants
 folded into weights), NOT EQUIVALENT for near misses (wrong eps, wrong axis,
 swapped division, missing normalization, an extra exp, n-1 for n, a transposed
-weight), INCONCLUSIVE when only an identity of an uninterpreted op makes them
+weight, NaN only where an attention mask input holds -inf), INCONCLUSIVE when only an identity of an uninterpreted op makes them
 equal, exit 2 for ops the verifier cannot model, 3 for mismatched interfaces.
 """
 import argparse
@@ -228,6 +228,22 @@ class Equiv(unittest.TestCase):
         self.assertIn("output 'Y' differs at [", out)
         r = self.run_equiv(softmax("op"), softmax("extra_exp"))
         self.assertNotEqual(r.returncode, 0, r.stdout)
+
+    def test_nan_only_under_a_causal_mask(self):
+        # M·0 is 0 in the field and for finite M, but NaN where a causal
+        # mask holds -inf: the masked float trial gives M that pattern
+        ins = [vi("Q", [2, 8, 4]), vi("K", [2, 4, 8]), vi("M", [1, 8, 8]), vi("V", [2, 8, 4])]
+        out = [vi("O", [2, 8, 4])]
+        def attn(extra):
+            pre = [h.make_node("Mul", ["M", "zero"], ["z"]), h.make_node("Add", ["M", "z"], ["m"])]
+            return model((pre if extra else []) +
+                         [h.make_node("MatMul", ["Q", "K"], ["s"]),
+                          h.make_node("Add", ["s", "m" if extra else "M"], ["t"]),
+                          h.make_node("Softmax", ["t"], ["p"], axis=-1),
+                          h.make_node("MatMul", ["p", "V"], ["O"])], ins, out,
+                         [const("zero", 0.0)] if extra else [])
+        out = self.differ(attn(True), attn(False))
+        self.assertIn("with input 'M' masked causally", out)
 
     # ---- what it cannot decide ----
 
