@@ -74,7 +74,7 @@ def check_shapes(cli, path):
     return compared
 
 
-def check_fusion(name, src, manifest):
+def check_fusion(name, src, manifest, sanitized=False):
     regions = json.load(open(manifest))["regions"] if os.path.exists(manifest) else []
     fused = [g for g in regions if g["fused"]]
     if name.startswith(ONE_KERNEL):
@@ -98,7 +98,7 @@ def check_fusion(name, src, manifest):
         steps = fused[0]["mugraph"]["steps"] if len(fused) == 1 and fused[0]["kernels"] == 1 else []
         loops = [st["forloop"] for st in steps if st["step"] == "block"]
         rescaled = [st for st in steps if st["step"] == "accum" and st["kind"] == "rescaled"]
-        if not loops or max(loops) < 2 or not rescaled:
+        if not sanitized and (not loops or max(loops) < 2 or not rescaled):
             raise AssertionError("expected one kernel looping over the keys with rescaled "
                                  f"accumulators, got {len(fused)} fused regions, for-loops "
                                  f"{loops}, {len(rescaled)} rescaled accumulators")
@@ -123,6 +123,10 @@ def main():
     ap.add_argument("--models", required=True, help="tests/data/thirdparty")
     ap.add_argument("--budget", type=float, default=15, help="search budget per region")
     ap.add_argument("--only", help="comma list of model name prefixes")
+    ap.add_argument("--sanitized", action="store_true",
+                    help="the CLI is a sanitizer build: ten times slower, its search past the "
+                    "safety net (a clock), so the prefill attention's looped kernel is not "
+                    "required; every output is still checked")
     args = ap.parse_args()
     srcs = sorted(f for f in os.listdir(args.models) if f.endswith(".onnx"))
     if args.only:
@@ -140,7 +144,8 @@ def main():
                           DEFAULT_BUDGET if name.startswith(ONE_KERNEL) else args.budget)
                 # fuse_models_test's checks; nvcc is the plugin tests' concern
                 _, nf, nr, err = check_model(args.cli, src, tmp, budget, False)
-                check_fusion(name, src, os.path.join(tmp, name + ".fused.mirage.json"))
+                check_fusion(name, src, os.path.join(tmp, name + ".fused.mirage.json"),
+                             args.sanitized)
                 print(f"ok   {name}: {n_shapes} shapes agree with ONNX, {nf} of {nr} regions fused"
                       + (f", largest error {err:.2g}" if err is not None else ""))
             except Exception as e:  # noqa: BLE001 - every failure is reported
