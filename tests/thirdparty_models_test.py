@@ -74,6 +74,15 @@ def check_shapes(cli, path):
     return compared
 
 
+def fused_error(src, manifest, feeds):
+    """Largest difference of the fused model from the original under ONNX
+    Runtime, relative to the largest output; and the fused output."""
+    out = manifest[:-len(".mirage.json")] + ".onnx"
+    want = session(src).run(None, feeds)[0].astype(np.float64)
+    got = session(out, manifest[:-len(".json")] + ".so").run(None, feeds)[0]
+    return np.max(np.abs(want - got)) / np.max(np.abs(want)), got
+
+
 def check_fusion(name, src, manifest, sanitized=False):
     regions = json.load(open(manifest))["regions"] if os.path.exists(manifest) else []
     fused = [g for g in regions if g["fused"]]
@@ -89,9 +98,7 @@ def check_fusion(name, src, manifest, sanitized=False):
         # logits past 88 overflow exp in fp32: the fused softmax must
         # subtract the row max as ONNX Runtime's does (it gave NaN here)
         feeds = {k: v * 10 for k, v in random_inputs(onnx.load(src), 7).items()}
-        want = session(src).run(None, feeds)[0].astype(np.float64)
-        got = session(out, manifest[:-len(".json")] + ".so").run(None, feeds)[0]
-        err = np.max(np.abs(want - got)) / np.max(np.abs(want))
+        err, _ = fused_error(src, manifest, feeds)
         if not np.isfinite(err) or err > 1e-4:
             raise AssertionError(f"at 10x the inputs' scale the error is {err:.3g}")
     if name.startswith(FLASH):
@@ -104,13 +111,10 @@ def check_fusion(name, src, manifest, sanitized=False):
                                  f"{loops}, {len(rescaled)} rescaled accumulators")
         # the decoder's causal mask: the first rows' later key tiles are all
         # -inf, whose max is -inf (exp(-inf - -inf) gave NaN in 122880 places)
-        out = manifest[:-len(".mirage.json")] + ".onnx"
         feeds = random_inputs(onnx.load(src), 7)
         t = feeds["mask"].shape[-1]
         feeds["mask"] = np.triu(np.full((t, t), -np.inf, np.float32), 1)[None, None]
-        want = session(src).run(None, feeds)[0].astype(np.float64)
-        got = session(out, manifest[:-len(".json")] + ".so").run(None, feeds)[0]
-        err = np.max(np.abs(want - got)) / np.max(np.abs(want))
+        err, got = fused_error(src, manifest, feeds)
         if not np.isfinite(err) or err > 1e-4:
             raise AssertionError(f"with a causal mask the error is {err:.3g} "
                                  f"({np.isnan(got).sum()} NaNs)")
