@@ -121,11 +121,12 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 			   const struct mo_tp *tp, int nu, const struct region_state *rs,
 			   const struct cli_fuse_args *a)
 {
-	char tmp[4300];
-	snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-	FILE *f = fopen(tmp, "w");
-	if (!f)
+	struct mo_file mf;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_file_open(&mf, path, &d))
 		return false;
+	FILE *f = mf.f;
 	fprintf(f, "{\n  \"model\": ");
 	mo_json_string(f, model);
 	fprintf(f, ",\n  \"plugin\": ");
@@ -172,12 +173,7 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 		fputc('}', f);
 	}
 	fputs("\n  ]\n}\n", f);
-	bool ok = !ferror(f);
-	ok &= fclose(f) == 0;
-	if (ok && rename(tmp, path) == 0)
-		return true;
-	remove(tmp);
-	return false;
+	return mo_file_commit(&mf, &d) == MO_OK;
 }
 
 static void print_summary(const struct mo_tp *tp, int nu, const struct region_state *rs, FILE *out)

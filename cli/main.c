@@ -152,25 +152,18 @@ static int write_text_file(const char *path,
 			   void (*print)(const struct mo_tp *, const struct mo_partition *, FILE *),
 			   const struct mo_tp *tp, const struct mo_partition *p)
 {
-	size_t n = strlen(path) + 16;
-	char *tmp = malloc(n);
-	if (!tmp)
-		return EXIT_INTERNAL;
-	snprintf(tmp, n, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	int ok = f != NULL;
-	if (f) {
-		print(tp, p, f);
-		ok = !ferror(f);
-		ok &= fclose(f) == 0;
-		ok = ok && rename(tmp, path) == 0;
-		if (!ok)
-			remove(tmp);
+	struct mo_file mf;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (!mo_file_open(&mf, path, &d)) {
+		print(tp, p, mf.f);
+		mo_file_commit(&mf, &d);
 	}
-	if (!ok)
-		fprintf(stderr, "mirage-onnx: error: %s: cannot write\n", path);
-	free(tmp);
-	return ok ? EXIT_OK : EXIT_BAD_INPUT;
+	if (d.status == MO_ERR_NOMEM)
+		return fail(&d);
+	if (d.status)
+		fprintf(stderr, "mirage-onnx: error: %s\n", d.msg);
+	return d.status ? EXIT_BAD_INPUT : EXIT_OK;
 }
 
 /* Import, partition, and print what was asked for. */
@@ -380,6 +373,8 @@ usage:
 
 int main(int argc, char **argv)
 {
+	/* temporaries and child compilers go when a signal ends us */
+	mo_cleanup_install();
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)

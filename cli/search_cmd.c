@@ -127,22 +127,13 @@ static struct mo_mugraph *cache_load(const char *path)
  * it could not. */
 static bool write_json_file(const char *path, const struct mo_mugraph *mg)
 {
-	char tmp[1100];
-	int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	if (n < 0 || (size_t)n >= sizeof tmp) {
-		errno = ENAMETOOLONG;
+	struct mo_file mf;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_file_open(&mf, path, &d))
 		return false;
-	}
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return false;
-	mo_mg_print_json(mg, f);
-	if (fclose(f) == 0 && rename(tmp, path) == 0)
-		return true;
-	int e = errno;
-	remove(tmp);
-	errno = e;
-	return false;
+	mo_mg_print_json(mg, mf.f);
+	return mo_file_commit(&mf, &d) == MO_OK;
 }
 
 void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugraph *mg)

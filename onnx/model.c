@@ -757,86 +757,28 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 		s->failed = true;
 }
 
-/* Makes the temporary file mo_onnx_save writes first; its name in *tmp. */
-static int make_temp(const char *path, char **tmp, struct mo_diag *d)
-{
-	*tmp = NULL;
-	if (!*path)
-		return mo_diag_set(d, MO_ERR_INPUT, "output path is empty"), -1;
-	struct stat st;
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder; give a file name", path), -1;
-	/* The temporary file goes in the output's folder so rename() is atomic. */
-	const char *slash = strrchr(path, '/');
-	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-	const char *base = path + dirlen;
-	size_t n = dirlen + strlen(base) + 32;
-	char *t = mo_malloc(n);
-	if (!t)
-		return mo_diag_nomem(d), -1;
-	snprintf(t, n, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
-	int fd = mkstemp(t);
-	if (fd < 0) {
-		int e = errno;
-		if (e == ENOENT)
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: folder '%.*s' does not exist",
-				    path, dirlen > 1 ? (int)dirlen - 1 : (int)dirlen, path);
-		else
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
-		mo_free(t);
-		return -1;
-	}
-	*tmp = t;
-	return fd;
-}
-
 enum mo_status mo_onnx_check_writable(const char *path, struct mo_diag *d)
 {
 	char *tmp;
-	int fd = make_temp(path, &tmp, d);
+	int fd = mo_file_create_temp(path, &tmp, d);
 	if (fd < 0)
 		return d->status;
-	close(fd);
-	unlink(tmp);
-	mo_free(tmp);
+	mo_file_discard_temp(fd, tmp);
 	return MO_OK;
 }
 
 enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
 			    struct mo_diag *d)
 {
-	char *tmp;
-	int fd = make_temp(path, &tmp, d);
-	if (fd < 0)
+	struct mo_file mf;
+	if (mo_file_open(&mf, path, d))
 		return d->status;
-	/* mkstemp makes the file 0600; a model is an ordinary file (0666 & ~umask). */
-	mode_t mask = umask(0);
-	umask(mask);
-	fchmod(fd, 0666 & ~mask);
-
-	FILE *f = fdopen(fd, "wb");
-	if (!f) {
-		close(fd);
-		unlink(tmp);
-		mo_free(tmp);
-		return mo_diag_nomem(d);
-	}
-	struct file_sink sink = { .base = { sink_append }, .f = f };
+	struct file_sink sink = { .base = { sink_append }, .f = mf.f };
 	protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
-	bool ok = !sink.failed && fflush(f) == 0 && fsync(fileno(f)) == 0;
-	int e = errno;
-	if (fclose(f) != 0 && ok) {
-		ok = false;
-		e = errno;
+	if (sink.failed) {
+		int e = errno;
+		mo_file_discard(&mf);
+		return mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
 	}
-	if (ok && rename(tmp, path) != 0) {
-		ok = false;
-		e = errno;
-	}
-	if (!ok) {
-		unlink(tmp);
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
-	}
-	mo_free(tmp);
-	return ok ? MO_OK : d->status;
+	return mo_file_commit(&mf, d);
 }
