@@ -180,9 +180,14 @@ static void on_signal(int sig)
 		}
 	}
 	errno = saved;
-	/* SA_RESETHAND restored the default action; the signal is blocked
-	 * until this handler returns, and then ends the process as it would
-	 * have without us */
+	/* The default action again (SA_RESETHAND is not enough: Z3 saves and
+	 * restores the SIGINT handler around its solver calls, without our
+	 * flags); the signal is blocked until this handler returns, and then
+	 * ends the process as it would have without us. */
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
 	raise(sig);
 }
 
