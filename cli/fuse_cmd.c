@@ -55,7 +55,7 @@ static void warning_line(void *ctx, const char *line)
 }
 
 /* OUT minus ".onnx", plus suffix. */
-static void beside(const char *out, const char *suffix, char *buf, size_t len)
+void cli_beside(const char *out, const char *suffix, char *buf, size_t len)
 {
 	size_t n = strlen(out);
 	if (n > 5 && strcmp(out + n - 5, ".onnx") == 0)
@@ -326,8 +326,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		goto out;
 	/* 2. generate, compile, check; what fails is left out and the rest built again */
 	char so[4200], manifest[4200];
-	beside(a->out_path, ".mirage.so", so, sizeof so);
-	beside(a->out_path, ".mirage.json", manifest, sizeof manifest);
+	cli_beside(a->out_path, ".mirage.so", so, sizeof so);
+	cli_beside(a->out_path, ".mirage.json", manifest, sizeof manifest);
 	bool have_plugin = false;
 	char lb[32], last_warning[512] = "";
 	for (int round = 0; round < 3; round++) {

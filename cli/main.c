@@ -227,6 +227,48 @@ static int same_file(const char *a, const char *b)
 	       sa.st_ino == sb.st_ino;
 }
 
+/* Every file this run writes, against every file it reads (the model and its
+ * external data), by identity (device and inode, symlinks followed): no name,
+ * symlink or hard link makes an output overwrite an input. */
+static enum mo_status check_outputs(const struct cli *cli, const struct mo_model *m,
+				    const char *in_path, const char *out_path, struct mo_diag *d)
+{
+	char so[4200], manifest[4200];
+	const char *outs[4], *flags[4];
+	int no = 0;
+	if (out_path) {
+		outs[no] = out_path;
+		flags[no++] = "-o";
+		if (!cli->no_fuse && !cli->search_only) {
+			cli_beside(out_path, ".mirage.so", so, sizeof so);
+			cli_beside(out_path, ".mirage.json", manifest, sizeof manifest);
+			outs[no] = so;
+			flags[no++] = "-o";
+			outs[no] = manifest;
+			flags[no++] = "-o";
+		}
+	}
+	if (cli->dot_path) {
+		outs[no] = cli->dot_path;
+		flags[no++] = "--dot";
+	}
+	size_t ne = mo_onnx_dir(m) ? mo_onnx_external_file_count(m) : 0;
+	for (size_t i = 0; i <= ne; i++) {
+		char in[4200];
+		if (i == 0)
+			snprintf(in, sizeof in, "%s", in_path);
+		else
+			snprintf(in, sizeof in, "%s/%s", mo_onnx_dir(m), mo_onnx_external_file(m, i - 1));
+		for (int k = 0; k < no; k++)
+			if (mo_same_file(outs[k], in))
+				return mo_diag_set(d, MO_ERR_INPUT, "%s: is %s%s, an input of this run; "
+						   "choose another %s", outs[k], i ? "the external data file " :
+						   "the input model", i ? mo_onnx_external_file(m, i - 1) : "",
+						   flags[k]);
+	}
+	return MO_OK;
+}
+
 /* OUT names external data by paths relative to its own folder, so written
  * elsewhere it would not find the weights: say so. */
 static void warn_if_external_data_stays_behind(const struct mo_model *m,
@@ -565,7 +607,8 @@ static int run(struct cli *cli, int argc, char **argv)
 	if (out_path && mo_onnx_check_writable(out_path, &d))
 		return fail(&d);
 	struct mo_model *m;
-	if (mo_onnx_load(in_path, &m, &d) || mo_onnx_validate(m, &d)) {
+	if (mo_onnx_load(in_path, &m, &d) || mo_onnx_validate(m, &d) ||
+	    check_outputs(cli, m, in_path, out_path, &d)) {
 		mo_onnx_free(m);
 		return fail(&d);
 	}
