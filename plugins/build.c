@@ -451,11 +451,11 @@ static bool compile_trt(struct builder *b, const char *nvcc, const char *trt_inc
 	char inc[4200], isys[4200], log[4210];
 	const char *dir = b->dir;
 	snprintf(inc, sizeof inc, "-I%s", dir);
-	/* one argument: a folder named like an option stays a folder */
-	snprintf(isys, sizeof isys, "-isystem%s", trt_include);
+	/* a folder named like an option stays a folder */
+	snprintf(isys, sizeof isys, "%s%s", trt_include[0] == '-' ? "./" : "", trt_include);
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[] = { (char *)nvcc, "-O2", "-std=c++17", "-Xcompiler",
-			 "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden", isys, inc, "-c",
+			 "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden", "-isystem", isys, inc, "-c",
 			 (char *)src, "-o", (char *)obj, NULL };
 	if (run_tool(b, argv, log))
 		return true;
