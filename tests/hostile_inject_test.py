@@ -379,6 +379,45 @@ class Cleanup(Base):
     def test_sigint_during_the_build_leaves_nothing_behind(self):
         self.check_signal_cleans_up(signal.SIGINT)
 
+    def test_sigterm_during_nvcc_leaves_no_temporaries_or_cuda_tools(self):
+        """nvcc runs cicc, ptxas and the host compiler and keeps its own
+        temporaries (tmpxft_*) in TMPDIR: the tool gives nvcc its build
+        folder as TMPDIR and kills nvcc's whole process group."""
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        if not os.access(nvcc, os.X_OK):
+            self.skipTest("no nvcc")
+        model = self.write_model(self.path("m.onnx"))
+        before = sorted(os.listdir(self.dir))
+        proc = subprocess.Popen([CLI, model, "-o", self.path("out.onnx"), "-q", "--budget", "300",
+                                 "--seed", "3", "--cuda-arch", "80"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=dict(self.env, NVCC=nvcc))
+        try:
+            # nvcc's first temporary appears in the build folder
+            found = False
+            while not found:
+                if proc.poll() is not None:
+                    self.fail("the tool ended before nvcc ran: " +
+                              proc.stderr.read().decode(errors="replace"))
+                for root, _, files in os.walk(self.tmp):
+                    found = found or any(f.startswith("tmpxft") for f in files)
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+        self.assertEqual(proc.returncode, -signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while tool_processes(self.tmp):
+            if time.monotonic() > deadline:
+                self.fail(f"CUDA tools still run: {tool_processes(self.tmp)}")
+            time.sleep(0.05)
+        self.assertEqual(os.listdir(self.tmp), [], "temporaries left in TMPDIR")
+        self.assertEqual(sorted(os.listdir(self.dir)), before, "files left beside OUT")
+
     def test_a_failed_link_leaves_nothing_behind(self):
         cc = self.path("nolink.sh")
         with open(cc, "w") as f:
