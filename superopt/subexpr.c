@@ -472,6 +472,13 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	Z3_inc_ref(c, s->top);
 	s->solver = Z3_mk_simple_solver(c);
 	Z3_solver_inc_ref(c, s->solver);
+	/* Z3 swaps in a SIGINT handler of its own around each check, which
+	 * swallowed a Ctrl-C meant to end the tool (and remove its temporaries) */
+	Z3_params sp = Z3_mk_params(c);
+	Z3_params_inc_ref(c, sp);
+	Z3_params_set_bool(c, sp, Z3_mk_string_symbol(c, "ctrl_c"), false);
+	Z3_solver_set_params(c, s->solver, sp);
+	Z3_params_dec_ref(c, sp);
 	for (int i = 0; i < s->n_eqs; i++)
 		assert_ast(s, Z3_mk_eq(c, term(s, s->eqs[i][0]), term(s, s->eqs[i][1])));
 	for (int i = 0; i < s->n_nests; i++)
