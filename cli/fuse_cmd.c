@@ -272,6 +272,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		} else {
 			s->fused = true;
+			mo_mg_output_dtypes(s->r.best, s->prog);
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 			if (a->dump_dir)
 				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
