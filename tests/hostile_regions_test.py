@@ -6,6 +6,9 @@ region's failure may not cost the others.
   through any chain of ops and whatever sizes the model's value_info claims
   for it, so the output model accepts every size the original accepted;
   bound with --dim, the same ops fuse.
+- A tensor made inside a region and read by a node the region does not
+  replace (a Shape or Size node) is an output of the region: the model is
+  written, and it computes what the original computes.
 """
 import argparse
 import json
@@ -134,6 +137,21 @@ class Regions(unittest.TestCase):
         self.assertIn("Softmax_3", fused)
         s = session(model)
         self.assert_same_outputs(model, out, random_feed(s, {"batch": 2}))
+
+    # ---- item 7: tensors read outside a region, one region's failure ----
+
+    def test_tensor_read_by_a_folded_node_outside_is_a_region_output(self):
+        for op, src in (("Shape", "S"), ("Size", "P"), ("Shape", "Ss")):
+            with self.subTest(op=op, reads=src):
+                extra = [(helper.make_node(op, [src], ["n"]),
+                          helper.make_tensor_value_info(
+                              "n", TensorProto.INT64, [4] if op == "Shape" else []))]
+                model = self.write("read.onnx", attention(2, extra=extra))
+                out = self.path("read_out.onnx")
+                regions, _ = self.fuse(model, out)
+                self.assertTrue(any(g["fused"] for g in regions), regions)
+                s = session(model)
+                self.assert_same_outputs(model, out, random_feed(s))
 
 
 if __name__ == "__main__":
