@@ -19,6 +19,11 @@ struct importer {
 	struct mo_strmap vinfo; /* name -> value_info index (see vinfo_at) */
 	struct mo_diag *d;
 	int cap_tensors;
+	/* Per tensor: its shape may depend on a graph input's unknown shape
+	 * (an unbound symbolic dimension). Such a shape stays unknown whatever
+	 * value_info says, since value_info holds one size the model was
+	 * traced or exported at, and the model accepts others. */
+	bool *unbound;
 };
 
 static const char *str(const char *s) { return s ? s : ""; }
@@ -117,11 +122,18 @@ static int new_tensor(struct importer *im, const char *name, enum mo_tensor_kind
 		if (tp->n_tensors)
 			memcpy(t, tp->tensors, (size_t)tp->n_tensors * sizeof *t);
 		tp->tensors = t;
+		bool *u = mo_arena_array(&tp->arena, (size_t)cap, sizeof *u);
+		if (!u)
+			return -1;
+		if (tp->n_tensors)
+			memcpy(u, im->unbound, (size_t)tp->n_tensors * sizeof *u);
+		im->unbound = u;
 		im->cap_tensors = cap;
 	}
 	int i = tp->n_tensors++;
 	struct mo_tensor *t = &tp->tensors[i];
 	memset(t, 0, sizeof *t);
+	im->unbound[i] = false;
 	t->name = name;
 	t->kind = kind;
 	t->producer = -1;
@@ -284,6 +296,7 @@ static enum mo_status import_graph_io(struct importer *im)
 				known = true;
 			}
 		}
+		im->unbound[k] = !known;
 		if (!known && unbound &&
 		    add_warning(im, "input '%s' has the symbolic dimension '%s'; bind it "
 				"with --dim %s=N (ops that depend on it are not fused)",
@@ -952,12 +965,25 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (why)
 			op.note = why;
 	}
+	/* Conservatively, whatever reads a tensor of unknown size (as data, as
+	 * a shape or axes operand, or from a subgraph) depends on that size. */
+	bool unbound = false;
+	for (int i = 0; i < op.n_in; i++)
+		unbound |= op.in[i] >= 0 && im->unbound[op.in[i]];
+	for (int i = 0; i < op.n_params; i++)
+		unbound |= op.param_in[i] >= 0 && im->unbound[op.param_in[i]];
+	for (int i = 0; i < op.n_implicit; i++)
+		unbound |= op.implicit[i] >= 0 && im->unbound[op.implicit[i]];
+	for (int i = 0; i < op.n_out; i++)
+		if (op.out[i] >= 0)
+			im->unbound[op.out[i]] = unbound;
 	if (fold(im, n, &op)) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
 	}
-	/* Where inference could not say, the model's value_info may. */
-	for (int i = 0; i < op.n_out; i++) {
+	/* Where inference could not say, the model's value_info may, unless
+	 * the shape depends on an input's unknown one. */
+	for (int i = 0; i < op.n_out && !unbound; i++) {
 		if (op.out[i] < 0 || tp->tensors[op.out[i]].shape_known)
 			continue;
 		struct mo_tensor *t = &tp->tensors[op.out[i]];
@@ -966,7 +992,9 @@ static enum mo_status import_node(struct importer *im, int ni)
 			shape_from_type(im, vinfo_at(im, *v)->type, t, NULL);
 	}
 	classify(tp, &op);
-	if (why) {
+	if (unbound)
+		op.note = "its shape depends on an unbound symbolic dimension";
+	if (why || unbound) {
 		op.lax = MO_LAX_NONE;
 		op.exps = 0;
 	}
