@@ -406,13 +406,50 @@ static enum mo_status bind_external(struct mo_model *m,
 	return MO_OK;
 }
 
+/* Values stored in the tensor itself: as many as its shape says, in the
+ * field its type uses. A float32 weight relabelled bfloat16 (twice the bytes
+ * its shape needs) was read as something else. */
+static enum mo_status check_inline_size(const struct mo_model *m, const Onnx__TensorProto *t,
+					struct mo_diag *d)
+{
+	const char *tname = t->name ? t->name : "";
+	uint64_t want = shape_nbytes(t);
+	if (t->has_raw_data) {
+		if (want != UINT64_MAX && want != t->raw_data.len)
+			return mo_diag_set(d, MO_ERR_INPUT,
+					   "%s: tensor '%s' has %zu bytes of data, its type and shape need %llu",
+					   m->name, tname, t->raw_data.len, (unsigned long long)want);
+		return MO_OK;
+	}
+	unsigned bits = mo_onnx_dtype_bits(t->data_type);
+	if (want == UINT64_MAX || bits < 8)
+		return MO_OK; /* strings, packed sub-byte types: not checked here */
+	uint64_t n = want / (bits / 8);
+	size_t have;
+	switch (t->data_type) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: have = t->n_float_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: have = t->n_float_data / 2; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: have = t->n_double_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: have = t->n_double_data / 2; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: have = t->n_int64_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: have = t->n_uint64_data; break;
+	default: have = t->n_int32_data; break;
+	}
+	if (have != n)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: tensor '%s' has %zu values, its shape needs %llu",
+				   m->name, tname, have, (unsigned long long)n);
+	return MO_OK;
+}
+
 static enum mo_status bind_tensor(struct mo_model *m, const Onnx__TensorProto *t,
 				  struct mo_diag *d)
 {
 	if (t && t->has_data_location &&
 	    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
 		return bind_external(m, t, d);
-	return MO_OK;
+	return t ? check_inline_size(m, t, d) : MO_OK;
 }
 
 static enum mo_status bind_graph(struct mo_model *m, const Onnx__GraphProto *g,
