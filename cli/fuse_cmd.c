@@ -551,6 +551,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 					snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), rs[ri].why);
+					if (rs[ri].cached) /* else every later run fails the same */
+						cli_cache_drop(rs[ri].prog, a->search, cache, rs[ri].why);
 				}
 		}
 		if (bd.status == MO_ERR_UNSUPPORTED)
@@ -581,6 +583,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 						 "check: %.300s", cd.status ? cd.msg : s->check.detail);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), s->why);
+					if (s->cached)
+						cli_cache_drop(s->prog, a->search, cache, s->why);
 					again = true;
 				}
 				s->cuda = rep[k].cuda;
