@@ -212,6 +212,160 @@ static void print_summary(const struct mo_tp *tp, int nu, const struct region_st
 		}
 }
 
+/* A failure injected for the tests: MIRAGE_ONNX_TEST_FAIL=LABEL:STAGE (e.g.
+ * "2:codegen") makes that stage fail for region LABEL, the way a real
+ * failure there would, so that the tests can see it isolated. Stages:
+ * search, codegen, export. */
+static bool injected_failure(const struct region_state *rs, int u, const char *stage)
+{
+	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
+	char lb[32], want[80];
+	if (!e || !*e)
+		return false;
+	snprintf(want, sizeof want, "%s:%s", label(rs, u, lb, sizeof lb), stage);
+	return strcmp(e, want) == 0;
+}
+
+static const struct mo_tensor *tensor_named(const struct mo_tp *tp, const char *name)
+{
+	for (int t = 0; t < tp->n_tensors; t++)
+		if (strcmp(tp->tensors[t].name, name) == 0)
+			return &tp->tensors[t];
+	return NULL;
+}
+
+/* Whether the μGraph's interface is the region's: every input and output a
+ * tensor of the model with the same dtype and shape (a custom op declares
+ * its types, and ONNX Runtime refuses a model where they do not match). */
+static bool interface_matches(const struct mo_tp *tp, const struct mo_mugraph *mg,
+			      char *why, size_t len)
+{
+	for (int io = 0; io < 2; io++) {
+		int n = io ? mg->kg.n_outputs : mg->kg.n_inputs;
+		for (int i = 0; i < n; i++) {
+			const struct mo_tensor *k =
+				&mg->kg.tensors[io ? mg->kg.outputs[i] : mg->kg.inputs[i]];
+			const struct mo_tensor *t = tensor_named(tp, k->name);
+			bool same = t && t->dtype == k->dtype && t->shape_known &&
+				    t->rank == k->rank;
+			for (int r = 0; same && r < k->rank; r++)
+				same = t->dims[r] == k->dims[r];
+			if (!same) {
+				char a[96], b[96] = "nothing";
+				mo_tensor_describe(k, a, sizeof a);
+				if (t)
+					mo_tensor_describe(t, b, sizeof b);
+				snprintf(why, len, "the μGraph's %s '%.100s' is %s where the model has %s",
+					 io ? "output" : "input", k->name, a, b);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/* The fused node of unit u (nodes, inputs and outputs malloc'ed into f). */
+static bool fused_node_of(const struct mo_tp *tp, const struct region_state *rs, int u,
+			  char *name, size_t name_len, struct mo_fused_node *f)
+{
+	const struct mo_region *rg = rs[u].rg;
+	const struct mo_mugraph *mg = rs[u].r.best;
+	int *nodes = mo_malloc(sizeof *nodes * (size_t)(rg->n_ops + 1));
+	const char **ins = mo_malloc(sizeof *ins * (size_t)(mg->kg.n_inputs + 1));
+	const char **outs = mo_malloc(sizeof *outs * (size_t)(mg->kg.n_outputs + 1));
+	if (!nodes || !ins || !outs) {
+		mo_free(nodes);
+		mo_free(ins);
+		mo_free(outs);
+		return false;
+	}
+	int nn = 0;
+	for (int i = 0; i < rg->n_ops; i++) {
+		int node = tp->ops[rg->ops[i]].node;
+		bool seen = false;
+		for (int k = 0; k < nn && !seen; k++)
+			seen = nodes[k] == node;
+		if (!seen)
+			nodes[nn++] = node;
+	}
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
+	for (int i = 0; i < mg->kg.n_outputs; i++)
+		outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
+	char lb[32];
+	snprintf(name, name_len, "%s_region%s", rs[u].op_type, label(rs, u, lb, sizeof lb));
+	*f = (struct mo_fused_node){ .op_type = rs[u].op_type, .name = name, .n_nodes = nn,
+				     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
+				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs };
+	return true;
+}
+
+static void fused_node_free(struct mo_fused_node *f)
+{
+	mo_free((void *)f->nodes);
+	mo_free((void *)f->inputs);
+	mo_free((void *)f->outputs);
+}
+
+/* Leaves unfused, with the reason, every found unit whose μGraph does not
+ * fit the model: its interface differs from the region's, or the model
+ * would not export with it (a tensor it makes still read elsewhere, a
+ * cycle with the units kept before it). The units kept export together,
+ * so one region's misfit never costs the others their fusion. */
+static enum mo_status keep_exportable(struct mo_model *m, const struct mo_tp *tp,
+				      struct region_state *rs, int nu)
+{
+	struct mo_fused_node *fn = mo_calloc((size_t)nu + 1, sizeof *fn);
+	char (*names)[80] = mo_calloc((size_t)nu + 1, sizeof *names);
+	enum mo_status st = MO_OK;
+	int nf = 0;
+	if (!fn || !names) {
+		st = MO_ERR_NOMEM;
+		goto out;
+	}
+	for (int u = 0; u < nu; u++) {
+		struct region_state *s = &rs[u];
+		if (!s->fused)
+			continue;
+		char why[300] = "";
+		if (!interface_matches(tp, s->r.best, why, sizeof why)) {
+			snprintf(s->why, sizeof s->why, "export: %s", why);
+		} else if (!fused_node_of(tp, rs, u, names[nf], sizeof names[nf], &fn[nf])) {
+			st = MO_ERR_NOMEM;
+			goto out;
+		} else {
+			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN };
+			struct mo_diag xd;
+			mo_diag_init(&xd);
+			if (injected_failure(rs, u, "export"))
+				mo_diag_set(&xd, MO_ERR_INTERNAL, "injected failure (test)");
+			else
+				mo_export(m, fn, nf + 1, &eo, NULL, &xd);
+			if (xd.status == MO_ERR_NOMEM) {
+				fused_node_free(&fn[nf]);
+				st = MO_ERR_NOMEM;
+				goto out;
+			}
+			if (xd.status == MO_OK) {
+				nf++;
+				continue;
+			}
+			fused_node_free(&fn[nf]);
+			snprintf(s->why, sizeof s->why, "export: %.350s", xd.msg);
+		}
+		s->fused = false;
+		char lb[32];
+		fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+			label(rs, u, lb, sizeof lb), s->why);
+	}
+out:
+	for (int k = 0; fn && k < nf; k++)
+		fused_node_free(&fn[k]);
+	mo_free(fn);
+	mo_free(names);
+	return st;
+}
+
 int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d)
 {
 	FILE *info = a->quiet ? NULL : stderr;
@@ -251,10 +405,20 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		struct region_state *s = &rs[ri];
 		char lb[32];
 		double t0 = mo_seconds();
+		struct mo_diag xd;
+		mo_diag_init(&xd);
 		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
-				 rg->n_outputs, &s->prog, d)) {
-			rc = 3;
-			break;
+				 rg->n_outputs, &s->prog, &xd)) {
+			if (xd.status == MO_ERR_NOMEM) {
+				*d = xd;
+				rc = 3;
+				break;
+			}
+			snprintf(s->why, sizeof s->why, "cannot make the region a program: %.300s",
+				 xd.msg);
+			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+				label(rs, ri, lb, sizeof lb), s->why);
+			continue;
 		}
 		struct mo_search_options o = *a->search;
 		o.progress = progress_line;
@@ -266,12 +430,16 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
 		struct mo_diag sd;
 		mo_diag_init(&sd);
-		if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached, &sd)) {
+		if (injected_failure(rs, ri, "search")) {
+			snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
+		} else if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached,
+					    &sd)) {
 			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
 		} else if (!s->r.best) {
 			snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		} else {
 			s->fused = true;
+			mo_mg_output_dtypes(s->r.best, s->prog);
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 			if (a->dump_dir)
 				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
@@ -322,6 +490,10 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			nu += k;
 		}
 	}
+	if (!rc && keep_exportable(m, tp, rs, nu)) {
+		mo_diag_nomem(d);
+		rc = 3;
+	}
 	if (rc)
 		goto out;
 	/* 2. generate, compile, check; what fails is left out and the rest built again */
@@ -365,6 +537,12 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		}
 		bool again = false;
 		for (int k = 0; k < n; k++) {
+			for (int ri = 0; ri < nu && rep[k].built; ri++)
+				if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name) &&
+				    injected_failure(rs, ri, "codegen")) {
+					rep[k].built = false;
+					snprintf(rep[k].why, sizeof rep[k].why, "injected failure (test)");
+				}
 			if (rep[k].built)
 				continue;
 			for (int ri = 0; ri < nu; ri++)
@@ -373,6 +551,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 					snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), rs[ri].why);
+					if (rs[ri].cached) /* else every later run fails the same */
+						cli_cache_drop(rs[ri].prog, a->search, cache, rs[ri].why);
 				}
 		}
 		if (bd.status == MO_ERR_UNSUPPORTED)
@@ -403,6 +583,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 						 "check: %.300s", cd.status ? cd.msg : s->check.detail);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), s->why);
+					if (s->cached)
+						cli_cache_drop(s->prog, a->search, cache, s->why);
 					again = true;
 				}
 				s->cuda = rep[k].cuda;

@@ -46,7 +46,8 @@ struct mo_export_options {
 	const char *plugin_file; /* file name recorded under metadata_props mirage.plugin, or NULL */
 };
 
-/* Writes m, its main graph rewritten with the fused nodes, to out_path. */
+/* Writes m, its main graph rewritten with the fused nodes, to out_path. With
+ * out_path NULL it only checks that the fused nodes fit the graph. */
 enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
 			 const struct mo_export_options *o, const char *out_path,
 			 struct mo_diag *d);
