@@ -206,7 +206,7 @@ static void read_umask(void)
 void mo_cleanup_install(void)
 {
 	pthread_once(&mode_once, read_umask);
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE };
 	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
 		struct sigaction old, sa;
 		/* a signal ignored by whoever started us stays ignored */
@@ -218,6 +218,10 @@ void mo_cleanup_install(void)
 		sa.sa_flags = SA_RESETHAND;
 		sigaction(sigs[i], &sa, NULL);
 	}
+	/* a write past the file size limit (ulimit -f) fails with EFBIG and is
+	 * said as such, instead of the signal killing us mid-write; compilers
+	 * inherit this and say "File too large" */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 /* ---- exclusive creation ---- */

@@ -154,7 +154,8 @@ enum mo_status mo_file_write_all(const char *dest, const void *data, size_t len,
 
 /* The cleanup list: temporary files and folders and child processes that
  * must not outlive the tool, whatever way it ends. mo_cleanup_install sets
- * handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that kill the listed
+ * handlers for SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE (and ignores
+ * SIGXFSZ: such a write fails with EFBIG instead) that kill the listed
  * children's process groups (and reap them), remove the listed files and
  * folders (a folder with its files, two levels deep) with async-signal-safe
  * calls only, then re-raise the signal with its default action. Adding

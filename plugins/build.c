@@ -117,7 +117,7 @@ static const char *find_cc(const struct mo_plugin_options *o)
  * compiler). Signals are blocked from the fork until it is listed. */
 static bool run(char *const *argv, char *const *envp, char **output)
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE };
 	*output = NULL;
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
@@ -183,15 +183,19 @@ static bool run(char *const *argv, char *const *envp, char **output)
 	return waited && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+#define NO_SPACE "no space left on device (free some space, or set TMPDIR to another folder)"
+#define NO_QUOTA "disk quota exceeded (free some space, or set TMPDIR to another folder)"
+#define NO_FSIZE "file too large: the file size limit (ulimit -f) was reached"
+
 /* What a failed tool said about the disk, or NULL: a full disk is the user's
  * to fix, not a bug of ours nor a reason to leave a region unfused. */
 static const char *disk_trouble(const char *text)
 {
 	static const struct { const char *says, *cause; } known[] = {
-		{ "No space left on device", "no space left on device" },
-		{ "Disk quota exceeded", "disk quota exceeded" },
-		{ "File too large", "the file size limit was reached" },
-		{ "File size limit exceeded", "the file size limit was reached" },
+		{ "No space left on device", NO_SPACE },
+		{ "Disk quota exceeded", NO_QUOTA },
+		{ "File too large", NO_FSIZE },
+		{ "File size limit exceeded", NO_FSIZE },
 	};
 	for (size_t i = 0; text && i < sizeof known / sizeof *known; i++)
 		if (strstr(text, known[i].says))
@@ -381,9 +385,11 @@ static bool emit_file(struct builder *b, const struct mo_cg_op *op, const char *
 	}
 	snprintf(why, len, "%.*s", (int)len - 1, d.msg);
 	if (!b->disk && strstr(d.msg, strerror(ENOSPC)))
-		b->disk = "no space left on device";
+		b->disk = NO_SPACE;
 	if (!b->disk && strstr(d.msg, strerror(EDQUOT)))
-		b->disk = "disk quota exceeded";
+		b->disk = NO_QUOTA;
+	if (!b->disk && strstr(d.msg, strerror(EFBIG)))
+		b->disk = NO_FSIZE;
 	return false;
 }
 
@@ -685,8 +691,8 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda;
 	goto free_lists;
 disk_full:
-	st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder %s: %s "
-			 "(free some space there or set TMPDIR to another folder)", dir, b.disk);
+	st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder %s: %s",
+			 dir, b.disk);
 free_lists:
 	for (int k = 0; idents && k < n; k++)
 		mo_free(idents[k]);

@@ -506,6 +506,25 @@ class FullDisk(Base):
         self.assertFalse(os.path.exists(self.path("out.mirage.so")))
 
 
+class FileSizeLimit(Base):
+    def test_the_file_size_limit_is_said_and_exits_1_leaving_nothing(self):
+        """ulimit -f below the plugin's size: SIGXFSZ used to end the tool
+        (or a compiler) mid-write; a write past the limit now fails with
+        EFBIG, named, exit 1, no temporaries."""
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+
+        model = self.write_model(self.path("m.onnx"))
+        before = sorted(os.listdir(self.dir))
+        r = subprocess.run([CLI, model, "-o", self.path("out.onnx"), *self.fuse_args()],
+                           capture_output=True, timeout=900, env=self.env, preexec_fn=limit)
+        self.assert_one_error_line(r, 1, "file too large")
+        self.assertEqual(os.listdir(self.tmp), [], "temporaries left in TMPDIR")
+        self.assertEqual(sorted(os.listdir(self.dir)), before, "files left beside OUT")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
