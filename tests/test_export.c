@@ -22,7 +22,8 @@
 
 #define DOMAIN "ai.mirage.test"
 
-static const struct mo_export_options opts = { DOMAIN, "libmirage_test.so" };
+static const struct mo_export_options opts = { .domain = DOMAIN,
+						.plugin_file = "libmirage_test.so" };
 static const int64_t dims_2x4[] = { 2, 4 };
 static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
@@ -296,7 +297,7 @@ static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
 	tm_output(&t, &t.graph, "Y");
 	struct run r = { 0 };
 	load_tm(&r, &t);
-	const struct mo_export_options no_plugin = { DOMAIN, NULL };
+	const struct mo_export_options no_plugin = { .domain = DOMAIN };
 	const struct mo_fused_node f = {
 		.op_type = "mirage_b", .name = "fb", .n_nodes = 1, .nodes = (const int[]){ 1 },
 		.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("a"), .outputs = NAMES("Y"),
