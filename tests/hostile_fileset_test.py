@@ -81,7 +81,9 @@ def fuse(src, out, env=None, fsize=None):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    return subprocess.run([CLI, "-q", "--no-cuda", "--budget", "10", src, "-o", out],
+    # a generous budget: the search must find a fusion even on a loaded
+    # machine (later runs of the same source take it from the cache)
+    return subprocess.run([CLI, "-q", "--no-cuda", "--budget", "20", src, "-o", out],
                           capture_output=True, text=True, env=e,
                           preexec_fn=limit if fsize else None)
 
