@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* What a fallible function returns. The message, if any, is in the caller's
  * struct mo_diag. The values map one-to-one onto the CLI's exit codes. */
@@ -113,5 +114,64 @@ char *mo_arena_printf(struct mo_arena *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 struct mo_arena_mark mo_arena_mark(const struct mo_arena *a);
 void mo_arena_rewind(struct mo_arena *a, struct mo_arena_mark m);
+
+/* Writing files safely. Every file the tool writes is made exclusively
+ * (mkstemp: O_CREAT|O_EXCL, never through an existing name or a symlink
+ * planted there) as a temporary in its destination's folder, filled, then
+ * renamed over the destination (rename replaces a symlink, it does not
+ * follow it). A temporary is on the cleanup list below until it is
+ * committed or discarded, so a signal does not leave it behind.
+ *
+ * mo_file_create_temp: the temporary for `dest` ("DIR/.BASE.tmp.XXXXXX"),
+ * its name in *tmp_path (mo_free it), its descriptor returned (mode
+ * 0666 & ~umask, like any new file); -1 with the reason in d (MO_ERR_INPUT
+ * naming dest, or MO_ERR_NOMEM). dest must not be a folder.
+ * mo_file_commit_temp: fsyncs and closes fd (when fd >= 0), renames tmp_path
+ * over dest; on failure removes the temporary and says why in d. Frees
+ * tmp_path either way.
+ * mo_file_discard_temp: closes fd (when >= 0), removes and frees tmp_path.
+ * Both accept tmp_path NULL (nothing to do). */
+int mo_file_create_temp(const char *dest, char **tmp_path, struct mo_diag *d);
+enum mo_status mo_file_commit_temp(int fd, char *tmp_path, const char *dest, struct mo_diag *d);
+void mo_file_discard_temp(int fd, char *tmp_path);
+
+/* The same through stdio, for text writers: mo_file_open gives a FILE open
+ * for writing on a fresh temporary for dest; mo_file_commit checks the
+ * stream for write errors, flushes, renames into place and frees f (on
+ * failure nothing is left at dest's temporary name and d says why);
+ * mo_file_discard drops it. */
+struct mo_file {
+	FILE *f;
+	char *tmp_path;
+	char *dest;
+};
+enum mo_status mo_file_open(struct mo_file *mf, const char *dest, struct mo_diag *d);
+enum mo_status mo_file_commit(struct mo_file *mf, struct mo_diag *d);
+void mo_file_discard(struct mo_file *mf);
+
+/* Writes len bytes to dest through the above; one call. */
+enum mo_status mo_file_write_all(const char *dest, const void *data, size_t len, struct mo_diag *d);
+
+/* The cleanup list: temporary files and folders and child processes that
+ * must not outlive the tool, whatever way it ends. mo_cleanup_install sets
+ * handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that kill the listed
+ * children's process groups (and reap them), remove the listed files and
+ * folders (a folder with its files, two levels deep) with async-signal-safe
+ * calls only, then re-raise the signal with its default action. Adding
+ * fails (false) only when the list is full (64 of each) or a path is too
+ * long; the thing is then simply not cleaned on a signal. Safe from any
+ * thread. */
+void mo_cleanup_install(void);
+bool mo_cleanup_add_file(const char *path);
+bool mo_cleanup_add_dir(const char *path);
+void mo_cleanup_remove_path(const char *path); /* no longer ours to clean */
+bool mo_cleanup_add_child(int pid);           /* pid leads its own process group */
+void mo_cleanup_remove_child(int pid);
+/* Removes a folder with its files (two levels), as the signal path does. */
+void mo_remove_tree(const char *dir);
+
+/* Whether two paths name the same file (device and inode); false when
+ * either does not exist. */
+bool mo_same_file(const char *a, const char *b);
 
 #endif

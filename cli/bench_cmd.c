@@ -1,17 +1,52 @@
 /* mirage-onnx bench MODEL FUSED: ONNX Runtime is a Python package here (no C
  * library to link), so the binary runs the script it carries
- * (cli/bench_ort.py) with Python: $MIRAGE_ONNX_PYTHON, else python3. */
+ * (cli/bench_ort.py) with Python: $MIRAGE_ONNX_PYTHON, else python3. The
+ * flags are checked here, so a bad value is one line naming the flag and
+ * its range before Python starts. */
 #include "bench_cmd.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mo_plugin.h"
 
 extern const struct mo_runtime_file cli_bench_files[];
+
+bool cli_parse_num(const char *arg, const struct cli_num_flag *f, double *out)
+{
+	char *end;
+	errno = 0;
+	if (!*arg || isspace((unsigned char)*arg))
+		return false;
+	double v;
+	if (f->integer) {
+		long long i = strtoll(arg, &end, 10);
+		v = (double)i;
+	} else {
+		v = strtod(arg, &end);
+	}
+	if (*end || errno || !(v >= f->lo && v <= f->hi))
+		return false;
+	*out = v;
+	return true;
+}
+
+int cli_num_flag_error(const char *prog, const struct cli_num_flag *f, const char *arg, int code)
+{
+	char lo[32], hi[32];
+	/* whole bounds in full: "1000000000000000", not "1e+15" */
+	snprintf(lo, sizeof lo, f->lo == (double)(long long)f->lo ? "%.0f" : "%g", f->lo);
+	snprintf(hi, sizeof hi, f->hi == (double)(long long)f->hi ? "%.0f" : "%g", f->hi);
+	fprintf(stderr, "%s: %s needs %s from %s to %s, not '%s' (see %s --help)\n", prog, f->name,
+		f->integer ? "a whole number" : "a number", lo, hi, arg, prog);
+	return code;
+}
 
 static const char bench_usage[] =
 	"usage: mirage-onnx bench MODEL FUSED [options]\n"
@@ -24,73 +59,118 @@ static const char bench_usage[] =
 	"tuned: measure speed with --provider cuda on a GPU.\n"
 	"\n"
 	"options:\n"
-	"  --runs N        timed runs of each model (default 50)\n"
-	"  --warmup N      untimed runs first (default 5)\n"
+	"  --runs N        timed runs of each model, 1 to 100000 (default 50)\n"
+	"  --warmup N      untimed runs first, 0 to 10000 (default 5)\n"
 	"  --provider cpu|cuda  ONNX Runtime's execution provider (default cpu;\n"
 	"                  cuda needs onnxruntime-gpu)\n"
-	"  --threads N     ONNX Runtime's intra-op threads (default: its own)\n"
-	"  --seed N        seed of the random inputs (default 0)\n"
+	"  --threads N     ONNX Runtime's intra-op threads, 0 to 256 (default 0: its\n"
+	"                  own choice)\n"
+	"  --seed N        seed of the random inputs, 0 to 4294967295 (default 0)\n"
 	"  --tolerance X   exit 1 when the largest error, relative to the largest\n"
-	"                  output magnitude, is over X\n"
+	"                  output magnitude, is over X (0 to 1e9)\n"
 	"  -h, --help      print this help\n"
 	"\n"
 	"Python with onnxruntime, onnx and numpy runs the measurement:\n"
-	"$MIRAGE_ONNX_PYTHON, else python3 on PATH. Exits 0, or 1 with one line on\n"
-	"stderr when a model cannot be loaded or run or the error is over --tolerance.\n";
+	"$MIRAGE_ONNX_PYTHON, else python3 on PATH. Exits 0; 1 with one line on\n"
+	"stderr when a model cannot be loaded or run, the two models' inputs or\n"
+	"outputs differ, or the error is over --tolerance; 2 for a bad flag or value;\n"
+	"3 when out of memory or on an internal error.\n";
 
 int cli_bench(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+	static const char prog[] = "mirage-onnx bench";
+	enum { OPT_RUNS = 256, OPT_WARMUP, OPT_THREADS, OPT_SEED, OPT_TOLERANCE, OPT_PROVIDER };
+	static const struct option longopts[] = {
+		{ "runs", required_argument, NULL, OPT_RUNS },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
+		{ "provider", required_argument, NULL, OPT_PROVIDER },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	/* indexed by option - OPT_RUNS */
+	static const struct cli_num_flag nums[] = {
+		{ "--runs", 1, 100000, true },
+		{ "--warmup", 0, 10000, true },
+		{ "--threads", 0, 256, true },
+		{ "--seed", 0, 4294967295.0, true },
+		{ "--tolerance", 0, 1e9, false },
+	};
+	const char *given[6] = { NULL }; /* each flag's value, checked */
+	int c;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		double v;
+		switch (c) {
+		case 'h':
 			fputs(bench_usage, stdout);
 			return 0;
-		}
-	int positional = 0;
-	for (int i = 1; i < argc; i++) {
-		if (argv[i][0] != '-') {
-			positional++;
-			continue;
-		}
-		if (strcmp(argv[i], "--runs") && strcmp(argv[i], "--warmup") &&
-		    strcmp(argv[i], "--provider") && strcmp(argv[i], "--threads") &&
-		    strcmp(argv[i], "--seed") && strcmp(argv[i], "--tolerance")) {
-			fprintf(stderr, "mirage-onnx bench: unknown option %s (see mirage-onnx bench "
-				"--help)\n", argv[i]);
+		case OPT_RUNS: case OPT_WARMUP: case OPT_THREADS: case OPT_SEED: case OPT_TOLERANCE:
+			if (!cli_parse_num(optarg, &nums[c - OPT_RUNS], &v))
+				return cli_num_flag_error(prog, &nums[c - OPT_RUNS], optarg, 2);
+			given[c - OPT_RUNS] = optarg;
+			break;
+		case OPT_PROVIDER:
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "%s: --provider is cpu or cuda, not '%s'\n", prog, optarg);
+				return 2;
+			}
+			given[c - OPT_RUNS] = optarg;
+			break;
+		case ':':
+			fprintf(stderr, "%s: missing argument for %s (see %s --help)\n", prog,
+				argv[optind - 1], prog);
 			return 2;
-		}
-		if (++i == argc) {
-			fprintf(stderr, "mirage-onnx bench: missing argument for %s\n", argv[i - 1]);
+		default:
+			if (optopt)
+				fprintf(stderr, "%s: unknown option -%c (see %s --help)\n", prog, optopt, prog);
+			else
+				fprintf(stderr, "%s: unknown option %s (see %s --help)\n", prog,
+					argv[optind - 1], prog);
 			return 2;
 		}
 	}
-	if (positional != 2) {
-		fprintf(stderr, "mirage-onnx bench: give MODEL and FUSED (see mirage-onnx bench --help)\n");
+	if (argc - optind != 2) {
+		fprintf(stderr, "%s: give MODEL and FUSED (see %s --help)\n", prog, prog);
 		return 2;
 	}
-	for (int i = 1; i < argc; i++)
-		if (argv[i][0] != '-' && access(argv[i], R_OK) != 0 &&
-		    (i == 1 || argv[i - 1][0] != '-')) {
-			fprintf(stderr, "mirage-onnx bench: %s: %s\n", argv[i], strerror(errno));
+	for (int i = optind; i < argc; i++) {
+		struct stat st;
+		if (stat(argv[i], &st) != 0 || access(argv[i], R_OK) != 0) {
+			fprintf(stderr, "%s: %s: %s\n", prog, argv[i], strerror(errno));
 			return 1;
 		}
+		if (!S_ISREG(st.st_mode)) {
+			fprintf(stderr, "%s: %s: not a regular file\n", prog, argv[i]);
+			return 1;
+		}
+	}
 	const char *py = getenv("MIRAGE_ONNX_PYTHON");
 	if (!py || !*py)
 		py = "python3";
 	/* the script is text with a terminating NUL (embed.cmake adds one) */
-	char **args = calloc((size_t)argc + 5, sizeof *args);
-	if (!args)
-		return 3;
+	char *args[3 + 2 * 6 + 4];
 	int n = 0;
 	args[n++] = (char *)py;
 	args[n++] = "-c";
 	args[n++] = (char *)cli_bench_files[0].data;
-	for (int i = 1; i < argc; i++)
-		args[n++] = argv[i];
+	static const char *flags[6] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
+					"--provider" };
+	for (int k = 0; k < 6; k++)
+		if (given[k]) {
+			args[n++] = (char *)flags[k];
+			args[n++] = (char *)given[k];
+		}
+	args[n++] = "--"; /* a model named like a flag stays a model */
+	args[n++] = argv[optind];
+	args[n++] = argv[optind + 1];
 	args[n] = NULL;
 	fflush(stdout);
 	execvp(py, args);
-	fprintf(stderr, "mirage-onnx bench: cannot run %s: %s (set MIRAGE_ONNX_PYTHON to a Python "
-		"with onnxruntime)\n", py, strerror(errno));
-	free(args);
+	fprintf(stderr, "%s: cannot run %s: %s (set MIRAGE_ONNX_PYTHON to a Python with "
+		"onnxruntime)\n", prog, py, strerror(errno));
 	return 1;
 }

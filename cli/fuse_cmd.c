@@ -60,7 +60,7 @@ static void warning_line(void *ctx, const char *line)
 }
 
 /* OUT minus ".onnx", plus suffix. */
-static void beside(const char *out, const char *suffix, char *buf, size_t len)
+void cli_beside(const char *out, const char *suffix, char *buf, size_t len)
 {
 	size_t n = strlen(out);
 	if (n > 5 && strcmp(out + n - 5, ".onnx") == 0)
@@ -122,6 +122,7 @@ static const char *label(const struct region_state *rs, int u, char *buf, size_t
 	return buf;
 }
 
+/* The manifest into f; false on a write error (fsynced, not closed). */
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
 			   const struct region_state *rs, const struct cli_fuse_args *a)
@@ -211,6 +212,161 @@ static void print_summary(const struct mo_tp *tp, int nu, const struct region_st
 		}
 }
 
+/* A failure injected for the tests: MIRAGE_ONNX_TEST_FAIL=LABEL:STAGE (e.g.
+ * "2:codegen") makes that stage fail for region LABEL, the way a real
+ * failure there would, so that the tests can see it isolated. Stages:
+ * search, codegen, export. */
+static bool injected_failure(const struct region_state *rs, int u, const char *stage)
+{
+	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
+	char lb[32], want[80];
+	if (!e || !*e)
+		return false;
+	snprintf(want, sizeof want, "%s:%s", label(rs, u, lb, sizeof lb), stage);
+	return strcmp(e, want) == 0;
+}
+
+static const struct mo_tensor *tensor_named(const struct mo_tp *tp, const char *name)
+{
+	for (int t = 0; t < tp->n_tensors; t++)
+		if (strcmp(tp->tensors[t].name, name) == 0)
+			return &tp->tensors[t];
+	return NULL;
+}
+
+/* Whether the μGraph's interface is the region's: every input and output a
+ * tensor of the model with the same dtype and shape (a custom op declares
+ * its types, and ONNX Runtime refuses a model where they do not match). */
+static bool interface_matches(const struct mo_tp *tp, const struct mo_mugraph *mg,
+			      char *why, size_t len)
+{
+	for (int io = 0; io < 2; io++) {
+		int n = io ? mg->kg.n_outputs : mg->kg.n_inputs;
+		for (int i = 0; i < n; i++) {
+			const struct mo_tensor *k =
+				&mg->kg.tensors[io ? mg->kg.outputs[i] : mg->kg.inputs[i]];
+			const struct mo_tensor *t = tensor_named(tp, k->name);
+			bool same = t && t->dtype == k->dtype && t->shape_known &&
+				    t->rank == k->rank;
+			for (int r = 0; same && r < k->rank; r++)
+				same = t->dims[r] == k->dims[r];
+			if (!same) {
+				char a[96], b[96] = "nothing";
+				mo_tensor_describe(k, a, sizeof a);
+				if (t)
+					mo_tensor_describe(t, b, sizeof b);
+				snprintf(why, len, "the μGraph's %s '%.100s' is %s where the model has %s",
+					 io ? "output" : "input", k->name, a, b);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/* The fused node of unit u (nodes, inputs and outputs malloc'ed into f). */
+static bool fused_node_of(const struct mo_tp *tp, const struct region_state *rs, int u,
+			  char *name, size_t name_len, struct mo_fused_node *f)
+{
+	const struct mo_region *rg = rs[u].rg;
+	const struct mo_mugraph *mg = rs[u].r.best;
+	int *nodes = mo_malloc(sizeof *nodes * (size_t)(rg->n_ops + 1));
+	const char **ins = mo_malloc(sizeof *ins * (size_t)(mg->kg.n_inputs + 1));
+	const char **outs = mo_malloc(sizeof *outs * (size_t)(mg->kg.n_outputs + 1));
+	if (!nodes || !ins || !outs) {
+		mo_free(nodes);
+		mo_free(ins);
+		mo_free(outs);
+		return false;
+	}
+	int nn = 0;
+	for (int i = 0; i < rg->n_ops; i++) {
+		int node = tp->ops[rg->ops[i]].node;
+		bool seen = false;
+		for (int k = 0; k < nn && !seen; k++)
+			seen = nodes[k] == node;
+		if (!seen)
+			nodes[nn++] = node;
+	}
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
+	for (int i = 0; i < mg->kg.n_outputs; i++)
+		outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
+	char lb[32];
+	snprintf(name, name_len, "%s_region%s", rs[u].op_type, label(rs, u, lb, sizeof lb));
+	*f = (struct mo_fused_node){ .op_type = rs[u].op_type, .name = name, .n_nodes = nn,
+				     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
+				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs };
+	return true;
+}
+
+static void fused_node_free(struct mo_fused_node *f)
+{
+	mo_free((void *)f->nodes);
+	mo_free((void *)f->inputs);
+	mo_free((void *)f->outputs);
+}
+
+/* Leaves unfused, with the reason, every found unit whose μGraph does not
+ * fit the model: its interface differs from the region's, or the model
+ * would not export with it (a tensor it makes still read elsewhere, a
+ * cycle with the units kept before it). The units kept export together,
+ * so one region's misfit never costs the others their fusion. */
+static enum mo_status keep_exportable(struct mo_model *m, const struct mo_tp *tp,
+				      struct region_state *rs, int nu)
+{
+	struct mo_fused_node *fn = mo_calloc((size_t)nu + 1, sizeof *fn);
+	char (*names)[80] = mo_calloc((size_t)nu + 1, sizeof *names);
+	enum mo_status st = MO_OK;
+	int nf = 0;
+	if (!fn || !names) {
+		st = MO_ERR_NOMEM;
+		goto out;
+	}
+	for (int u = 0; u < nu; u++) {
+		struct region_state *s = &rs[u];
+		if (!s->fused)
+			continue;
+		char why[300] = "";
+		if (!interface_matches(tp, s->r.best, why, sizeof why)) {
+			snprintf(s->why, sizeof s->why, "export: %s", why);
+		} else if (!fused_node_of(tp, rs, u, names[nf], sizeof names[nf], &fn[nf])) {
+			st = MO_ERR_NOMEM;
+			goto out;
+		} else {
+			/* a check only: the build, and so the domain, come later */
+			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX };
+			struct mo_diag xd;
+			mo_diag_init(&xd);
+			if (injected_failure(rs, u, "export"))
+				mo_diag_set(&xd, MO_ERR_INTERNAL, "injected failure (test)");
+			else
+				mo_export(m, fn, nf + 1, &eo, NULL, &xd);
+			if (xd.status == MO_ERR_NOMEM) {
+				fused_node_free(&fn[nf]);
+				st = MO_ERR_NOMEM;
+				goto out;
+			}
+			if (xd.status == MO_OK) {
+				nf++;
+				continue;
+			}
+			fused_node_free(&fn[nf]);
+			snprintf(s->why, sizeof s->why, "export: %.350s", xd.msg);
+		}
+		s->fused = false;
+		char lb[32];
+		fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+			label(rs, u, lb, sizeof lb), s->why);
+	}
+out:
+	for (int k = 0; fn && k < nf; k++)
+		fused_node_free(&fn[k]);
+	mo_free(fn);
+	mo_free(names);
+	return st;
+}
+
 /* ---- the file set: OUT, OUT.mirage.<id>.so, OUT.mirage.<id>.json ----
  *
  * The plugin and manifest names carry the build id and OUT's metadata names
@@ -237,33 +393,9 @@ static bool fault(const char *stage)
 	return true;
 }
 
-/* A new empty file in OUT's folder (so that rename() is atomic),
- * ".<OUT's name>.<what>.XXXXXX", mode 0666 & ~umask; its descriptor, or -1. */
-static int temp_beside(const char *out, const char *what, char *buf, size_t len)
-{
-	const char *b = base_name(out);
-	snprintf(buf, len, "%.*s.%s.%s.XXXXXX", (int)(b - out), out, b, what);
-	int fd = mkstemp(buf);
-	if (fd < 0) {
-		buf[0] = 0;
-		return -1;
-	}
-	mode_t mask = umask(0);
-	umask(mask);
-	if (fchmod(fd, 0666 & ~mask) != 0) {
-		int e = errno;
-		close(fd);
-		unlink(buf);
-		buf[0] = 0;
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
 static bool sync_file(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return false;
 	bool ok = fsync(fd) == 0;
@@ -289,14 +421,31 @@ static bool set_file_of(const char *name, const char *stem)
 	return strcmp(p, ".so") == 0 || strcmp(p, ".json") == 0;
 }
 
-/* Removes every plugin and manifest of OUT's earlier sets, all but keep[];
- * false (errno set) when one could not be removed. */
-static bool remove_old_sets(const char *out, const char *const keep[2])
+/* Is path the model this run reads, or one of its external data files? */
+static bool is_input(const struct mo_model *m, const struct cli_fuse_args *a, const char *path)
 {
+	if (mo_same_file(path, a->in_path))
+		return true;
+	size_t ne = mo_onnx_dir(m) ? mo_onnx_external_file_count(m) : 0;
+	for (size_t i = 0; i < ne; i++) {
+		char in[8500];
+		snprintf(in, sizeof in, "%s/%s", mo_onnx_dir(m), mo_onnx_external_file(m, i));
+		if (mo_same_file(path, in))
+			return true;
+	}
+	return false;
+}
+
+/* Removes every plugin and manifest of OUT's earlier sets but keep[] (and
+ * never an input of this run); false (errno set) when one could not go. */
+static bool remove_old_sets(const struct mo_model *m, const struct cli_fuse_args *a,
+			    const char *const keep[2])
+{
+	const char *out = a->out_path;
 	char dir[4200], stem[4200], path[8500];
 	const char *b = base_name(out);
 	snprintf(dir, sizeof dir, "%.*s", b > out ? (int)(b - out) : 1, b > out ? out : ".");
-	beside(b, "", stem, sizeof stem);
+	cli_beside(b, "", stem, sizeof stem);
 	DIR *dh = opendir(dir);
 	if (!dh)
 		return false;
@@ -309,6 +458,8 @@ static bool remove_old_sets(const char *out, const char *const keep[2])
 		if ((keep[0] && !strcmp(de->d_name, keep[0])) || (keep[1] && !strcmp(de->d_name, keep[1])))
 			continue;
 		snprintf(path, sizeof path, "%.*s%s", (int)(b - out), out, de->d_name);
+		if (is_input(m, a, path))
+			continue;
 		if (unlink(path) != 0 && errno != ENOENT) {
 			ok = false;
 			e = errno;
@@ -326,38 +477,57 @@ struct file_set {
 	int nf;
 };
 
+/* Renames tmp to dest, unless dest is an input of this run; false with d set. */
+static bool rename_into(const struct mo_model *m, const struct cli_fuse_args *a, const char *tmp,
+			const char *dest, const char *stage, struct mo_diag *d)
+{
+	if (is_input(m, a, dest)) {
+		mo_diag_set(d, MO_ERR_INPUT, "%s: is an input of this run; choose another -o", dest);
+		return false;
+	}
+	if (fault(stage) || rename(tmp, dest) != 0) {
+		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", dest, strerror(errno));
+		return false;
+	}
+	mo_cleanup_remove_path(tmp);
+	return true;
+}
+
 /* Writes the set (see above); 0, or the exit code with d set. */
 static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const struct mo_tp *tp,
 		     int nu, const struct region_state *rs, const struct file_set *fs,
 		     struct mo_diag *d)
 {
 	const char *out = a->out_path;
-	char so[4200] = "", manifest[4200] = "", man_tmp[4200] = "", model_tmp[4200] = "";
-	char domain[64] = "", suffix[64];
+	char so[4200] = "", manifest[4200] = "", domain[64] = "", suffix[64];
+	char *man_tmp = NULL, *model_tmp = NULL;
 	bool fused = fs->nf > 0 && fs->so_tmp;
 	bool so_renamed = false, man_renamed = false, so_existed = false, man_existed = false;
+	struct stat sb;
 	int rc = 1;
 	if (fused) {
 		mo_plugin_domain_of(fs->id, domain, sizeof domain);
 		snprintf(suffix, sizeof suffix, ".mirage.%s.so", fs->id);
-		beside(out, suffix, so, sizeof so);
+		cli_beside(out, suffix, so, sizeof so);
 		snprintf(suffix, sizeof suffix, ".mirage.%s.json", fs->id);
-		beside(out, suffix, manifest, sizeof manifest);
-		/* the plugin, as linked */
+		cli_beside(out, suffix, manifest, sizeof manifest);
+		/* the plugin, as built */
 		if (!sync_file(fs->so_tmp) || fault("plugin")) {
 			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", so, strerror(errno));
 			goto undo;
 		}
 		/* the manifest */
-		int fd = temp_beside(out, "manifest", man_tmp, sizeof man_tmp);
-		FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+		int fd = mo_file_create_temp(manifest, &man_tmp, d);
+		if (fd < 0)
+			goto undo;
+		FILE *f = fdopen(fd, "w");
 		bool ok = f && write_manifest(f, a->in_path, base_name(so), domain, fs->id, tp, nu, rs,
 					      a);
 		int e = errno;
 		if (f && fclose(f) != 0 && ok) {
 			ok = false;
 			e = errno;
-		} else if (!f && fd >= 0) {
+		} else if (!f) {
 			close(fd);
 		}
 		if (ok && fault("manifest")) {
@@ -372,11 +542,9 @@ static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const st
 	}
 	/* the model: mo_export writes it whole (its own temporary file and
 	 * rename) to a temporary name of ours */
-	int fd = temp_beside(out, "model", model_tmp, sizeof model_tmp);
-	if (fd < 0) {
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", out, strerror(errno));
+	int fd = mo_file_create_temp(out, &model_tmp, d);
+	if (fd < 0)
 		goto undo;
-	}
 	close(fd);
 	struct mo_export_options eo = { .domain = domain, .plugin_file = base_name(so),
 					.manifest_file = base_name(manifest), .build_id = fs->id };
@@ -398,28 +566,23 @@ static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const st
 	/* the renames: the plugin and manifest first, under names the old set
 	 * does not use (or, for the same build, equivalent files) */
 	if (fused) {
-		struct stat sb;
 		so_existed = stat(so, &sb) == 0;
-		if (fault("rename-plugin") || rename(fs->so_tmp, so) != 0) {
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", so, strerror(errno));
+		if (!rename_into(m, a, fs->so_tmp, so, "rename-plugin", d))
 			goto undo;
-		}
 		so_renamed = true;
 		man_existed = stat(manifest, &sb) == 0;
-		if (fault("rename-manifest") || rename(man_tmp, manifest) != 0) {
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", manifest, strerror(errno));
+		if (!rename_into(m, a, man_tmp, manifest, "rename-manifest", d))
 			goto undo;
-		}
 		man_renamed = true;
 	}
-	/* the switch to the new set */
-	if (fault("rename-model") || rename(model_tmp, out) != 0) {
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", out, strerror(errno));
+	/* the switch to the new set (OUT is no input: main.c checked) */
+	if (!rename_into(m, a, model_tmp, out, "rename-model", d))
 		goto undo;
-	}
+	mo_free(model_tmp);
+	mo_free(man_tmp);
 	/* the old set's plugin and manifest; what cannot go is only a warning */
 	const char *keep[2] = { fused ? base_name(so) : NULL, fused ? base_name(manifest) : NULL };
-	if (fault("cleanup") || !remove_old_sets(out, keep))
+	if (fault("cleanup") || !remove_old_sets(m, a, keep))
 		fprintf(stderr, "mirage-onnx: warning: %s: cannot remove the previous run's plugin "
 			"and manifest: %s\n", out, strerror(errno));
 	if (!a->quiet) {
@@ -434,12 +597,14 @@ static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const st
 undo:
 	if (so_renamed && !so_existed)
 		unlink(so);
-	if (man_renamed && !man_existed)
-		unlink(manifest);
-	if (man_tmp[0] && !man_renamed)
-		unlink(man_tmp);
-	if (model_tmp[0])
-		unlink(model_tmp);
+	if (man_renamed) {
+		if (!man_existed)
+			unlink(manifest);
+		mo_free(man_tmp);
+	} else {
+		mo_file_discard_temp(-1, man_tmp);
+	}
+	mo_file_discard_temp(-1, model_tmp);
 	return rc;
 }
 
@@ -482,10 +647,20 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		struct region_state *s = &rs[ri];
 		char lb[32];
 		double t0 = mo_seconds();
+		struct mo_diag xd;
+		mo_diag_init(&xd);
 		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
-				 rg->n_outputs, &s->prog, d)) {
-			rc = 3;
-			break;
+				 rg->n_outputs, &s->prog, &xd)) {
+			if (xd.status == MO_ERR_NOMEM) {
+				*d = xd;
+				rc = 3;
+				break;
+			}
+			snprintf(s->why, sizeof s->why, "cannot make the region a program: %.300s",
+				 xd.msg);
+			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+				label(rs, ri, lb, sizeof lb), s->why);
+			continue;
 		}
 		struct mo_search_options o = *a->search;
 		o.progress = progress_line;
@@ -497,12 +672,16 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
 		struct mo_diag sd;
 		mo_diag_init(&sd);
-		if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached, &sd)) {
+		if (injected_failure(rs, ri, "search")) {
+			snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
+		} else if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached,
+					    &sd)) {
 			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
 		} else if (!s->r.best) {
 			snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		} else {
 			s->fused = true;
+			mo_mg_output_dtypes(s->r.best, s->prog);
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 			if (a->dump_dir)
 				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
@@ -553,16 +732,21 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			nu += k;
 		}
 	}
+	if (!rc && keep_exportable(m, tp, rs, nu)) {
+		mo_diag_nomem(d);
+		rc = 3;
+	}
 	if (rc)
 		goto out;
 	/* 2. generate, compile, check; what fails is left out and the rest built again */
 	/* the plugin is built and checked under a temporary name in OUT's
 	 * folder; write_set gives it its name */
-	char so[4200], id[MO_PLUGIN_BUILD_ID_LEN + 1] = "";
-	int so_fd = temp_beside(a->out_path, "plugin", so, sizeof so);
+	char so_dest[4200], id[MO_PLUGIN_BUILD_ID_LEN + 1] = "";
+	cli_beside(a->out_path, ".mirage.so", so_dest, sizeof so_dest);
+	char *so = NULL;
+	int so_fd = mo_file_create_temp(so_dest, &so, d);
 	if (so_fd < 0) {
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", a->out_path, strerror(errno));
-		rc = 1;
+		rc = d->status == MO_ERR_INPUT ? 1 : 3;
 		goto out;
 	}
 	close(so_fd);
@@ -604,6 +788,12 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		}
 		bool again = false;
 		for (int k = 0; k < n; k++) {
+			for (int ri = 0; ri < nu && rep[k].built; ri++)
+				if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name) &&
+				    injected_failure(rs, ri, "codegen")) {
+					rep[k].built = false;
+					snprintf(rep[k].why, sizeof rep[k].why, "injected failure (test)");
+				}
 			if (rep[k].built)
 				continue;
 			for (int ri = 0; ri < nu; ri++)
@@ -612,6 +802,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 					snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), rs[ri].why);
+					if (rs[ri].cached) /* else every later run fails the same */
+						cli_cache_drop(rs[ri].prog, a->search, cache, rs[ri].why);
 				}
 		}
 		if (bd.status == MO_ERR_UNSUPPORTED)
@@ -641,6 +833,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 						 "check: %.300s", cd.status ? cd.msg : s->check.detail);
 					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
 						label(rs, ri, lb, sizeof lb), s->why);
+					if (s->cached)
+						cli_cache_drop(s->prog, a->search, cache, s->why);
 					again = true;
 				}
 				s->cuda = rep[k].cuda;
@@ -710,7 +904,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		rc = write_set(m, a, tp, nu, rs, &fs, d);
 	mo_free(fn);
 out_files:
-	unlink(so); /* renamed away when it became the plugin */
+	mo_file_discard_temp(-1, so); /* gone already when it became the plugin */
 out:
 	for (int ri = 0; rs && ri < nu; ri++) {
 		mo_search_result_free(&rs[ri].r);

@@ -69,11 +69,11 @@ static const char usage_text[] =
 	"                     (dot -Tsvg FILE -o graph.svg)\n"
 	"      --dump-tp      print the imported tensor program (every tensor's dtype\n"
 	"                     and shape, every op's class) as JSON and nothing else\n"
-	"      --dim NAME=N   bind the symbolic dimension NAME to N (repeatable)\n"
+	"      --dim NAME=N   bind the symbolic dimension NAME to N, 1 to 2^31 (repeatable)\n"
 	"      --input-shape NAME=2x4096\n"
-	"                     give input NAME this shape (repeatable)\n"
+	"                     give input NAME this shape, sizes 0 to 2^31 (repeatable)\n"
 	"      --max-region-ops N\n"
-	"                     split regions larger than N ops (default 32)\n"
+	"                     split regions larger than N ops, 1 to 100000 (default 32)\n"
 	"\n"
 	"search (superoptimization of every region):\n"
 	"      --search-only  partition, search every region and print its best\n"
@@ -83,10 +83,10 @@ static const char usage_text[] =
 	"                     \"kernels\": N, \"graph_defined_kernels\": N,\n"
 	"                     \"search_seconds\": S, \"states\": N, \"verified\": N, ...}]}\n"
 	"      --budget SECONDS  time for each region's search, its final proof\n"
-	"                     included (default 60)\n"
-	"      --jobs N       worker threads (default: one per CPU)\n"
-	"      --max-kernel-ops N   kernels in a μGraph (default 5)\n"
-	"      --max-block-ops N    ops in a block graph (default 11)\n"
+	"                     included, 0.1 to 86400 (default 60)\n"
+	"      --jobs N       worker threads, 1 to 64 (default: one per CPU)\n"
+	"      --max-kernel-ops N   kernels in a μGraph, 1 to 24 (default 5)\n"
+	"      --max-block-ops N    ops in a block graph, 1 to 24 (default 11)\n"
 	"      --target sm_80|sm_90 the GPU architecture (default sm_90)\n"
 	"      --gpu a100|h100|h200 the cost model's GPU (default: the target's)\n"
 	"      --no-cache     neither read nor write the result cache\n"
@@ -94,7 +94,7 @@ static const char usage_text[] =
 	"                     μGraph is verified again before it is used)\n"
 	"      --dump-mugraph DIR   write each region's best μGraph as DIR/region_N.json\n"
 	"                     (a part of a region as region_N.M.json)\n"
-	"      --seed N       seed of the verifier's random trials (default 1)\n"
+	"      --seed N       seed of the verifier's random trials, 0 to 10^15 (default 1)\n"
 	"\n"
 	"Nodes without a name are called OpType_INDEX (INDEX: the node's position\n"
 	"in the graph) in every output.\n"
@@ -106,7 +106,7 @@ static const char usage_text[] =
 	"  1  bad input: the model is missing, unreadable, not ONNX or malformed, or\n"
 	"     OUT cannot be written (one line on stderr names the problem; nothing is\n"
 	"     written)\n"
-	"  2  usage error: unknown flag, missing argument\n"
+	"  2  usage error: unknown flag, missing argument, a value out of its range\n"
 	"  3  internal error or out of memory\n";
 
 static int exit_for(enum mo_status s)
@@ -153,25 +153,18 @@ static int write_text_file(const char *path,
 			   void (*print)(const struct mo_tp *, const struct mo_partition *, FILE *),
 			   const struct mo_tp *tp, const struct mo_partition *p)
 {
-	size_t n = strlen(path) + 16;
-	char *tmp = malloc(n);
-	if (!tmp)
-		return EXIT_INTERNAL;
-	snprintf(tmp, n, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	int ok = f != NULL;
-	if (f) {
-		print(tp, p, f);
-		ok = !ferror(f);
-		ok &= fclose(f) == 0;
-		ok = ok && rename(tmp, path) == 0;
-		if (!ok)
-			remove(tmp);
+	struct mo_file mf;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (!mo_file_open(&mf, path, &d)) {
+		print(tp, p, mf.f);
+		mo_file_commit(&mf, &d);
 	}
-	if (!ok)
-		fprintf(stderr, "mirage-onnx: error: %s: cannot write\n", path);
-	free(tmp);
-	return ok ? EXIT_OK : EXIT_BAD_INPUT;
+	if (d.status == MO_ERR_NOMEM)
+		return fail(&d);
+	if (d.status)
+		fprintf(stderr, "mirage-onnx: error: %s\n", d.msg);
+	return d.status ? EXIT_BAD_INPUT : EXIT_OK;
 }
 
 /* Import, partition, and print what was asked for. */
@@ -235,6 +228,48 @@ static int same_file(const char *a, const char *b)
 	       sa.st_ino == sb.st_ino;
 }
 
+/* Every file this run writes, against every file it reads (the model and its
+ * external data), by identity (device and inode, symlinks followed): no name,
+ * symlink or hard link makes an output overwrite an input. */
+static enum mo_status check_outputs(const struct cli *cli, const struct mo_model *m,
+				    const char *in_path, const char *out_path, struct mo_diag *d)
+{
+	char so[4200], manifest[4200];
+	const char *outs[4], *flags[4];
+	int no = 0;
+	if (out_path) {
+		outs[no] = out_path;
+		flags[no++] = "-o";
+		if (!cli->no_fuse && !cli->search_only) {
+			cli_beside(out_path, ".mirage.so", so, sizeof so);
+			cli_beside(out_path, ".mirage.json", manifest, sizeof manifest);
+			outs[no] = so;
+			flags[no++] = "-o";
+			outs[no] = manifest;
+			flags[no++] = "-o";
+		}
+	}
+	if (cli->dot_path) {
+		outs[no] = cli->dot_path;
+		flags[no++] = "--dot";
+	}
+	size_t ne = mo_onnx_dir(m) ? mo_onnx_external_file_count(m) : 0;
+	for (size_t i = 0; i <= ne; i++) {
+		char in[4200];
+		if (i == 0)
+			snprintf(in, sizeof in, "%s", in_path);
+		else
+			snprintf(in, sizeof in, "%s/%s", mo_onnx_dir(m), mo_onnx_external_file(m, i - 1));
+		for (int k = 0; k < no; k++)
+			if (mo_same_file(outs[k], in))
+				return mo_diag_set(d, MO_ERR_INPUT, "%s: is %s%s, an input of this run; "
+						   "choose another %s", outs[k], i ? "the external data file " :
+						   "the input model", i ? mo_onnx_external_file(m, i - 1) : "",
+						   flags[k]);
+	}
+	return MO_OK;
+}
+
 /* OUT names external data by paths relative to its own folder, so written
  * elsewhere it would not find the weights: say so. */
 static void warn_if_external_data_stays_behind(const struct mo_model *m,
@@ -259,6 +294,32 @@ static void warn_if_external_data_stays_behind(const struct mo_model *m,
 	free(copy);
 }
 
+/* A bound on --dim and --input-shape sizes: past it every count of elements
+ * or bytes overflows somewhere long before a model could be that large. */
+#define MAX_DIM_ARG ((int64_t)1 << 31)
+
+/* The sizes the last --dim (dim) or --input-shape added are within bounds. */
+static bool dims_in_range(const struct mo_import_options *o, bool dim)
+{
+	if (dim)
+		return o->dim_values[o->n_dims - 1] <= MAX_DIM_ARG;
+	int k = o->n_input_shapes - 1;
+	for (int i = 0; i < o->input_shape_ranks[k]; i++)
+		if (o->input_shape_dims[k][i] > MAX_DIM_ARG)
+			return false;
+	return true;
+}
+
+/* The usage error of a bad --dim or --input-shape: the form and the range. */
+static const char *dims_usage(bool dim, const char *arg)
+{
+	static char msg[400];
+	snprintf(msg, sizeof msg, "%s needs %s with %s from %d to %lld, not '%.200s'",
+		 dim ? "--dim" : "--input-shape", dim ? "NAME=N" : "NAME=2x4096",
+		 dim ? "N" : "sizes", dim ? 1 : 0, (long long)MAX_DIM_ARG, arg);
+	return msg;
+}
+
 static const char equiv_usage[] =
 	"usage: mirage-onnx equiv A.onnx B.onnx [options]\n"
 	"\n"
@@ -271,10 +332,10 @@ static const char equiv_usage[] =
 	"give a clear message and exit 2. The math is in superopt/VERIFIER.md.\n"
 	"\n"
 	"options:\n"
-	"  --trials N      finite-field trials that must agree (default 3)\n"
-	"  --seed N        seed of the random inputs (default 1)\n"
+	"  --trials N      finite-field trials that must agree, 1 to 1000 (default 3)\n"
+	"  --seed N        seed of the random inputs, 0 to 10^15 (default 1)\n"
 	"  --rtol X, --atol X\n"
-	"                  tolerance of the float check (default 1e-4, 1e-5)\n"
+	"                  tolerance of the float check, 0 to 1e9 (default 1e-4, 1e-5)\n"
 	"  --dim NAME=N    bind a symbolic dimension in both models (repeatable)\n"
 	"  -h, --help      print this help\n"
 	"\n"
@@ -307,46 +368,61 @@ static int equiv_main(int argc, char **argv)
 	struct mo_import_options imp = { 0 };
 	struct mo_diag d;
 	mo_diag_init(&d);
+	/* usage errors exit 3 here: 2 is INCONCLUSIVE */
+	static const char prog[] = "mirage-onnx equiv";
+	static const struct cli_num_flag f_trials = { "--trials", 1, 1000, true },
+		f_seed = { "--seed", 0, 1e15, true }, f_rtol = { "--rtol", 0, 1e9, false },
+		f_atol = { "--atol", 0, 1e9, false };
 	int c, rc = 3;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		char *end = NULL;
+		const struct cli_num_flag *f = c == OPT_TRIALS ? &f_trials : c == OPT_SEED ? &f_seed
+					       : c == OPT_RTOL ? &f_rtol : &f_atol;
+		double v;
 		switch (c) {
 		case 'h':
 			fputs(equiv_usage, stdout);
 			mo_import_options_free(&imp);
 			return 0;
-		case OPT_TRIALS: {
-			long v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 1000)
-				goto usage;
-			opt.trials = (int)v;
+		case OPT_TRIALS: case OPT_SEED: case OPT_RTOL: case OPT_ATOL:
+			if (!cli_parse_num(optarg, f, &v)) {
+				mo_import_options_free(&imp);
+				return cli_num_flag_error(prog, f, optarg, 3);
+			}
+			if (c == OPT_TRIALS) opt.trials = (int)v;
+			if (c == OPT_SEED) opt.seed = (uint64_t)v;
+			if (c == OPT_RTOL) opt.rtol = v;
+			if (c == OPT_ATOL) opt.atol = v;
 			break;
-		}
-		case OPT_SEED:
-			opt.seed = strtoull(optarg, &end, 10);
-			if (*end)
-				goto usage;
-			break;
-		case OPT_RTOL:
-		case OPT_ATOL: {
-			double v = strtod(optarg, &end);
-			if (*end || !(v >= 0))
-				goto usage;
-			*(c == OPT_RTOL ? &opt.rtol : &opt.atol) = v;
-			break;
-		}
 		case OPT_EDIM:
-			if (mo_tp_add_dim(&imp, optarg, &d))
+			if (mo_tp_add_dim(&imp, optarg, &d) || !dims_in_range(&imp, true)) {
+				if (d.status && d.status != MO_ERR_USAGE) {
+					rc = equiv_fail(&d, 3);
+					mo_import_options_free(&imp);
+					return rc;
+				}
+				mo_diag_init(&d);
+				mo_diag_set(&d, MO_ERR_USAGE, "%s", dims_usage(true, optarg));
 				goto usage;
+			}
 			break;
+		case ':':
+			mo_diag_set(&d, MO_ERR_USAGE, "missing argument for %s", argv[optind - 1]);
+			goto usage;
 		default:
+			if (optopt)
+				mo_diag_set(&d, MO_ERR_USAGE, "unknown option -%c", optopt);
+			else
+				mo_diag_set(&d, MO_ERR_USAGE, "unknown option %s", argv[optind - 1]);
 			goto usage;
 		}
 	}
-	if (argc - optind != 2)
+	if (argc - optind != 2) {
+		mo_diag_set(&d, MO_ERR_USAGE, "give two models, A.onnx and B.onnx (%d given)",
+			    argc - optind);
 		goto usage;
+	}
 	struct mo_model *m[2] = { NULL, NULL };
 	struct mo_tp *tp[2] = { NULL, NULL };
 	for (int i = 0; i < 2; i++) {
@@ -374,13 +450,14 @@ out:
 	return rc;
 usage:
 	mo_import_options_free(&imp);
-	fprintf(stderr, "mirage-onnx equiv: bad usage%s%s (see mirage-onnx equiv --help)\n",
-		d.msg[0] ? ": " : "", d.msg);
+	fprintf(stderr, "%s: %s (see %s --help)\n", prog, d.msg, prog);
 	return 3;
 }
 
 int main(int argc, char **argv)
 {
+	/* temporaries and child compilers go when a signal ends us */
+	mo_cleanup_install();
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
@@ -417,6 +494,10 @@ int main(int argc, char **argv)
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
 		{ 0 },
 	};
+	static const struct cli_num_flag f_region_ops = { "--max-region-ops", 1, 100000, true },
+		f_budget = { "--budget", 0.1, 86400, false }, f_jobs = { "--jobs", 1, 64, true },
+		f_kernel_ops = { "--max-kernel-ops", 1, 24, true },
+		f_block_ops = { "--max-block-ops", 1, 24, true }, f_seed = { "--seed", 0, 1e15, true };
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
 	int c;
 	struct mo_diag d;
@@ -435,24 +516,14 @@ int main(int argc, char **argv)
 		case OPT_DUMP_TP: cli.dump_tp = 1; break;
 		case OPT_DIM:
 		case OPT_INPUT_SHAPE:
-			if ((c == OPT_DIM ? mo_tp_add_dim : mo_tp_add_input_shape)(&cli.import, optarg, &d)) {
+			if ((c == OPT_DIM ? mo_tp_add_dim : mo_tp_add_input_shape)(&cli.import, optarg, &d) ||
+			    !dims_in_range(&cli.import, c == OPT_DIM)) {
 				mo_import_options_free(&cli.import);
-				if (d.status == MO_ERR_USAGE)
-					return usage_error(d.msg, NULL);
-				return fail(&d);
+				if (d.status && d.status != MO_ERR_USAGE)
+					return fail(&d);
+				return usage_error(dims_usage(c == OPT_DIM, optarg), NULL);
 			}
 			break;
-		case OPT_MAX_REGION_OPS: {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 100000) {
-				mo_import_options_free(&cli.import);
-				return usage_error("--max-region-ops needs a number from 1 to 100000, not",
-						   optarg);
-			}
-			cli.part.max_ops = (int)v;
-			break;
-		}
 		case OPT_SEARCH_ONLY: cli.search_only = 1; break;
 		case OPT_NO_CACHE: cli.no_cache = 1; break;
 		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
@@ -466,30 +537,32 @@ int main(int argc, char **argv)
 			while (ok && *q) {
 				char *end;
 				long v = strtol(q, &end, 10);
-				ok = end != q && v >= 50 && v <= 130 && (*end == ',' || !*end);
+				ok = end != q && v >= 50 && v <= 130 && (*end == ',' || !*end) &&
+				     !(*end == ',' && !end[1]);
 				q = *end ? end + 1 : end;
 			}
 			if (!ok) {
 				mo_import_options_free(&cli.import);
-				return usage_error("--cuda-arch is a list of SM versions like 80,90, not",
-						   optarg);
+				return usage_error("--cuda-arch is a list of SM versions from 50 to 130 "
+						   "like 80,90, not", optarg);
 			}
 			cli.cuda_arch = optarg;
 			break;
 		}
-		case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS: case OPT_MAX_BLOCK_OPS:
-		case OPT_SEED: {
-			char *end;
-			double v = strtod(optarg, &end);
-			double hi = c == OPT_BUDGET ? 86400 : c == OPT_JOBS ? 64 : c == OPT_SEED ? 1e15 : 24;
-			double lo = c == OPT_SEED ? 0 : c == OPT_BUDGET ? 0.1 : 1;
-			if (*end || !(v >= lo && v <= hi) || (c != OPT_BUDGET && v != (double)(long)v)) {
+		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
+		case OPT_MAX_BLOCK_OPS: case OPT_SEED: {
+			/* the flag's own name: argv[optind - 1] is the value when it came
+			 * as a word of its own */
+			const struct cli_num_flag *f =
+				c == OPT_MAX_REGION_OPS ? &f_region_ops : c == OPT_BUDGET ? &f_budget
+				: c == OPT_JOBS ? &f_jobs : c == OPT_MAX_KERNEL_OPS ? &f_kernel_ops
+				: c == OPT_MAX_BLOCK_OPS ? &f_block_ops : &f_seed;
+			double v;
+			if (!cli_parse_num(optarg, f, &v)) {
 				mo_import_options_free(&cli.import);
-				char msg[96];
-				snprintf(msg, sizeof msg, "%s needs a number from %g to %g, not",
-					 argv[optind - 1], lo, hi);
-				return usage_error(msg, optarg);
+				return cli_num_flag_error("mirage-onnx", f, optarg, EXIT_USAGE);
 			}
+			if (c == OPT_MAX_REGION_OPS) cli.part.max_ops = (int)v;
 			if (c == OPT_BUDGET) cli.search.budget_s = v;
 			if (c == OPT_JOBS) cli.search.jobs = (int)v;
 			if (c == OPT_MAX_KERNEL_OPS) cli.search.max_kernel_ops = (int)v;
@@ -514,9 +587,11 @@ int main(int argc, char **argv)
 		case ':':
 			mo_import_options_free(&cli.import);
 			return usage_error("missing argument for", argv[optind - 1]);
-		default:
+		default: {
 			mo_import_options_free(&cli.import);
-			return usage_error("unknown option", argv[optind - 1]);
+			char opt[3] = { '-', (char)optopt, 0 };
+			return usage_error("unknown option", optopt ? opt : argv[optind - 1]);
+		}
 		}
 	}
 	if (cli.json && !cli.list_regions && !cli.search_only) {
@@ -571,7 +646,8 @@ static int run(struct cli *cli, int argc, char **argv)
 	if (out_path && mo_onnx_check_writable(out_path, &d))
 		return fail(&d);
 	struct mo_model *m;
-	if (mo_onnx_load(in_path, &m, &d) || mo_onnx_validate(m, &d)) {
+	if (mo_onnx_load(in_path, &m, &d) || mo_onnx_validate(m, &d) ||
+	    check_outputs(cli, m, in_path, out_path, &d)) {
 		mo_onnx_free(m);
 		return fail(&d);
 	}

@@ -88,8 +88,15 @@ bool cli_cache_dir(char *buf, size_t len)
 	return mkdir(buf, 0755) == 0 || errno == EEXIST;
 }
 
-static struct mo_mugraph *cache_load(const char *path)
+/* A cache entry is at most this long: a μGraph has at most MO_MG_MAX_STEPS
+ * steps of a few hundred bytes. */
+#define CACHE_MAX_BYTES (4u << 20)
+
+/* The μGraph of the entry at path; NULL with why set when it cannot be read
+ * or parsed, NULL with why empty when there is no entry. */
+static struct mo_mugraph *cache_load(const char *path, char *why, size_t why_len)
 {
+	why[0] = 0;
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return NULL;
@@ -98,51 +105,128 @@ static struct mo_mugraph *cache_load(const char *path)
 	char chunk[4096];
 	size_t n;
 	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+		if (len + n > CACHE_MAX_BYTES) {
+			snprintf(why, why_len, "longer than %u bytes", CACHE_MAX_BYTES);
+			break;
+		}
 		if (len + n + 1 > cap) {
 			cap = (len + n + 1) * 2;
 			char *t = realloc(text, cap);
 			if (!t) {
-				free(text);
-				fclose(f);
-				return NULL;
+				snprintf(why, why_len, "out of memory reading it");
+				break;
 			}
 			text = t;
 		}
 		memcpy(text + len, chunk, n);
 		len += n;
 	}
+	if (!why[0] && ferror(f))
+		snprintf(why, why_len, "%s", strerror(errno));
 	fclose(f);
-	if (!text)
+	if (why[0] || !text) {
+		if (!why[0])
+			snprintf(why, why_len, "empty");
+		free(text);
 		return NULL;
+	}
 	text[len] = 0;
+	if (strlen(text) != len) {
+		free(text);
+		snprintf(why, why_len, "a NUL byte in the text");
+		return NULL;
+	}
 	struct mo_mugraph *mg = NULL;
 	struct mo_diag d;
 	mo_diag_init(&d);
-	mo_mg_from_json(text, &mg, &d);
+	if (mo_mg_from_json(text, &mg, &d))
+		snprintf(why, why_len, "%.300s", d.msg);
 	free(text);
 	return mg;
+}
+
+static uint64_t numel(const struct mo_tensor *t)
+{
+	uint64_t n = 1;
+	for (int d = 0; d < t->rank; d++)
+		n *= (uint64_t)t->dims[d];
+	return n;
+}
+
+static bool same_dims(const struct mo_tensor *a, const struct mo_tensor *b)
+{
+	return a->shape_known && b->shape_known && a->rank == b->rank &&
+	       !memcmp(a->dims, b->dims, sizeof *a->dims * (size_t)a->rank);
+}
+
+/* Whether a parsed entry's μGraph is one for this region: it reads the
+ * region's inputs and weights by name, dtype and shape, makes exactly the
+ * region's outputs, and no tensor or tile of it is larger than 16 times the
+ * region's largest (a loop split keeps at most 16 partial results): a
+ * μGraph with absurd sizes is not evaluated. */
+static bool entry_fits(const struct mo_mugraph *mg, const struct mo_tp *prog, char *why,
+		       size_t why_len)
+{
+	uint64_t largest = 1;
+	for (int t = 0; t < prog->n_tensors; t++)
+		if (prog->tensors[t].shape_known && numel(&prog->tensors[t]) > largest)
+			largest = numel(&prog->tensors[t]);
+	for (int i = 0; i < mg->kg.n_inputs; i++) {
+		const struct mo_tensor *x = &mg->kg.tensors[mg->kg.inputs[i]];
+		int r = -1;
+		for (int t = 0; t < prog->n_tensors && r < 0; t++)
+			if (prog->tensors[t].kind != MO_T_VALUE && !strcmp(prog->tensors[t].name, x->name))
+				r = t;
+		if (r < 0 || prog->tensors[r].dtype != x->dtype || !same_dims(&prog->tensors[r], x)) {
+			snprintf(why, why_len, "its input '%.100s' is not one of the region's, of the "
+				 "same dtype and shape", x->name);
+			return false;
+		}
+	}
+	if (mg->kg.n_outputs != prog->n_outputs) {
+		snprintf(why, why_len, "it has %d outputs, the region %d", mg->kg.n_outputs,
+			 prog->n_outputs);
+		return false;
+	}
+	for (int j = 0; j < prog->n_outputs; j++) {
+		const struct mo_tensor *y = &prog->tensors[prog->outputs[j]];
+		int found = 0;
+		for (int i = 0; i < mg->kg.n_outputs; i++) {
+			const struct mo_tensor *x = &mg->kg.tensors[mg->kg.outputs[i]];
+			if (!strcmp(x->name, y->name) && same_dims(x, y))
+				found++;
+		}
+		if (found != 1) {
+			snprintf(why, why_len, "the region's output '%.100s' is not made once, in its "
+				 "shape", y->name);
+			return false;
+		}
+	}
+	for (int t = 0; t < mg->kg.n_tensors; t++)
+		if (mg->kg.tensors[t].shape_known && numel(&mg->kg.tensors[t]) > 16 * largest) {
+			snprintf(why, why_len, "a tensor of it is larger than the region's");
+			return false;
+		}
+	for (int b = 0; b < mg->n_blocks; b++)
+		for (int t = 0; t < mg->blocks[b]->body.n_tensors; t++)
+			if (numel(&mg->blocks[b]->body.tensors[t]) > 16 * largest) {
+				snprintf(why, why_len, "a tile of it is larger than the region's");
+				return false;
+			}
+	return true;
 }
 
 /* Writes mg's JSON to path through a temporary name; false (errno set) when
  * it could not. */
 static bool write_json_file(const char *path, const struct mo_mugraph *mg)
 {
-	char tmp[1100];
-	int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	if (n < 0 || (size_t)n >= sizeof tmp) {
-		errno = ENAMETOOLONG;
+	struct mo_file mf;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_file_open(&mf, path, &d))
 		return false;
-	}
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return false;
-	mo_mg_print_json(mg, f);
-	if (fclose(f) == 0 && rename(tmp, path) == 0)
-		return true;
-	int e = errno;
-	remove(tmp);
-	errno = e;
-	return false;
+	mo_mg_print_json(mg, mf.f);
+	return mo_file_commit(&mf, &d) == MO_OK;
 }
 
 void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugraph *mg)
@@ -154,8 +238,24 @@ void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugrap
 			strerror(errno));
 }
 
-/* The region's best μGraph: from the cache when an entry verifies again,
- * else by searching (and then stored in the cache). */
+static void cache_path(const struct mo_tp *prog, const struct mo_search_options *o,
+		       const char *cache, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%016" PRIx64 ".json", cache, cli_region_key(prog, o));
+}
+
+void cli_cache_drop(const struct mo_tp *prog, const struct mo_search_options *o,
+		    const char *cache, const char *why)
+{
+	char path[1100];
+	cache_path(prog, o, cache, path, sizeof path);
+	if (remove(path) == 0)
+		fprintf(stderr, "mirage-onnx: warning: cache entry %s removed: %s\n", path, why);
+}
+
+/* The region's best μGraph: from the cache when an entry is valid for the
+ * region and verifies again, else by searching (and then stored in the
+ * cache, replacing an entry that was not). */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				const char *cache, struct mo_search_result *r, bool *cached,
 				struct mo_diag *d)
@@ -163,30 +263,44 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 	memset(r, 0, sizeof *r);
 	*cached = false;
 	char path[1100];
-	uint64_t key = cli_region_key(prog, o);
 	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	if (cache) {
-		snprintf(path, sizeof path, "%s/%016" PRIx64 ".json", cache, key);
-		struct mo_mugraph *mg = cache_load(path);
+		cache_path(prog, o, cache, path, sizeof path);
+		char why[320];
+		struct mo_mugraph *mg = cache_load(path, why, sizeof why);
 		struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
 		eo.seed = o->seed;
-		char why[256];
 		struct mo_diag quiet;
 		mo_diag_init(&quiet);
-		if (mg && mo_mg_valid(mg, o->target, why, sizeof why) &&
-		    !mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet) &&
-		    r->verification.verdict == MO_EQUIVALENT) {
-			r->best = mg; /* re-verified: the cache is never trusted */
-			*cached = true;
-			mo_cost_mugraph(mg, gpu, &r->cost_best);
-			mo_cost_program(prog, gpu, &r->cost_unfused);
-			return MO_OK;
+		if (mg && entry_fits(mg, prog, why, sizeof why) &&
+		    mo_mg_valid(mg, o->target, why, sizeof why)) {
+			if (mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet))
+				snprintf(why, sizeof why, "it cannot be verified: %.200s", quiet.msg);
+			else if (r->verification.verdict != MO_EQUIVALENT)
+				snprintf(why, sizeof why, "it is not equivalent to the region");
+			else {
+				r->best = mg; /* re-verified: the cache is never trusted */
+				*cached = true;
+				mo_cost_mugraph(mg, gpu, &r->cost_best);
+				mo_cost_program(prog, gpu, &r->cost_unfused);
+				return MO_OK;
+			}
+			memset(&r->verification, 0, sizeof r->verification);
 		}
 		mo_mg_free(mg);
+		if (why[0]) {
+			for (char *c = why; *c; c++) /* one line */
+				if (*c == '\n' || *c == '\r')
+					*c = ' ';
+			fprintf(stderr, "mirage-onnx: warning: cache entry %s ignored (%s); searching "
+				"again\n", path, why);
+		}
 	}
 	enum mo_status st = mo_search(prog, o, r, d);
 	if (!st && r->best && cache)
 		(void)write_json_file(path, r->best); /* a cache entry is optional */
+	else if (!st && cache)
+		remove(path); /* an invalid entry is not read again */
 	return st;
 }
 

@@ -33,9 +33,16 @@ bool cli_cache_dir(char *buf, size_t len);
 void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugraph *mg);
 
 /* The region's best μGraph: from the cache folder `cache` (NULL: none) when
- * its entry passes the verdict again, else by mo_search (then cached). */
+ * its entry is valid for the region and passes the verdict again, else by
+ * mo_search (then cached); an entry that is not gets one warning line and is
+ * replaced (or removed when the search finds nothing). */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				const char *cache, struct mo_search_result *r, bool *cached,
 				struct mo_diag *d);
+
+/* Removes the region's cache entry (its μGraph verified but its generated
+ * kernel did not pass), with a warning line saying why. */
+void cli_cache_drop(const struct mo_tp *prog, const struct mo_search_options *o,
+		    const char *cache, const char *why);
 
 #endif

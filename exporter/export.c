@@ -869,7 +869,7 @@ enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, 
 	struct lists l = { 0 };
 	if (!st)
 		st = build(&x, order, n_order, &l);
-	if (!st) {
+	if (!st && out_path) {
 		struct lists loaded = get_lists(p);
 		set_lists(p, &l);
 		st = mo_onnx_save(m, out_path, d);

@@ -51,7 +51,8 @@ struct mo_export_options {
 	const char *build_id;      /* the plugin's build id */
 };
 
-/* Writes m, its main graph rewritten with the fused nodes, to out_path. */
+/* Writes m, its main graph rewritten with the fused nodes, to out_path. With
+ * out_path NULL it only checks that the fused nodes fit the graph. */
 enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
 			 const struct mo_export_options *o, const char *out_path,
 			 struct mo_diag *d);

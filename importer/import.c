@@ -19,6 +19,11 @@ struct importer {
 	struct mo_strmap vinfo; /* name -> value_info index (see vinfo_at) */
 	struct mo_diag *d;
 	int cap_tensors;
+	/* Per tensor: its shape may depend on a graph input's unknown shape
+	 * (an unbound symbolic dimension). Such a shape stays unknown whatever
+	 * value_info says, since value_info holds one size the model was
+	 * traced or exported at, and the model accepts others. */
+	bool *unbound;
 };
 
 static const char *str(const char *s) { return s ? s : ""; }
@@ -117,11 +122,18 @@ static int new_tensor(struct importer *im, const char *name, enum mo_tensor_kind
 		if (tp->n_tensors)
 			memcpy(t, tp->tensors, (size_t)tp->n_tensors * sizeof *t);
 		tp->tensors = t;
+		bool *u = mo_arena_array(&tp->arena, (size_t)cap, sizeof *u);
+		if (!u)
+			return -1;
+		if (tp->n_tensors)
+			memcpy(u, im->unbound, (size_t)tp->n_tensors * sizeof *u);
+		im->unbound = u;
 		im->cap_tensors = cap;
 	}
 	int i = tp->n_tensors++;
 	struct mo_tensor *t = &tp->tensors[i];
 	memset(t, 0, sizeof *t);
+	im->unbound[i] = false;
 	t->name = name;
 	t->kind = kind;
 	t->producer = -1;
@@ -257,6 +269,17 @@ static enum mo_status import_graph_io(struct importer *im)
 		if (tp->arena.failed)
 			return nomem(im);
 	}
+	/* A sparse initializer is a weight whose values the tool does not
+	 * read: known by name (its readers stay unfused), shape left unknown. */
+	for (size_t i = 0; i < g->n_sparse_initializer; i++) {
+		const Onnx__SparseTensorProto *sp = g->sparse_initializer[i];
+		if (!sp->values || find(im, str(sp->values->name)) >= 0)
+			continue;
+		int k = new_tensor(im, str(sp->values->name), MO_T_INITIALIZER);
+		if (k < 0)
+			return nomem(im);
+		tp->tensors[k].dtype = sp->values->data_type;
+	}
 	tp->inputs = mo_arena_array(&tp->arena, g->n_input ? g->n_input : 1, sizeof(int));
 	if (!tp->inputs)
 		return nomem(im);
@@ -284,6 +307,7 @@ static enum mo_status import_graph_io(struct importer *im)
 				known = true;
 			}
 		}
+		im->unbound[k] = !known;
 		if (!known && unbound &&
 		    add_warning(im, "input '%s' has the symbolic dimension '%s'; bind it "
 				"with --dim %s=N (ops that depend on it are not fused)",
@@ -564,18 +588,28 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	}
 	case MO_OP_CAST:
 		p->to = (int32_t)attr_int(n, "to", 0);
+		if (!attr(n, "to") || mo_onnx_dtype_size(p->to) == 0)
+			return "Cast to no known type";
 		return NULL;
 	case MO_OP_GELU: {
+		/* bytes, not a C string: compared with its length */
 		const Onnx__AttributeProto *a = attr(n, "approximate");
-		snprintf(p->approximate, sizeof p->approximate, "%s",
-			 a && a->has_s ? (const char *)a->s.data : "none");
-		if (a && a->has_s && a->s.len < sizeof p->approximate)
-			p->approximate[a->s.len] = '\0';
+		const char *ap = a && a->has_s ? (const char *)a->s.data : "none";
+		size_t al = a && a->has_s ? a->s.len : 4;
+		if (!((al == 4 && memcmp(ap, "none", 4) == 0) ||
+		      (al == 4 && memcmp(ap, "tanh", 4) == 0)))
+			return "Gelu's approximate is neither 'none' nor 'tanh'";
+		memcpy(p->approximate, ap, 4);
+		p->approximate[4] = '\0';
 		return NULL;
 	}
 	case MO_OP_CLIP:
 		if (opset < 11)
 			return NULL;
+		/* op->param_in keeps the given bounds only: a max alone would be
+		 * read as the min */
+		if (n->n_input > 2 && !*str(n->input[1]) && *str(n->input[2]))
+			return "Clip with a max bound only is not modelled";
 		for (size_t i = 1; i < 3; i++)
 			if (i < n->n_input && *str(n->input[i])) {
 				const struct mo_tensor *t = param(im, n, i);
@@ -634,6 +668,33 @@ static void classify(struct mo_tp *tp, struct mo_tp_op *op)
 		if (!t->shape_known || !is_float(t->dtype)) {
 			op->note = !t->shape_known ? "an output's shape is unknown"
 						   : "produces non-float tensors";
+			goto boundary;
+		}
+	}
+	/* ONNX's type constraint T: the float operands are of one type (an
+	 * fp16 weight under an fp32 activation is an invalid model). */
+	int32_t dt = 0;
+	for (int i = 0; i < op->n_in; i++) {
+		if (op->in[i] < 0 || op->kind == MO_OP_CAST || (op->kind == MO_OP_WHERE && i == 0))
+			continue;
+		int32_t ti = tp->tensors[op->in[i]].dtype;
+		if (dt && ti != dt) {
+			op->note = "its operands are of different types";
+			goto boundary;
+		}
+		dt = ti;
+	}
+	/* Kernels index with 32-bit grids and tiles of at least one element:
+	 * empty tensors and ones of 2^31 elements or more are left to ONNX
+	 * Runtime (2^40 elements made a zero grid, SIGFPE). */
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		int t = i < op->n_in ? op->in[i] : op->out[i - op->n_in];
+		if (t < 0)
+			continue;
+		uint64_t n = mo_tensor_numel(&tp->tensors[t]);
+		if (n == 0 || n >= ((uint64_t)1 << 31)) {
+			op->note = n == 0 ? "a tensor has no elements"
+					  : "a tensor has 2^31 elements or more";
 			goto boundary;
 		}
 	}
@@ -938,10 +999,32 @@ static enum mo_status import_node(struct importer *im, int ni)
 		op.out[op.n_out++] = k;
 	}
 
+	/* Names validation accepted that are no tensor here (none known), and
+	 * sparse initializers: the op cannot be read. */
+	const char *unread = NULL;
+	for (size_t i = 0; i < n->n_input && !unread; i++) {
+		int t = *str(n->input[i]) ? find(im, n->input[i]) : -1;
+		if (*str(n->input[i]) && (t < 0 || (tp->tensors[t].kind == MO_T_INITIALIZER &&
+						    !tp->tensors[t].init)))
+			unread = mo_arena_printf(ar, "reads '%s', a sparse or unknown tensor",
+						 n->input[i]);
+	}
+	if (tp->arena.failed)
+		return nomem(im);
 	const struct mo_tensor *x0 = op.n_in && op.in[0] >= 0 ? &tp->tensors[op.in[0]] : NULL;
 	int rank = x0 && x0->shape_known ? x0->rank : 0;
 	const char *why = NULL;
-	if (op.kind != MO_OP_OPAQUE) {
+	char schema_why[300];
+	bool off_schema = op.kind != MO_OP_OPAQUE &&
+		mo_op_check_node(op.kind, n, tp->opset, schema_why, sizeof schema_why);
+	if (unread) {
+		why = unread;
+		off_schema = true;
+	} else if (off_schema) {
+		why = mo_arena_strdup(ar, schema_why);
+		if (!why)
+			return nomem(im);
+	} else if (op.kind != MO_OP_OPAQUE) {
 		why = parse_params(im, &op, n, rank);
 		if (tp->arena.failed)
 			return nomem(im);
@@ -952,12 +1035,25 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (why)
 			op.note = why;
 	}
-	if (fold(im, n, &op)) {
+	/* Conservatively, whatever reads a tensor of unknown size (as data, as
+	 * a shape or axes operand, or from a subgraph) depends on that size. */
+	bool unbound = false;
+	for (int i = 0; i < op.n_in; i++)
+		unbound |= op.in[i] >= 0 && im->unbound[op.in[i]];
+	for (int i = 0; i < op.n_params; i++)
+		unbound |= op.param_in[i] >= 0 && im->unbound[op.param_in[i]];
+	for (int i = 0; i < op.n_implicit; i++)
+		unbound |= op.implicit[i] >= 0 && im->unbound[op.implicit[i]];
+	for (int i = 0; i < op.n_out; i++)
+		if (op.out[i] >= 0)
+			im->unbound[op.out[i]] = unbound;
+	if (!off_schema && fold(im, n, &op)) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
 	}
-	/* Where inference could not say, the model's value_info may. */
-	for (int i = 0; i < op.n_out; i++) {
+	/* Where inference could not say, the model's value_info may, unless
+	 * the shape depends on an input's unknown one. */
+	for (int i = 0; i < op.n_out && !unbound; i++) {
 		if (op.out[i] < 0 || tp->tensors[op.out[i]].shape_known)
 			continue;
 		struct mo_tensor *t = &tp->tensors[op.out[i]];
@@ -966,7 +1062,11 @@ static enum mo_status import_node(struct importer *im, int ni)
 			shape_from_type(im, vinfo_at(im, *v)->type, t, NULL);
 	}
 	classify(tp, &op);
-	if (why) {
+	if (why)
+		op.note = why;
+	else if (unbound)
+		op.note = "its shape depends on an unbound symbolic dimension";
+	if (why || unbound) {
 		op.lax = MO_LAX_NONE;
 		op.exps = 0;
 	}

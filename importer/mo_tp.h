@@ -95,6 +95,29 @@ struct mo_op_info {
 	uint8_t exps;      /* exps on any path through the op */
 };
 extern const struct mo_op_info mo_op_table[MO_OP__COUNT];
+
+/* What the tool relies on from an op's ONNX schema, one row per op: the
+ * opsets it reads the op correctly at, input and output counts, attribute
+ * names and types. A node outside its row is a region boundary with the
+ * reason, never given a guessed meaning. */
+#define MO_VARIADIC 255
+struct mo_op_attr {
+	const char *name;
+	int type;             /* Onnx__AttributeProto__AttributeType */
+	int16_t since, until; /* opsets [since, until); 0: unbounded */
+};
+struct mo_op_schema {
+	int16_t since;          /* first opset the tool reads the op at */
+	uint8_t min_in, max_in; /* inputs below min_in are required */
+	int16_t in_change;      /* before this opset, the counts below apply */
+	uint8_t old_min_in, old_max_in;
+	uint8_t min_out, max_out;
+	struct mo_op_attr attrs[5];
+};
+extern const struct mo_op_schema mo_op_schema[MO_OP__COUNT];
+/* NULL when node fits kind's row at opset, else why not (in buf). */
+const char *mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node, int64_t opset,
+			     char *buf, size_t len);
 const char *mo_lax_name(enum mo_lax lax);
 /* Each output element depends only on the same (broadcast) element of each
  * operand: the ops a thread graph may hold. */

@@ -81,6 +81,10 @@ const char *mo_onnx_external_file(const struct mo_model *m, size_t i);
  * defined. */
 enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d);
 
+/* The newest default-domain opset the tool (and ONNX Runtime 1.30) knows;
+ * validation refuses newer ones. */
+#define MO_ONNX_OPSET_MAX 26
+
 /* Writes the model to `path` atomically: a temporary file in the same folder
  * that is renamed over `path` only once it is complete and flushed. On
  * failure nothing is left at `path` or beside it. */

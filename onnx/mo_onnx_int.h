@@ -2,19 +2,23 @@
 #ifndef MO_ONNX_INT_H
 #define MO_ONNX_INT_H
 
+#include <pthread.h>
+
 #include "mo_onnx.h"
 
 struct mo_extfile {
 	char *location; /* as written in the model */
-	void *map;      /* read-only mapping of the whole file; NULL if empty */
-	size_t size;
+	int fd;         /* open for pread; never mapped (truncation = SIGBUS) */
+	uint64_t size;  /* when it was opened */
 };
 
 /* Where the bytes of one externally stored tensor are. */
 struct mo_extref {
 	const Onnx__TensorProto *tensor;
-	const uint8_t *data;
+	size_t file;    /* index in ext_files */
+	uint64_t off;
 	size_t len;
+	uint8_t *buf;   /* the bytes, read on first use; NULL before */
 };
 
 struct mo_model {
@@ -26,6 +30,8 @@ struct mo_model {
 	size_t n_ext_files;
 	struct mo_extref *ext_refs; /* sorted by tensor pointer */
 	size_t n_ext_refs;
+	pthread_mutex_t ext_lock; /* guards reading ext_refs' bytes */
+	bool lock_ready;
 };
 
 /* Bits per element of a TensorProto.DataType; 0 for strings and unknowns. */

@@ -4,11 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,7 +35,7 @@ static void pb_free(void *data, void *p)
  * this walks the wire format with the ONNX schema, bounded in depth, and tells
  * corrupt bytes apart from a well-formed protobuf that is not an ONNX model. */
 
-enum scan_result { SCAN_OK, SCAN_CORRUPT, SCAN_NOT_MODEL, SCAN_TOO_DEEP };
+enum scan_result { SCAN_OK, SCAN_CORRUPT, SCAN_NOT_MODEL, SCAN_TOO_DEEP, SCAN_NUL };
 
 /* Deeper than any real model (a subgraph adds four levels). */
 #define MAX_NESTING 100
@@ -129,6 +129,14 @@ static enum scan_result scan_message(struct scan *s,
 		case 2:
 			if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p))
 				goto corrupt;
+			/* protobuf-c hands strings on as C strings: "MatMul\0x"
+			 * would be read as MatMul. doc_string is never read. */
+			if (f && f->type == PROTOBUF_C_TYPE_STRING &&
+			    strcmp(f->name, "doc_string") != 0 && memchr(p, 0, (size_t)v)) {
+				s->bad_offset = (size_t)(field_start - s->start);
+				s->bad_field = f->name;
+				return SCAN_NUL;
+			}
 			if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
 				enum scan_result r = scan_message(
 					s, f->descriptor, p, p + v, depth + 1);
@@ -146,6 +154,52 @@ corrupt:
 		return SCAN_CORRUPT;
 	}
 	return SCAN_OK;
+}
+
+/* ---- reading files ---- */
+
+/* Opens path for reading without blocking (a FIFO or a device would block
+ * open() or read() until a writer comes) and accepts only regular files. */
+static int open_regular(const char *path, struct stat *st, const char **why)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	*why = NULL;
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		*why = S_ISDIR(st->st_mode) ? "is a folder, not a model file"
+					    : "not a regular file";
+		return -1;
+	}
+	return fd;
+}
+
+/* Reads len bytes at off; false with errno set, or errno 0 when the file
+ * ended first (it shrank since it was measured). */
+static bool read_exact(int fd, uint8_t *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t r = pread(fd, buf, len > ((size_t)1 << 30) ? (size_t)1 << 30 : len,
+				  (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = 0;
+			return false;
+		}
+		buf += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return true;
 }
 
 /* ---- external data ---- */
@@ -232,30 +286,16 @@ static enum mo_status map_external_file(struct mo_model *m, const char *loc,
 				   "%s: external data '%s' of tensor '%s' resolves outside the model's folder",
 				   m->name, loc, tname);
 	}
-	int fd = open(real, O_RDONLY | O_CLOEXEC);
-	free(real);
+	/* Kept open and read with pread when a tensor's bytes are wanted: a
+	 * mapping of a file truncated meanwhile raises SIGBUS. */
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		int e = fd < 0 ? errno : EISDIR;
-		if (fd >= 0)
-			close(fd);
+	const char *why;
+	int fd = open_regular(real, &st, &why);
+	free(real);
+	if (fd < 0)
 		return mo_diag_set(d, MO_ERR_INPUT,
 				   "%s: cannot read external data '%s' of tensor '%s': %s",
-				   m->name, loc, tname,
-				   e == EISDIR ? "not a regular file" : strerror(e));
-	}
-	void *map = NULL;
-	if (st.st_size > 0) {
-		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			int e = errno;
-			close(fd);
-			return mo_diag_set(d, MO_ERR_INPUT,
-					   "%s: cannot map external data '%s': %s",
-					   m->name, loc, strerror(e));
-		}
-	}
-	close(fd);
+				   m->name, loc, tname, why ? why : strerror(errno));
 
 	struct mo_extfile *files = mo_realloc(m->ext_files,
 					      (m->n_ext_files + 1) * sizeof *files);
@@ -264,15 +304,14 @@ static enum mo_status map_external_file(struct mo_model *m, const char *loc,
 		if (files)
 			m->ext_files = files;
 		mo_free(loc_copy);
-		if (map)
-			munmap(map, (size_t)st.st_size);
+		close(fd);
 		return mo_diag_nomem(d);
 	}
 	m->ext_files = files;
 	struct mo_extfile *f = &files[m->n_ext_files++];
 	f->location = loc_copy;
-	f->map = map;
-	f->size = (size_t)st.st_size;
+	f->fd = fd;
+	f->size = (uint64_t)st.st_size;
 	*out = f;
 	return MO_OK;
 }
@@ -337,15 +376,17 @@ static enum mo_status bind_external(struct mo_model *m,
 		return st;
 	if (off > f->size)
 		return mo_diag_set(d, MO_ERR_INPUT,
-				   "%s: external data of tensor '%s' starts at byte %llu, past the end of '%s' (%zu bytes)",
-				   m->name, tname, (unsigned long long)off, loc, f->size);
+				   "%s: external data of tensor '%s' starts at byte %llu, past the end of '%s' (%llu bytes)",
+				   m->name, tname, (unsigned long long)off, loc,
+				   (unsigned long long)f->size);
 	if (!len_s)
 		len = f->size - off;
 	if (len > f->size - off)
 		return mo_diag_set(d, MO_ERR_INPUT,
-				   "%s: external data of tensor '%s' (bytes %llu..%llu) runs past the end of '%s' (%zu bytes)",
+				   "%s: external data of tensor '%s' (bytes %llu..%llu) runs past the end of '%s' (%llu bytes)",
 				   m->name, tname, (unsigned long long)off,
-				   (unsigned long long)(off + len), loc, f->size);
+				   (unsigned long long)(off + len), loc,
+				   (unsigned long long)f->size);
 	uint64_t want = shape_nbytes(t);
 	if (want != UINT64_MAX && want != len)
 		return mo_diag_set(d, MO_ERR_INPUT,
@@ -359,9 +400,46 @@ static enum mo_status bind_external(struct mo_model *m,
 		return mo_diag_nomem(d);
 	m->ext_refs = refs;
 	refs[m->n_ext_refs++] = (struct mo_extref){
-		.tensor = t, .data = f->map ? (const uint8_t *)f->map + off : NULL,
+		.tensor = t, .file = (size_t)(f - m->ext_files), .off = off,
 		.len = (size_t)len,
 	};
+	return MO_OK;
+}
+
+/* Values stored in the tensor itself: as many as its shape says, in the
+ * field its type uses. A float32 weight relabelled bfloat16 (twice the bytes
+ * its shape needs) was read as something else. */
+static enum mo_status check_inline_size(const struct mo_model *m, const Onnx__TensorProto *t,
+					struct mo_diag *d)
+{
+	const char *tname = t->name ? t->name : "";
+	uint64_t want = shape_nbytes(t);
+	if (t->has_raw_data) {
+		if (want != UINT64_MAX && want != t->raw_data.len)
+			return mo_diag_set(d, MO_ERR_INPUT,
+					   "%s: tensor '%s' has %zu bytes of data, its type and shape need %llu",
+					   m->name, tname, t->raw_data.len, (unsigned long long)want);
+		return MO_OK;
+	}
+	unsigned bits = mo_onnx_dtype_bits(t->data_type);
+	if (want == UINT64_MAX || bits < 8)
+		return MO_OK; /* strings, packed sub-byte types: not checked here */
+	uint64_t n = want / (bits / 8);
+	size_t have;
+	switch (t->data_type) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: have = t->n_float_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: have = t->n_float_data / 2; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: have = t->n_double_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: have = t->n_double_data / 2; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: have = t->n_int64_data; break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: have = t->n_uint64_data; break;
+	default: have = t->n_int32_data; break;
+	}
+	if (have != n)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: tensor '%s' has %zu values, its shape needs %llu",
+				   m->name, tname, have, (unsigned long long)n);
 	return MO_OK;
 }
 
@@ -371,7 +449,7 @@ static enum mo_status bind_tensor(struct mo_model *m, const Onnx__TensorProto *t
 	if (t && t->has_data_location &&
 	    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
 		return bind_external(m, t, d);
-	return MO_OK;
+	return t ? check_inline_size(m, t, d) : MO_OK;
 }
 
 static enum mo_status bind_graph(struct mo_model *m, const Onnx__GraphProto *g,
@@ -467,12 +545,17 @@ enum mo_status mo_onnx_load_buffer(const uint8_t *buf, size_t len,
 		return mo_diag_set(d, MO_ERR_INPUT,
 				   "%s: messages nested more than %d deep; refusing to decode",
 				   name, MAX_NESTING);
+	case SCAN_NUL:
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: invalid model: string field '%s' at byte %zu contains a NUL byte",
+				   name, s.bad_field, s.bad_offset);
 	}
 
 	struct mo_model *m = mo_calloc(1, sizeof *m);
 	if (!m)
 		return mo_diag_nomem(d);
 	m->file_size = len;
+	m->lock_ready = pthread_mutex_init(&m->ext_lock, NULL) == 0;
 	m->name = mo_strdup(name);
 	m->dir = dir ? mo_strdup(dir) : NULL;
 	if (!m->name || (dir && !m->dir)) {
@@ -509,23 +592,11 @@ enum mo_status mo_onnx_load(const char *path, struct mo_model **out,
 			    struct mo_diag *d)
 {
 	*out = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: %s", path, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		int e = errno;
-		close(fd);
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: %s", path, strerror(e));
-	}
-	if (S_ISDIR(st.st_mode)) {
-		close(fd);
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder, not a model file", path);
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: not a regular file", path);
-	}
+	const char *why;
+	int fd = open_regular(path, &st, &why);
+	if (fd < 0)
+		return mo_diag_set(d, MO_ERR_INPUT, "%s: %s", path, why ? why : strerror(errno));
 	if (st.st_size == 0) {
 		close(fd);
 		return mo_diag_set(d, MO_ERR_INPUT, "%s: file is empty", path);
@@ -537,11 +608,22 @@ enum mo_status mo_onnx_load(const char *path, struct mo_model **out,
 				   "%s: %lld bytes is larger than protobuf's 2 GiB limit (store weights as external data)",
 				   path, (long long)st.st_size);
 	}
+	/* Read, not mapped: a file truncated while it is decoded would raise
+	 * SIGBUS in a mapping; here it is a short read. */
 	size_t len = (size_t)st.st_size;
-	void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	uint8_t *buf = mo_malloc(len);
+	if (!buf) {
+		close(fd);
+		return mo_diag_nomem(d);
+	}
+	if (!read_exact(fd, buf, len, 0)) {
+		int e = errno;
+		close(fd);
+		mo_free(buf);
+		return mo_diag_set(d, MO_ERR_INPUT, "%s: %s", path,
+				   e ? strerror(e) : "the file shrank while it was read");
+	}
 	close(fd);
-	if (map == MAP_FAILED)
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: cannot map: %s", path, strerror(errno));
 
 	/* External data is relative to the folder the model is in. */
 	char *real = realpath(path, NULL);
@@ -554,10 +636,10 @@ enum mo_status mo_onnx_load(const char *path, struct mo_model **out,
 			*slash = '\0';
 		dir = real;
 	}
-	enum mo_status s = dir ? mo_onnx_load_buffer(map, len, dir, path, out, d)
+	enum mo_status s = dir ? mo_onnx_load_buffer(buf, len, dir, path, out, d)
 			       : mo_diag_set(d, MO_ERR_INPUT, "%s: %s", path, strerror(errno));
 	free(real);
-	munmap(map, len);
+	mo_free(buf);
 	return s;
 }
 
@@ -570,10 +652,13 @@ void mo_onnx_free(struct mo_model *m)
 		protobuf_c_message_free_unpacked(&m->proto->base, &alloc);
 	}
 	for (size_t i = 0; i < m->n_ext_files; i++) {
-		if (m->ext_files[i].map)
-			munmap(m->ext_files[i].map, m->ext_files[i].size);
+		close(m->ext_files[i].fd);
 		mo_free(m->ext_files[i].location);
 	}
+	for (size_t i = 0; i < m->n_ext_refs; i++)
+		mo_free(m->ext_refs[i].buf);
+	if (m->lock_ready)
+		pthread_mutex_destroy(&m->ext_lock);
 	mo_free(m->ext_files);
 	mo_free(m->ext_refs);
 	mo_free(m->name);
@@ -592,7 +677,7 @@ const char *mo_onnx_external_file(const struct mo_model *m, size_t i)
 	return i < m->n_ext_files ? m->ext_files[i].location : NULL;
 }
 
-static const struct mo_extref *find_extref(const struct mo_model *m,
+static struct mo_extref *find_extref(const struct mo_model *m,
 					   const Onnx__TensorProto *t)
 {
 	if (m->n_ext_refs == 0)
@@ -606,9 +691,38 @@ enum mo_status mo_onnx_tensor_bytes(const struct mo_model *m,
 				    const uint8_t **data, size_t *len,
 				    struct mo_diag *d)
 {
-	const struct mo_extref *r = find_extref(m, t);
+	struct mo_extref *r = find_extref(m, t);
 	if (r) {
-		*data = r->data;
+		static const uint8_t empty[1];
+		if (r->len == 0) {
+			*data = empty;
+			*len = 0;
+			return MO_OK;
+		}
+		/* Read on first use (search threads may ask at once). */
+		pthread_mutex_lock(&((struct mo_model *)m)->ext_lock);
+		enum mo_status st = MO_OK;
+		if (!r->buf) {
+			const struct mo_extfile *f = &m->ext_files[r->file];
+			uint8_t *buf = mo_malloc(r->len);
+			if (!buf) {
+				st = mo_diag_nomem(d);
+			} else if (!read_exact(f->fd, buf, r->len, r->off)) {
+				int e = errno;
+				mo_free(buf);
+				st = mo_diag_set(d, MO_ERR_INPUT,
+						 e ? "%s: cannot read external data '%s' of tensor '%s': %s"
+						   : "%s: external data '%s' of tensor '%s' was truncated after the model was loaded%s",
+						 m->name, f->location, t->name ? t->name : "",
+						 e ? strerror(e) : "");
+			} else {
+				r->buf = buf;
+			}
+		}
+		pthread_mutex_unlock(&((struct mo_model *)m)->ext_lock);
+		if (st)
+			return st;
+		*data = r->buf;
 		*len = r->len;
 		return MO_OK;
 	}
@@ -757,86 +871,28 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 		s->failed = true;
 }
 
-/* Makes the temporary file mo_onnx_save writes first; its name in *tmp. */
-static int make_temp(const char *path, char **tmp, struct mo_diag *d)
-{
-	*tmp = NULL;
-	if (!*path)
-		return mo_diag_set(d, MO_ERR_INPUT, "output path is empty"), -1;
-	struct stat st;
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder; give a file name", path), -1;
-	/* The temporary file goes in the output's folder so rename() is atomic. */
-	const char *slash = strrchr(path, '/');
-	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-	const char *base = path + dirlen;
-	size_t n = dirlen + strlen(base) + 32;
-	char *t = mo_malloc(n);
-	if (!t)
-		return mo_diag_nomem(d), -1;
-	snprintf(t, n, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
-	int fd = mkstemp(t);
-	if (fd < 0) {
-		int e = errno;
-		if (e == ENOENT)
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: folder '%.*s' does not exist",
-				    path, dirlen > 1 ? (int)dirlen - 1 : (int)dirlen, path);
-		else
-			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
-		mo_free(t);
-		return -1;
-	}
-	*tmp = t;
-	return fd;
-}
-
 enum mo_status mo_onnx_check_writable(const char *path, struct mo_diag *d)
 {
 	char *tmp;
-	int fd = make_temp(path, &tmp, d);
+	int fd = mo_file_create_temp(path, &tmp, d);
 	if (fd < 0)
 		return d->status;
-	close(fd);
-	unlink(tmp);
-	mo_free(tmp);
+	mo_file_discard_temp(fd, tmp);
 	return MO_OK;
 }
 
 enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
 			    struct mo_diag *d)
 {
-	char *tmp;
-	int fd = make_temp(path, &tmp, d);
-	if (fd < 0)
+	struct mo_file mf;
+	if (mo_file_open(&mf, path, d))
 		return d->status;
-	/* mkstemp makes the file 0600; a model is an ordinary file (0666 & ~umask). */
-	mode_t mask = umask(0);
-	umask(mask);
-	fchmod(fd, 0666 & ~mask);
-
-	FILE *f = fdopen(fd, "wb");
-	if (!f) {
-		close(fd);
-		unlink(tmp);
-		mo_free(tmp);
-		return mo_diag_nomem(d);
-	}
-	struct file_sink sink = { .base = { sink_append }, .f = f };
+	struct file_sink sink = { .base = { sink_append }, .f = mf.f };
 	protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
-	bool ok = !sink.failed && fflush(f) == 0 && fsync(fileno(f)) == 0;
-	int e = errno;
-	if (fclose(f) != 0 && ok) {
-		ok = false;
-		e = errno;
+	if (sink.failed) {
+		int e = errno;
+		mo_file_discard(&mf);
+		return mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
 	}
-	if (ok && rename(tmp, path) != 0) {
-		ok = false;
-		e = errno;
-	}
-	if (!ok) {
-		unlink(tmp);
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", path, strerror(e));
-	}
-	mo_free(tmp);
-	return ok ? MO_OK : d->status;
+	return mo_file_commit(&mf, d);
 }

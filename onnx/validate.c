@@ -239,6 +239,19 @@ static enum mo_status check_graph(const struct graph_check *c,
 		if (sp->values)
 			st = define(c, &s, str(sp->values->name), -1, "a sparse initializer");
 	}
+	/* ONNX Runtime refuses a graph with two nodes of one name. */
+	struct mo_strmap node_names = { 0 };
+	for (size_t i = 0; !st && i < g->n_node; i++) {
+		const char *nm = g->node[i]->name;
+		int had;
+		if (!nm || !*nm)
+			continue;
+		if (!mo_strmap_put(&node_names, nm, (int)i, &had))
+			st = mo_diag_nomem(c->d);
+		else if (had)
+			st = fail(c, "two nodes are named '%s'", nm);
+	}
+	mo_strmap_free(&node_names);
 	for (size_t i = 0; !st && i < g->n_node; i++) {
 		const Onnx__NodeProto *node = g->node[i];
 		describe_node(node, i, nd, sizeof nd);
@@ -288,8 +301,56 @@ static enum mo_status check_graph(const struct graph_check *c,
 	return st;
 }
 
+/* The opsets the model imports: ops mean what their schema at the imported
+ * version says, so a model without the default domain's, or with a version
+ * that never existed, has no meaning to give. */
+static enum mo_status check_opsets(const struct mo_model *m, struct mo_diag *d)
+{
+	const Onnx__ModelProto *p = m->proto;
+	const Onnx__OperatorSetIdProto *def = NULL;
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const Onnx__OperatorSetIdProto *o = p->opset_import[i];
+		const char *dom = str(o->domain);
+		bool is_def = !*dom || strcmp(dom, "ai.onnx") == 0;
+		for (size_t k = 0; k < i; k++) {
+			const char *dk = str(p->opset_import[k]->domain);
+			bool same = strcmp(dk, dom) == 0 ||
+				    (is_def && (!*dk || strcmp(dk, "ai.onnx") == 0));
+			if (same)
+				return mo_diag_set(d, MO_ERR_INPUT,
+						   "%s: invalid model: opset_import names the domain '%s' twice",
+						   mo_onnx_name(m), *dom ? dom : "ai.onnx");
+		}
+		if (is_def)
+			def = o;
+	}
+	if (!def && p->ir_version < 3)
+		return MO_OK; /* before IR version 3 there was only opset 1 */
+	if (!p->n_opset_import)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: invalid model: it imports no opset (opset_import is empty)",
+				   mo_onnx_name(m));
+	for (size_t i = 0; !def && i < p->graph->n_node; i++) {
+		const char *dom = str(p->graph->node[i]->domain);
+		if (!*dom || strcmp(dom, "ai.onnx") == 0)
+			return mo_diag_set(d, MO_ERR_INPUT,
+					   "%s: invalid model: node %zu (%s) is of the default domain, which the model does not import",
+					   mo_onnx_name(m), i, str(p->graph->node[i]->op_type));
+	}
+	if (!def)
+		return MO_OK; /* e.g. training ops only */
+	if (!def->has_version || def->version < 1 || def->version > MO_ONNX_OPSET_MAX)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: invalid model: ai.onnx opset %lld is not one the tool knows (1 to %d)",
+				   mo_onnx_name(m), (long long)def->version, MO_ONNX_OPSET_MAX);
+	return MO_OK;
+}
+
 enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d)
 {
+	enum mo_status os = check_opsets(m, d);
+	if (os)
+		return os;
 	const Onnx__GraphProto *g = m->proto->graph;
 	char where[300];
 	snprintf(where, sizeof where, "graph '%s'", str(g->name));

@@ -330,9 +330,12 @@ static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 			r->bytes_unfused += mo_tensor_bytes(x);
 			bool used_outside = x->is_graph_output;
 			for (int c = 0; c < x->n_consumers && !used_outside; c++) {
-				int cop = tp->node_op[x->consumers[c]];
-				/* a folded consumer (Shape) needs the shape, not the values */
-				used_outside = cop >= 0 && p->op_region[cop] != ri;
+				int node = x->consumers[c], cop = tp->node_op[node];
+				/* A folded consumer (Shape) needs only the shape, but it
+				 * stays in the fused model unless this region absorbed
+				 * it, and then it reads the tensor from the fused node. */
+				used_outside = cop >= 0 ? p->op_region[cop] != ri
+							: node_region[node] != ri;
 			}
 			if (used_outside)
 				r->outputs[r->n_outputs++] = t;

@@ -113,7 +113,7 @@ void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *o
 		if (!header)
 			fputs("\nnot fused:\n", out);
 		header = true;
-		int count = 0, col = fprintf(out, "    %s:", op->note);
+		int count = 0, shown = 0, col = fprintf(out, "    %s:", op->note);
 		for (int j = i; j < tp->n_ops; j++) {
 			const struct mo_tp_op *o = &tp->ops[j];
 			if (o->lax != MO_LAX_NONE || !o->note || strcmp(o->note, op->note))
@@ -124,9 +124,10 @@ void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *o
 			if (col + (int)strlen(name) > WIDTH)
 				continue;
 			col += fprintf(out, " %s (%s)", name, node_op_type(tp, o->node));
+			shown++;
 		}
-		if (count > 6)
-			fprintf(out, " and %d more", count - 6);
+		if (count > shown)
+			fprintf(out, " and %d more", count - shown);
 		fputc('\n', out);
 	}
 }

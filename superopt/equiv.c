@@ -1,5 +1,6 @@
 /* The verdict: finite-field trials, then the float check. */
 #include "mo_mugraph.h"
+#include "superopt_int.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -78,6 +79,12 @@ static void degree_walk(const struct mo_tp *tp, int *deg)
 			max = deg[t] > max ? deg[t] : max;
 		}
 		long r;
+		if (mo_ev_cast_rounds(tp, op)) { /* a rounding: an unknown function */
+			for (int k = 0; k < op->n_out; k++)
+				if (op->out[k] >= 0)
+					deg[op->out[k]] = 1;
+			continue;
+		}
 		switch (op->lax) {
 		case MO_LAX_LAYOUT: r = max; break;
 		case MO_LAX_EXP: r = 1; break; /* exp(x) enters as a fresh value */
@@ -286,7 +293,8 @@ static bool tp_uninterpreted(const struct mo_tp *tp)
 	for (int i = 0; i < tp->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[i];
 		if (op->lax == MO_LAX_UNINTERPRETED || op->lax == MO_LAX_COMPOSITE ||
-		    (op->kind == MO_OP_POW && (op->p.exponent == 0.5 || op->p.exponent == -0.5)))
+		    (op->kind == MO_OP_POW && (op->p.exponent == 0.5 || op->p.exponent == -0.5)) ||
+		    mo_ev_cast_rounds(tp, op))
 			return true;
 	}
 	return false;
@@ -301,7 +309,8 @@ static bool prog_uninterpreted(const struct prog *p)
 	for (int k = 0; k < p->mg->n_ops; k++) {
 		const struct mo_kg_op *op = &p->mg->ops[k];
 		if (op->bg ? tp_uninterpreted(&op->bg->body)
-			   : (op->op.lax == MO_LAX_UNINTERPRETED || op->op.lax == MO_LAX_COMPOSITE))
+			   : (op->op.lax == MO_LAX_UNINTERPRETED || op->op.lax == MO_LAX_COMPOSITE ||
+			      mo_ev_cast_rounds(&p->mg->kg, &op->op)))
 			return true;
 		for (int a = 0; op->bg && a < op->bg->n_accums; a++)
 			if (op->bg->accums[a].kind != MO_ACC_SUM)
@@ -343,6 +352,34 @@ static bool first_difference(const struct mo_eval_result *ra, const struct mo_ev
 	return false;
 }
 
+/* Both programs are evaluated in the precision ONNX Runtime computes them
+ * (each op's results rounded to its tensor's dtype; a μGraph's tiles fp32),
+ * so two correct programs still differ by their rounding: a sum taken in
+ * another order, fp32 accumulation where the model rounds every op to fp16.
+ * That is allowed up to MAG_ULPS units of the coarsest computed type's
+ * roundoff times the largest magnitude of the output, on top of rtol and
+ * atol. A rewrite exact in the reals that loses the answer in the model's
+ * precision (X + 1e8 − 1e8 in fp32) differs by far more. */
+#define MAG_ULPS 16.0
+
+/* Casts round on purpose (both programs must do it in the same place, the
+ * field sees to that) and layout ops compute nothing: neither counts. */
+double mo_tp_computed_roundoff(const struct mo_tp *tp)
+{
+	double u = mo_ev_unit_roundoff(ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		if (op->kind == MO_OP_CAST || op->lax == MO_LAX_LAYOUT)
+			continue;
+		for (int k = 0; k < op->n_out; k++) {
+			double v = op->out[k] >= 0 ? mo_ev_unit_roundoff(tp->tensors[op->out[k]].dtype)
+						   : 0;
+			u = v > u ? v : u;
+		}
+	}
+	return u;
+}
+
 /* The float check at one input scale, with input `masked` (NULL: none)
  * given a causal mask of -inf. Elements where the region is not finite
  * carry no information and are skipped; so are those where only the
@@ -363,9 +400,16 @@ static enum mo_status float_check(struct prog *a, struct prog *b,
 		return st;
 	}
 	*bad_name = NULL;
+	double ua = mo_tp_computed_roundoff(a->tp), ub = mo_tp_computed_roundoff(b->tp);
+	double u = ua > ub ? ua : ub;
 	for (int k = 0; k < ra.n_outputs; k++) {
 		int j = result_index(&rb, ra.names[k]);
 		const double *x = ra.values[k], *y = rb.values[j];
+		double mag = 0;
+		for (uint64_t i = 0; i < ra.counts[k]; i++)
+			if (isfinite(y[i]) && fabs(y[i]) > mag)
+				mag = fabs(y[i]);
+		double slack = MAG_ULPS * u * mag;
 		for (uint64_t i = 0; i < ra.counts[k]; i++) {
 			/* a NaN or infinity where the region is finite is wrong
 			 * at the inputs' own scale (an online softmax over a
@@ -384,7 +428,7 @@ static enum mo_status float_check(struct prog *a, struct prog *b,
 				rep->float_max_abs = diff;
 			if (rel > rep->float_max_rel && diff > opt->atol)
 				rep->float_max_rel = rel;
-			if (diff > opt->atol * scale + opt->rtol * fabs(y[i]) && !*bad_name) {
+			if (diff > opt->atol * scale + opt->rtol * fabs(y[i]) + slack && !*bad_name) {
 				*bad_name = prog_output(a, ra.names[k])->name;
 				*bad_i = i;
 			}
@@ -538,8 +582,9 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 	}
 	if (fname) {
 		describe_index(prog_output(a, fname), fi, where, sizeof where);
-		/* only a mask's -inf made it differ: wrong where models use it */
-		rep->verdict = masked ? MO_NOT_EQUIVALENT : MO_INCONCLUSIVE;
+		/* equal in exact arithmetic, different in the precision the model
+		 * runs in (or only under a mask's -inf): a wrong answer there */
+		rep->verdict = MO_NOT_EQUIVALENT;
 		if (masked)
 			snprintf(rep->detail, sizeof rep->detail,
 				 "with input '%.60s' masked causally (-inf), output '%s' differs at "
@@ -547,9 +592,11 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 				 masked, fname, where, opt->rtol, opt->atol);
 		else
 			snprintf(rep->detail, sizeof rep->detail,
-				 "the finite field says equal, but in floating point output '%s' "
-				 "differs at %s by %.3g (beyond rtol %.g, atol %.g): numerically "
-				 "unstable?", fname, where, rep->float_max_abs, opt->rtol, opt->atol);
+				 "the finite field says equal, but in the model's precision output "
+				 "'%s' differs at %s by %.3g (beyond rtol %.g, atol %.g and %g ulps "
+				 "of its magnitude, or not finite where the other is): the rewrite "
+				 "loses the answer in floating point", fname, where,
+				 rep->float_max_abs, opt->rtol, opt->atol, MAG_ULPS);
 		return MO_OK;
 	}
 	rep->verdict = MO_EQUIVALENT;

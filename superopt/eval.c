@@ -211,29 +211,72 @@ double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
 
 /* x rounded to nearest-even on a grid of `bits` significant bits, with the
  * spacing of the smallest normal's binade below it (subnormals): the value
- * an fp16 (11, -13) or bf16 (8, -125) tensor holds. Past the largest finite
- * value it stays as is (the inputs here are at most 1e3). */
-static double round_to(double x, int bits, int min_exp)
+ * an fp16 (11, -13, 65504) or bf16 (8, -125, FLT_MAX's bf16) tensor holds.
+ * Beyond the largest finite value `max` it is infinite, as IEEE rounding
+ * makes it (a Cast to fp16 of 70000 is inf in ONNX Runtime). */
+static double round_to(double x, int bits, int min_exp, double max)
 {
 	if (x == 0 || !isfinite(x))
 		return x;
 	int ex;
 	frexp(x, &ex);
 	double q = ldexp(1.0, (ex < min_exp ? min_exp : ex) - bits);
-	return nearbyint(x / q) * q;
+	double r = nearbyint(x / q) * q;
+	return fabs(r) > max ? copysign(INFINITY, x) : r;
+}
+
+double mo_ev_round(double x, int32_t dtype)
+{
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
+		return round_to(x, 11, -13, 65504.0);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		return round_to(x, 8, -125, 0x1.fep127);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+		return (double)(float)x;
+	return x;
 }
 
 /* A float input's value as its tensor holds it: an fp16 input can only hold
  * fp16 values, and the kernels that read it get those. */
 static double as_stored(double x, int32_t dtype)
 {
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
-		return round_to(x, 11, -13);
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
-		return round_to(x, 8, -125);
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-		return (double)(float)x;
-	return x;
+	return mo_ev_round(x, dtype);
+}
+
+/* Significant bits of a float dtype (0: not a float dtype). */
+static int float_bits(int32_t dtype)
+{
+	switch (dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return 53;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return 24;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return 11;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return 8;
+	default: return 0;
+	}
+}
+
+double mo_ev_unit_roundoff(int32_t dtype)
+{
+	int b = float_bits(dtype);
+	return b ? ldexp(1.0, -b) : 0;
+}
+
+bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
+{
+	if (op->kind != MO_OP_CAST || op->n_in < 1 || op->in[0] < 0)
+		return false;
+	int32_t from = tp->tensors[op->in[0]].dtype, to = op->p.to;
+	if (from == to)
+		return false;
+	/* fp16 and bf16 fit in fp32 and double, fp32 in double; every other
+	 * pair loses bits or range (fp16 <-> bf16 both ways) */
+	bool two_byte = from == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			from == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+	if (to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && float_bits(from))
+		return false;
+	if (to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && two_byte)
+		return false;
+	return true;
 }
 
 bool mo_ev_load_leaf(struct ev *e, int ti)
@@ -1099,7 +1142,7 @@ void mo_ev_add_into(struct ev *e, void *acc, const void *x, uint64_t n)
 		double *a = acc;
 		const double *b = x;
 		for (uint64_t i = 0; i < n; i++)
-			a[i] += b[i];
+			a[i] = e->tiles ? (double)(float)(a[i] + b[i]) : a[i] + b[i];
 		return;
 	}
 	ff *a = acc;
@@ -1172,8 +1215,68 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 	mo_free(o);
 }
 
+static void run_op(struct ev *e, const struct mo_tp_op *op);
+
+/* A Cast that rounds (mo_ev_cast_rounds): in floating point the rounding
+ * itself, to the nearest value of the target type (infinite past its
+ * largest); in the field an uninterpreted function keyed by the target type,
+ * so two programs agree only when both round the same values the same way. */
+static void rounding_cast(struct ev *e, const struct mo_tp_op *op)
+{
+	uint64_t n = numel(T(e, op->out[0]));
+	void *out = alloc_vals(e, n);
+	if (!out)
+		return;
+	e->vals[op->out[0]] = out;
+	int32_t to = op->p.to;
+	if (e->dom == MO_EVAL_FLOAT) {
+		const double *A = e->vals[op->in[0]];
+		double *Y = out;
+		for (uint64_t i = 0; i < n; i++)
+			Y[i] = mo_ev_round(A[i], to);
+		return;
+	}
+	const ff *A = e->vals[op->in[0]];
+	ff *Y = out, one = ff_int(e->f, 1);
+	uint64_t fn = mo_mix64((uint64_t)MO_OP_CAST * 0x100000001b3ull ^ (uint64_t)(uint32_t)to);
+	for (uint64_t i = 0; i < n; i++)
+		Y[i] = ff_uf(e, fn, A[i], one);
+}
+
+/* In floating point an op's results are what the tensor holds: rounded to
+ * its dtype as ONNX Runtime stores them, or to fp32 in a block graph, whose
+ * tiles are float whatever the kernel tensors' storage (CODEGEN.md). */
+static void round_results(struct ev *e, const struct mo_tp_op *op)
+{
+	for (int k = 0; k < op->n_out; k++) {
+		int t = op->out[k];
+		if (t < 0 || !e->vals[t] || e->borrowed[t])
+			continue;
+		int32_t dt = e->tiles ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : T(e, t)->dtype;
+		double *v = e->vals[t];
+		uint64_t n = numel(T(e, t));
+		if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+			for (uint64_t i = 0; i < n; i++)
+				v[i] = (double)(float)v[i];
+		else if (float_bits(dt) && dt != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+			for (uint64_t i = 0; i < n; i++)
+				v[i] = mo_ev_round(v[i], dt);
+	}
+}
+
 void mo_ev_run_op(struct ev *e, const struct mo_tp_op *op)
 {
+	run_op(e, op);
+	if (e->dom == MO_EVAL_FLOAT && !e->bad)
+		round_results(e, op);
+}
+
+static void run_op(struct ev *e, const struct mo_tp_op *op)
+{
+	if (mo_ev_cast_rounds(e->tp, op)) {
+		rounding_cast(e, op);
+		return;
+	}
 	switch (op->kind) {
 	case MO_OP_MATMUL: case MO_OP_GEMM:
 		matmul(e, op);

@@ -157,6 +157,14 @@ static struct mo_tp *rewritten(const struct ken *K, const struct found *f)
 	r->n_tensors = n_t;
 	memcpy(r->tensors, p->tensors, sizeof *r->tensors * (size_t)K->n_base);
 	memcpy(r->tensors + K->n_base, f->made, sizeof *r->tensors * (size_t)(f->n_ops - 1));
+	/* the new tensors' names live in the enumeration's scratch arena, freed
+	 * before the rewritten program is searched: it keeps copies of its own */
+	for (int q = 0; q < f->n_ops - 1; q++) {
+		struct mo_tensor *x = &r->tensors[K->n_base + q];
+		x->name = mo_arena_strdup(&r->arena, x->name);
+		if (!x->name)
+			goto fail;
+	}
 	r->n_inputs = p->n_inputs;
 	memcpy(r->inputs, p->inputs, sizeof *r->inputs * (size_t)p->n_inputs);
 	r->n_outputs = p->n_outputs;

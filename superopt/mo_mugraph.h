@@ -123,6 +123,10 @@ int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in
 		 const struct mo_op_params *p);
 /* Names a kernel tensor as a program output. */
 void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name);
+/* Gives each output the dtype of the program's output of the same name: a
+ * fused node declares, and its kernels store, exactly the types of the
+ * tensors it replaces (an fp16 region may end in a Cast to fp32). */
+void mo_mg_output_dtypes(struct mo_mugraph *mg, const struct mo_tp *prog);
 
 struct mo_block_graph *mo_mg_block(struct mo_mugraph *mg, int gx, int gy, int gz,
 				   int forloop);

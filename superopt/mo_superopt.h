@@ -144,6 +144,11 @@ void mo_ref_memo_free(struct mo_ref_memo *m);
 enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_options *opt,
 				 struct mo_diag *d);
 
+/* The unit roundoff of the coarsest float type an op of tp computes into
+ * (2^-24 when all is fp32; Casts and layout ops do not count): how far two
+ * correct evaluations of tp in its own precision may drift apart. */
+double mo_tp_computed_roundoff(const struct mo_tp *tp);
+
 /* Decides whether a and b compute the same outputs from the same inputs.
  * Their input and output names and shapes must match (MO_ERR_INPUT if not). */
 enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,

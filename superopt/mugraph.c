@@ -191,6 +191,16 @@ void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name)
 	mg->kg.outputs[mg->kg.n_outputs++] = tensor;
 }
 
+void mo_mg_output_dtypes(struct mo_mugraph *mg, const struct mo_tp *prog)
+{
+	for (int i = 0; i < mg->kg.n_outputs; i++) {
+		struct mo_tensor *t = &mg->kg.tensors[mg->kg.outputs[i]];
+		for (int k = 0; k < prog->n_outputs; k++)
+			if (strcmp(prog->tensors[prog->outputs[k]].name, t->name) == 0)
+				t->dtype = prog->tensors[prog->outputs[k]].dtype;
+	}
+}
+
 struct mo_block_graph *mo_mg_block(struct mo_mugraph *mg, int gx, int gy, int gz,
 				   int forloop)
 {

@@ -111,6 +111,7 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 	int nt = body->n_tensors;
 	struct ev be = *ke;
 	be.tp = body;
+	be.tiles = true;
 	be.cache = NULL;
 	be.bad = NULL;
 	be.div0 = false;
@@ -267,6 +268,18 @@ struct mg_eval_opts {
 	const char *masked;            /* the input given a causal -inf mask, or NULL */
 };
 
+/* The storage type of kernel tensor t: an output is stored as the
+ * program's output of that name (the fused node declares its dtype), any
+ * other as the μGraph says. */
+static int32_t storage_dtype(const struct mo_mugraph *mg, const struct mo_tp *ref, int t)
+{
+	const struct mo_tensor *x = &mg->kg.tensors[t];
+	for (int k = 0; x->is_graph_output && k < ref->n_outputs; k++)
+		if (strcmp(ref->tensors[ref->outputs[k]].name, x->name) == 0)
+			return ref->tensors[ref->outputs[k]].dtype;
+	return x->dtype;
+}
+
 static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			      enum mo_eval_domain domain, uint64_t seed, double scale,
 			      const struct mg_eval_opts *o, struct mo_eval_result *out,
@@ -370,6 +383,14 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 		if (!ke.bad)
 			run_block(&ke, bg, only, only ? marks : NULL);
 		mo_free(only);
+		/* what a kernel saves is rounded to its tensor's storage */
+		for (int s = 0; domain == MO_EVAL_FLOAT && !ke.bad && s < bg->n_savers; s++) {
+			int t = bg->savers[s].tensor;
+			int32_t dt = storage_dtype(mg, ref, t);
+			double *v = ke.vals[t];
+			for (uint64_t i = 0; i < mo_tensor_numel(&mg->kg.tensors[t]); i++)
+				v[i] = mo_ev_round(v[i], dt);
+		}
 	}
 	if (!st && ke.bad)
 		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "μGraph: %s", ke.bad);

@@ -42,6 +42,14 @@ static void params(FILE *out, const struct mo_mg_step *s)
 		ints(out, "axes", p->axes, p->n_axes);
 	if (p->keepdims)
 		fprintf(out, ", \"keepdims\": 1");
+	if (p->noop_with_empty_axes)
+		fprintf(out, ", \"noop_with_empty_axes\": 1");
+	if (p->allowzero)
+		fprintf(out, ", \"allowzero\": 1");
+	if (p->approximate[0]) {
+		fputs(", \"approximate\": ", out);
+		mo_json_string(out, p->approximate);
+	}
 	if (p->trans_a || p->trans_b)
 		fprintf(out, ", \"trans_a\": %d, \"trans_b\": %d", p->trans_a, p->trans_b);
 	if (s->op == MO_OP_GEMM)
@@ -289,45 +297,127 @@ static const struct jv *get(const struct jv *o, const char *key)
 	return NULL;
 }
 
-static bool num(const struct jv *o, const char *key, double *out)
+/* ---- reading it back: every field checked before a builder sees it ----
+ *
+ * The text may come from a cache directory anyone can write to, so nothing
+ * in it is trusted: a key of the wrong type, a number that is not an
+ * integer of the expected range (1e308, NaN, -1 where a size goes), an op
+ * with the wrong number of operands, a step of a block that does not exist,
+ * is an error with the step's number, never a default. */
+
+/* Bounds of what a μGraph holds: tensor and tile numbers, dims, grids. */
+#define MAX_INDEX (MO_MG_MAX - 1)
+#define MAX_DIM ((int64_t)1 << 40)
+#define MAX_GRID (1 << 20)
+#define MAX_COORD ((int64_t)1 << 62) /* Slice starts and ends (INT64_MAX clamps) */
+#define MAX_DTYPE 23                 /* ONNX TensorProto.DataType */
+
+struct step_reader {
+	const struct jv *s;
+	char *err;         /* the μGraph's error buffer */
+	size_t err_len;
+	int i;             /* step number */
+};
+
+static bool bad(struct step_reader *sr, const char *key, const char *what)
 {
-	const struct jv *v = get(o, key);
-	if (!v || v->t != J_NUM)
+	if (!sr->err[0])
+		snprintf(sr->err, sr->err_len, "step %d: \"%s\" %s", sr->i, key, what);
+	return false;
+}
+
+static bool is_int(const struct jv *v, int64_t lo, int64_t hi)
+{
+	return v->t == J_NUM && isfinite(v->num) && v->num == floor(v->num) &&
+	       v->num >= (double)lo && v->num <= (double)hi;
+}
+
+/* A required integer in [lo, hi]. */
+static bool req_int(struct step_reader *sr, const char *key, int64_t lo, int64_t hi,
+		    int64_t *out)
+{
+	const struct jv *v = get(sr->s, key);
+	if (!v)
+		return bad(sr, key, "is missing");
+	if (!is_int(v, lo, hi))
+		return bad(sr, key, "is not an integer in range");
+	*out = (int64_t)v->num;
+	return true;
+}
+
+static bool req_i(struct step_reader *sr, const char *key, int lo, int hi, int *out)
+{
+	int64_t w;
+	if (!req_int(sr, key, lo, hi, &w))
 		return false;
+	*out = (int)w;
+	return true;
+}
+
+/* An optional integer in [lo, hi]; dflt when absent. */
+static bool opt_i(struct step_reader *sr, const char *key, int lo, int hi, int dflt, int *out)
+{
+	if (!get(sr->s, key)) {
+		*out = dflt;
+		return true;
+	}
+	return req_i(sr, key, lo, hi, out);
+}
+
+/* An optional finite number with |x| <= max; *has says whether it is there. */
+static bool opt_real(struct step_reader *sr, const char *key, double max, double *out,
+		     bool *has)
+{
+	const struct jv *v = get(sr->s, key);
+	*has = v != NULL;
+	if (!v)
+		return true;
+	if (v->t != J_NUM || !isfinite(v->num) || fabs(v->num) > max)
+		return bad(sr, key, "is not a finite number in range");
 	*out = v->num;
 	return true;
 }
 
-static int inum(const struct jv *o, const char *key, int dflt)
+/* An integer array of n_min..n_max entries, each in [lo, hi]; its length. A
+ * missing optional array has length 0. */
+static bool int_array(struct step_reader *sr, const char *key, bool required, int n_min,
+		      int n_max, int64_t lo, int64_t hi, int64_t *out, int *n)
 {
-	double d;
-	return num(o, key, &d) && d == floor(d) && fabs(d) < 1e9 ? (int)d : dflt;
-}
-
-/* An integer array of at most max entries; its length or -1. */
-static int arr(const struct jv *o, const char *key, int64_t *out, int max)
-{
-	const struct jv *v = get(o, key);
-	if (!v || v->t != J_ARR || v->n > max)
-		return -1;
+	const struct jv *v = get(sr->s, key);
+	*n = 0;
+	if (!v)
+		return required ? bad(sr, key, "is missing") : true;
+	if (v->t != J_ARR || v->n < n_min || v->n > n_max)
+		return bad(sr, key, "is not an array of the right length");
 	for (int i = 0; i < v->n; i++) {
-		if (v->items[i].t != J_NUM || v->items[i].num != floor(v->items[i].num))
-			return -1;
+		if (!is_int(&v->items[i], lo, hi))
+			return bad(sr, key, "has an entry that is not an integer in range");
 		out[i] = (int64_t)v->items[i].num;
 	}
-	return v->n;
+	*n = v->n;
+	return true;
 }
 
-static bool arr3(const struct jv *o, const char *key, int *out)
+/* A map of the three grid dims (or a grid itself) as ints. */
+static bool int3_array(struct step_reader *sr, const char *key, int lo, int hi, int *out)
 {
 	int64_t w[3];
-	if (arr(o, key, w, 3) != 3)
+	int n;
+	if (!int_array(sr, key, true, 3, 3, lo, hi, w, &n))
 		return false;
-	for (int i = 0; i < 3; i++) {
-		if (w[i] < -1 || w[i] > 1 << 20)
-			return false;
+	for (int i = 0; i < 3; i++)
 		out[i] = (int)w[i];
-	}
+	return true;
+}
+
+static bool req_str(struct step_reader *sr, const char *key, const char **out)
+{
+	const struct jv *v = get(sr->s, key);
+	if (!v)
+		return bad(sr, key, "is missing");
+	if (v->t != J_STR || !v->str[0] || strlen(v->str) > 4096)
+		return bad(sr, key, "is not a name");
+	*out = v->str;
 	return true;
 }
 
@@ -339,24 +429,89 @@ static enum mo_op op_named(const char *name)
 	return MO_OP_OPAQUE;
 }
 
-static bool read_params(const struct jv *o, struct mo_op_params *p, int64_t *sizes)
+/* How many operands an op of a μGraph takes (its builders make one output,
+ * so ops of several outputs, and the region boundaries, take none). */
+static void arity(enum mo_op op, int *lo, int *hi)
+{
+	*lo = *hi = 1;
+	switch (op) {
+	case MO_OP_MATMUL: case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV:
+		*lo = *hi = 2;
+		break;
+	case MO_OP_GEMM:
+		*lo = 2;
+		*hi = 3;
+		break;
+	case MO_OP_MAX: case MO_OP_MIN:
+		*lo = 2;
+		*hi = 3;
+		break;
+	case MO_OP_WHERE:
+		*lo = *hi = 3;
+		break;
+	case MO_OP_CLIP: case MO_OP_LAYER_NORM: case MO_OP_CONCAT:
+		*hi = 3;
+		break;
+	case MO_OP_RMS_NORM:
+		*hi = 2;
+		break;
+	case MO_OP_NEG: case MO_OP_RECIPROCAL: case MO_OP_POW: case MO_OP_SQRT: case MO_OP_EXP:
+	case MO_OP_SIGMOID: case MO_OP_SOFTMAX: case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN:
+	case MO_OP_REDUCE_MAX: case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE:
+	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_SLICE: case MO_OP_EXPAND:
+	case MO_OP_IDENTITY: case MO_OP_CAST: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
+	case MO_OP_TANH: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+		break;
+	case MO_OP_SPLIT: case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:
+		*lo = *hi = 0;
+		break;
+	}
+}
+
+static bool read_params(struct step_reader *sr, enum mo_op op, struct mo_op_params *p,
+			int64_t *sizes)
 {
 	memset(p, 0, sizeof *p);
-	int n = arr(o, "axes", p->axes, MO_MAX_RANK);
-	p->n_axes = n > 0 ? n : 0;
-	p->keepdims = inum(o, "keepdims", 0);
-	p->trans_a = inum(o, "trans_a", 0);
-	p->trans_b = inum(o, "trans_b", 0);
-	num(o, "alpha", &p->alpha);
-	num(o, "beta", &p->beta);
-	num(o, "epsilon", &p->epsilon);
-	p->has_exponent = num(o, "exponent", &p->exponent);
-	p->to = inum(o, "to", 0);
-	if (get(o, "starts") && (arr(o, "starts", p->starts, MO_MAX_RANK) != p->n_axes ||
-				 arr(o, "ends", p->ends, MO_MAX_RANK) != p->n_axes ||
-				 arr(o, "steps", p->steps, MO_MAX_RANK) != p->n_axes))
+	bool has;
+	int n;
+	if (!int_array(sr, "axes", false, 0, MO_MAX_RANK, -MO_MAX_RANK, MO_MAX_RANK - 1, p->axes,
+		       &p->n_axes) ||
+	    !opt_i(sr, "keepdims", 0, 1, 0, &p->keepdims) ||
+	    !opt_i(sr, "noop_with_empty_axes", 0, 1, 0, &p->noop_with_empty_axes) ||
+	    !opt_i(sr, "allowzero", 0, 1, 0, &p->allowzero) ||
+	    !opt_i(sr, "trans_a", 0, 1, 0, &p->trans_a) ||
+	    !opt_i(sr, "trans_b", 0, 1, 0, &p->trans_b) ||
+	    !opt_real(sr, "alpha", 1e30, &p->alpha, &has) ||
+	    !opt_real(sr, "beta", 1e30, &p->beta, &has) ||
+	    !opt_real(sr, "epsilon", 1, &p->epsilon, &has) ||
+	    !opt_real(sr, "exponent", 64, &p->exponent, &p->has_exponent) ||
+	    !opt_i(sr, "to", 0, MAX_DTYPE, 0, &p->to))
 		return false;
-	n = arr(o, "sizes", sizes, MO_MAX_RANK);
+	if (p->epsilon < 0)
+		return bad(sr, "epsilon", "is negative");
+	if (op == MO_OP_POW && !p->has_exponent)
+		return bad(sr, "exponent", "is missing");
+	const struct jv *ap = get(sr->s, "approximate");
+	if (ap) {
+		if (ap->t != J_STR || (strcmp(ap->str, "none") && strcmp(ap->str, "tanh")))
+			return bad(sr, "approximate", "is neither \"none\" nor \"tanh\"");
+		snprintf(p->approximate, sizeof p->approximate, "%s", ap->str);
+	}
+	if (op == MO_OP_SLICE || get(sr->s, "starts")) {
+		int n_e, n_s;
+		if (!int_array(sr, "starts", true, p->n_axes, p->n_axes, -MAX_COORD, MAX_COORD,
+			       p->starts, &n) ||
+		    !int_array(sr, "ends", true, p->n_axes, p->n_axes, -MAX_COORD, MAX_COORD, p->ends,
+			       &n_e) ||
+		    !int_array(sr, "steps", true, p->n_axes, p->n_axes, -MAX_COORD, MAX_COORD,
+			       p->steps, &n_s))
+			return false;
+		for (int i = 0; i < n_s; i++)
+			if (!p->steps[i])
+				return bad(sr, "steps", "has a zero step");
+	}
+	if (!int_array(sr, "sizes", false, 0, MO_MAX_RANK, -1, MAX_DIM, sizes, &n))
+		return false;
 	if (n > 0) {
 		p->n_sizes = n;
 		p->sizes = sizes;
@@ -379,6 +534,143 @@ char *mo_mg_json(const struct mo_mugraph *mg)
 	return text;
 }
 
+/* The kernel (index into mg->ops) that makes kernel-level tensor t, or -1
+ * for an input. */
+static int maker(const struct mo_mugraph *mg, int t)
+{
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_kg_op *op = &mg->ops[k];
+		if (!op->bg) {
+			if (op->op.n_out > 0 && op->op.out[0] == t)
+				return k;
+			continue;
+		}
+		for (int s = 0; s < op->bg->n_savers; s++)
+			if (op->bg->savers[s].tensor == t)
+				return k;
+	}
+	return -1;
+}
+
+/* What the builders cannot see step by step: a kernel reads only tensors
+ * that inputs or earlier kernels make (a block's steps may come after later
+ * kernels' steps, so an iterator could name a tensor made after it), and
+ * every block saves something. */
+static void check_order(struct mo_mugraph *mg)
+{
+	for (int k = 0; k < mg->n_ops && !mg->error[0]; k++) {
+		const struct mo_block_graph *bg = mg->ops[k].bg;
+		if (!bg)
+			continue;
+		for (int i = 0; i < bg->n_iters; i++)
+			if (maker(mg, bg->iters[i].tensor) >= k)
+				snprintf(mg->error, sizeof mg->error, "kernel %d reads a tensor that it or a "
+					 "later kernel makes", k + 1);
+		if (!bg->n_savers)
+			snprintf(mg->error, sizeof mg->error, "kernel %d saves nothing", k + 1);
+	}
+	if (!mg->error[0] && !mg->kg.n_outputs)
+		snprintf(mg->error, sizeof mg->error, "no output");
+}
+
+static void read_step(struct mo_mugraph *mg, struct step_reader *sr)
+{
+	const struct jv *s = sr->s;
+	const char *k = "";
+	if (s->t != J_OBJ) {
+		bad(sr, "step", "is not in an object");
+		return;
+	}
+	if (!req_str(sr, "step", &k))
+		return;
+	bool in_block = strcmp(k, "input") && strcmp(k, "output") && strcmp(k, "kernel") &&
+			strcmp(k, "block");
+	struct mo_block_graph *bg = NULL;
+	if (in_block) {
+		int b;
+		if (!req_i(sr, "block", 0, MAX_INDEX, &b))
+			return;
+		if (b >= mg->n_blocks)
+			return (void)bad(sr, "block", "names a block not made yet");
+		bg = mg->blocks[b];
+	} else if (get(s, "block")) {
+		return (void)bad(sr, "block", "is not expected in this step");
+	}
+	int64_t dims[MO_MAX_RANK], sizes[MO_MAX_RANK];
+	int m[3], t, u, n;
+	const char *name;
+	if (!strcmp(k, "input")) {
+		if (req_str(sr, "name", &name) && req_i(sr, "dtype", 1, MAX_DTYPE, &t) &&
+		    int_array(sr, "shape", true, 0, MO_MAX_RANK, 0, MAX_DIM, dims, &n))
+			mo_mg_input(mg, name, t, n, dims);
+	} else if (!strcmp(k, "output")) {
+		if (mg->kg.n_outputs == MO_MG_MAX)
+			bad(sr, "output", "is one too many");
+		else if (req_i(sr, "tensor", 0, MAX_INDEX, &t) && req_str(sr, "name", &name))
+			mo_mg_output(mg, t, name);
+	} else if (!strcmp(k, "block")) {
+		if (int3_array(sr, "grid", 1, MAX_GRID, m) && req_i(sr, "forloop", 1, MAX_GRID, &t))
+			mo_mg_block(mg, m[0], m[1], m[2], t);
+	} else if (!strcmp(k, "iter")) {
+		if (req_i(sr, "tensor", 0, MAX_INDEX, &t) &&
+		    int3_array(sr, "imap", MO_PHI, MO_MAX_RANK - 1, m) &&
+		    req_i(sr, "fmap", MO_PHI, MO_MAX_RANK - 1, &u))
+			mo_bg_iter(mg, bg, t, m[0], m[1], m[2], u);
+	} else if (!strcmp(k, "op") || !strcmp(k, "kernel")) {
+		const char *opname;
+		struct mo_op_params p;
+		int lo, hi, in[3];
+		if (!req_str(sr, "op", &opname))
+			return;
+		enum mo_op op = op_named(opname);
+		arity(op, &lo, &hi);
+		if (hi == 0)
+			return (void)bad(sr, "op", "is not an op a μGraph holds");
+		if (!int_array(sr, "in", true, lo, hi, 0, MAX_INDEX, dims, &n) ||
+		    !read_params(sr, op, &p, sizes))
+			return;
+		for (int j = 0; j < n; j++)
+			in[j] = (int)dims[j];
+		if (k[0] == 'o')
+			mo_bg_op(mg, bg, op, n, in, &p);
+		else
+			mo_mg_kernel(mg, op, n, in, &p);
+	} else if (!strcmp(k, "const")) {
+		double v;
+		bool has;
+		if (!opt_real(sr, "value", 1e300, &v, &has))
+			return;
+		if (!has)
+			return (void)bad(sr, "value", "is missing");
+		mo_bg_const(mg, bg, v);
+	} else if (!strcmp(k, "accum")) {
+		const char *kind;
+		int ak = -1;
+		if (!req_i(sr, "tile", 0, MAX_INDEX, &t) || !req_str(sr, "kind", &kind))
+			return;
+		for (int j = 0; j <= MO_ACC_RESCALED; j++)
+			if (!strcmp(kind, accum_names[j]))
+				ak = j;
+		if (ak < 0)
+			bad(sr, "kind", "is not an accumulator kind");
+		else if (ak == MO_ACC_RESCALED && req_i(sr, "max", 0, MAX_INDEX, &u))
+			mo_bg_accum_rescaled(mg, bg, t, u);
+		else if (ak != MO_ACC_RESCALED && get(s, "max"))
+			bad(sr, "max", "is only for a rescaled accumulator");
+		else if (ak != MO_ACC_RESCALED)
+			mo_bg_accum(mg, bg, t, (enum mo_accum_kind)ak);
+	} else if (!strcmp(k, "thread")) {
+		if (req_i(sr, "first", 0, MAX_INDEX, &t) && req_i(sr, "last", 0, MAX_INDEX, &u))
+			mo_bg_thread_graph(mg, bg, t, u);
+	} else if (!strcmp(k, "save")) {
+		if (req_i(sr, "tile", 0, MAX_INDEX, &t) &&
+		    int3_array(sr, "omap", MO_PHI, MO_MAX_RANK - 1, m))
+			mo_bg_save(mg, bg, t, m[0], m[1], m[2]);
+	} else {
+		bad(sr, "step", "is not a step kind");
+	}
+}
+
 enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct mo_diag *d)
 {
 	*out = NULL;
@@ -392,9 +684,19 @@ enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct
 				 (size_t)(r.s - text));
 		goto done;
 	}
+	ws(&r);
+	if (*r.s) {
+		st = mo_diag_set(d, MO_ERR_INPUT, "μGraph JSON: text after the end at byte %zu",
+				 (size_t)(r.s - text));
+		goto done;
+	}
 	const struct jv *steps = get(&root, "steps");
 	if (!steps || steps->t != J_ARR) {
 		st = mo_diag_set(d, MO_ERR_INPUT, "μGraph JSON: no \"steps\" array");
+		goto done;
+	}
+	if (steps->n > MO_MG_MAX_STEPS) {
+		st = mo_diag_set(d, MO_ERR_INPUT, "μGraph JSON: more than %d steps", MO_MG_MAX_STEPS);
 		goto done;
 	}
 	struct mo_mugraph *mg = mo_mg_new();
@@ -403,81 +705,12 @@ enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct
 		goto done;
 	}
 	for (int i = 0; i < steps->n && !mg->error[0]; i++) {
-		const struct jv *s = &steps->items[i];
-		const struct jv *kind = get(s, "step");
-		int b = inum(s, "block", -1);
-		struct mo_block_graph *bg = b >= 0 && b < mg->n_blocks ? mg->blocks[b] : NULL;
-		int64_t dims[MO_MAX_RANK], sizes[MO_MAX_RANK];
-		int m[3], in[3];
-		struct mo_op_params p;
-		const char *k = kind && kind->t == J_STR ? kind->str : "";
-		if (!strcmp(k, "input")) {
-			const struct jv *name = get(s, "name");
-			int rank = arr(s, "shape", dims, MO_MAX_RANK);
-			if (!name || name->t != J_STR || rank < 0)
-				snprintf(mg->error, sizeof mg->error, "step %d: bad input", i);
-			else
-				mo_mg_input(mg, name->str, inum(s, "dtype", 1), rank, dims);
-		} else if (!strcmp(k, "output")) {
-			const struct jv *name = get(s, "name");
-			if (!name || name->t != J_STR)
-				snprintf(mg->error, sizeof mg->error, "step %d: bad output", i);
-			else
-				mo_mg_output(mg, inum(s, "tensor", -1), name->str);
-		} else if (!strcmp(k, "block")) {
-			if (!arr3(s, "grid", m))
-				snprintf(mg->error, sizeof mg->error, "step %d: bad grid", i);
-			else
-				mo_mg_block(mg, m[0], m[1], m[2], inum(s, "forloop", 0));
-		} else if (!strcmp(k, "iter")) {
-			if (!arr3(s, "imap", m))
-				snprintf(mg->error, sizeof mg->error, "step %d: bad imap", i);
-			else
-				mo_bg_iter(mg, bg, inum(s, "tensor", -1), m[0], m[1], m[2],
-					   inum(s, "fmap", MO_PHI));
-		} else if (!strcmp(k, "op") || !strcmp(k, "kernel")) {
-			const struct jv *op = get(s, "op");
-			int n = arr(s, "in", dims, 3);
-			enum mo_op kind_op = op && op->t == J_STR ? op_named(op->str) : MO_OP_OPAQUE;
-			if (kind_op == MO_OP_OPAQUE || n < 1 || !read_params(s, &p, sizes)) {
-				snprintf(mg->error, sizeof mg->error, "step %d: bad op", i);
-				break;
-			}
-			for (int j = 0; j < n; j++)
-				in[j] = (int)dims[j];
-			if (k[0] == 'o')
-				mo_bg_op(mg, bg, kind_op, n, in, &p);
-			else
-				mo_mg_kernel(mg, kind_op, n, in, &p);
-		} else if (!strcmp(k, "const")) {
-			double v;
-			if (!num(s, "value", &v))
-				snprintf(mg->error, sizeof mg->error, "step %d: bad const", i);
-			else
-				mo_bg_const(mg, bg, v);
-		} else if (!strcmp(k, "accum")) {
-			const struct jv *kind = get(s, "kind");
-			int ak = -1;
-			for (int j = 0; kind && kind->t == J_STR && j <= MO_ACC_RESCALED; j++)
-				if (!strcmp(kind->str, accum_names[j]))
-					ak = j;
-			if (ak < 0)
-				snprintf(mg->error, sizeof mg->error, "step %d: bad accumulator kind", i);
-			else if (ak == MO_ACC_RESCALED)
-				mo_bg_accum_rescaled(mg, bg, inum(s, "tile", -1), inum(s, "max", -1));
-			else
-				mo_bg_accum(mg, bg, inum(s, "tile", -1), (enum mo_accum_kind)ak);
-		} else if (!strcmp(k, "thread")) {
-			mo_bg_thread_graph(mg, bg, inum(s, "first", -1), inum(s, "last", -1));
-		} else if (!strcmp(k, "save")) {
-			if (!arr3(s, "omap", m))
-				snprintf(mg->error, sizeof mg->error, "step %d: bad omap", i);
-			else
-				mo_bg_save(mg, bg, inum(s, "tile", -1), m[0], m[1], m[2]);
-		} else {
-			snprintf(mg->error, sizeof mg->error, "step %d: unknown step '%s'", i, k);
-		}
+		struct step_reader sr = { .s = &steps->items[i], .err = mg->error,
+					  .err_len = sizeof mg->error, .i = i };
+		read_step(mg, &sr);
 	}
+	if (!mg->error[0])
+		check_order(mg);
 	if (mg->error[0]) {
 		st = mo_diag_set(d, MO_ERR_INPUT, "μGraph JSON: %s", mg->error);
 		mo_mg_free(mg);

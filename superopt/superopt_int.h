@@ -20,7 +20,19 @@ struct ev {
 	struct mo_diag *d;
 	bool div0;
 	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
+	bool tiles;    /* a block graph's body: float results are fp32 tiles */
 };
+
+/* x as a tensor of `dtype` holds it: rounded to nearest-even, infinite past
+ * the largest finite value (fp32, fp16, bf16; other dtypes unchanged). */
+double mo_ev_round(double x, int32_t dtype);
+
+/* The unit roundoff of a float dtype (2^-24 for fp32), 0 for others. */
+double mo_ev_unit_roundoff(int32_t dtype);
+
+/* Whether op is a Cast whose target cannot hold every value of its operand
+ * (fp32 -> fp16, fp16 -> bf16, ...): a rounding, not an identity. */
+bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op);
 
 /* The evaluator's 64-bit mixer (splitmix finalizer), shared by every hash in
  * superopt. */
