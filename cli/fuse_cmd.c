@@ -5,10 +5,15 @@
  * that fails any step stays unfused, with a warning naming the reason. */
 #include "fuse_cmd.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mo_export.h"
@@ -117,16 +122,11 @@ static const char *label(const struct region_state *rs, int u, char *buf, size_t
 	return buf;
 }
 
-static bool write_manifest(const char *path, const char *model, const char *plugin,
-			   const struct mo_tp *tp, int nu, const struct region_state *rs,
-			   const struct cli_fuse_args *a)
+/* The manifest into f; false on a write error (fsynced, not closed). */
+static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
+			   const char *build_id, const struct mo_tp *tp, int nu,
+			   const struct region_state *rs, const struct cli_fuse_args *a)
 {
-	struct mo_file mf;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_file_open(&mf, path, &d))
-		return false;
-	FILE *f = mf.f;
 	fprintf(f, "{\n  \"model\": ");
 	mo_json_string(f, model);
 	fprintf(f, ",\n  \"plugin\": ");
@@ -134,8 +134,8 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 		mo_json_string(f, plugin);
 	else
 		fputs("null", f);
-	fprintf(f, ",\n  \"domain\": \"%s\",\n  \"target\": \"%s\",\n  \"regions\": [", MO_PLUGIN_DOMAIN,
-		a->search->target == MO_SM80 ? "sm_80" : "sm_90");
+	fprintf(f, ",\n  \"domain\": \"%s\",\n  \"build\": \"%s\",\n  \"target\": \"%s\",\n"
+		"  \"regions\": [", domain, build_id, a->search->target == MO_SM80 ? "sm_80" : "sm_90");
 	for (int ri = 0; ri < nu; ri++) {
 		const struct mo_region *rg = rs[ri].rg;
 		const struct region_state *s = &rs[ri];
@@ -173,7 +173,7 @@ static bool write_manifest(const char *path, const char *model, const char *plug
 		fputc('}', f);
 	}
 	fputs("\n  ]\n}\n", f);
-	return mo_file_commit(&mf, &d) == MO_OK;
+	return fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
 }
 
 static void print_summary(const struct mo_tp *tp, int nu, const struct region_state *rs, FILE *out)
@@ -334,7 +334,8 @@ static enum mo_status keep_exportable(struct mo_model *m, const struct mo_tp *tp
 			st = MO_ERR_NOMEM;
 			goto out;
 		} else {
-			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN };
+			/* a check only: the build, and so the domain, come later */
+			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX };
 			struct mo_diag xd;
 			mo_diag_init(&xd);
 			if (injected_failure(rs, u, "export"))
@@ -364,6 +365,247 @@ out:
 	mo_free(fn);
 	mo_free(names);
 	return st;
+}
+
+/* ---- the file set: OUT, OUT.mirage.<id>.so, OUT.mirage.<id>.json ----
+ *
+ * The plugin and manifest names carry the build id and OUT's metadata names
+ * them, so the new set's files never overwrite the old set's (but for the
+ * same build, whose files are equivalent). Everything is written to
+ * temporary files in OUT's folder first; then the plugin and manifest are
+ * renamed to their names, then the model over OUT, the one step that
+ * switches from the old set to the new; only then are the old set's plugin
+ * and manifest removed. A run that fails or is killed at any point leaves
+ * OUT with the plugin and manifest it names. */
+
+/* The hidden test hook MO_TEST_FILESET_FAULT=STAGE:fail|kill: at STAGE the
+ * step fails as on a full disk, or the process dies (SIGKILL), so a test can
+ * prove the property at every step. */
+static bool fault(const char *stage)
+{
+	const char *f = getenv("MO_TEST_FILESET_FAULT");
+	size_t n = strlen(stage);
+	if (!f || strncmp(f, stage, n) != 0 || f[n] != ':')
+		return false;
+	if (strcmp(f + n + 1, "kill") == 0)
+		raise(SIGKILL);
+	errno = ENOSPC;
+	return true;
+}
+
+static bool sync_file(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return false;
+	bool ok = fsync(fd) == 0;
+	int e = errno;
+	close(fd);
+	errno = e;
+	return ok;
+}
+
+/* Is name "<stem>.mirage.<16 hex digits>.so|.json" (a set's plugin or
+ * manifest) or the unversioned "<stem>.mirage.so|.json" of older versions? */
+static bool set_file_of(const char *name, const char *stem)
+{
+	size_t n = strlen(stem);
+	if (strncmp(name, stem, n) != 0 || strncmp(name + n, ".mirage.", 8) != 0)
+		return false;
+	const char *p = name + n + 8;
+	if (strcmp(p, "so") == 0 || strcmp(p, "json") == 0)
+		return true;
+	for (int i = 0; i < MO_PLUGIN_BUILD_ID_LEN; i++, p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return strcmp(p, ".so") == 0 || strcmp(p, ".json") == 0;
+}
+
+/* Is path the model this run reads, or one of its external data files? */
+static bool is_input(const struct mo_model *m, const struct cli_fuse_args *a, const char *path)
+{
+	if (mo_same_file(path, a->in_path))
+		return true;
+	size_t ne = mo_onnx_dir(m) ? mo_onnx_external_file_count(m) : 0;
+	for (size_t i = 0; i < ne; i++) {
+		char in[8500];
+		snprintf(in, sizeof in, "%s/%s", mo_onnx_dir(m), mo_onnx_external_file(m, i));
+		if (mo_same_file(path, in))
+			return true;
+	}
+	return false;
+}
+
+/* Removes every plugin and manifest of OUT's earlier sets but keep[] (and
+ * never an input of this run); false (errno set) when one could not go. */
+static bool remove_old_sets(const struct mo_model *m, const struct cli_fuse_args *a,
+			    const char *const keep[2])
+{
+	const char *out = a->out_path;
+	char dir[4200], stem[4200], path[8500];
+	const char *b = base_name(out);
+	snprintf(dir, sizeof dir, "%.*s", b > out ? (int)(b - out) : 1, b > out ? out : ".");
+	cli_beside(b, "", stem, sizeof stem);
+	DIR *dh = opendir(dir);
+	if (!dh)
+		return false;
+	bool ok = true;
+	int e = 0;
+	struct dirent *de;
+	while ((de = readdir(dh))) {
+		if (!set_file_of(de->d_name, stem))
+			continue;
+		if ((keep[0] && !strcmp(de->d_name, keep[0])) || (keep[1] && !strcmp(de->d_name, keep[1])))
+			continue;
+		snprintf(path, sizeof path, "%.*s%s", (int)(b - out), out, de->d_name);
+		if (is_input(m, a, path))
+			continue;
+		if (unlink(path) != 0 && errno != ENOENT) {
+			ok = false;
+			e = errno;
+		}
+	}
+	closedir(dh);
+	errno = e;
+	return ok;
+}
+
+struct file_set {
+	const char *so_tmp;  /* the built, checked plugin; NULL when nothing is fused */
+	const char *id;      /* its build id */
+	const struct mo_fused_node *fn;
+	int nf;
+};
+
+/* Renames tmp to dest, unless dest is an input of this run; false with d set. */
+static bool rename_into(const struct mo_model *m, const struct cli_fuse_args *a, const char *tmp,
+			const char *dest, const char *stage, struct mo_diag *d)
+{
+	if (is_input(m, a, dest)) {
+		mo_diag_set(d, MO_ERR_INPUT, "%s: is an input of this run; choose another -o", dest);
+		return false;
+	}
+	if (fault(stage) || rename(tmp, dest) != 0) {
+		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", dest, strerror(errno));
+		return false;
+	}
+	mo_cleanup_remove_path(tmp);
+	return true;
+}
+
+/* Writes the set (see above); 0, or the exit code with d set. */
+static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const struct mo_tp *tp,
+		     int nu, const struct region_state *rs, const struct file_set *fs,
+		     struct mo_diag *d)
+{
+	const char *out = a->out_path;
+	char so[4200] = "", manifest[4200] = "", domain[64] = "", suffix[64];
+	char *man_tmp = NULL, *model_tmp = NULL;
+	bool fused = fs->nf > 0 && fs->so_tmp;
+	bool so_renamed = false, man_renamed = false, so_existed = false, man_existed = false;
+	struct stat sb;
+	int rc = 1;
+	if (fused) {
+		mo_plugin_domain_of(fs->id, domain, sizeof domain);
+		snprintf(suffix, sizeof suffix, ".mirage.%s.so", fs->id);
+		cli_beside(out, suffix, so, sizeof so);
+		snprintf(suffix, sizeof suffix, ".mirage.%s.json", fs->id);
+		cli_beside(out, suffix, manifest, sizeof manifest);
+		/* the plugin, as built */
+		if (!sync_file(fs->so_tmp) || fault("plugin")) {
+			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", so, strerror(errno));
+			goto undo;
+		}
+		/* the manifest */
+		int fd = mo_file_create_temp(manifest, &man_tmp, d);
+		if (fd < 0)
+			goto undo;
+		FILE *f = fdopen(fd, "w");
+		bool ok = f && write_manifest(f, a->in_path, base_name(so), domain, fs->id, tp, nu, rs,
+					      a);
+		int e = errno;
+		if (f && fclose(f) != 0 && ok) {
+			ok = false;
+			e = errno;
+		} else if (!f) {
+			close(fd);
+		}
+		if (ok && fault("manifest")) {
+			ok = false;
+			e = errno;
+		}
+		if (!ok) {
+			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write the manifest: %s", manifest,
+				    strerror(e));
+			goto undo;
+		}
+	}
+	/* the model: mo_export writes it whole (its own temporary file and
+	 * rename) to a temporary name of ours */
+	int fd = mo_file_create_temp(out, &model_tmp, d);
+	if (fd < 0)
+		goto undo;
+	close(fd);
+	struct mo_export_options eo = { .domain = domain, .plugin_file = base_name(so),
+					.manifest_file = base_name(manifest), .build_id = fs->id };
+	enum mo_status st = fused ? mo_export(m, fs->fn, fs->nf, &eo, model_tmp, d)
+				  : mo_onnx_save(m, model_tmp, d);
+	if (!st && fault("model"))
+		st = mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", model_tmp, strerror(errno));
+	if (st) {
+		/* the message names our temporary file: name OUT instead */
+		size_t n = strlen(model_tmp);
+		if (strncmp(d->msg, model_tmp, n) == 0) {
+			char msg[sizeof d->msg];
+			snprintf(msg, sizeof msg, "%s%s", out, d->msg + n);
+			snprintf(d->msg, sizeof d->msg, "%s", msg);
+		}
+		rc = st == MO_ERR_INPUT ? 1 : 3;
+		goto undo;
+	}
+	/* the renames: the plugin and manifest first, under names the old set
+	 * does not use (or, for the same build, equivalent files) */
+	if (fused) {
+		so_existed = stat(so, &sb) == 0;
+		if (!rename_into(m, a, fs->so_tmp, so, "rename-plugin", d))
+			goto undo;
+		so_renamed = true;
+		man_existed = stat(manifest, &sb) == 0;
+		if (!rename_into(m, a, man_tmp, manifest, "rename-manifest", d))
+			goto undo;
+		man_renamed = true;
+	}
+	/* the switch to the new set (OUT is no input: main.c checked) */
+	if (!rename_into(m, a, model_tmp, out, "rename-model", d))
+		goto undo;
+	mo_free(model_tmp);
+	mo_free(man_tmp);
+	/* the old set's plugin and manifest; what cannot go is only a warning */
+	const char *keep[2] = { fused ? base_name(so) : NULL, fused ? base_name(manifest) : NULL };
+	if (fault("cleanup") || !remove_old_sets(m, a, keep))
+		fprintf(stderr, "mirage-onnx: warning: %s: cannot remove the previous run's plugin "
+			"and manifest: %s\n", out, strerror(errno));
+	if (!a->quiet) {
+		printf("\n%-10s %s (%d of %d region%s fused, parts included)\n", "wrote", out, fs->nf,
+		       nu, nu == 1 ? "" : "s");
+		if (fused) {
+			printf("%-10s %s (custom-op domain %s)\n", "plugin", so, domain);
+			printf("%-10s %s\n", "manifest", manifest);
+		}
+	}
+	return 0;
+undo:
+	if (so_renamed && !so_existed)
+		unlink(so);
+	if (man_renamed) {
+		if (!man_existed)
+			unlink(manifest);
+		mo_free(man_tmp);
+	} else {
+		mo_file_discard_temp(-1, man_tmp);
+	}
+	mo_file_discard_temp(-1, model_tmp);
+	return rc;
 }
 
 int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d)
@@ -497,9 +739,17 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	if (rc)
 		goto out;
 	/* 2. generate, compile, check; what fails is left out and the rest built again */
-	char so[4200], manifest[4200];
-	cli_beside(a->out_path, ".mirage.so", so, sizeof so);
-	cli_beside(a->out_path, ".mirage.json", manifest, sizeof manifest);
+	/* the plugin is built and checked under a temporary name in OUT's
+	 * folder; write_set gives it its name */
+	char so_dest[4200], id[MO_PLUGIN_BUILD_ID_LEN + 1] = "";
+	cli_beside(a->out_path, ".mirage.so", so_dest, sizeof so_dest);
+	char *so = NULL;
+	int so_fd = mo_file_create_temp(so_dest, &so, d);
+	if (so_fd < 0) {
+		rc = d->status == MO_ERR_INPUT ? 1 : 3;
+		goto out;
+	}
+	close(so_fd);
 	bool have_plugin = false;
 	char lb[32], last_warning[512] = "";
 	for (int round = 0; round < 3; round++) {
@@ -521,18 +771,19 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			.cuda = a->cuda, .archs = a->archs, .sources_dir = a->keep_sources,
 			.cg = { .banner = a->banner, .target = a->search->target },
 			.progress = progress_line, .progress_ctx = info,
-			.warning = warning_line, .warning_ctx = last_warning,
+			.warning = warning_line, .warning_ctx = last_warning, .build_id = id,
 		};
+		mo_plugin_build_id(ops, n, &po, id);
 		if (info)
-			fprintf(stderr, "building %s: %d fused op%s%s\n", so, n, n == 1 ? "" : "s",
-				a->cuda ? ", CPU and CUDA kernels" : ", CPU kernels");
+			fprintf(stderr, "building the plugin (build %s): %d fused op%s%s\n", id, n,
+				n == 1 ? "" : "s", a->cuda ? ", CPU and CUDA kernels" : ", CPU kernels");
 		struct mo_diag bd;
 		mo_diag_init(&bd);
 		if (mo_plugin_build(ops, n, &po, so, rep, &bd)) {
 			if (bd.status != MO_ERR_UNSUPPORTED) {
 				*d = bd;
 				rc = bd.status == MO_ERR_INPUT ? 1 : 3;
-				goto out;
+				goto out_files;
 			}
 		}
 		bool again = false;
@@ -560,9 +811,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		/* the float check of the generated CPU kernels */
 		struct mo_plugin_lib *lib;
 		if (mo_plugin_open(so, &lib, d)) {
-			unlink(so);
 			rc = 3;
-			goto out;
+			goto out_files;
 		}
 		for (int k = 0; k < n; k++) {
 			if (!rep[k].built)
@@ -595,16 +845,13 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		have_plugin = true;
 		if (!again)
 			break;
-		unlink(so);
 		have_plugin = false;
 	}
 	int n_fused = 0;
 	for (int ri = 0; ri < nu; ri++)
 		n_fused += rs[ri].fused;
-	if (n_fused == 0 && have_plugin) {
-		unlink(so);
+	if (n_fused == 0)
 		have_plugin = false;
-	}
 	/* 3. the fused model and its manifest */
 	struct mo_fused_node *fn = mo_calloc((size_t)n_fused + 1, sizeof *fn);
 	int nf = 0;
@@ -652,31 +899,12 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	if (!rc && !a->quiet)
 		print_summary(tp, nu, rs, stdout);
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
-	if (!rc && nf > 0 && !write_manifest(manifest, a->in_path, have_plugin ? base_name(so) : NULL,
-					     tp, nu, rs, a)) {
-		mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write the manifest", manifest);
-		rc = 1;
-	}
-	if (!rc) {
-		struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN,
-						.plugin_file = have_plugin ? base_name(so) : NULL };
-		if (nf == 0 ? mo_onnx_save(m, a->out_path, d) : mo_export(m, fn, nf, &eo, a->out_path, d)) {
-			rc = d->status == MO_ERR_INPUT ? 1 : 3;
-			unlink(manifest);
-		}
-	}
+	struct file_set fs = { .so_tmp = have_plugin ? so : NULL, .id = id, .fn = fn, .nf = nf };
+	if (!rc)
+		rc = write_set(m, a, tp, nu, rs, &fs, d);
 	mo_free(fn);
-	if (!rc && !a->quiet) {
-		printf("\n%-10s %s (%d of %d region%s fused, parts included)\n", "wrote", a->out_path, nf,
-		       nu, nu == 1 ? "" : "s");
-		if (have_plugin)
-			printf("%-10s %s (custom-op domain %s)\n", "plugin", so, MO_PLUGIN_DOMAIN);
-		if (nf > 0)
-			printf("%-10s %s\n", "manifest", manifest);
-	}
 out_files:
-	if (rc && have_plugin)
-		unlink(so);
+	mo_file_discard_temp(-1, so); /* gone already when it became the plugin */
 out:
 	for (int ri = 0; rs && ri < nu; ri++) {
 		mo_search_result_free(&rs[ri].r);

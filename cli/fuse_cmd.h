@@ -23,7 +23,7 @@ struct cli_fuse_args {
  * Edits m (the export rewrites its graph). */
 int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d);
 
-/* OUT's companion file: "m.onnx" -> "m" + suffix (".mirage.so", ".mirage.json"). */
+/* OUT's companion file: "m.onnx" -> "m" + suffix (".mirage.<build>.so", ...). */
 void cli_beside(const char *out, const char *suffix, char *buf, size_t len);
 
 #endif

@@ -19,7 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PLUGIN_KEY "mirage.plugin"
+/* metadata_props the export sets: plugin, manifest, build id */
+#define N_META 3
 
 /* ---- small growable containers (freed by the call, not the arena, since
  * the arena cannot grow an allocation in place) ---- */
@@ -755,7 +756,8 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	l->input = mo_arena_array(a, g->n_input, sizeof *l->input);
 	l->value_info = mo_arena_array(a, g->n_value_info, sizeof *l->value_info);
 	l->opset_import = mo_arena_array(a, p->n_opset_import + 1, sizeof *l->opset_import);
-	l->metadata_props = mo_arena_array(a, p->n_metadata_props + 1, sizeof *l->metadata_props);
+	l->metadata_props = mo_arena_array(a, p->n_metadata_props + N_META,
+					   sizeof *l->metadata_props);
 	if (a->failed)
 		return nomem(x);
 
@@ -801,30 +803,37 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 		l->opset_import[l->n_opset_import++] = op;
 	}
 
-	Onnx__StringStringEntryProto *plugin = NULL;
-	if (x->o->plugin_file) {
-		plugin = mo_arena_alloc(a, sizeof *plugin);
-		if (!plugin)
+	/* each entry given replaces the old value in place; repeats of its key
+	 * would contradict it, so they go */
+	static const char *const keys[N_META] = { "mirage.plugin", "mirage.manifest", "mirage.build" };
+	const char *values[N_META] = { x->o->plugin_file, x->o->manifest_file, x->o->build_id };
+	Onnx__StringStringEntryProto *entry[N_META] = { 0 };
+	bool placed[N_META] = { 0 };
+	for (int k = 0; k < N_META; k++) {
+		if (!values[k])
+			continue;
+		entry[k] = mo_arena_alloc(a, sizeof *entry[k]);
+		if (!entry[k])
 			return nomem(x);
-		onnx__string_string_entry_proto__init(plugin);
-		plugin->key = mo_arena_strdup(a, PLUGIN_KEY);
-		plugin->value = mo_arena_strdup(a, x->o->plugin_file);
+		onnx__string_string_entry_proto__init(entry[k]);
+		entry[k]->key = mo_arena_strdup(a, keys[k]);
+		entry[k]->value = mo_arena_strdup(a, values[k]);
 	}
-	bool placed = false;
 	for (size_t i = 0; i < p->n_metadata_props; i++) {
 		Onnx__StringStringEntryProto *e = p->metadata_props[i];
-		if (plugin && e->key && strcmp(e->key, PLUGIN_KEY) == 0) {
-			/* the new value takes the old one's place; repeats of the
-			 * key would contradict it, so they go */
-			if (!placed)
-				l->metadata_props[l->n_metadata_props++] = plugin;
-			placed = true;
-			continue;
-		}
-		l->metadata_props[l->n_metadata_props++] = e;
+		int k = 0;
+		while (k < N_META && !(entry[k] && e->key && strcmp(e->key, keys[k]) == 0))
+			k++;
+		if (k == N_META)
+			l->metadata_props[l->n_metadata_props++] = e;
+		else if (!placed[k])
+			l->metadata_props[l->n_metadata_props++] = entry[k];
+		if (k < N_META)
+			placed[k] = true;
 	}
-	if (plugin && !placed)
-		l->metadata_props[l->n_metadata_props++] = plugin;
+	for (int k = 0; k < N_META; k++)
+		if (entry[k] && !placed[k])
+			l->metadata_props[l->n_metadata_props++] = entry[k];
 	return a->failed ? nomem(x) : MO_OK;
 }
 

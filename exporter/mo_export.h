@@ -16,8 +16,9 @@
  * topological order, stably: untouched nodes keep their relative order and a
  * fused node takes the place of the first node it replaces unless its inputs
  * come later. `opset_import` gains the domain at version 1 unless it has it;
- * `metadata_props` gains mirage.plugin = the plugin's file name (replacing an
- * old value). The model is written atomically (mo_onnx_save).
+ * `metadata_props` gains mirage.plugin, mirage.manifest and mirage.build (the
+ * plugin's and manifest's file names, the build id), each replacing an old
+ * value. The model is written atomically (mo_onnx_save).
  *
  * The loaded model is not changed: the edit is built on the side and exists
  * only in the written file, so pointers into `m` stay valid and `m` can be
@@ -42,8 +43,12 @@ struct mo_fused_node {
 };
 
 struct mo_export_options {
-	const char *domain;      /* custom-op domain (MO_PLUGIN_DOMAIN) */
-	const char *plugin_file; /* file name recorded under metadata_props mirage.plugin, or NULL */
+	const char *domain;      /* custom-op domain (the plugin's mo_plugin_domain) */
+	/* recorded under metadata_props mirage.plugin, mirage.manifest and
+	 * mirage.build when not NULL */
+	const char *plugin_file;   /* the plugin's file name */
+	const char *manifest_file; /* the manifest's file name */
+	const char *build_id;      /* the plugin's build id */
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

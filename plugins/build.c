@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -493,6 +494,31 @@ static void cuda_libdir(const char *nvcc, char *out, size_t len)
 	snprintf(out, len, "-L%s/lib64", real);
 }
 
+static uint64_t fnv(uint64_t h, const char *s)
+{
+	/* with the terminating NUL, so that ("ab", "c") and ("a", "bc") differ */
+	for (size_t i = 0, n = strlen(s) + 1; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+	return h;
+}
+
+void mo_plugin_build_id(const struct mo_cg_op *ops, int n, const struct mo_plugin_options *o,
+			char id[MO_PLUGIN_BUILD_ID_LEN + 1])
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	h = fnv(h, o->cg.banner ? o->cg.banner : "");
+	h = fnv(h, o->cg.target == MO_SM80 ? "sm_80" : "sm_90");
+	h = fnv(h, o->cuda ? (o->archs ? o->archs : "80,90") : "cpu");
+	for (int i = 0; i < n; i++)
+		h = fnv(h, ops[i].name);
+	snprintf(id, MO_PLUGIN_BUILD_ID_LEN + 1, "%016" PRIx64, h);
+}
+
+void mo_plugin_domain_of(const char *build_id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s.%s", MO_PLUGIN_DOMAIN_PREFIX, build_id);
+}
+
 /* The private folder the plugin is built in (mkdtemp: 0700, ours alone), on
  * the cleanup list: compilers write only there. */
 static enum mo_status make_build_dir(const struct mo_plugin_options *o, char *dir, size_t len,
@@ -596,12 +622,19 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	}
 	/* the op table and the glue */
 	snprintf(path, sizeof path, "%s/mo_ops.c", dir);
+	char id[MO_PLUGIN_BUILD_ID_LEN + 1], domain[64];
+	if (o->build_id)
+		snprintf(id, sizeof id, "%s", o->build_id);
+	else
+		mo_plugin_build_id(ops, n, o, id);
+	mo_plugin_domain_of(id, domain, sizeof domain);
 	struct mo_file table;
 	if (mo_file_open(&table, path, d)) {
 		st = d->status;
 		goto free_lists;
 	}
-	mo_cg_emit_table(built, (const char *const *)idents, has_cuda, nb, o->cg.banner, table.f);
+	mo_cg_emit_table(built, (const char *const *)idents, has_cuda, nb, o->cg.banner, domain,
+			 table.f);
 	if (mo_file_commit(&table, d)) {
 		st = d->status;
 		goto free_lists;

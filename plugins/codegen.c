@@ -1291,7 +1291,7 @@ static void emit_tensor_desc(FILE *out, const struct mo_tensor *t)
 }
 
 void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,
-		      int n, const char *banner, FILE *out)
+		      int n, const char *banner, const char *domain, FILE *out)
 {
 	put_banner(out, banner);
 	fprintf(out, "/* the fused ops of this plugin, for mo_ort_glue.c */\n");
@@ -1324,7 +1324,8 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 		fprintf(out, "\t&%s_desc,\n", idents[k]);
 	if (n == 0)
 		fprintf(out, "\t0,\n");
-	fprintf(out, "};\nconst int mo_plugin_n_ops = %d;\n\n", n);
+	fprintf(out, "};\nconst int mo_plugin_n_ops = %d;\n", n);
+	fprintf(out, "const char mo_plugin_domain[] = \"%s\";\n\n", domain);
 	/* for mirage-onnx's own float check of the built library (dlsym) */
 	fprintf(out, "__attribute__((visibility(\"default\")))\n"
 		"const struct mo_plugin_op *const *MirageOnnxPluginOps(int *n)\n"

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "mo_mugraph.h"
+#include "mo_plugin_abi.h"
 
 struct mo_cg_op {
 	const char *name;            /* the custom op's type, MirageFused_<hash> */
@@ -34,9 +35,10 @@ struct mo_cg_options {
 enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
 			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
 			  struct mo_diag *d);
-/* Emits the op table the glue registers (mo_plugin_abi.h). */
+/* Emits the op table the glue registers (mo_plugin_abi.h) and the custom-op
+ * domain it registers them in. */
 void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,
-		      int n, const char *banner, FILE *out);
+		      int n, const char *banner, const char *domain, FILE *out);
 
 /* The runtime files copied beside the generated sources. */
 struct mo_runtime_file {
@@ -63,7 +65,19 @@ struct mo_plugin_options {
 	 * compile); NULL: "mirage-onnx: warning: ..." on stderr */
 	void (*warning)(void *ctx, const char *line);
 	void *warning_ctx;
+	/* the build id (MO_PLUGIN_BUILD_ID_LEN hex digits) that makes the
+	 * library's custom-op domain "mirage_onnx.<id>"; NULL: mo_plugin_build_id */
+	const char *build_id;
 };
+
+/* The id of a build of these ops with these options: a hash of the ops'
+ * names (each a hash of its region and μGraph), the banner (tool version and
+ * model), the target, CUDA and its archs, so the same build gets the same id
+ * and two plugins that differ in any of them get different ids. */
+void mo_plugin_build_id(const struct mo_cg_op *ops, int n, const struct mo_plugin_options *o,
+			char id[MO_PLUGIN_BUILD_ID_LEN + 1]);
+/* "mirage_onnx.<id>" */
+void mo_plugin_domain_of(const char *build_id, char *buf, size_t len);
 
 struct mo_plugin_op_report {
 	bool built;      /* in the library */

@@ -181,8 +181,8 @@ def main():
             out = os.path.join(tmp, case + ".onnx")
             try:
                 run_cli(args.cli, src, out, args.check == "ort")
-                base = out[:-len(".onnx")]
-                if os.path.exists(base + ".mirage.so"):
+                if any(f.startswith(case + ".mirage.") and f.endswith(".so")
+                       for f in os.listdir(tmp)):
                     fused += 1
                 if args.check == "roundtrip":
                     if open(src, "rb").read() != open(out, "rb").read():
@@ -208,9 +208,10 @@ def main():
                 else:
                     passed += 1
             finally:
-                for f in (out, out[:-5] + ".mirage.so", out[:-5] + ".mirage.json"):
-                    if os.path.exists(f):
-                        os.unlink(f)
+                # OUT and its plugin and manifest (OUT.mirage.<build>.so/.json)
+                for f in os.listdir(tmp):
+                    if f == case + ".onnx" or f.startswith(case + ".mirage."):
+                        os.unlink(os.path.join(tmp, f))
     if skipped:
         print(f"{skipped} expected skips, listed in {args.expected_failures}")
     if args.check == "ort":

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """End to end on the benchmark models (models/build.py, tiny shapes, fp32 and
-fp16): `mirage-onnx MODEL -o OUT` writes OUT, OUT.mirage.so and
-OUT.mirage.json; ONNX Runtime loads OUT with the plugin, and its outputs match
+fp16): `mirage-onnx MODEL -o OUT` writes OUT, its plugin OUT.mirage.<build>.so
+and manifest OUT.mirage.<build>.json; ONNX Runtime loads OUT with the plugin, and its outputs match
 ONNX Runtime's on the original model, on the same random inputs, within the
 tolerance of the dtype.
 
 Also checked, per model:
 - every region the manifest calls fused is one custom-op node of the plugin's
-  domain, and no other node of that domain exists; opset_import lists the
-  domain; metadata_props names the plugin;
+  domain (mirage_onnx.<build>), and no other custom node exists;
+  opset_import lists the domain; metadata_props names the plugin, the
+  manifest and the build;
 - the models of BENCHMARKS.md section A that the search is known to fuse at
   tiny shapes (rmsnorm, gated_mlp, lora, gqa), LayerNorm + Linear
   (ln_linear), and the two patterns the search computes another way
@@ -72,6 +73,17 @@ def session(path, plugin=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
+def fileset(out):
+    """OUT's plugin and manifest (paths), as its metadata_props name them;
+    None, None when it names none (nothing fused)."""
+    meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+    folder = os.path.dirname(out)
+    if "mirage.plugin" not in meta:
+        return None, None
+    return (os.path.join(folder, meta["mirage.plugin"]),
+            os.path.join(folder, meta.get("mirage.manifest", "")))
+
+
 def check_model(cli, src, out_dir, budget, nvcc_expected):
     name = os.path.basename(src)[:-len(".onnx")]
     out = os.path.join(out_dir, name + ".fused.onnx")
@@ -79,13 +91,13 @@ def check_model(cli, src, out_dir, budget, nvcc_expected):
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise AssertionError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")
-    base = out[:-len(".onnx")]
-    plugin, manifest = base + ".mirage.so", base + ".mirage.json"
+    plugin, manifest = fileset(out)
     fused_model = onnx.load(out)
-    custom = [n for n in fused_model.graph.node if n.domain == "mirage_onnx"]
-    if not os.path.exists(manifest):
-        # nothing fused: OUT is the model as it was
-        if custom or os.path.exists(plugin):
+    custom = [n for n in fused_model.graph.node if n.domain not in ("", "ai.onnx")]
+    beside = [f for f in os.listdir(out_dir) if f.startswith(os.path.basename(out)[:-5] + ".mirage.")]
+    if not plugin:
+        # nothing fused: OUT is the model as it was, with nothing beside it
+        if custom or beside:
             raise AssertionError("custom ops or a plugin without a manifest")
         if open(out, "rb").read() != open(src, "rb").read():
             raise AssertionError("nothing fused, yet OUT differs from the model")
@@ -97,11 +109,14 @@ def check_model(cli, src, out_dir, budget, nvcc_expected):
     types = {n.op_type for n in custom}
     if types != {g["op_type"] for g in fused}:
         raise AssertionError("custom-op node types differ from the manifest's")
-    if ("mirage_onnx", 1) not in [(o.domain, o.version) for o in fused_model.opset_import]:
-        raise AssertionError("opset_import lacks the mirage_onnx domain")
     meta = {p.key: p.value for p in fused_model.metadata_props}
-    if meta.get("mirage.plugin") != os.path.basename(plugin):
-        raise AssertionError(f"metadata_props mirage.plugin is {meta.get('mirage.plugin')!r}")
+    domain = "mirage_onnx." + meta.get("mirage.build", "")
+    if {n.domain for n in custom} != {domain} or man["domain"] != domain:
+        raise AssertionError(f"custom nodes not all in the build's domain {domain}")
+    if (domain, 1) not in [(o.domain, o.version) for o in fused_model.opset_import]:
+        raise AssertionError(f"opset_import lacks the domain {domain}")
+    if sorted(beside) != sorted(map(os.path.basename, (plugin, manifest))):
+        raise AssertionError(f"beside OUT: {beside}, expected only its plugin and manifest")
     if nvcc_expected and not all(g["cuda"] for g in fused):
         raise AssertionError("nvcc is installed but a fused op has no CUDA kernel")
     for g in fused:

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import numpy as np
+import onnx
 
 SKIP = 77
 MODELS = ["rmsnorm", "gated_mlp", "lora", "gqa"]
@@ -179,10 +180,11 @@ def main():
             out = os.path.join(tmp, f[:-5] + ".fused.onnx")
             r = subprocess.run([args.cli, "-q", os.path.join(models, f), "-o", out, "--budget",
                                 str(args.budget)], capture_output=True, text=True)
-            so = out[:-5] + ".mirage.so"
             try:
                 if r.returncode != 0:
                     raise AssertionError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")
+                meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+                so = os.path.join(tmp, meta.get("mirage.plugin", "-"))
                 if not os.path.exists(so):
                     raise AssertionError("nothing fused")
                 for name, err, us in check_plugin(so, cudart, rng):

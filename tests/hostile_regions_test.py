@@ -82,8 +82,10 @@ def session(path):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    plugin = path[:-5] + ".mirage.so" if path.endswith(".onnx") else path + ".mirage.so"
-    if os.path.exists(plugin):
+    # the plugin OUT names (OUT.mirage.<build>.so), if any
+    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
+    plugin = os.path.join(os.path.dirname(path), meta.get("mirage.plugin", ""))
+    if os.path.isfile(plugin):
         so.register_custom_ops_library(plugin)
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
@@ -121,9 +123,10 @@ class Regions(unittest.TestCase):
     def fuse(self, model, out, *flags, env=None):
         r = self.run_cli(model, "-o", out, "--budget", "5", "--no-cuda", *flags, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
-        manifest = out[:-5] + ".mirage.json"
+        meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+        manifest = os.path.join(os.path.dirname(out), meta.get("mirage.manifest", ""))
         regions = []
-        if os.path.exists(manifest):
+        if os.path.isfile(manifest):
             with open(manifest) as f:
                 regions = json.load(f)["regions"]
         return regions, r

@@ -46,6 +46,13 @@ def run(args, env=None, timeout=1800):
                           env=env)
 
 
+def set_file(out, key):
+    """The file of OUT's set (plugin or manifest) its metadata names under key."""
+    import onnx
+    meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+    return os.path.join(os.path.dirname(out), meta[key])
+
+
 class Base(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="mo_hsearch_")
@@ -241,7 +248,7 @@ class CorruptCacheEntry(Base):
                          r.stderr)
         feeds = random_inputs(onnx.load(src), 3)
         want = session(src).run(None, feeds)
-        got = session(out, out[:-len(".onnx")] + ".mirage.so").run(None, feeds)
+        got = session(out, set_file(out, "mirage.plugin")).run(None, feeds)
         for a, b in zip(want, got):
             np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(a))))
 
@@ -272,7 +279,7 @@ class CorruptCacheEntry(Base):
         r = run(["-q", src, "-o", out, *self.FLAGS], env=self.env)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertNotIn("warning", r.stderr)
-        with open(out[:-len(".onnx")] + ".mirage.json") as f:
+        with open(set_file(out, "mirage.manifest")) as f:
             self.assertTrue(all(g["fused"] for g in json.load(f)["regions"]))
         self.assertTrue(os.path.exists(entry))
 

@@ -173,7 +173,8 @@ class Fused(Base):
         self.assertEqual(r.returncode, 0, r.stderr)
         fused = onnx.load(out)
         n = sum(1 for node in fused.graph.node if node.domain.startswith("mirage_onnx"))
-        return src, out, os.path.join(self.dir, "fused.mirage.so"), n
+        meta = {p.key: p.value for p in fused.metadata_props}
+        return src, out, os.path.join(self.dir, meta.get("mirage.plugin", "-")), n
 
     def test_fp16_round_trip_in_a_region_overflows_like_onnxruntime(self):
         rng = np.random.default_rng(0)

@@ -179,6 +179,8 @@ const struct mo_plugin_op *const mo_plugin_ops[] = {
 	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar,
 };
 const int mo_plugin_n_ops = sizeof(mo_plugin_ops) / sizeof(mo_plugin_ops[0]);
+/* a generated table's domain carries its build id; this one, a fixed name */
+const char mo_plugin_domain[] = MO_PLUGIN_DOMAIN_PREFIX ".abi_test";
 
 #else /* MO_HALF_SELFTEST */
 

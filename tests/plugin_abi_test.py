@@ -4,7 +4,7 @@ mo_half.h) against the real ONNX Runtime.
 
 It compiles the glue with a hand-written op table (tests/plugin_abi_ops.c) into
 a custom-op library, loads it with SessionOptions.register_custom_ops_library,
-runs models whose nodes are in the domain mirage_onnx, and compares every
+runs models whose nodes are in the domain mirage_onnx.abi_test, and compares every
 output with numpy bit for bit, including failures (wrong shapes, a failing
 kernel) and a fake runtime too old for the plugin. It does the same with a
 UBSan build of the library, checks that RegisterCustomOps is the library's
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN = "mirage_onnx"
+DOMAIN = "mirage_onnx.abi_test"  # plugin_abi_ops.c's mo_plugin_domain
 
 
 class Failure(Exception):

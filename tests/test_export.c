@@ -22,7 +22,8 @@
 
 #define DOMAIN "ai.mirage.test"
 
-static const struct mo_export_options opts = { DOMAIN, "libmirage_test.so" };
+static const struct mo_export_options opts = { .domain = DOMAIN,
+						.plugin_file = "libmirage_test.so" };
 static const int64_t dims_2x4[] = { 2, 4 };
 static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
@@ -296,7 +297,7 @@ static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
 	tm_output(&t, &t.graph, "Y");
 	struct run r = { 0 };
 	load_tm(&r, &t);
-	const struct mo_export_options no_plugin = { DOMAIN, NULL };
+	const struct mo_export_options no_plugin = { .domain = DOMAIN };
 	const struct mo_fused_node f = {
 		.op_type = "mirage_b", .name = "fb", .n_nodes = 1, .nodes = (const int[]){ 1 },
 		.n_inputs = 1, .n_outputs = 1, .inputs = NAMES("a"), .outputs = NAMES("Y"),
@@ -305,6 +306,34 @@ static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
 	const Onnx__ModelProto *p = mo_onnx_proto(r.out);
 	assert_int_equal(p->n_opset_import, 2);
 	assert_int_equal(p->n_metadata_props, 0);
+	run_free(&r);
+	tm_free(&t);
+}
+
+/* A model fused again: its plugin, manifest and build entries are replaced
+ * in place, repeats of them dropped, the others kept. */
+static void set_metadata_names_the_new_plugin_manifest_and_build(void **state)
+{
+	(void)state;
+	struct tm t;
+	build_chain(&t);
+	metadata(&t, "mirage.build", "0000000000000001");
+	metadata(&t, "mirage.plugin", "older.so");
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	const struct mo_export_options o = { .domain = DOMAIN, .plugin_file = "m.mirage.ab.so",
+					     .manifest_file = "m.mirage.ab.json", .build_id = "ab" };
+	assert_int_equal(export_to(&r, &chain_fused, 1, &o, r.path), MO_OK);
+	const Onnx__ModelProto *p = mo_onnx_proto(r.out);
+	static const char *const want[][2] = {
+		{ "mirage.plugin", "m.mirage.ab.so" }, { "author", "tests" },
+		{ "mirage.build", "ab" }, { "mirage.manifest", "m.mirage.ab.json" },
+	};
+	assert_int_equal(p->n_metadata_props, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_string_equal(p->metadata_props[i]->key, want[i][0]);
+		assert_string_equal(p->metadata_props[i]->value, want[i][1]);
+	}
 	run_free(&r);
 	tm_free(&t);
 }
@@ -697,6 +726,7 @@ int main(void)
 		cmocka_unit_test(fused_node_replaces_exactly_the_listed_nodes),
 		cmocka_unit_test(opset_and_plugin_metadata_are_set),
 		cmocka_unit_test(opset_is_not_repeated_and_no_plugin_means_no_metadata),
+		cmocka_unit_test(set_metadata_names_the_new_plugin_manifest_and_build),
 		cmocka_unit_test(untouched_nodes_keep_their_order_and_bytes),
 		cmocka_unit_test(fused_node_precedes_a_consumer_it_interleaves_with),
 		cmocka_unit_test(fused_node_moves_after_an_input_made_between_its_nodes),

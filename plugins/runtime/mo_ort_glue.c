@@ -1,6 +1,6 @@
 /* The fixed ONNX Runtime glue of a mirage-onnx plugin: registers every op of
  * the generated table mo_plugin_ops (mo_plugin_abi.h) as an ORT custom op in
- * the domain MO_PLUGIN_DOMAIN, a CPU kernel always and a CUDA kernel when the
+ * the domain mo_plugin_domain (one per build), a CPU kernel always and a CUDA kernel when the
  * op has one, and adapts ORT's kernel calls to the generated functions.
  *
  * The only symbol exported is RegisterCustomOps, the entry point ORT looks up
@@ -503,7 +503,7 @@ MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const Ort
 	if (!t)
 		return mo_ort_errorf(api, ORT_FAIL, "mirage_onnx plugin: out of memory");
 
-	st = mo_ort_create_custom_op_domain(api, MO_PLUGIN_DOMAIN, &domain);
+	st = mo_ort_create_custom_op_domain(api, mo_plugin_domain, &domain);
 	if (st)
 		return st;
 	for (int i = 0; !st && i < t->n; i++)

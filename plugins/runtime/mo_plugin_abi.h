@@ -3,7 +3,10 @@
  *
  * The generated code defines mo_plugin_ops / mo_plugin_n_ops; the glue
  * registers, for every op, a CPU kernel (always) and a CUDA kernel (when
- * `cuda` is not NULL) in the custom-op domain MO_PLUGIN_DOMAIN. Shapes are
+ * `cuda` is not NULL) in the custom-op domain mo_plugin_domain, which the
+ * generated code also defines: MO_PLUGIN_DOMAIN_PREFIX "." and the build id,
+ * so that the plugins of any number of fused models register side by side
+ * and a model only finds the kernels of the build it was made for. Shapes are
  * static: the kernel checks its inputs against them and fails with a message
  * otherwise. This file is copied into every plugin's sources, so it depends
  * on nothing but the C standard library. */
@@ -13,7 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MO_PLUGIN_DOMAIN "mirage_onnx"
+#define MO_PLUGIN_DOMAIN_PREFIX "mirage_onnx"
+#define MO_PLUGIN_BUILD_ID_LEN 16 /* hex digits */
 #define MO_PLUGIN_MAX_RANK 8
 
 struct mo_plugin_tensor {
@@ -41,5 +45,7 @@ struct mo_plugin_op {
 
 extern const struct mo_plugin_op *const mo_plugin_ops[];
 extern const int mo_plugin_n_ops;
+/* "mirage_onnx.<build id>" */
+extern const char mo_plugin_domain[];
 
 #endif
