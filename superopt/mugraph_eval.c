@@ -341,7 +341,16 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 	for (int k = 0; k < mg->n_ops && !st && !ke.bad; k++) {
 		const struct mo_kg_op *op = &mg->ops[k];
 		if (!op->bg) {
+			/* computed in fp32, stored as its tensor's storage */
+			ke.tiles = true;
 			mo_ev_run_op(&ke, &op->op);
+			ke.tiles = false;
+			int t = op->op.out[0];
+			double *v = ke.vals[t];
+			int32_t dt = storage_dtype(mg, ref, t);
+			for (uint64_t i = 0; domain == MO_EVAL_FLOAT && !ke.bad && v &&
+					     i < mo_tensor_numel(&mg->kg.tensors[t]); i++)
+				v[i] = mo_ev_round(v[i], dt);
 			continue;
 		}
 		for (int s = 0; s < op->bg->n_savers; s++) {

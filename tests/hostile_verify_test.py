@@ -13,7 +13,8 @@ region it replaces.
 - End to end, a region with a Cast round trip through fp16 gives what ONNX
   Runtime gives, infinities where fp16 overflows included; a region whose
   input is fp16 and whose output is fp32 is fused into a node that ONNX
-  Runtime accepts (it declares exactly those types) and matches.
+  Runtime accepts (it declares exactly those types) and matches; so is one
+  whose input is fp32 and whose output is fp16.
 """
 import argparse
 import os
@@ -209,6 +210,23 @@ class Fused(Base):
         got = s.run(None, {"X": x})[0]
         self.assertEqual(got.dtype, np.float32)
         self.assertLess(np.abs(got - want).max() / np.abs(want).max(), 2e-2)
+
+    def test_fp32_input_fp16_output_region_is_accepted_and_matches(self):
+        rng = np.random.default_rng(1)
+        W = nh.from_array(rng.standard_normal((16, 16)).astype(np.float32), "W")
+        m = model([h.make_node("MatMul", ["X", "W"], ["m"]), h.make_node("Mul", ["m", "m"], ["s"]),
+                   h.make_node("Cast", ["s"], ["Y"], to=H)], IN, [vi("Y", [4, 16], H)], [W])
+        src, out, so, n = self.fuse(m)
+        self.assertGreaterEqual(n, 1, "nothing was fused: the test would prove nothing")
+        s = session(out, so)
+        self.assertEqual(s.get_inputs()[0].type, "tensor(float)")
+        self.assertEqual(s.get_outputs()[0].type, "tensor(float16)")
+        x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+        want = session(src).run(None, {"X": x})[0]
+        got = s.run(None, {"X": x})[0]
+        self.assertEqual(got.dtype, np.float16)
+        # the Cast to fp16 is the model's only rounding: kept, the results are equal
+        np.testing.assert_array_equal(got, want)
 
 
 if __name__ == "__main__":
