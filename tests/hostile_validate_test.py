@@ -127,6 +127,12 @@ class Hostile(unittest.TestCase):
                    helper.make_node("Clip", ["H", "", "mx"], ["Y"])], [weight(), mx])
         self.assert_unfused(self.write("clipmax.onnx", m), "Clip with a max bound only")
 
+    def test_keepdims_other_than_0_or_1_is_not_read_as_1(self):
+        # ONNX Runtime keeps the dims only for keepdims == 1
+        m = model([helper.make_node("ReduceSum", ["X"], ["S"], keepdims=-1, axes=[1]),
+                   helper.make_node("Relu", ["S"], ["Y"])], [], y=(4, 1), opset=11)
+        self.assert_unfused(self.write("kd.onnx", m), "keepdims or noop_with_empty_axes is neither 0 nor 1")
+
     def test_missing_zero_or_unknown_opset_is_rejected(self):
         self.assert_rejected(self.write("none.onnx", mm_relu(opset=None)), "imports no opset")
         self.assert_rejected(self.write("o0.onnx", mm_relu(opset=0)), "opset 0 is not one")
