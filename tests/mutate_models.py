@@ -542,6 +542,8 @@ def _check_mutant(cli, workdir, mid, data, timeout, outcome):
                               for n in fused.graph.node):
                 blamed.append(op)
         if blamed:
+            if os.environ.get("MO_MUTATE_VERBOSE"):
+                print(f"LEFT {mid}: {blamed} named in: {msg.strip()[:300]}")
             outcome["what"] = "fused, offending node left"
             return None
         checker_ok = checker_accepts(path)
