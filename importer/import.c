@@ -1046,6 +1046,8 @@ static enum mo_status import_node(struct importer *im, int ni)
 	/* A type the model declares for an output the op computes must be
 	 * the computed one (ONNX Runtime refuses the model otherwise). */
 	for (int i = 0; op.kind != MO_OP_OPAQUE && !off_schema && i < op.n_out; i++) {
+		if (op.kind == MO_OP_LAYER_NORM && i > 0)
+			break; /* Mean and InvStdDev: type U, which stash_type sets */
 		const struct mo_tensor *t = op.out[i] >= 0 ? &tp->tensors[op.out[i]] : NULL;
 		const int *v = t && t->dtype ? mo_strmap_get(&im->vinfo, t->name) : NULL;
 		const Onnx__TypeProto *vt = v ? vinfo_at(im, *v)->type : NULL;
