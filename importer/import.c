@@ -452,6 +452,8 @@ static void normalize_axes(struct mo_op_params *p, int rank)
 			p->axes[i] += rank;
 }
 
+static bool flag01(int64_t v) { return v == 0 || v == 1; }
+
 /* Reads the op's attributes and constant parameters into op->p. Returns a
  * reason when the op cannot be an in-table op (it becomes a boundary). */
 static const char *parse_params(struct importer *im, struct mo_tp_op *op,
@@ -467,6 +469,8 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		p->beta = attr_float(n, "beta", 1.0);
 		p->trans_a = (int)attr_int(n, "transA", 0);
 		p->trans_b = (int)attr_int(n, "transB", 0);
+		if (!flag01(p->trans_a) || !flag01(p->trans_b))
+			return "Gemm's transA or transB is neither 0 nor 1";
 		return NULL;
 	case MO_OP_POW: {
 		const struct mo_tensor *e = param(im, n, 1);
@@ -491,6 +495,10 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
 		p->keepdims = (int)attr_int(n, "keepdims", 1);
 		p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
+		/* ONNX Runtime keeps dims only for keepdims == 1: other values are
+		 * read differently by different readers */
+		if (!flag01(p->keepdims) || !flag01(p->noop_with_empty_axes))
+			return "keepdims or noop_with_empty_axes is neither 0 nor 1";
 		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
 						: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
 		if (c == -2)
@@ -524,6 +532,8 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		if (c < 0)
 			return "the target shape is not a constant";
 		p->allowzero = (int)attr_int(n, "allowzero", 0);
+		if (!flag01(p->allowzero))
+			return "allowzero is neither 0 nor 1";
 		p->n_sizes = c;
 		p->sizes = mo_arena_array(&im->tp->arena, (size_t)c + 1, sizeof *p->sizes);
 		if (p->sizes)
@@ -670,19 +680,6 @@ static void classify(struct mo_tp *tp, struct mo_tp_op *op)
 						   : "produces non-float tensors";
 			goto boundary;
 		}
-	}
-	/* ONNX's type constraint T: the float operands are of one type (an
-	 * fp16 weight under an fp32 activation is an invalid model). */
-	int32_t dt = 0;
-	for (int i = 0; i < op->n_in; i++) {
-		if (op->in[i] < 0 || op->kind == MO_OP_CAST || (op->kind == MO_OP_WHERE && i == 0))
-			continue;
-		int32_t ti = tp->tensors[op->in[i]].dtype;
-		if (dt && ti != dt) {
-			op->note = "its operands are of different types";
-			goto boundary;
-		}
-		dt = ti;
 	}
 	/* Kernels index with 32-bit grids and tiles of at least one element:
 	 * empty tensors and ones of 2^31 elements or more are left to ONNX
@@ -1015,8 +1012,12 @@ static enum mo_status import_node(struct importer *im, int ni)
 	int rank = x0 && x0->shape_known ? x0->rank : 0;
 	const char *why = NULL;
 	char schema_why[300];
-	bool off_schema = op.kind != MO_OP_OPAQUE &&
-		mo_op_check_node(op.kind, n, tp->opset, schema_why, sizeof schema_why);
+	enum mo_schema_fit fit = mo_op_check_node(op.kind, n, tp->opset, schema_why,
+						  sizeof schema_why);
+	if (fit == MO_SCHEMA_INVALID)
+		return mo_diag_set(im->d, MO_ERR_INPUT, "%s: invalid model: node '%s': %s",
+				   mo_onnx_name(tp->model), tp->node_names[ni], schema_why);
+	bool off_schema = fit != MO_SCHEMA_FITS;
 	if (unread) {
 		why = unread;
 		off_schema = true;
@@ -1050,6 +1051,38 @@ static enum mo_status import_node(struct importer *im, int ni)
 	if (!off_schema && fold(im, n, &op)) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
+	}
+	/* ONNX's type constraint T: the data operands are of one type (an fp16
+	 * weight under an fp32 activation: ONNX Runtime refuses the model). */
+	int32_t dt = 0;
+	for (int i = 0; op.kind != MO_OP_OPAQUE && op.kind != MO_OP_CAST &&
+			op.kind != MO_OP_RMS_NORM && i < op.n_in; i++) {
+		if (op.in[i] < 0 || (op.kind == MO_OP_WHERE && i == 0) ||
+		    (op.kind == MO_OP_GATHER && i == 1) || !tp->tensors[op.in[i]].dtype)
+			continue;
+		int32_t ti = tp->tensors[op.in[i]].dtype;
+		if (dt && ti != dt)
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: invalid model: node '%s' (%s) has operands of different types (%s and %s)",
+					   mo_onnx_name(tp->model), tp->node_names[ni], ty,
+					   mo_onnx_dtype_name(dt), mo_onnx_dtype_name(ti));
+		dt = ti;
+	}
+	/* A type the model declares for an output the op computes must be
+	 * the computed one (ONNX Runtime refuses the model otherwise). */
+	for (int i = 0; op.kind != MO_OP_OPAQUE && !off_schema && i < op.n_out; i++) {
+		if (op.kind == MO_OP_LAYER_NORM && i > 0)
+			break; /* Mean and InvStdDev: type U, which stash_type sets */
+		const struct mo_tensor *t = op.out[i] >= 0 ? &tp->tensors[op.out[i]] : NULL;
+		const int *v = t && t->dtype ? mo_strmap_get(&im->vinfo, t->name) : NULL;
+		const Onnx__TypeProto *vt = v ? vinfo_at(im, *v)->type : NULL;
+		if (vt && vt->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+		    vt->tensor_type->elem_type && vt->tensor_type->elem_type != t->dtype)
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: invalid model: node '%s' (%s) computes '%s' as %s, declared %s",
+					   mo_onnx_name(tp->model), tp->node_names[ni], ty, t->name,
+					   mo_onnx_dtype_name(t->dtype),
+					   mo_onnx_dtype_name(vt->tensor_type->elem_type));
 	}
 	/* Where inference could not say, the model's value_info may, unless
 	 * the shape depends on an input's unknown one. */

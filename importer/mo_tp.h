@@ -107,6 +107,7 @@ struct mo_op_attr {
 	int16_t since, until; /* opsets [since, until); 0: unbounded */
 };
 struct mo_op_schema {
+	int16_t exists;         /* first opset of ONNX that has the op */
 	int16_t since;          /* first opset the tool reads the op at */
 	uint8_t min_in, max_in; /* inputs below min_in are required */
 	int16_t in_change;      /* before this opset, the counts below apply */
@@ -115,9 +116,14 @@ struct mo_op_schema {
 	struct mo_op_attr attrs[5];
 };
 extern const struct mo_op_schema mo_op_schema[MO_OP__COUNT];
-/* NULL when node fits kind's row at opset, else why not (in buf). */
-const char *mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node, int64_t opset,
-			     char *buf, size_t len);
+enum mo_schema_fit {
+	MO_SCHEMA_FITS,
+	MO_SCHEMA_UNREAD,  /* valid ONNX the tool does not read: a boundary */
+	MO_SCHEMA_INVALID, /* against ONNX's schema: ONNX Runtime refuses it */
+};
+/* Whether node fits kind's row at opset; why not in buf. */
+enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node,
+				    int64_t opset, char *buf, size_t len);
 const char *mo_lax_name(enum mo_lax lax);
 /* Each output element depends only on the same (broadcast) element of each
  * operand: the ops a thread graph may hold. */

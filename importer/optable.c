@@ -16,58 +16,60 @@ const struct mo_op_info mo_op_table[MO_OP__COUNT] = {
 #define AT(n, ty, since, until) { n, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##ty, since, until }
 /* Opset 7 brought numpy broadcasting and dropped the legacy attributes
  * (broadcast, axis, consumed_inputs): no op is read at an older opset. */
-#define UNARY { .since = 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } }
-#define BINARY { .since = 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } }
-#define REDUCE(change) { .since = 7, 1, 2, change, 1, 1, 1, 1,                 \
+#define UNARY { 1, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } }
+#define BINARY { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } }
+#define REDUCE(change) { 1, 7, 1, 2, change, 1, 1, 1, 1,                 \
 	{ AI("keepdims"), AT("axes", INTS, 0, change),                           \
 	  AT("noop_with_empty_axes", INT, change, 0) } }
 
 const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_MATMUL] = BINARY,
-	[MO_OP_GEMM] = { 7, 2, 3, 11, 3, 3, 1, 1,
+	[MO_OP_GEMM] = { 1, 7, 2, 3, 11, 3, 3, 1, 1,
 			 { AF("alpha"), AF("beta"), AI("transA"), AI("transB") } },
 	[MO_OP_ADD] = BINARY, [MO_OP_SUB] = BINARY, [MO_OP_MUL] = BINARY,
 	[MO_OP_DIV] = BINARY, [MO_OP_NEG] = UNARY, [MO_OP_RECIPROCAL] = UNARY,
 	[MO_OP_POW] = BINARY, [MO_OP_SQRT] = UNARY, [MO_OP_EXP] = UNARY,
 	[MO_OP_SIGMOID] = UNARY,
-	[MO_OP_SOFTMAX] = { 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
+	[MO_OP_SOFTMAX] = { 1, 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
 	[MO_OP_REDUCE_SUM] = REDUCE(13),
 	[MO_OP_REDUCE_MEAN] = REDUCE(18),
 	[MO_OP_REDUCE_MAX] = REDUCE(18),
-	[MO_OP_LAYER_NORM] = { 17, 2, 3, 0, 0, 0, 1, 3,
+	[MO_OP_LAYER_NORM] = { 17, 17, 2, 3, 0, 0, 0, 1, 3,
 			       { AI("axis"), AF("epsilon"), AI("stash_type") } },
-	[MO_OP_RMS_NORM] = { 23, 2, 2, 0, 0, 0, 1, 1,
+	[MO_OP_RMS_NORM] = { 23, 23, 2, 2, 0, 0, 0, 1, 1,
 			     { AI("axis"), AF("epsilon"), AI("stash_type") } },
-	[MO_OP_TRANSPOSE] = { 7, 1, 1, 0, 0, 0, 1, 1, { AT("perm", INTS, 0, 0) } },
-	[MO_OP_RESHAPE] = { 7, 2, 2, 0, 0, 0, 1, 1, { AT("allowzero", INT, 14, 0) } },
-	[MO_OP_SQUEEZE] = { 7, 1, 2, 13, 1, 1, 1, 1, { AT("axes", INTS, 0, 13) } },
-	[MO_OP_UNSQUEEZE] = { 7, 2, 2, 13, 1, 1, 1, 1, { AT("axes", INTS, 0, 13) } },
-	[MO_OP_FLATTEN] = { 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
-	[MO_OP_CONCAT] = { 7, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { AI("axis") } },
-	[MO_OP_SPLIT] = { 7, 1, 2, 13, 1, 1, 1, MO_VARIADIC,
+	[MO_OP_TRANSPOSE] = { 1, 7, 1, 1, 0, 0, 0, 1, 1, { AT("perm", INTS, 0, 0) } },
+	[MO_OP_RESHAPE] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { AT("allowzero", INT, 14, 0) } },
+	[MO_OP_SQUEEZE] = { 1, 7, 1, 2, 13, 1, 1, 1, 1, { AT("axes", INTS, 0, 13) } },
+	[MO_OP_UNSQUEEZE] = { 1, 7, 2, 2, 13, 1, 1, 1, 1, { AT("axes", INTS, 0, 13) } },
+	[MO_OP_FLATTEN] = { 1, 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
+	[MO_OP_CONCAT] = { 1, 7, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { AI("axis") } },
+	[MO_OP_SPLIT] = { 1, 7, 1, 2, 13, 1, 1, 1, MO_VARIADIC,
 			  { AI("axis"), AT("split", INTS, 0, 13),
 			    AT("num_outputs", INT, 18, 0) } },
-	[MO_OP_SLICE] = { 7, 3, 5, 10, 1, 1, 1, 1,
+	[MO_OP_SLICE] = { 1, 7, 3, 5, 10, 1, 1, 1, 1,
 			  { AT("starts", INTS, 0, 10), AT("ends", INTS, 0, 10),
 			    AT("axes", INTS, 0, 10) } },
-	[MO_OP_EXPAND] = { 8, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_EXPAND] = { 8, 8, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_IDENTITY] = UNARY,
-	[MO_OP_CAST] = { 7, 1, 1, 0, 0, 0, 1, 1,
+	[MO_OP_CAST] = { 1, 7, 1, 1, 0, 0, 0, 1, 1,
 			 { AI("to"), AT("saturate", INT, 19, 0),
 			   AT("round_mode", STRING, 24, 0) } },
 	[MO_OP_RELU] = UNARY,
-	[MO_OP_ERF] = { 9, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
-	[MO_OP_GELU] = { 20, 1, 1, 0, 0, 0, 1, 1, { AS("approximate") } },
+	[MO_OP_ERF] = { 9, 9, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_GELU] = { 20, 20, 1, 1, 0, 0, 0, 1, 1, { AS("approximate") } },
 	[MO_OP_TANH] = UNARY,
 	/* before opset 11 the bounds were attributes, which are not modelled */
-	[MO_OP_CLIP] = { 11, 1, 3, 0, 0, 0, 1, 1, { { 0 } } },
-	[MO_OP_WHERE] = { 9, 3, 3, 0, 0, 0, 1, 1, { { 0 } } },
-	[MO_OP_MAX] = { 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } } },
-	[MO_OP_MIN] = { 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } } },
-	[MO_OP_ABS] = UNARY, [MO_OP_COS] = UNARY, [MO_OP_SIN] = UNARY,
+	[MO_OP_CLIP] = { 1, 11, 1, 3, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_WHERE] = { 9, 9, 3, 3, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_MAX] = { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_MIN] = { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_ABS] = UNARY,
+	[MO_OP_COS] = { 7, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_SIN] = { 7, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_LOG] = UNARY,
-	[MO_OP_GATHER] = { 7, 2, 2, 0, 0, 0, 1, 1, { AI("axis") } },
-	[MO_OP_OPAQUE] = { 0 },
+	[MO_OP_GATHER] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { AI("axis") } },
+	[MO_OP_OPAQUE] = { 1, 0 },
 };
 
 static const char *attr_type_name(int t)
@@ -96,22 +98,27 @@ static bool attr_value_matches(const Onnx__AttributeProto *a)
 	}
 }
 
-const char *mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n, int64_t opset,
-			     char *buf, size_t len)
+enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n,
+				    int64_t opset, char *buf, size_t len)
 {
 	if (kind == MO_OP_OPAQUE || kind == MO_OP__COUNT)
-		return NULL;
+		return MO_SCHEMA_FITS;
 	const struct mo_op_schema *s = &mo_op_schema[kind];
 	const char *name = mo_op_table[kind].name;
 	if (opset > MO_ONNX_OPSET_MAX) {
 		snprintf(buf, len, "opset %" PRId64 " is newer than the tool knows (%d)",
 			 opset, MO_ONNX_OPSET_MAX);
-		return buf;
+		return MO_SCHEMA_UNREAD;
+	}
+	if (opset < s->exists) {
+		snprintf(buf, len, "%s does not exist before opset %d; the model imports opset %" PRId64,
+			 name, s->exists, opset);
+		return MO_SCHEMA_INVALID;
 	}
 	if (opset < s->since) {
 		snprintf(buf, len, "%s is read from opset %d on; the model imports opset %" PRId64,
 			 name, s->since, opset);
-		return buf;
+		return MO_SCHEMA_UNREAD;
 	}
 	bool old = s->in_change && opset < s->in_change;
 	unsigned lo = old ? s->old_min_in : s->min_in, hi = old ? s->old_max_in : s->max_in;
@@ -122,22 +129,28 @@ const char *mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n, int64_t 
 		else
 			snprintf(buf, len, "%s takes %u to %u inputs at opset %" PRId64 ", the node has %zu",
 				 name, lo, hi, opset, n->n_input);
-		return buf;
+		return MO_SCHEMA_INVALID;
 	}
 	for (size_t i = 0; i < n->n_input; i++) {
-		if ((i < lo || hi == MO_VARIADIC) && (!n->input[i] || !*n->input[i])) {
+		if (n->input[i] && *n->input[i])
+			continue;
+		if (i < lo) {
 			snprintf(buf, len, "%s's input %zu is required but left empty", name, i);
-			return buf;
+			return MO_SCHEMA_INVALID;
+		}
+		if (hi == MO_VARIADIC) { /* ONNX Runtime accepts it; no meaning is given */
+			snprintf(buf, len, "%s's input %zu is left empty", name, i);
+			return MO_SCHEMA_UNREAD;
 		}
 	}
 	if (n->n_output < s->min_out || (s->max_out != MO_VARIADIC && n->n_output > s->max_out)) {
 		snprintf(buf, len, "%s has %u to %u outputs, the node has %zu", name,
 			 s->min_out, s->max_out, n->n_output);
-		return buf;
+		return MO_SCHEMA_INVALID;
 	}
 	if (n->n_output && (!n->output[0] || !*n->output[0])) {
 		snprintf(buf, len, "%s's output 0 is left empty", name);
-		return buf;
+		return MO_SCHEMA_INVALID;
 	}
 	for (size_t i = 0; i < n->n_attribute; i++) {
 		const Onnx__AttributeProto *a = n->attribute[i];
@@ -151,19 +164,19 @@ const char *mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n, int64_t 
 		for (size_t k = 0; k < i; k++)
 			if (strcmp(n->attribute[k]->name ? n->attribute[k]->name : "", an) == 0) {
 				snprintf(buf, len, "%s has the attribute '%s' twice", name, an);
-				return buf;
+				return MO_SCHEMA_INVALID;
 			}
-		if (!want) {
+		if (!want) { /* ONNX Runtime lets some pass: no meaning is given */
 			snprintf(buf, len, "%s has no attribute '%s' at opset %" PRId64, name, an, opset);
-			return buf;
+			return MO_SCHEMA_UNREAD;
 		}
 		if ((int)a->type != want->type || !attr_value_matches(a)) {
 			snprintf(buf, len, "%s's attribute '%s' is %s, not %s", name, an,
 				 attr_type_name((int)a->type), attr_type_name(want->type));
-			return buf;
+			return MO_SCHEMA_INVALID;
 		}
 	}
-	return NULL;
+	return MO_SCHEMA_FITS;
 }
 
 const char *mo_lax_name(enum mo_lax lax)

@@ -84,6 +84,8 @@ enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d);
 /* The newest default-domain opset the tool (and ONNX Runtime 1.30) knows;
  * validation refuses newer ones. */
 #define MO_ONNX_OPSET_MAX 26
+/* The newest IR version ONNX (1.23) defines. */
+#define MO_ONNX_IR_MAX 14
 
 /* Writes the model to `path` atomically: a temporary file in the same folder
  * that is renamed over `path` only once it is complete and flushed. On

@@ -239,6 +239,20 @@ static enum mo_status check_graph(const struct graph_check *c,
 		if (sp->values)
 			st = define(c, &s, str(sp->values->name), -1, "a sparse initializer");
 	}
+	/* A declared tensor type names a known element type (ONNX Runtime
+	 * refuses "tensor data type 0" even where the checker lets it pass). */
+	for (size_t k = 0; !st && k < g->n_input + g->n_output + g->n_value_info; k++) {
+		const Onnx__ValueInfoProto *v =
+			k < g->n_input ? g->input[k]
+			: k < g->n_input + g->n_output ? g->output[k - g->n_input]
+			: g->value_info[k - g->n_input - g->n_output];
+		const Onnx__TypeProto *ty = v->type;
+		if (ty && ty->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+		    (ty->tensor_type->elem_type <= 0 ||
+		     strcmp(mo_onnx_dtype_name(ty->tensor_type->elem_type), "unknown") == 0))
+			st = fail(c, "'%s' is declared a tensor of element type %d, which does not exist",
+				  str(v->name), (int)ty->tensor_type->elem_type);
+	}
 	/* ONNX Runtime refuses a graph with two nodes of one name. */
 	struct mo_strmap node_names = { 0 };
 	for (size_t i = 0; !st && i < g->n_node; i++) {
@@ -308,6 +322,10 @@ static enum mo_status check_opsets(const struct mo_model *m, struct mo_diag *d)
 {
 	const Onnx__ModelProto *p = m->proto;
 	const Onnx__OperatorSetIdProto *def = NULL;
+	if (p->ir_version > MO_ONNX_IR_MAX)
+		return mo_diag_set(d, MO_ERR_INPUT,
+				   "%s: invalid model: IR version %lld is newer than ONNX defines (%d)",
+				   mo_onnx_name(m), (long long)p->ir_version, MO_ONNX_IR_MAX);
 	for (size_t i = 0; i < p->n_opset_import; i++) {
 		const Onnx__OperatorSetIdProto *o = p->opset_import[i];
 		const char *dom = str(o->domain);
@@ -316,9 +334,9 @@ static enum mo_status check_opsets(const struct mo_model *m, struct mo_diag *d)
 			const char *dk = str(p->opset_import[k]->domain);
 			bool same = strcmp(dk, dom) == 0 ||
 				    (is_def && (!*dk || strcmp(dk, "ai.onnx") == 0));
-			if (same)
+			if (same && p->opset_import[k]->version != o->version)
 				return mo_diag_set(d, MO_ERR_INPUT,
-						   "%s: invalid model: opset_import names the domain '%s' twice",
+						   "%s: invalid model: opset_import gives the domain '%s' two versions",
 						   mo_onnx_name(m), *dom ? dom : "ai.onnx");
 		}
 		if (is_def)

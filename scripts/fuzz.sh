@@ -3,8 +3,28 @@
 #   scripts/fuzz.sh [SECONDS]      (default 300)
 # Seeds come from the ONNX backend-test models; crashes are written to
 # build-fuzz/crashes/ (replay one with: build-fuzz/tests/fuzz_onnx_load FILE).
+#
+#   scripts/fuzz.sh mutate [COUNT] [SEED]   (default 2000 mutants, a random seed)
+# runs the structure-aware mutator (tests/mutate_models.py: valid protobuf,
+# broken semantics) through the whole tool, built with ASan and UBSan; failing
+# mutants are kept in build-mutate/failures/ and the seed is printed, so a run
+# can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = mutate ]; then
+  count=${2:-2000}
+  seed=${3:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+  scripts/setup.sh
+  cmake -S . -B build-mutate -DMO_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMO_PYTHON="$PWD/.venv/bin/python" >/dev/null
+  cmake --build build-mutate -j"$(nproc)" --target mirage-onnx >/dev/null
+  .venv/bin/python models/build.py --out build-mutate/test-models --sizes tiny --dtypes fp32,fp16 >/dev/null
+  echo "mutator seed $seed, $count mutants"
+  exec .venv/bin/python tests/mutate_models.py --cli build-mutate/cli/mirage-onnx \
+    --models build-mutate/test-models --count "$count" --seed "$seed" --jobs "$(nproc)" \
+    --timeout 600 --expected-failures tests/mutate_expected_failures.txt \
+    --keep build-mutate/failures
+fi
 seconds=${1:-300}
 scripts/setup.sh
 CC=clang cmake -S . -B build-fuzz -DMO_FUZZ=ON -DMO_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

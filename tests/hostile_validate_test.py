@@ -92,21 +92,28 @@ class Hostile(unittest.TestCase):
     def test_attribute_of_the_wrong_type_is_not_read_as_the_default(self):
         m = model([helper.make_node("MatMul", ["X", "W"], ["H"]),
                    helper.make_node("Softmax", ["H"], ["Y"], axis="1")], [weight()])
-        self.assert_unfused(self.write("sm.onnx", m), "attribute 'axis' is a STRING, not an INT")
+        self.assert_rejected(self.write("sm.onnx", m), "attribute 'axis' is a STRING, not an INT",
+                             summary=False)
 
     def test_unknown_attribute_leaves_the_op_unfused(self):
         m = model([helper.make_node("MatMul", ["X", "W"], ["H"]),
                    helper.make_node("Relu", ["H"], ["Y"], alpha=0.5)], [weight()])
         self.assert_unfused(self.write("attr.onnx", m), "Relu has no attribute 'alpha'")
 
-    def test_input_count_outside_the_schema_leaves_the_op_unfused(self):
-        self.assert_unfused(self.write("mm7.onnx", mm_relu("W", "W", "W", "W", "W")),
-                            "MatMul takes 2 inputs at opset 17, the node has 7")
+    def test_unknown_ir_version_is_rejected(self):
+        m = mm_relu()
+        m.ir_version = 99
+        self.assert_rejected(self.write("ir.onnx", m), "IR version 99 is newer", summary=False)
 
-    def test_op_older_than_its_opset_leaves_it_unfused(self):
+    def test_input_count_outside_the_schema_is_rejected(self):
+        self.assert_rejected(self.write("mm7.onnx", mm_relu("W", "W", "W", "W", "W")),
+                             "MatMul takes 2 inputs at opset 17, the node has 7", summary=False)
+
+    def test_op_newer_than_the_opset_is_rejected(self):
         m = model([helper.make_node("MatMul", ["X", "W"], ["H"]),
                    helper.make_node("Gelu", ["H"], ["Y"])], [weight()], opset=13)
-        self.assert_unfused(self.write("gelu.onnx", m), "Gelu is read from opset 20 on")
+        self.assert_rejected(self.write("gelu.onnx", m), "Gelu does not exist before opset 20",
+                             summary=False)
 
     def test_clip_bounds_as_attributes_are_not_ignored(self):
         m = model([helper.make_node("MatMul", ["X", "W"], ["H"]),
@@ -120,6 +127,12 @@ class Hostile(unittest.TestCase):
                    helper.make_node("Clip", ["H", "", "mx"], ["Y"])], [weight(), mx])
         self.assert_unfused(self.write("clipmax.onnx", m), "Clip with a max bound only")
 
+    def test_keepdims_other_than_0_or_1_is_not_read_as_1(self):
+        # ONNX Runtime keeps the dims only for keepdims == 1
+        m = model([helper.make_node("ReduceSum", ["X"], ["S"], keepdims=-1, axes=[1]),
+                   helper.make_node("Relu", ["S"], ["Y"])], [], y=(4, 1), opset=11)
+        self.assert_unfused(self.write("kd.onnx", m), "keepdims or noop_with_empty_axes is neither 0 nor 1")
+
     def test_missing_zero_or_unknown_opset_is_rejected(self):
         self.assert_rejected(self.write("none.onnx", mm_relu(opset=None)), "imports no opset")
         self.assert_rejected(self.write("o0.onnx", mm_relu(opset=0)), "opset 0 is not one")
@@ -129,9 +142,10 @@ class Hostile(unittest.TestCase):
         self.assert_unfused(self.write("o1.onnx", mm_relu(opset=1)),
                             "MatMul is read from opset 7 on; the model imports opset 1")
 
-    def test_operands_of_different_precisions_stay_unfused(self):
+    def test_operands_of_different_precisions_are_rejected(self):
         m = mm_relu(inits=[weight(np.float16)])
-        self.assert_unfused(self.write("mixed.onnx", m), "its operands are of different types")
+        self.assert_rejected(self.write("mixed.onnx", m),
+                             "operands of different types (float32 and float16)", summary=False)
 
     def test_duplicate_node_names_are_rejected(self):
         m = mm_relu()
@@ -141,6 +155,14 @@ class Hostile(unittest.TestCase):
     def test_zero_size_dims_stay_unfused(self):
         self.assert_unfused(self.write("zero.onnx", mm_relu(x=(0, 8), y=(0, 3))),
                             "a tensor has no elements")
+
+    def test_initializer_data_not_matching_its_shape_is_rejected(self):
+        m = mm_relu()
+        m.graph.initializer[0].data_type = T.BFLOAT16  # float32 bytes: twice too many
+        self.assert_rejected(self.write("relabel.onnx", m), "has 96 bytes of data, its type and shape need 48")
+        m = mm_relu()
+        m.graph.initializer[0].dims[1] = 0
+        self.assert_rejected(self.write("dims.onnx", m), "its type and shape need 0")
 
     # ---- item 11: sparse initializers, dropped inputs ----
 
@@ -162,7 +184,7 @@ class Hostile(unittest.TestCase):
         m = model([helper.make_node("MatMul", ["X", ""], ["H"]),
                    helper.make_node("Relu", ["H"], ["Y"])])
         p = self.write("dropped.onnx", m)
-        self.assert_unfused(p, "MatMul's input 1 is required but left empty")
+        self.assert_rejected(p, "MatMul's input 1 is required but left empty", summary=False)
         r = self.run_cli("equiv", p, p)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
