@@ -992,7 +992,8 @@ static enum mo_status import_node(struct importer *im, int ni)
 			shape_from_type(im, vinfo_at(im, *v)->type, t, NULL);
 	}
 	classify(tp, &op);
-	if (unbound)
+	/* the first cause, when unknown shapes are why it is a boundary */
+	if (unbound && (!op.note || strstr(op.note, "shape is unknown")))
 		op.note = "its shape depends on an unbound symbolic dimension";
 	if (why || unbound) {
 		op.lax = MO_LAX_NONE;
