@@ -352,7 +352,8 @@ static enum mo_status keep_exportable(struct mo_model *m, const struct mo_tp *tp
 				continue;
 			}
 			fused_node_free(&fn[nf]);
-			snprintf(s->why, sizeof s->why, "export: %.350s", xd.msg);
+			const char *msg = strncmp(xd.msg, "export: ", 8) ? xd.msg : xd.msg + 8;
+			snprintf(s->why, sizeof s->why, "export: %.350s", msg);
 		}
 		s->fused = false;
 		char lb[32];

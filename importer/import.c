@@ -1097,7 +1097,8 @@ static enum mo_status import_node(struct importer *im, int ni)
 	classify(tp, &op);
 	if (why)
 		op.note = why;
-	else if (unbound)
+	/* the first cause, when unknown shapes are why it is a boundary */
+	if (unbound && (!op.note || strstr(op.note, "shape is unknown")))
 		op.note = "its shape depends on an unbound symbolic dimension";
 	if (why || unbound) {
 		op.lax = MO_LAX_NONE;
