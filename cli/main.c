@@ -83,6 +83,8 @@ static const char usage_text[] =
 	"                     \"search_seconds\": S, \"states\": N, \"verified\": N, ...}]}\n"
 	"      --budget SECONDS  time for each region's search, its final proof\n"
 	"                     included (default 60)\n"
+	"      --time-limit SECONDS  wall-clock time for the whole run: regions\n"
+	"                     not searched by then stay unfused, saying so\n"
 	"      --jobs N       worker threads (default: one per CPU)\n"
 	"      --max-kernel-ops N   kernels in a μGraph (default 5)\n"
 	"      --max-block-ops N    ops in a block graph (default 11)\n"
@@ -388,6 +390,7 @@ int main(int argc, char **argv)
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES };
+	enum { OPT_TIME_LIMIT = 1024 }; /* apart, so that lists above can grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -402,6 +405,7 @@ int main(int argc, char **argv)
 		{ "max-region-ops", required_argument, NULL, OPT_MAX_REGION_OPS },
 		{ "search-only", no_argument, NULL, OPT_SEARCH_ONLY },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
 		{ "jobs", required_argument, NULL, OPT_JOBS },
 		{ "max-kernel-ops", required_argument, NULL, OPT_MAX_KERNEL_OPS },
 		{ "max-block-ops", required_argument, NULL, OPT_MAX_BLOCK_OPS },
@@ -494,6 +498,18 @@ int main(int argc, char **argv)
 			if (c == OPT_MAX_KERNEL_OPS) cli.search.max_kernel_ops = (int)v;
 			if (c == OPT_MAX_BLOCK_OPS) cli.search.max_block_ops = (int)v;
 			if (c == OPT_SEED) cli.search.seed = (uint64_t)v;
+			break;
+		}
+		case OPT_TIME_LIMIT: {
+			/* wall-clock seconds for the whole run, from now */
+			char *end;
+			double v = strtod(optarg, &end);
+			if (*end || !(v > 0 && v <= 1e7)) {
+				mo_import_options_free(&cli.import);
+				return usage_error("--time-limit needs seconds above 0 and up to 1e7, not",
+						   optarg);
+			}
+			cli.search.time_limit = mo_seconds() + v;
 			break;
 		}
 		case OPT_TARGET:
