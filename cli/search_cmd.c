@@ -309,9 +309,11 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 	}
 	enum mo_status st = mo_search(prog, o, r, d);
 	if (!st && r->stats.safety_net)
-		fprintf(stderr, "mirage-onnx: warning: the search of a region (%d ops) was stopped "
-			"by its CPU-time safety net, far past its budget: what it found depends on "
-			"timing and is not cached\n", prog->n_ops);
+		fprintf(stderr, "mirage-onnx: warning: the search of the region at '%s' (%d ops) "
+			"was stopped by its CPU-time safety net, far past its budget: what it found "
+			"depends on timing and is not cached\n",
+			prog->n_ops > 0 && prog->node_names && prog->ops[0].node >= 0
+				? prog->node_names[prog->ops[0].node] : "?", prog->n_ops);
 	if (!st && r->best && cache && !r->stats.safety_net)
 		(void)write_json_file(path, r->best); /* a cache entry is optional */
 	else if (!st && cache)
