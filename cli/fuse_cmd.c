@@ -716,7 +716,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				fprintf(stderr, "  fusing %d of its runs of ops as regions of their own\n", k);
 			s->split = k > 0;
 			nu += k;
-		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2) {
+		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2 && !s->r.stats.time_limit) {
 			if (!tight) {
 				struct mo_part_options po = *a->part;
 				po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;

@@ -264,6 +264,8 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 	*cached = false;
 	char path[1100];
 	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	if (o->time_limit > 0 && mo_seconds() > o->time_limit)
+		cache = NULL; /* past the run's time limit: mo_search says so */
 	if (cache) {
 		cache_path(prog, o, cache, path, sizeof path);
 		char why[320];
@@ -297,7 +299,13 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 		}
 	}
 	enum mo_status st = mo_search(prog, o, r, d);
-	if (!st && r->best && cache)
+	if (!st && r->stats.safety_net)
+		fprintf(stderr, "mirage-onnx: warning: the search of the region at '%s' (%d ops) "
+			"was stopped by its CPU-time safety net, far past its budget: what it found "
+			"depends on timing and is not cached\n",
+			prog->n_ops > 0 && prog->node_names && prog->ops[0].node >= 0
+				? prog->node_names[prog->ops[0].node] : "?", prog->n_ops);
+	if (!st && r->best && cache && !r->stats.safety_net)
 		(void)write_json_file(path, r->best); /* a cache entry is optional */
 	else if (!st && cache)
 		remove(path); /* an invalid entry is not read again */
@@ -400,6 +408,7 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				", \"quick_rejected\": %" PRIu64 ", \"verified\": %" PRIu64
 				", \"schedules\": %d, \"kernel_pieces\": %d, \"kernel_graphs\": %" PRIu64
 				", \"rewrites\": %" PRIu64 ", \"budget_hit\": %s"
+				", \"safety_net\": %s, \"time_limit\": %s"
 				", \"proofs\": %d, \"proof_seconds\": %.3f"
 				", \"solver_calls\": %" PRIu64
 				", \"cost_us\": %.3f, \"unfused_cost_us\": %.3f, \"estimated_speedup\": %.3f",
@@ -409,7 +418,9 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				r.stats.pruned_duplicate, r.stats.pruned_dead_end, r.stats.pruned_memory,
 				r.stats.candidates, r.stats.quick_rejected, r.stats.verified,
 				r.stats.schedules, r.stats.kernel_pieces, r.stats.kernel_graphs,
-				r.stats.rewrites, r.stats.budget_hit ? "true" : "false", r.stats.proofs,
+				r.stats.rewrites, r.stats.budget_hit ? "true" : "false",
+				r.stats.safety_net ? "true" : "false", r.stats.time_limit ? "true" : "false",
+				r.stats.proofs,
 				r.stats.proof_seconds, r.stats.subexpr.solver_calls,
 				r.best ? r.cost_best.us : r.cost_unfused.us,
 				r.cost_unfused.us, speedup);
@@ -480,7 +491,9 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 				       r.stats.pruned_duplicate, r.stats.pruned_dead_end,
 				       r.stats.pruned_memory, r.stats.candidates, r.stats.quick_rejected,
 				       r.stats.verified, r.stats.kernel_pieces, r.stats.kernel_graphs,
-				       r.stats.rewrites, r.stats.budget_hit ? " (budget hit)" : "",
+				       r.stats.rewrites, r.stats.safety_net
+						? " (stopped by the CPU-time safety net: depends on timing)"
+						: r.stats.budget_hit ? " (budget hit)" : "",
 				       r.stats.proofs,
 				       r.stats.proofs == 1 ? "" : "s", r.stats.proof_seconds);
 		}

@@ -76,7 +76,20 @@ static int intern(struct mo_ae_pool *p, enum mo_ae_kind kind, int a, int b, int6
 	}
 	int id = p->n++;
 	struct mo_ae *x = &p->nodes[id];
-	*x = (struct mo_ae){ kind, a, b, k, h, leaves, 1 };
+	*x = (struct mo_ae){ kind, a, b, k, h, 0, leaves, 1 };
+	uint64_t sk = (uint64_t)kind * 0x9e3779b97f4a7c15ull;
+	if (kind == MO_AE_VAR) {
+		for (const char *c = p->var_names[k]; *c; c++)
+			sk = mo_mix64(sk ^ (unsigned char)*c);
+	} else if (kind == MO_AE_CONST) {
+		uint64_t bits;
+		memcpy(&bits, &p->const_values[k], sizeof bits);
+		sk = mo_mix64(sk ^ bits);
+	} else {
+		sk = mo_mix64(mo_mix64(mo_mix64(sk ^ (uint64_t)k) ^ (a >= 0 ? p->nodes[a].skey : 1)) ^
+			      (b >= 0 ? p->nodes[b].skey : 2));
+	}
+	x->skey = sk;
 	for (int o = 0; o < 2; o++) {
 		int c = o ? b : a;
 		if (c >= 0) {
@@ -147,16 +160,21 @@ int mo_ae_make(struct mo_ae_pool *p, enum mo_ae_kind kind, int a, int b, int64_t
 		if (inner) /* sum(i, sum(j, x)) = sum(i·j, x) */
 			return mo_ae_make(p, MO_AE_SUM, ia, -1, k * ik);
 	}
-	if ((kind == MO_AE_ADD || kind == MO_AE_MUL) && b < a) { /* commutativity */
-		int t = a;
-		a = b;
-		b = t;
-	}
 	if (kind != MO_AE_ADD && kind != MO_AE_MUL && kind != MO_AE_DIV)
 		b = -1;
 	if (kind != MO_AE_SUM && kind != MO_AE_FN)
 		k = 0;
 	pthread_mutex_lock(&p->lock);
+	if ((kind == MO_AE_ADD || kind == MO_AE_MUL) && a < p->n && b < p->n) {
+		/* commutativity: by structure, so that the order threads made
+		 * the operands in does not show (ids break a 64-bit tie) */
+		uint64_t ka = p->nodes[a].skey, kb = p->nodes[b].skey;
+		if (kb < ka || (kb == ka && b < a)) {
+			int t = a;
+			a = b;
+			b = t;
+		}
+	}
 	int id = intern(p, kind, a, b, k, 0);
 	pthread_mutex_unlock(&p->lock);
 	return id;

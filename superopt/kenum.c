@@ -75,7 +75,8 @@ struct ken {
 	struct kop ops[MAX_NEW];
 	int n_new;
 	uint64_t max_states; /* the cap, in kernel graphs visited: deterministic */
-	double deadline;     /* a safety net only */
+	double deadline;     /* a safety net only (CPU seconds) */
+	double time_limit;   /* the run's wall-clock limit (0: none) */
 	struct found found[MAX_FOUND];
 	int n_found;
 	double prog_us;
@@ -360,8 +361,16 @@ static void try_op(struct ken *K, int k, int x, int y)
 
 static bool out_of_time(struct ken *K)
 {
-	if (K->st->states < K->max_states && mo_seconds() <= K->deadline)
-		return false;
+	if (K->st->budget_hit)
+		return true;
+	if (K->st->states < K->max_states) {
+		if ((K->st->states & 255) != 0)
+			return false;
+		K->st->safety_net = mo_search_cpu_seconds() > K->deadline;
+		K->st->time_limit = K->time_limit > 0 && mo_seconds() > K->time_limit;
+		if (!K->st->safety_net && !K->st->time_limit)
+			return false;
+	}
 	K->st->budget_hit = true;
 	return true;
 }
@@ -539,10 +548,12 @@ enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_searc
 {
 	double t0 = mo_seconds();
 	*n_out = 0;
-	/* the cap is the count; the clock stops it only past the search's own
-	 * safety net (a loaded machine must not change which rewrites it finds) */
+	/* the cap is the count; the CPU clock stops it only past the search's
+	 * own safety net (a loaded machine must not change which rewrites it
+	 * finds) */
 	struct ken K = { .prog = prog, .st = st, .max_states = max_states,
-			 .deadline = o->deadline > 0 ? o->deadline : INFINITY };
+			 .deadline = o->deadline > 0 ? o->deadline : INFINITY,
+			 .time_limit = o->time_limit };
 	K.g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	K.max_new = o->max_kernel_ops < MAX_NEW ? o->max_kernel_ops : MAX_NEW;
 	struct mo_cost c;

@@ -61,6 +61,7 @@ struct kg {
 	 * reaches `soft` (the budget less the final proof's share), or `hard`
 	 * (the whole budget) while no cover exists */
 	double soft, hard, used;
+	bool time_limit;          /* options.time_limit passed: no more runs */
 };
 
 /* The most kernels a cover may have. */
@@ -397,6 +398,10 @@ static enum mo_status best_parts(struct kg *k, struct mo_search_result *r, struc
 /* Seconds of work left for searching runs (0: stop). */
 static double work_left(struct kg *k)
 {
+	if (k->o->time_limit > 0 && mo_seconds() > k->o->time_limit) {
+		k->time_limit = true;
+		return 0;
+	}
 	if (k->used < k->soft)
 		return k->soft - k->used;
 	int cut[MO_MG_MAX + 1];
@@ -582,6 +587,7 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	if (!s && !r->best)
 		s = best_parts(&k, r, d);
 done:
+	r->stats.time_limit |= k.time_limit;
 	for (int q = 0; k.pieces && q < (k.n + 1) * (k.n + 1); q++)
 		mo_mg_free(k.pieces[q].mg);
 	mo_free(k.pieces);
@@ -649,7 +655,8 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
  * at most KENUM_STATES_PER_S kernel graphs per second of min(KENUM_SHARE of
  * the budget, KENUM_MAX_S): a count, so that the same region gives the same
  * rewrites on every run (about twice the rate of the 2-core machine; only
- * the whole search's safety net, options.deadline, stops it by the clock). */
+ * the whole search's CPU-time safety net, options.deadline, and the run's
+ * time limit stop it by a clock). */
 #define REWRITE_GAIN 0.8
 #define KENUM_SHARE 0.05
 #define KENUM_MAX_S 3.0
@@ -706,6 +713,8 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 					     REWRITE_GAIN, rw, &n_rw, &ks, d);
 	spent->kernel_graphs += ks.states;
 	spent->rewrites += ks.rewrites;
+	spent->safety_net |= ks.safety_net;
+	spent->time_limit |= ks.time_limit;
 	double left = enum_s - (double)ks.states / KENUM_STATES_PER_S;
 	hard_s -= (double)ks.states / KENUM_STATES_PER_S;
 	mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
@@ -755,12 +764,18 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 {
 	double t0 = mo_seconds();
 	struct mo_search_options o = *o_in;
+	if (o.time_limit > 0 && t0 > o.time_limit) {
+		memset(r, 0, sizeof *r);
+		r->stats.time_limit = true;
+		snprintf(r->why, sizeof r->why, "the run's time limit passed before its search");
+		return MO_OK;
+	}
 	struct mo_ref_memo memo;
 	mo_ref_memo_init(&memo, prog);
 	o.memo = &memo;
 	o.truth = NULL;
 	if (o.deadline <= 0)
-		o.deadline = t0 + MO_SAFETY_FACTOR * o.budget_s + MO_SAFETY_SLACK_S;
+		o.deadline = mo_search_safety_net(&o);
 	double reserve = proof_reserve(prog, &o);
 	double t_primed = mo_seconds();
 	/* the enumeration's share: the budget less the proof; while nothing
@@ -775,6 +790,12 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 		mo_cost_program(prog, g, &r->cost_unfused); /* the region's, rewritten or not */
 	}
 	spend(&r->stats, &spent);
+	if (!s && r->stats.time_limit) {
+		/* what a search cut short by the wall clock found depends on
+		 * timing: the region stays unfused, and says why */
+		mo_search_result_free(r);
+		snprintf(r->why, sizeof r->why, "the run's time limit passed during its search");
+	}
 	r->stats.proof_seconds += t_primed - t0;
 	r->stats.seconds = mo_seconds() - t0;
 	mo_ref_memo_free(&memo);

@@ -5,7 +5,9 @@
  * to the target and is dropped. The check goes to Z3; results are cached.
  *
  * Terms are hash-consed in a pool: equal terms have equal ids, and the
- * operands of add and mul are kept sorted (commutativity for free). */
+ * operands of add and mul are kept sorted (commutativity for free) by a key
+ * of their structure, not by id: the search's threads make terms in an order
+ * the scheduler decides, and the same term must come out the same way. */
 #ifndef MO_ABSEXPR_H
 #define MO_ABSEXPR_H
 
@@ -27,6 +29,8 @@ struct mo_ae {
 	int a, b;      /* operands (ids), -1 when absent */
 	int64_t k;
 	uint64_t hash;
+	uint64_t skey;   /* of the structure alone (leaf names and values, not
+			  * ids): the same in every run */
 	uint64_t leaves; /* leaf bits (folded to 64): a term's leaves ⊆ its superterm's */
 	int size;        /* nodes in the term tree, capped */
 };

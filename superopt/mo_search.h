@@ -45,8 +45,9 @@ struct mo_search_options {
 	 * machine's work: the enumeration gets what the final proof's estimate
 	 * (at most half) leaves, and its work is estimated from what it did
 	 * (ops tried, solver calls, fast checks), not read off a clock, so the
-	 * same seed and jobs give the same μGraph on every run. The clock stops
-	 * the search only past MO_SAFETY_FACTOR times the budget. */
+	 * same seed and jobs give the same μGraph on every run, on a loaded
+	 * machine too. The process's CPU time stops the search only past
+	 * MO_SAFETY_FACTOR times the budget on each thread (stats.safety_net). */
 	double budget_s;
 	int jobs;            /* worker threads (0: one per CPU) */
 	int max_kernel_ops;  /* kernels in a μGraph */
@@ -67,9 +68,13 @@ struct mo_search_options {
 	 * found before; mo_search lowers it to the best of each program it
 	 * searches for the next) */
 	double beat_us;
-	/* > 0: the safety net's absolute time (mo_seconds), for every search
-	 * under this one (mo_search sets it) */
+	/* > 0: the safety net, in the process's CPU seconds
+	 * (mo_search_cpu_seconds), for every search under this one (mo_search
+	 * sets it) */
 	double deadline;
+	/* > 0: a wall-clock time (mo_seconds) past which the search stops and
+	 * returns no μGraph (stats.time_limit): the run's --time-limit */
+	double time_limit;
 };
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
@@ -94,6 +99,9 @@ struct mo_search_stats {
 	double seconds;
 	double work_s;              /* the enumeration's work, in budget seconds (estimated) */
 	bool budget_hit;
+	bool safety_net;            /* the CPU-time safety net stopped a part of
+				     * it: what it found depends on timing */
+	bool time_limit;            /* options.time_limit passed: nothing found */
 	struct mo_subexpr_stats subexpr;
 };
 

@@ -27,8 +27,9 @@
  * The budget is not read off a clock: each class gets a quota of ops to try,
  * fixed before it starts, and a pass's work is estimated from counts that do
  * not depend on timing (run_passes), so the same seed and thread count give
- * the same μGraph on every run. The clock is only a safety net
- * (MO_SAFETY_FACTOR times the budget). */
+ * the same μGraph on every run. The process's CPU time is only a safety
+ * net (MO_SAFETY_FACTOR times the budget); the wall clock stops a search
+ * only at the run's --time-limit, and then it finds nothing. */
 #include "mo_search.h"
 #include "superopt_int.h"
 
@@ -38,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TILES 40
@@ -201,7 +203,8 @@ struct target {
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
 	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
-	double deadline;        /* the safety net: past it every class stops */
+	double deadline;        /* the safety net (CPU seconds): past it every class stops */
+	double time_limit;      /* the run's wall-clock limit (0: none) */
 	atomic_bool stop;
 };
 
@@ -687,10 +690,16 @@ static bool budget_left(struct state *s)
 		s->hit = s->st.budget_hit = true;
 		return false;
 	}
-	if ((s->st.states & 255) == 0 && mo_seconds() > s->T->deadline) {
-		atomic_store(&s->T->stop, true);
-		s->hit = s->st.budget_hit = true;
-		return false;
+	if ((s->st.states & 255) == 0) {
+		bool net = mo_search_cpu_seconds() > s->T->deadline;
+		bool limit = s->T->time_limit > 0 && mo_seconds() > s->T->time_limit;
+		if (net || limit) {
+			atomic_store(&s->T->stop, true);
+			s->hit = s->st.budget_hit = true;
+			s->st.safety_net |= net;
+			s->st.time_limit |= limit;
+			return false;
+		}
 	}
 	return true;
 }
@@ -1047,6 +1056,8 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->proofs += from->proofs;
 	to->proof_seconds += from->proof_seconds;
 	to->budget_hit |= from->budget_hit;
+	to->safety_net |= from->safety_net;
+	to->time_limit |= from->time_limit;
 	to->work_s += from->work_s;
 	to->kernel_graphs += from->kernel_graphs;
 	to->subexpr.queries += from->subexpr.queries;
@@ -1056,6 +1067,20 @@ void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stat
 	to->subexpr.solver_calls += from->subexpr.solver_calls;
 	to->subexpr.solver_unknown += from->subexpr.solver_unknown;
 	to->rewrites += from->rewrites;
+}
+
+double mo_search_cpu_seconds(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+		return 0; /* no CPU clock: no safety net */
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double mo_search_safety_net(const struct mo_search_options *o)
+{
+	return mo_search_cpu_seconds() +
+	       (MO_SAFETY_FACTOR * o->budget_s + MO_SAFETY_SLACK_S) * mo_search_jobs(o);
 }
 
 double mo_search_eval_estimate(const struct mo_tp *prog, const struct mo_search_options *o)
@@ -1545,9 +1570,10 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 		return mo_diag_nomem(d);
 	T->tp = prog;
 	T->o = &o;
-	T->deadline = t0 + MO_SAFETY_FACTOR * o.budget_s + MO_SAFETY_SLACK_S;
+	T->deadline = mo_search_safety_net(&o);
 	if (o.deadline > 0 && o.deadline < T->deadline)
 		T->deadline = o.deadline;
+	T->time_limit = o.time_limit;
 	mo_ae_pool_init(&T->pool);
 	T->e = mo_calloc((size_t)prog->n_tensors + 1, sizeof *T->e);
 	if (!T->e || !axes_build(&T->ax, prog)) {
@@ -1707,6 +1733,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			 "(%.1f µs)", slowest, what, bar);
 	else if (!st && !r->best)
 		snprintf(r->why, sizeof r->why, "%s", rk.n ? "no candidate passed the full verification"
+					       : r->stats.time_limit ? "the run's time limit passed during its search"
+					       : r->stats.safety_net ? "the CPU-time safety net stopped it before a candidate was found"
 					       : r->stats.budget_hit ? "the budget ran out before a candidate was found"
 					       : "no single-kernel μGraph reaches the outputs");
 	mo_subexpr_get_stats(T->sub, &r->stats.subexpr);

@@ -72,10 +72,17 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 				    bool verify, struct mo_search_result *r, struct mo_diag *d);
 void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);
 /* The safety net: a search stops at MO_SAFETY_FACTOR times its budget plus
- * MO_SAFETY_SLACK_S of the clock, whatever its quota says (only a machine far
- * slower than the reference gets there, and then the result depends on it). */
+ * MO_SAFETY_SLACK_S per worker thread of the process's CPU time, whatever its
+ * quota says. CPU time, not the wall clock: other processes loading the
+ * machine do not make it fire, only a machine (or a sanitizer build) far
+ * slower than the reference, and then the result depends on it and the
+ * statistics say so (safety_net). */
 #define MO_SAFETY_FACTOR 4.0
 #define MO_SAFETY_SLACK_S 5.0
+/* CPU seconds used by the process so far (all its threads). */
+double mo_search_cpu_seconds(void);
+/* The safety net's CPU time for a search of budget_s starting now. */
+double mo_search_safety_net(const struct mo_search_options *o);
 /* Worker threads: o->jobs, or one per CPU. */
 int mo_search_jobs(const struct mo_search_options *o);
 /* Seconds one field evaluation of prog takes on the reference machine, as
@@ -103,6 +110,8 @@ struct mo_kenum_stats {
 	int screened;        /* rewritten programs given a field trial */
 	double seconds;
 	bool budget_hit;
+	bool safety_net;     /* stopped by the CPU-time safety net */
+	bool time_limit;     /* stopped by options.time_limit */
 };
 /* What the level found: another program for the region. */
 struct mo_kenum_found {
