@@ -454,6 +454,29 @@ static void normalize_axes(struct mo_op_params *p, int rank)
 
 static bool flag01(int64_t v) { return v == 0 || v == 1; }
 
+/* Before opset 7, B of + - * / broadcast to A only with broadcast=1,
+ * aligned at `axis`. Read only where that is numpy's meaning: equal shapes,
+ * or with broadcast=1 and no axis, B's shape a suffix of A's. */
+static const char *legacy_broadcast(const struct importer *im, const struct mo_tp_op *op,
+				    const Onnx__NodeProto *n)
+{
+	const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &im->tp->tensors[op->in[0]] : NULL;
+	const struct mo_tensor *b = op->n_in > 1 && op->in[1] >= 0 ? &im->tp->tensors[op->in[1]] : NULL;
+	const char *no = "a broadcast before opset 7 other than numpy's";
+	if (!a || !b || !a->shape_known || !b->shape_known || attr(n, "axis"))
+		return no;
+	bool bcast = attr_int(n, "broadcast", 0) == 1;
+	if (!bcast && (a->rank != b->rank ||
+		       memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]) != 0))
+		return no;
+	if (b->rank > a->rank)
+		return no;
+	for (int i = 0; i < b->rank; i++)
+		if (b->dims[i] != a->dims[a->rank - b->rank + i])
+			return no;
+	return NULL;
+}
+
 /* Reads the op's attributes and constant parameters into op->p. Returns a
  * reason when the op cannot be an in-table op (it becomes a boundary). */
 static const char *parse_params(struct importer *im, struct mo_tp_op *op,
@@ -471,6 +494,18 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		p->trans_b = (int)attr_int(n, "transB", 0);
 		if (!flag01(p->trans_a) || !flag01(p->trans_b))
 			return "Gemm's transA or transB is neither 0 nor 1";
+		/* before opset 7 C broadcasts only with broadcast=1, else it is
+		 * (M, N) exactly */
+		if (opset < 7 && attr_int(n, "broadcast", 0) != 1) {
+			const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &im->tp->tensors[op->in[0]] : NULL;
+			const struct mo_tensor *b = op->n_in > 1 && op->in[1] >= 0 ? &im->tp->tensors[op->in[1]] : NULL;
+			const struct mo_tensor *cc = op->n_in > 2 && op->in[2] >= 0 ? &im->tp->tensors[op->in[2]] : NULL;
+			if (!a || !b || !cc || !a->shape_known || !b->shape_known || !cc->shape_known ||
+			    a->rank != 2 || b->rank != 2 || cc->rank != 2 ||
+			    cc->dims[0] != a->dims[p->trans_a ? 1 : 0] ||
+			    cc->dims[1] != b->dims[p->trans_b ? 0 : 1])
+				return "Gemm before opset 7: C is not (M, N) and broadcast is not 1";
+		}
 		return NULL;
 	case MO_OP_POW: {
 		const struct mo_tensor *e = param(im, n, 1);
@@ -627,8 +662,11 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 					return "the clip bounds are not constants";
 			}
 		return NULL;
-	case MO_OP_MATMUL: case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL:
-	case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL: case MO_OP_SQRT:
+	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV:
+		if (opset < 7)
+			return legacy_broadcast(im, op, n);
+		return NULL;
+	case MO_OP_MATMUL: case MO_OP_NEG: case MO_OP_RECIPROCAL: case MO_OP_SQRT:
 	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_IDENTITY: case MO_OP_RELU:
 	case MO_OP_ERF: case MO_OP_TANH: case MO_OP_WHERE: case MO_OP_MAX:
 	case MO_OP_MIN: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:

@@ -15,20 +15,25 @@ const struct mo_op_info mo_op_table[MO_OP__COUNT] = {
 #define AS(n) { n, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, 0, 0 }
 #define AT(n, ty, since, until) { n, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##ty, since, until }
 /* Opset 7 brought numpy broadcasting and dropped the legacy attributes
- * (broadcast, axis, consumed_inputs): no op is read at an older opset. */
-#define UNARY { 1, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } }
-#define BINARY { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } }
+ * (broadcast, axis): ops are read from opset 6 on (consumed_inputs gone),
+ * where a legacy attribute is unknown to the row, so the op is not read. */
+#define UNARY { 1, 6, 1, 1, 0, 0, 0, 1, 1, { { 0 } } }
+#define BINARY { 1, 6, 2, 2, 0, 0, 0, 1, 1, { { 0 } } }
+/* + - * /: opset 6's legacy broadcast, read where it means what numpy's does */
+#define ARITH { 1, 6, 2, 2, 0, 0, 0, 1, 1,                                   \
+	{ AT("broadcast", INT, 0, 7), AT("axis", INT, 0, 7) } }
 #define REDUCE(change) { 1, 7, 1, 2, change, 1, 1, 1, 1,                 \
 	{ AI("keepdims"), AT("axes", INTS, 0, change),                           \
 	  AT("noop_with_empty_axes", INT, change, 0) } }
 
 const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_MATMUL] = BINARY,
-	[MO_OP_GEMM] = { 1, 7, 2, 3, 11, 3, 3, 1, 1,
-			 { AF("alpha"), AF("beta"), AI("transA"), AI("transB") } },
-	[MO_OP_ADD] = BINARY, [MO_OP_SUB] = BINARY, [MO_OP_MUL] = BINARY,
-	[MO_OP_DIV] = BINARY, [MO_OP_NEG] = UNARY, [MO_OP_RECIPROCAL] = UNARY,
-	[MO_OP_POW] = BINARY, [MO_OP_SQRT] = UNARY, [MO_OP_EXP] = UNARY,
+	[MO_OP_GEMM] = { 1, 6, 2, 3, 11, 3, 3, 1, 1,
+			 { AF("alpha"), AF("beta"), AI("transA"), AI("transB"),
+			   AT("broadcast", INT, 0, 7) } },
+	[MO_OP_ADD] = ARITH, [MO_OP_SUB] = ARITH, [MO_OP_MUL] = ARITH,
+	[MO_OP_DIV] = ARITH, [MO_OP_NEG] = UNARY, [MO_OP_RECIPROCAL] = UNARY,
+	[MO_OP_POW] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } }, [MO_OP_SQRT] = UNARY, [MO_OP_EXP] = UNARY,
 	[MO_OP_SIGMOID] = UNARY,
 	[MO_OP_SOFTMAX] = { 1, 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
 	[MO_OP_REDUCE_SUM] = REDUCE(13),
@@ -44,7 +49,7 @@ const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_UNSQUEEZE] = { 1, 7, 2, 2, 13, 1, 1, 1, 1, { AT("axes", INTS, 0, 13) } },
 	[MO_OP_FLATTEN] = { 1, 7, 1, 1, 0, 0, 0, 1, 1, { AI("axis") } },
 	[MO_OP_CONCAT] = { 1, 7, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { AI("axis") } },
-	[MO_OP_SPLIT] = { 1, 7, 1, 2, 13, 1, 1, 1, MO_VARIADIC,
+	[MO_OP_SPLIT] = { 1, 2, 1, 2, 13, 1, 1, 1, MO_VARIADIC,
 			  { AI("axis"), AT("split", INTS, 0, 13),
 			    AT("num_outputs", INT, 18, 0) } },
 	[MO_OP_SLICE] = { 1, 7, 3, 5, 10, 1, 1, 1, 1,

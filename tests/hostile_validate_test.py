@@ -140,7 +140,7 @@ class Hostile(unittest.TestCase):
 
     def test_old_opset_leaves_ops_unfused(self):
         self.assert_unfused(self.write("o1.onnx", mm_relu(opset=1)),
-                            "MatMul is read from opset 7 on; the model imports opset 1")
+                            "MatMul is read from opset 6 on; the model imports opset 1")
 
     def test_operands_of_different_precisions_are_rejected(self):
         m = mm_relu(inits=[weight(np.float16)])
