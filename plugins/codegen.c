@@ -220,7 +220,7 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 	case MO_OP_SQRT: snprintf(s, n, "sqrtf(%s)", a); return true;
 	case MO_OP_EXP: snprintf(s, n, "expf(%s)", a); return true;
 	case MO_OP_SIGMOID: snprintf(s, n, "(1.0f / (1.0f + expf(-%s)))", a); return true;
-	case MO_OP_RELU: snprintf(s, n, "mo_max(%s, 0.0f)", a); return true;
+	case MO_OP_RELU: snprintf(s, n, "mo_max(%s, 0.0f)", a); return true; /* NaN stays NaN */
 	case MO_OP_ERF: snprintf(s, n, "erff(%s)", a); return true;
 	case MO_OP_TANH: snprintf(s, n, "tanhf(%s)", a); return true;
 	case MO_OP_ABS: snprintf(s, n, "fabsf(%s)", a); return true;
@@ -1115,12 +1115,13 @@ static const char prelude_cuda[] =
 	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
 	"#define MO_DEV static __device__ __forceinline__\n";
 
-/* Max and Min as the evaluator defines them (NaN handling included); the
+/* Max and Min as the evaluator and ONNX Runtime define them: a NaN operand
+ * gives NaN (Relu and Clip of NaN are NaN too); the
  * Sub of a tile's max and the rescaling of online softmax as mo_mugraph.h
  * defines them for rows whose scores are all masked. */
 static const char prelude_math[] =
-	"MO_DEV float mo_max(float a, float b) { return a > b ? a : b; }\n"
-	"MO_DEV float mo_min(float a, float b) { return a < b ? a : b; }\n"
+	"MO_DEV float mo_max(float a, float b) { return a != a || a > b ? a : b; }\n"
+	"MO_DEV float mo_min(float a, float b) { return a != a || a < b ? a : b; }\n"
 	"MO_DEV float mo_sub_max(float a, float m) { return m == -INFINITY ? -INFINITY : a - m; }\n"
 	"MO_DEV float mo_rescale(float x, float m, float m_new) { return m_new == -INFINITY ? 0.0f : x * expf(m - m_new); }\n"
 	"MO_DEV float mo_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"

@@ -21,6 +21,13 @@ uint64_t mo_mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* Max as ONNX Runtime computes it: a NaN operand gives NaN (Max, Relu,
+ * ReduceMax; the generated kernels' mo_max does the same). */
+static double max_nan(double a, double b)
+{
+	return isnan(a) || a > b ? a : b;
+}
+
 static uint64_t hash_str(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;
@@ -412,15 +419,15 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_MUL: r = a * b; break;
 			case MO_OP_DIV: r = a / b; break;
 			case MO_OP_POW: r = pow(a, p->exponent); break;
-			case MO_OP_MAX: r = a > b ? a : b; break;
-			case MO_OP_MIN: r = a < b ? a : b; break;
+			case MO_OP_MAX: r = max_nan(a, b); break;
+			case MO_OP_MIN: r = isnan(a) || a < b ? a : b; break;
 			case MO_OP_WHERE: r = a != 0 ? b : c; break;
 			case MO_OP_NEG: r = -a; break;
 			case MO_OP_RECIPROCAL: r = 1 / a; break;
 			case MO_OP_SQRT: r = sqrt(a); break;
 			case MO_OP_EXP: r = exp(a); break;
 			case MO_OP_SIGMOID: r = 1 / (1 + exp(-a)); break;
-			case MO_OP_RELU: r = a > 0 ? a : 0; break;
+			case MO_OP_RELU: r = max_nan(a, 0); break;
 			case MO_OP_ERF: r = erf(a); break;
 			case MO_OP_TANH: r = tanh(a); break;
 			case MO_OP_ABS: r = fabs(a); break;
@@ -833,7 +840,7 @@ static void *reduce(struct ev *e, const void *xv, const struct mo_tensor *x,
 		for (uint64_t i = 0; i < ng; i++)
 			R[i] = kind == RED_MAX ? -INFINITY : 0;
 		for (uint64_t i = 0; i < n; i++)
-			R[g[i]] = kind == RED_MAX ? (X[i] > R[g[i]] ? X[i] : R[g[i]]) : R[g[i]] + X[i];
+			R[g[i]] = kind == RED_MAX ? max_nan(R[g[i]], X[i]) : R[g[i]] + X[i];
 		if (kind == RED_MEAN)
 			for (uint64_t i = 0; i < ng; i++)
 				R[i] /= (double)gs;
@@ -1161,7 +1168,7 @@ void mo_ev_max_into(struct ev *e, void *runmax, const void *m, uint64_t n, bool 
 		double *r = runmax;
 		const double *x = m;
 		for (uint64_t i = 0; i < n; i++)
-			r[i] = x[i] > r[i] ? x[i] : r[i];
+			r[i] = max_nan(r[i], x[i]);
 		return;
 	}
 	ff *r = runmax;

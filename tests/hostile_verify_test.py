@@ -15,6 +15,8 @@ region it replaces.
   input is fp16 and whose output is fp32 is fused into a node that ONNX
   Runtime accepts (it declares exactly those types) and matches; so is one
   whose input is fp32 and whose output is fp16.
+- NaN propagates through Relu, Max and ReduceMax as in ONNX Runtime (a fused
+  Relu of Sqrt(negative) gave 0 where ORT gives NaN).
 """
 import argparse
 import os
@@ -227,6 +229,28 @@ class Fused(Base):
         self.assertEqual(got.dtype, np.float16)
         # the Cast to fp16 is the model's only rounding: kept, the results are equal
         np.testing.assert_array_equal(got, want)
+
+    def test_nan_propagates_through_relu_max_and_reducemax_like_onnxruntime(self):
+        rng = np.random.default_rng(2)
+        W = nh.from_array(np.abs(rng.standard_normal((16, 16))).astype(np.float32), "W")
+        # Sqrt of a negative product is NaN (row 0 only); Relu, Max and
+        # ReduceMax must keep it, the other rows stay finite
+        m = model([h.make_node("MatMul", ["X", "W"], ["m"]), h.make_node("Sqrt", ["m"], ["q"]),
+                   h.make_node("Relu", ["q"], ["r"]), h.make_node("Max", ["r", "half"], ["x"]),
+                   h.make_node("ReduceMax", ["x", "ax"], ["mx"], keepdims=1),
+                   h.make_node("Mul", ["x", "mx"], ["Y"])], IN, OUT,
+                  [W, const("half", 0.5), const("ax", [1], np.int64)])
+        src, out, so, n = self.fuse(m)
+        self.assertGreaterEqual(n, 1, "nothing was fused: the test would prove nothing")
+        x = np.abs(rng.standard_normal((4, 16))).astype(np.float32)
+        x[0, :4] = -8
+        want = session(src).run(None, {"X": x})[0]
+        got = session(out, so).run(None, {"X": x})[0]
+        self.assertGreater(np.isnan(want).sum(), 0, "the inputs should make NaNs")
+        self.assertGreater(np.isfinite(want).sum(), 0, "the other rows should stay finite")
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-6)
 
 
 if __name__ == "__main__":
