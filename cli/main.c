@@ -1,8 +1,12 @@
 /* mirage-onnx: parses flags, runs the stages, maps errors to exit codes. */
 #include <getopt.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "mo_base.h"
@@ -420,6 +424,15 @@ usage:
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+	/* Under an address-space limit (ulimit -v) glibc's arena per thread, each
+	 * reserving 64 MiB, uses the limit up, and once a reservation fails every
+	 * allocation of that thread tries again: a search ran ten times slower
+	 * and its clock's safety net gave a poorer μGraph. One arena, then. */
+	struct rlimit as;
+	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+		mallopt(M_ARENA_MAX, 1);
+#endif
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)

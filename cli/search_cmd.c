@@ -154,11 +154,33 @@ void cli_dump_mugraph(const char *dir, const char *label, const struct mo_mugrap
 			strerror(errno));
 }
 
+static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				   const char *cache, struct mo_search_result *r, bool *cached,
+				   struct mo_diag *d);
+
 /* The region's best μGraph: from the cache when an entry verifies again,
- * else by searching (and then stored in the cache). */
+ * else by searching (and then stored in the cache). The search skips a
+ * candidate it cannot allocate as it skips one that fails, so an allocation
+ * failure anywhere in it makes the result out of memory: what it found may
+ * be poorer, and the run would not give it again. */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				const char *cache, struct mo_search_result *r, bool *cached,
 				struct mo_diag *d)
+{
+	unsigned long failures = mo_alloc_failures();
+	enum mo_status st = find_mugraph(prog, o, cache, r, cached, d);
+	if (mo_alloc_failures() == failures)
+		return st;
+	mo_search_result_free(r);
+	memset(r, 0, sizeof *r);
+	*cached = false;
+	mo_diag_init(d);
+	return mo_diag_nomem(d);
+}
+
+static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				   const char *cache, struct mo_search_result *r, bool *cached,
+				   struct mo_diag *d)
 {
 	memset(r, 0, sizeof *r);
 	*cached = false;
@@ -184,8 +206,9 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 		}
 		mo_mg_free(mg);
 	}
+	unsigned long failures = mo_alloc_failures();
 	enum mo_status st = mo_search(prog, o, r, d);
-	if (!st && r->best && cache)
+	if (!st && r->best && cache && mo_alloc_failures() == failures)
 		(void)write_json_file(path, r->best); /* a cache entry is optional */
 	return st;
 }
@@ -264,7 +287,10 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 			/* as when fusing: the region stays unfused, the others go on */
 			mo_search_result_free(&r);
 			memset(&r, 0, sizeof r);
-			snprintf(r.why, sizeof r.why, "search failed: %.200s", sd.msg);
+			if (sd.status == MO_ERR_NOMEM)
+				snprintf(r.why, sizeof r.why, "out of memory");
+			else
+				snprintf(r.why, sizeof r.why, "search failed: %.200s", sd.msg);
 		}
 		if (r.best && a->dump_dir) {
 			char lb[16];

@@ -1285,7 +1285,9 @@ static double run_passes(struct run *R, const struct mo_search_options *o, int j
 		pthread_attr_destroy(&attr);
 		if (C->started) {
 			R->active++;
-		} else { /* out of threads: the search goes on without it */
+		} else { /* out of threads: the search goes on without it, so its
+			  * result is not the search's, and the caller says so */
+			mo_note_nomem();
 			C->status = CLS_DONE;
 			R->done++;
 			C->st.budget_hit = true;
