@@ -1608,6 +1608,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	pthread_mutex_init(&R.check_lock, NULL);
 	pthread_cond_init(&R.changed, NULL);
 	mo_ref_cache_init(&R.rc, prog);
+	if (o.memo && o.memo->weights.leaf)
+		R.rc.shared = &o.memo->weights; /* primed; outlives this search */
 	R.classes = mo_calloc(256, sizeof *R.classes);
 	if (!R.classes) {
 		target_free(T);
