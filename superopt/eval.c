@@ -248,12 +248,14 @@ static struct mo_ff *cached_weight(const struct ev *e, int ti)
 	if (c->tp == e->tp)
 		return c->leaf[ti];
 	const struct mo_tensor *t = &e->tp->tensors[ti];
-	if (!t->init || t->kind == MO_T_INPUT || c->tp->model != e->tp->model)
+	/* (values folded into fvals/ivals are the program's own) */
+	if (!t->init || t->fvals || t->ivals || t->kind == MO_T_INPUT ||
+	    c->tp->model != e->tp->model)
 		return NULL;
 	for (int j = 0; j < c->tp->n_tensors; j++) {
 		const struct mo_tensor *x = &c->tp->tensors[j];
-		if (c->leaf[j] && x->init == t->init && x->kind != MO_T_INPUT &&
-		    numel(x) == numel(t))
+		if (c->leaf[j] && x->init == t->init && !x->fvals && !x->ivals &&
+		    x->kind != MO_T_INPUT && numel(x) == numel(t))
 			return c->leaf[j];
 	}
 	return NULL;
