@@ -90,19 +90,38 @@ unsigned long mo_alloc_fail_after(unsigned long n)
 	return made;
 }
 
+static unsigned long alloc_failures;
+
+void mo_note_nomem(void)
+{
+	__atomic_add_fetch(&alloc_failures, 1, __ATOMIC_RELAXED);
+}
+
+unsigned long mo_alloc_failures(void)
+{
+	return __atomic_load_n(&alloc_failures, __ATOMIC_RELAXED);
+}
+
+static void *counted(void *p)
+{
+	if (!p)
+		mo_note_nomem();
+	return p;
+}
+
 void *mo_malloc(size_t n)
 {
-	return alloc_should_fail() ? NULL : malloc(n ? n : 1);
+	return counted(alloc_should_fail() ? NULL : malloc(n ? n : 1));
 }
 
 void *mo_calloc(size_t count, size_t size)
 {
-	return alloc_should_fail() ? NULL : calloc(count ? count : 1, size ? size : 1);
+	return counted(alloc_should_fail() ? NULL : calloc(count ? count : 1, size ? size : 1));
 }
 
 void *mo_realloc(void *p, size_t n)
 {
-	return alloc_should_fail() ? NULL : realloc(p, n ? n : 1);
+	return counted(alloc_should_fail() ? NULL : realloc(p, n ? n : 1));
 }
 
 void mo_free(void *p)

@@ -59,6 +59,14 @@ char *mo_strdup(const char *s);
  * allocations made since the previous call. */
 unsigned long mo_alloc_fail_after(unsigned long n);
 
+/* Allocations that failed so far in the process, injected ones included, and
+ * those a library reported through mo_note_nomem. Work that swallows an
+ * allocation failure (a search skipping a candidate it could not build)
+ * compares the count before and after, so running out of memory is said as
+ * such and not mistaken for a poorer result. */
+unsigned long mo_alloc_failures(void);
+void mo_note_nomem(void);
+
 /* A map from strings to ints; keys are borrowed (they must outlive the map).
  * Allocation failure makes put return false. */
 struct mo_strmap {

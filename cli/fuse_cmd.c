@@ -673,11 +673,18 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
 		struct mo_diag sd;
 		mo_diag_init(&sd);
+		bool nomem = false;
 		if (injected_failure(rs, ri, "search")) {
 			snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
 		} else if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached,
 					    &sd)) {
-			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
+			nomem = sd.status == MO_ERR_NOMEM;
+			if (nomem) {
+				snprintf(s->why, sizeof s->why, "out of memory");
+				fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: out of memory\n",
+					label(rs, ri, lb, sizeof lb));
+			} else
+				snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
 		} else if (!s->r.best) {
 			snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		} else {
@@ -716,7 +723,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				fprintf(stderr, "  fusing %d of its runs of ops as regions of their own\n", k);
 			s->split = k > 0;
 			nu += k;
-		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2 && !s->r.stats.time_limit) {
+		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2 && !s->r.stats.time_limit &&
+			   !nomem) {
 			if (!tight) {
 				struct mo_part_options po = *a->part;
 				po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;

@@ -1,8 +1,12 @@
 /* mirage-onnx: parses flags, runs the stages, maps errors to exit codes. */
 #include <getopt.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "mo_base.h"
@@ -338,7 +342,8 @@ static const char equiv_usage[] =
 	"  --seed N        seed of the random inputs, 0 to 10^15 (default 1)\n"
 	"  --rtol X, --atol X\n"
 	"                  tolerance of the float check, 0 to 1e9 (default 1e-4, 1e-5)\n"
-	"  --dim NAME=N    bind a symbolic dimension in both models (repeatable)\n"
+	"  --dim NAME=N    bind a symbolic dimension in both models, N from 1 to 2^31\n"
+	"                  (repeatable)\n"
 	"  -h, --help      print this help\n"
 	"\n"
 	"prints EQUIVALENT, NOT EQUIVALENT (with the first differing output and\n"
@@ -460,6 +465,15 @@ int main(int argc, char **argv)
 {
 	/* temporaries and child compilers go when a signal ends us */
 	mo_cleanup_install();
+#ifdef __GLIBC__
+	/* Under an address-space limit (ulimit -v) glibc's arena per thread, each
+	 * reserving 64 MiB, uses the limit up, and once a reservation fails every
+	 * allocation of that thread tries again: a search ran ten times slower
+	 * and its clock's safety net gave a poorer μGraph. One arena, then. */
+	struct rlimit as;
+	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+		mallopt(M_ARENA_MAX, 1);
+#endif
 	if (argc > 1 && strcmp(argv[1], "equiv") == 0)
 		return equiv_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)

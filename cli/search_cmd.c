@@ -253,12 +253,34 @@ void cli_cache_drop(const struct mo_tp *prog, const struct mo_search_options *o,
 		fprintf(stderr, "mirage-onnx: warning: cache entry %s removed: %s\n", path, why);
 }
 
+static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				   const char *cache, struct mo_search_result *r, bool *cached,
+				   struct mo_diag *d);
+
 /* The region's best μGraph: from the cache when an entry is valid for the
  * region and verifies again, else by searching (and then stored in the
- * cache, replacing an entry that was not). */
+ * cache, replacing an entry that was not). The search skips a candidate it
+ * cannot allocate as it skips one that fails, so an allocation failure
+ * anywhere in it makes the result out of memory: what it found may be
+ * poorer, and the run would not give it again. */
 enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				const char *cache, struct mo_search_result *r, bool *cached,
 				struct mo_diag *d)
+{
+	unsigned long failures = mo_alloc_failures();
+	enum mo_status st = find_mugraph(prog, o, cache, r, cached, d);
+	if (mo_alloc_failures() == failures)
+		return st;
+	mo_search_result_free(r);
+	memset(r, 0, sizeof *r);
+	*cached = false;
+	mo_diag_init(d);
+	return mo_diag_nomem(d);
+}
+
+static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
+				   const char *cache, struct mo_search_result *r, bool *cached,
+				   struct mo_diag *d)
 {
 	memset(r, 0, sizeof *r);
 	*cached = false;
@@ -298,6 +320,7 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 				"again\n", path, why);
 		}
 	}
+	unsigned long failures = mo_alloc_failures();
 	enum mo_status st = mo_search(prog, o, r, d);
 	if (!st && r->stats.safety_net)
 		fprintf(stderr, "mirage-onnx: warning: the search of the region at '%s' (%d ops) "
@@ -305,7 +328,7 @@ enum mo_status cli_find_mugraph(const struct mo_tp *prog, const struct mo_search
 			"depends on timing and is not cached\n",
 			prog->n_ops > 0 && prog->node_names && prog->ops[0].node >= 0
 				? prog->node_names[prog->ops[0].node] : "?", prog->n_ops);
-	if (!st && r->best && cache && !r->stats.safety_net)
+	if (!st && r->best && cache && !r->stats.safety_net && mo_alloc_failures() == failures)
 		(void)write_json_file(path, r->best); /* a cache entry is optional */
 	else if (!st && cache)
 		remove(path); /* an invalid entry is not read again */
@@ -386,7 +409,10 @@ int cli_search(const struct mo_model *m, const struct cli_search_args *a, struct
 			/* as when fusing: the region stays unfused, the others go on */
 			mo_search_result_free(&r);
 			memset(&r, 0, sizeof r);
-			snprintf(r.why, sizeof r.why, "search failed: %.200s", sd.msg);
+			if (sd.status == MO_ERR_NOMEM)
+				snprintf(r.why, sizeof r.why, "out of memory");
+			else
+				snprintf(r.why, sizeof r.why, "search failed: %.200s", sd.msg);
 		}
 		if (r.best && a->dump_dir) {
 			char lb[16];

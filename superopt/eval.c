@@ -286,6 +286,31 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	return true;
 }
 
+/* Weight ti in the field, converted before: by this program, or by another
+ * program over the same model (a region and the runs of ops, rewrites or
+ * kernels searched within it read the same initializers), found by the
+ * initializer it reads. NULL when there is none. */
+static struct mo_ff *cached_weight(const struct ev *e, int ti)
+{
+	const struct mo_eval_cache *c = e->cache;
+	if (e->dom != MO_EVAL_FF || !c || !c->leaf)
+		return NULL;
+	if (c->tp == e->tp)
+		return c->leaf[ti];
+	const struct mo_tensor *t = &e->tp->tensors[ti];
+	/* (values folded into fvals/ivals are the program's own) */
+	if (!t->init || t->fvals || t->ivals || t->kind == MO_T_INPUT ||
+	    c->tp->model != e->tp->model)
+		return NULL;
+	for (int j = 0; j < c->tp->n_tensors; j++) {
+		const struct mo_tensor *x = &c->tp->tensors[j];
+		if (c->leaf[j] && x->init == t->init && !x->fvals && !x->ivals &&
+		    x->kind != MO_T_INPUT && numel(x) == numel(t))
+			return c->leaf[j];
+	}
+	return NULL;
+}
+
 bool mo_ev_load_leaf(struct ev *e, int ti)
 {
 	const struct mo_tensor *t = &e->tp->tensors[ti];
@@ -294,8 +319,9 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 		return false;
 	}
 	uint64_t n = numel(t);
-	if (e->dom == MO_EVAL_FF && e->cache && e->cache->leaf && e->cache->leaf[ti]) {
-		e->vals[ti] = e->cache->leaf[ti];
+	struct mo_ff *w = cached_weight(e, ti);
+	if (w) {
+		e->vals[ti] = w;
 		e->borrowed[ti] = true;
 		return true;
 	}
@@ -325,7 +351,8 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 	bool ok = c.ok;
 	if (!ok)
 		e->bad = "a weight's values cannot be read or are not finite";
-	if (ok && !e->bad && e->dom == MO_EVAL_FF && e->cache && e->cache->leaf) {
+	if (ok && !e->bad && e->dom == MO_EVAL_FF && e->cache && e->cache->leaf &&
+	    e->cache->tp == e->tp) {
 		e->cache->leaf[ti] = v; /* handed over: later walks borrow it */
 		e->borrowed[ti] = true;
 	}
@@ -1348,8 +1375,7 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 		cache->tp = tp;
 		cache->leaf = mo_calloc((size_t)tp->n_tensors + 1, sizeof *cache->leaf);
 	}
-	if (cache && cache->tp != tp)
-		cache = NULL;
+	/* another program's cache is only read (cached_weight) */
 	struct ev e = { .tp = tp, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
 			.scale = scale, .cache = cache, .masked = masked,
 			.es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff) };

@@ -312,6 +312,10 @@ enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp
 struct mo_ref_cache {
 	const struct mo_tp *ref;
 	struct mo_eval_cache weights;
+	/* the same program's field weights held elsewhere (the proof's memo),
+	 * borrowed instead of converting another copy as large as 4x the
+	 * weights; NULL: its own */
+	struct mo_eval_cache *shared;
 	int n;
 	uint64_t seeds[MO_REF_SEEDS];
 	struct mo_eval_result results[MO_REF_SEEDS];

@@ -298,8 +298,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			o->weights->leaf = mo_calloc((size_t)ref->n_tensors + 1,
 						     sizeof *o->weights->leaf);
 		}
-		if (o->weights->tp == ref)
-			re.cache = o->weights;
+		re.cache = o->weights; /* another program's is only read */
 	}
 	struct ev ke = re;
 	ke.tp = &mg->kg;
@@ -497,8 +496,8 @@ static enum mo_status ref_results(struct mo_ref_cache *c, uint64_t seed,
 		memmove(&c->seeds[0], &c->seeds[1], sizeof c->seeds[0] * (MO_REF_SEEDS - 1));
 		c->n--;
 	}
-	enum mo_status st = mo_eval_scaled(c->ref, MO_EVAL_FF, seed, 1.0, &c->weights,
-					   &c->results[c->n], d);
+	enum mo_status st = mo_eval_scaled(c->ref, MO_EVAL_FF, seed, 1.0,
+					   c->shared ? c->shared : &c->weights, &c->results[c->n], d);
 	if (st)
 		return st;
 	c->seeds[c->n] = seed;
@@ -520,7 +519,8 @@ enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cach
 		return MO_OK;
 	}
 	uint8_t *computed[MO_MG_MAX] = { NULL };
-	struct mg_eval_opts o = { .weights = &rc->weights, .blocks = blocks > 0 ? blocks : 1,
+	struct mg_eval_opts o = { .weights = rc->shared ? rc->shared : &rc->weights,
+				  .blocks = blocks > 0 ? blocks : 1,
 				  .computed = computed };
 	struct mo_eval_result r;
 	st = mg_eval(mg, rc->ref, MO_EVAL_FF, seed, 1.0, &o, &r, d);

@@ -1310,7 +1310,9 @@ static double run_passes(struct run *R, const struct mo_search_options *o, int j
 		pthread_attr_destroy(&attr);
 		if (C->started) {
 			R->active++;
-		} else { /* out of threads: the search goes on without it */
+		} else { /* out of threads: the search goes on without it, so its
+			  * result is not the search's, and the caller says so */
+			mo_note_nomem();
 			C->status = CLS_DONE;
 			R->done++;
 			C->st.budget_hit = true;
@@ -1632,6 +1634,8 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	pthread_mutex_init(&R.check_lock, NULL);
 	pthread_cond_init(&R.changed, NULL);
 	mo_ref_cache_init(&R.rc, prog);
+	if (o.memo && o.memo->weights.leaf)
+		R.rc.shared = &o.memo->weights; /* primed; outlives this search */
 	R.classes = mo_calloc(256, sizeof *R.classes);
 	if (!R.classes) {
 		target_free(T);

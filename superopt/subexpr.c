@@ -66,7 +66,19 @@ struct mo_subexpr {
 	struct cache_entry *cache;
 	int cache_n, cache_cap;
 	struct mo_subexpr_stats stats;
+	unsigned long z3_errors0; /* z3_errors when the context was made */
 };
+
+/* Z3 calls that failed, in any context. Z3 crashed in later calls on a
+ * solver whose allocation had failed, so a context made before a failure is
+ * not used again: its answers are "keep" (the search goes on unpruned, and
+ * the out of memory is counted where the search's caller sees it). */
+static unsigned long z3_errors;
+
+static bool z3_broken(const struct mo_subexpr *s)
+{
+	return __atomic_load_n(&z3_errors, __ATOMIC_RELAXED) != s->z3_errors0;
+}
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -342,19 +354,25 @@ static bool lift(struct sat *st)
 
 /* ---- Z3 ---- */
 
+/* A Z3 call that fails (out of memory, mostly) returns NULL, and Z3 crashes
+ * on a NULL operand: every result is checked before it is used. */
 static Z3_func_decl decl(Z3_context c, const char *name, int n, Z3_sort a, Z3_sort b,
 			 Z3_sort range)
 {
 	Z3_sort dom[2] = { a, b };
-	Z3_func_decl f = Z3_mk_func_decl(c, Z3_mk_string_symbol(c, name), (unsigned)n, dom, range);
-	Z3_inc_ref(c, Z3_func_decl_to_ast(c, f));
+	Z3_func_decl f = a && b && range ? Z3_mk_func_decl(c, Z3_mk_string_symbol(c, name),
+							   (unsigned)n, dom, range) : NULL;
+	if (f)
+		Z3_inc_ref(c, Z3_func_decl_to_ast(c, f));
 	return f;
 }
 
 static void on_z3_error(Z3_context c, Z3_error_code e)
 {
-	(void)c;
-	(void)e; /* checked through Z3_get_error_code where it matters */
+	(void)c; /* the call's result is NULL or undecided, which callers check */
+	__atomic_add_fetch(&z3_errors, 1, __ATOMIC_RELAXED);
+	if (e == Z3_MEMOUT_FAIL)
+		mo_note_nomem(); /* so the search says out of memory, not "not found" */
 }
 
 /* The Z3 term of pool term id (made once, kept). */
@@ -363,9 +381,14 @@ static Z3_ast term(struct mo_subexpr *s, int id)
 	int at = find_sorted(s->ast_ids, s->n_asts, id);
 	if (at < s->n_asts && s->ast_ids[at] == id)
 		return s->asts[at];
+	if (z3_broken(s))
+		return NULL;
 	Z3_context c = s->ctx;
 	struct mo_ae x = mo_ae_node(s->pool, id);
 	Z3_ast a = x.a >= 0 ? term(s, x.a) : NULL, b = x.b >= 0 ? term(s, x.b) : NULL, r = NULL;
+	Z3_ast k = x.kind == MO_AE_SUM || x.kind == MO_AE_FN ? Z3_mk_int64(c, x.k, s->I) : NULL;
+	if ((x.a >= 0 && !a) || (x.b >= 0 && !b) || ((x.kind == MO_AE_SUM || x.kind == MO_AE_FN) && !k))
+		return NULL;
 	char name[32];
 	switch (x.kind) {
 	case MO_AE_VAR:
@@ -378,13 +401,11 @@ static Z3_ast term(struct mo_subexpr *s, int id)
 	case MO_AE_DIV: r = Z3_mk_app(c, s->div, 2, (Z3_ast[]){ a, b }); break;
 	case MO_AE_EXP: r = Z3_mk_app(c, s->exp, 1, (Z3_ast[]){ a }); break;
 	case MO_AE_SQRT: r = Z3_mk_app(c, s->sqrt, 1, (Z3_ast[]){ a }); break;
-	case MO_AE_SUM:
-		r = Z3_mk_app(c, s->sum, 2, (Z3_ast[]){ Z3_mk_int64(c, x.k, s->I), a });
-		break;
-	case MO_AE_FN:
-		r = Z3_mk_app(c, s->fn, 2, (Z3_ast[]){ Z3_mk_int64(c, x.k, s->I), a });
-		break;
+	case MO_AE_SUM: r = Z3_mk_app(c, s->sum, 2, (Z3_ast[]){ k, a }); break;
+	case MO_AE_FN: r = Z3_mk_app(c, s->fn, 2, (Z3_ast[]){ k, a }); break;
 	}
+	if (!r)
+		return NULL;
 	Z3_inc_ref(c, r);
 	if (!room(&s->ast_ids, s->n_asts, &s->cap_ast_ids, sizeof *s->ast_ids) ||
 	    !room(&s->asts, s->n_asts, &s->cap_asts, sizeof *s->asts))
@@ -400,6 +421,8 @@ static Z3_ast term(struct mo_subexpr *s, int id)
 
 static void assert_ast(struct mo_subexpr *s, Z3_ast a)
 {
+	if (!a || z3_broken(s))
+		return;
 	Z3_inc_ref(s->ctx, a);
 	Z3_solver_assert(s->ctx, s->solver, a);
 	Z3_dec_ref(s->ctx, a);
@@ -412,6 +435,7 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	if (!s)
 		return NULL;
 	s->pool = p;
+	s->z3_errors0 = __atomic_load_n(&z3_errors, __ATOMIC_RELAXED);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_rwlock_init(&s->cache_lock, NULL);
 	s->targets = mo_calloc((size_t)n + 1, sizeof *s->targets);
@@ -456,10 +480,12 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	Z3_context c = s->ctx;
 	Z3_set_error_handler(c, on_z3_error);
 	s->T = Z3_mk_uninterpreted_sort(c, Z3_mk_string_symbol(c, "T"));
-	Z3_inc_ref(c, Z3_sort_to_ast(c, s->T));
 	s->I = Z3_mk_int_sort(c);
-	Z3_inc_ref(c, Z3_sort_to_ast(c, s->I));
 	Z3_sort B = Z3_mk_bool_sort(c);
+	if (!s->T || !s->I || !B)
+		goto fail;
+	Z3_inc_ref(c, Z3_sort_to_ast(c, s->T));
+	Z3_inc_ref(c, Z3_sort_to_ast(c, s->I));
 	s->add = decl(c, "add", 2, s->T, s->T, s->T);
 	s->mul = decl(c, "mul", 2, s->T, s->T, s->T);
 	s->div = decl(c, "div", 2, s->T, s->T, s->T);
@@ -468,9 +494,15 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	s->sum = decl(c, "sum", 2, s->I, s->T, s->T);
 	s->fn = decl(c, "fn", 2, s->I, s->T, s->T);
 	s->sub = decl(c, "subexpr", 2, s->T, s->T, B);
+	if (!s->add || !s->mul || !s->div || !s->exp || !s->sqrt || !s->sum || !s->fn || !s->sub)
+		goto fail;
 	s->top = Z3_mk_const(c, Z3_mk_string_symbol(c, "TOP"), s->T);
+	if (!s->top)
+		goto fail;
 	Z3_inc_ref(c, s->top);
 	s->solver = Z3_mk_simple_solver(c);
+	if (!s->solver)
+		goto fail;
 	Z3_solver_inc_ref(c, s->solver);
 	/* Z3 swaps in a SIGINT handler of its own around each check, which
 	 * swallowed a Ctrl-C meant to end the tool (and remove its temporaries) */
@@ -479,16 +511,28 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	Z3_params_set_bool(c, sp, Z3_mk_string_symbol(c, "ctrl_c"), false);
 	Z3_solver_set_params(c, s->solver, sp);
 	Z3_params_dec_ref(c, sp);
-	for (int i = 0; i < s->n_eqs; i++)
-		assert_ast(s, Z3_mk_eq(c, term(s, s->eqs[i][0]), term(s, s->eqs[i][1])));
-	for (int i = 0; i < s->n_nests; i++)
-		assert_ast(s, Z3_mk_eq(c, term(s, s->nests[i].u),
-				       Z3_mk_app(c, s->sum, 2, (Z3_ast[]){
-						 Z3_mk_int64(c, s->nests[i].i, s->I),
-						 term(s, s->nests[i].inner) })));
-	for (int i = 0; i < s->n_known; i++)
-		assert_ast(s, Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ term(s, s->known[i]), s->top }));
-	if (Z3_get_error_code(c) != Z3_OK)
+	bool ok = true; /* an axiom left out would make the check prune what it must keep */
+	for (int i = 0; ok && i < s->n_eqs; i++) {
+		Z3_ast l = term(s, s->eqs[i][0]), r = term(s, s->eqs[i][1]);
+		Z3_ast eq = l && r ? Z3_mk_eq(c, l, r) : NULL;
+		ok = eq != NULL;
+		assert_ast(s, eq);
+	}
+	for (int i = 0; ok && i < s->n_nests; i++) {
+		Z3_ast u = term(s, s->nests[i].u), in = term(s, s->nests[i].inner);
+		Z3_ast k = Z3_mk_int64(c, s->nests[i].i, s->I);
+		Z3_ast sum = u && in && k ? Z3_mk_app(c, s->sum, 2, (Z3_ast[]){ k, in }) : NULL;
+		Z3_ast eq = sum ? Z3_mk_eq(c, u, sum) : NULL;
+		ok = eq != NULL;
+		assert_ast(s, eq);
+	}
+	for (int i = 0; ok && i < s->n_known; i++) {
+		Z3_ast t = term(s, s->known[i]);
+		Z3_ast q = t ? Z3_mk_app(c, s->sub, 2, (Z3_ast[]){ t, s->top }) : NULL;
+		ok = q != NULL;
+		assert_ast(s, q);
+	}
+	if (!ok || Z3_get_error_code(c) != Z3_OK || z3_broken(s))
 		goto fail;
 	return s;
 fail:
@@ -512,9 +556,9 @@ void mo_subexpr_free(struct mo_subexpr *s)
 		return;
 	if (s->ctx) {
 		Z3_context c = s->ctx;
-		for (int i = 0; i < s->n_asts; i++)
+		for (int i = 0; i < s->n_asts && !z3_broken(s); i++)
 			Z3_dec_ref(c, s->asts[i]);
-		if (s->solver)
+		if (s->solver && !z3_broken(s))
 			Z3_solver_dec_ref(c, s->solver);
 		Z3_del_context(c);
 	}
@@ -537,9 +581,16 @@ void mo_subexpr_free(struct mo_subexpr *s)
 static Z3_lbool check_not(struct mo_subexpr *s, Z3_ast q)
 {
 	Z3_context c = s->ctx;
+	if (!q || z3_broken(s))
+		return Z3_L_UNDEF;
+	Z3_ast nq = Z3_mk_not(c, q);
+	if (!nq || z3_broken(s))
+		return Z3_L_UNDEF;
 	Z3_solver_push(c, s->solver);
 	Z3_inc_ref(c, q);
-	assert_ast(s, Z3_mk_not(c, q));
+	assert_ast(s, nq);
+	if (z3_broken(s))
+		return Z3_L_UNDEF; /* left as it is: nothing is asked of it again */
 	Z3_lbool r = Z3_solver_check(c, s->solver);
 	Z3_dec_ref(c, q);
 	Z3_solver_pop(c, s->solver, 1);
@@ -550,7 +601,8 @@ static Z3_lbool check_not(struct mo_subexpr *s, Z3_ast q)
 /* One solver query: do the instantiated axioms entail subexpr(e, TOP)? */
 static bool solve(struct mo_subexpr *s, int e)
 {
-	Z3_lbool r = check_not(s, Z3_mk_app(s->ctx, s->sub, 2, (Z3_ast[]){ term(s, e), s->top }));
+	Z3_ast t = term(s, e);
+	Z3_lbool r = check_not(s, t ? Z3_mk_app(s->ctx, s->sub, 2, (Z3_ast[]){ t, s->top }) : NULL);
 	if (r == Z3_L_UNDEF)
 		s->stats.solver_unknown++;
 	return r != Z3_L_TRUE; /* unsat: entailed; unknown: keep */
@@ -641,7 +693,8 @@ bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t)
 	if (e == s->targets[t])
 		return true;
 	pthread_mutex_lock(&s->lock);
-	Z3_lbool r = check_not(s, Z3_mk_eq(s->ctx, term(s, e), term(s, s->targets[t])));
+	Z3_ast a = term(s, e), b = term(s, s->targets[t]);
+	Z3_lbool r = check_not(s, a && b ? Z3_mk_eq(s->ctx, a, b) : NULL);
 	pthread_mutex_unlock(&s->lock);
 	return r == Z3_L_FALSE;
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Peak memory of fusing a model with large external weights.
+
+Writes, in a temporary folder, a model whose weights are external data
+(RMSNorm then a projection X·W, W of --mib MiB in fp32, the shape a
+transformer's norm + linear has), fuses it with mirage-onnx (-o, CPU kernels,
+a short search) and prints the child's peak resident set against the size of
+the weights:
+
+    .venv/bin/python bench/memory.py --cli build/cli/mirage-onnx [--mib 512]
+
+The tool memory-maps external data; what it adds on top is the evaluator's,
+the verifier's and the exporter's copies. Peak RSS counts the mapped weights
+it touched, so 1.0x is the floor for anything that reads them all once.
+"""
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def write_model(folder, mib, rows):
+    k = 4096
+    m = max(1, (mib << 20) // (4 * k))
+    w = np.random.default_rng(0).standard_normal((k, m), dtype=np.float32) * 0.02
+    with open(os.path.join(folder, "weights.bin"), "wb") as f:
+        f.write(w.tobytes())
+    del w
+    W = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[k, m],
+                         data_location=TensorProto.EXTERNAL)
+    for key, val in (("location", "weights.bin"), ("offset", "0"), ("length", str(4 * k * m))):
+        e = W.external_data.add()
+        e.key, e.value = key, val
+    nodes = [helper.make_node("Mul", ["X", "X"], ["sq"], name="sq"),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1, name="mean"),
+             helper.make_node("Add", ["ms", "eps"], ["mse"], name="eps_add"),
+             helper.make_node("Sqrt", ["mse"], ["rms"], name="sqrt"),
+             helper.make_node("Div", ["X", "rms"], ["xn"], name="norm"),
+             helper.make_node("MatMul", ["xn", "W"], ["Y"], name="proj")]
+    g = helper.make_graph(
+        nodes, "memory_bench",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, m])],
+        [W, numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+         numpy_helper.from_array(np.array(1e-6, np.float32), "eps")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path, 4 * k * m
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", required=True, help="the mirage-onnx binary")
+    ap.add_argument("--mib", type=int, default=512, help="size of the weights (default 512)")
+    ap.add_argument("--rows", type=int, default=8, help="rows of X (default 8)")
+    ap.add_argument("--budget", default="5", help="search budget per region (default 5)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    a = ap.parse_args()
+    folder = tempfile.mkdtemp(prefix="mo_membench_")
+    model, weight_bytes = write_model(folder, a.mib, a.rows)
+    out = os.path.join(folder, "fused.onnx")
+    cmd = [os.path.abspath(a.cli), "-q", model, "-o", out, "--no-cuda", "--no-cache",
+           "--budget", a.budget]
+    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    seconds = time.perf_counter() - t0
+    if peak_kib <= before:
+        sys.exit("memory.py: the child's peak was not measured (a larger child ran before)")
+    fused = os.path.exists(out.replace(".onnx", ".mirage.so"))
+    peak = peak_kib * 1024
+    print(f"weights    {weight_bytes / 2**20:.0f} MiB external ({a.rows}x4096 · 4096x"
+          f"{weight_bytes // (4 * 4096)}, fp32)")
+    print(f"fuse       exit {r.returncode}, {'fused' if fused else 'nothing fused'}, "
+          f"{seconds:.1f} s")
+    print(f"peak RSS   {peak / 2**20:.0f} MiB = {peak / weight_bytes:.2f}x the weights")
+    if r.returncode:
+        print(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "", file=sys.stderr)
+    if a.keep:
+        print(f"folder     {folder}")
+    else:
+        for f in os.listdir(folder):
+            os.remove(os.path.join(folder, f))
+        os.rmdir(folder)
+    return 1 if r.returncode else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Out of memory is said as such.
+
+The CLI runs under a sweep of address-space limits (ulimit -v): every run
+either gives a μGraph, as it does without a limit, or says "out of memory"
+(a region "stays unfused: out of memory", or one line and exit 3 for the
+whole run). Never a crash, never "not faster", "no candidate" or "search
+failed" because an allocation failed, never a partial set of output files.
+
+The sanitizer build reserves terabytes of address space for its shadow
+memory and cannot run under a limit: there the test says so and skips.
+"""
+import argparse
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CLI = None
+MODEL = None
+MIB = 1 << 20
+
+
+def run(args, limit=None, cwd=None):
+    def pre():
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    env = dict(os.environ)
+    env.pop("MIRAGE_ONNX_CACHE", None)
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=900,
+                          preexec_fn=pre, cwd=cwd, env=env)
+
+
+def best_lines(stdout):
+    """The μGraph found: its line and its kernels' (not the timings)."""
+    return [l.strip() for l in stdout.splitlines()
+            if re.match(r"\s*(best μGraph|kernel \d+:)", l)]
+
+
+class OutOfMemory(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        r = run(["--version"], limit=256 * MIB)
+        if r.returncode != 0:
+            raise unittest.SkipTest("this build cannot run under an address-space limit "
+                                    "(the sanitizers' shadow memory)")
+        # below this the dynamic loader fails, before any of the tool's code
+        cls.floor = next(m for m in range(4, 256, 2)
+                         if run(["--version"], limit=m * MIB).returncode == 0)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mo_oom_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def check_one_line_oom(self, r, what):
+        self.assertEqual(r.returncode, 3, what)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, what)
+        self.assertIn("out of memory", lines[0], what)
+
+    def test_search_out_of_memory_is_reported_as_such_never_as_a_poorer_result(self):
+        args = [MODEL, "--search-only", "--no-cache", "--budget", "5", "--jobs", "2"]
+        ref = run(args)
+        self.assertEqual(ref.returncode, 0, ref.stderr)
+        self.assertTrue(best_lines(ref.stdout), ref.stdout)  # the model fuses
+        seen = {"oom_region": 0, "oom_run": 0, "found": 0}
+        for mib in range(self.floor, self.floor + 64, 4):
+            r = run(args, limit=mib * MIB)
+            what = f"ulimit -v {mib} MiB: rc {r.returncode}\n{r.stdout}\n{r.stderr[-2000:]}"
+            self.assertGreaterEqual(r.returncode, 0, what)  # no signal
+            self.assertNotIn("not faster", r.stdout, what)
+            self.assertNotIn("no candidate", r.stdout, what)
+            self.assertNotIn("search failed", r.stdout, what)
+            if r.returncode == 3:
+                self.check_one_line_oom(r, what)
+                seen["oom_run"] += 1
+            elif "stays unfused: out of memory" in r.stdout:
+                self.assertEqual(r.returncode, 0, what)
+                seen["oom_region"] += 1
+            else:
+                # a μGraph, as without a limit (which one may differ where the
+                # search's clock safety net cuts a slow run short: timing, not
+                # memory, so the test does not compare them)
+                self.assertEqual(r.returncode, 0, what)
+                self.assertTrue(best_lines(r.stdout), what)
+                seen["found"] += 1
+        # the sweep ran out of memory and also had room, or it proved nothing
+        self.assertTrue(seen["found"] and seen["oom_region"] + seen["oom_run"], seen)
+
+    def test_fuse_out_of_memory_leaves_no_partial_output(self):
+        out = os.path.join(self.dir, "o.onnx")
+        seen = set()
+        for mib in range(self.floor, self.floor + 60, 6):
+            r = run([MODEL, "-o", out, "--no-cuda", "--no-cache", "--budget", "5"],
+                    limit=mib * MIB)
+            what = f"ulimit -v {mib} MiB: rc {r.returncode}\n{r.stdout}\n{r.stderr[-2000:]}"
+            files = sorted(os.listdir(self.dir))
+            self.assertGreaterEqual(r.returncode, 0, what)
+            self.assertNotIn("not faster", r.stdout + r.stderr, what)
+            if r.returncode == 3:
+                self.check_one_line_oom(r, what)
+                self.assertEqual(files, [], what)
+                seen.add("run")
+            else:
+                self.assertEqual(r.returncode, 0, what)
+                fused = "o.mirage.so" in files
+                self.assertEqual(files, ["o.mirage.json", "o.mirage.so", "o.onnx"] if fused
+                                 else ["o.onnx"], what)
+                if not fused:
+                    self.assertRegex(r.stderr, re.compile(r"region 1 stays unfused: .*out of memory"),
+                                     what)
+                seen.add("fused" if fused else "region")
+            for f in files:
+                os.remove(os.path.join(self.dir, f))
+        self.assertIn("fused", seen, self.floor)
+        self.assertTrue(seen & {"run", "region"}, self.floor)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--model", required=True)
+    args, rest = ap.parse_known_args()
+    CLI = os.path.abspath(args.cli)
+    MODEL = os.path.abspath(args.model)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
