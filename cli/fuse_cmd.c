@@ -872,38 +872,13 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	for (int ri = 0; ri < nu; ri++) {
 		if (!rs[ri].fused)
 			continue;
-		const struct mo_region *rg = rs[ri].rg;
-		const struct mo_mugraph *mg = rs[ri].r.best;
-		struct mo_fused_node *f = &fn[nf++];
-		int *nodes = mo_arena_alloc(&p->arena, sizeof *nodes * (size_t)(rg->n_ops + 1));
-		const char **ins = mo_arena_alloc(&p->arena, sizeof *ins * (size_t)(mg->kg.n_inputs + 1));
-		const char **outs = mo_arena_alloc(&p->arena, sizeof *outs * (size_t)(mg->kg.n_outputs + 1));
-		char *name = mo_arena_alloc(&p->arena, 64);
-		if (!nodes || !ins || !outs || !name) {
+		char *name = mo_arena_alloc(&p->arena, 80);
+		if (!name || !fused_node_of(tp, rs, ri, name, 80, &fn[nf])) {
 			mo_diag_nomem(d);
 			rc = 3;
 			break;
 		}
-		/* the region's ops' nodes; Constant nodes only they read go as dead code */
-		int nn = 0;
-		for (int i = 0; i < rg->n_ops; i++) {
-			int node = tp->ops[rg->ops[i]].node;
-			bool seen = false;
-			for (int k = 0; k < nn && !seen; k++)
-				seen = nodes[k] == node;
-			if (!seen)
-				nodes[nn++] = node;
-		}
-		for (int i = 0; i < mg->kg.n_inputs; i++)
-			ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
-		for (int i = 0; i < mg->kg.n_outputs; i++)
-			outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
-		char lb[32];
-		snprintf(name, 64, "%s_region%s", rs[ri].op_type, label(rs, ri, lb, sizeof lb));
-		*f = (struct mo_fused_node){ .op_type = rs[ri].op_type, .name = name, .n_nodes = nn,
-					     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
-					     .n_outputs = mg->kg.n_outputs, .inputs = ins,
-					     .outputs = outs };
+		nf++;
 	}
 	if (!rc && !a->quiet)
 		print_summary(tp, nu, rs, stdout);
@@ -911,6 +886,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	struct file_set fs = { .so_tmp = have_plugin ? so : NULL, .id = id, .fn = fn, .nf = nf };
 	if (!rc)
 		rc = write_set(m, a, tp, nu, rs, &fs, d);
+	for (int k = 0; k < nf; k++)
+		fused_node_free(&fn[k]);
 	mo_free(fn);
 out_files:
 	mo_file_discard_temp(-1, so); /* gone already when it became the plugin */
