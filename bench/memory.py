@@ -9,9 +9,10 @@ the weights:
 
     .venv/bin/python bench/memory.py --cli build/cli/mirage-onnx [--mib 512]
 
-The tool memory-maps external data; what it adds on top is the evaluator's,
-the verifier's and the exporter's copies. Peak RSS counts the mapped weights
-it touched, so 1.0x is the floor for anything that reads them all once.
+The tool reads external data when a tensor's values are first needed (one
+copy of the weights); what it adds on top is the evaluator's, the verifier's
+and the exporter's copies, so 1.0x is the floor for anything that reads them
+all once.
 """
 import argparse
 import os

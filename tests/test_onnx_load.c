@@ -300,7 +300,7 @@ static void write_ext_model(struct ext_fixture *f, const char *location,
 	tm_free(&t);
 }
 
-static void external_data_is_mapped_in_place(void **state)
+static void external_data_reads_the_named_bytes(void **state)
 {
 	(void)state;
 	struct ext_fixture f;
@@ -457,7 +457,7 @@ int main(void)
 		cmocka_unit_test(protobufs_that_are_not_models_are_rejected),
 		cmocka_unit_test(truncations_and_bit_flips_never_crash),
 		cmocka_unit_test(absurd_nesting_is_refused),
-		cmocka_unit_test(external_data_is_mapped_in_place),
+		cmocka_unit_test(external_data_reads_the_named_bytes),
 		cmocka_unit_test(external_data_outside_the_folder_is_refused),
 		cmocka_unit_test(external_data_past_the_end_is_refused),
 		cmocka_unit_test(save_replaces_atomically_and_fails_cleanly),
