@@ -194,9 +194,16 @@ class Hostile(unittest.TestCase):
         self.assert_unfused(self.write("huge.onnx", mm_relu(x=(2**40, 8), y=(2**40, 3))),
                             "a tensor has 2^31 elements or more")
         sym = self.write("sym.onnx", mm_relu(x=("N", 8), y=("N", 3)))
+        # the flags take sizes up to 2^31: at the top the tensors are 2^34
+        # elements, unfused; past it the flag's range is the one line
         self.assert_unfused(sym, "a tensor has 2^31 elements or more",
-                            "--input-shape", f"X={2**40}x8")
-        self.assert_unfused(sym, "a tensor has 2^31 elements or more", "--dim", f"N={2**40}")
+                            "--input-shape", f"X={2**31}x8")
+        self.assert_unfused(sym, "a tensor has 2^31 elements or more", "--dim", f"N={2**31}")
+        for flag, value in (("--input-shape", f"X={2**40}x8"), ("--dim", f"N={2**40}")):
+            r = self.run_cli(sym, flag, value)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn(flag, r.stderr)
 
     def test_overflowing_dimension_is_rejected(self):
         self.assert_rejected(self.write("ovf.onnx", mm_relu(x=(2**62, 2**62), y=(2**62, 3))),
