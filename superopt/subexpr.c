@@ -471,12 +471,18 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	}
 	mo_free(st.queue);
 
+	/* NULL when Z3 is out of memory (and no context's handler to say so;
+	 * Z3_set_param_value on it crashed under ulimit -v) */
 	Z3_config cfg = Z3_mk_config();
-	Z3_set_param_value(cfg, "model", "false");
-	s->ctx = Z3_mk_context_rc(cfg);
-	Z3_del_config(cfg);
-	if (!s->ctx)
+	if (cfg) {
+		Z3_set_param_value(cfg, "model", "false");
+		s->ctx = Z3_mk_context_rc(cfg);
+		Z3_del_config(cfg);
+	}
+	if (!s->ctx) {
+		mo_note_nomem();
 		goto fail;
+	}
 	Z3_context c = s->ctx;
 	Z3_set_error_handler(c, on_z3_error);
 	s->T = Z3_mk_uninterpreted_sort(c, Z3_mk_string_symbol(c, "T"));
