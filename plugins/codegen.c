@@ -984,7 +984,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		gbuf(&gb[t], &mg->kg, t);
 	if (g->cuda) {
 		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
-		P(g, "extern __shared__ __align__(128) float4 mo_smem4[];\nchar *ws = (char *)mo_smem4;\n");
+		P(g, "MO_DYNAMIC_SHARED(float4, mo_smem4);\nchar *ws = (char *)mo_smem4;\n");
 		P(g, "const uint64_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
 	} else {
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
@@ -1106,7 +1106,18 @@ static const char prelude_c[] =
 	"static inline uint16_t mo_f2bf(float f) { return mo_float_to_bf16(f); }\n"
 	"#define MO_DEV static inline\n";
 
+/* Launches and the dynamic shared-memory declaration go through two macros:
+ * under nvcc they are the CUDA text itself; the tests' CUDA execution layer
+ * (tests/cudasim, which shadows the CUDA headers and defines MO_CUDA_SIM)
+ * defines them as its own calls, so that the text that runs on the CPU in
+ * the tests is the text nvcc compiles. */
 static const char prelude_cuda[] =
+	"#if defined(__CUDACC__)\n"
+	"#define MO_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)\n"
+	"#define MO_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]\n"
+	"#elif !defined(MO_CUDA_SIM)\n"
+	"#error \"compile with nvcc (or with the CUDA execution layer of the tests)\"\n"
+	"#endif\n"
 	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <cuda_pipeline.h>\n"
 	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n\n"
 	"static __device__ __forceinline__ float mo_h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }\n"
@@ -1256,14 +1267,14 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 				  "than this GPU allows (planned for %s; fuse again with --target sm_80 for "
 				  "this GPU)\");\nrc = 1;\n}\n", ident, k, smem, op->name, k + 1, smem,
 				  target == MO_SM80 ? "sm_80" : "sm_90");
-			P(&g, "if (!rc) %s_k%d<<<dim3(%d, %d, %d), %d, %" PRIu64 "u, st>>>(a);\n", ident, k,
+			P(&g, "if (!rc) MO_LAUNCH(%s_k%d, dim3(%d, %d, %d), %d, %" PRIu64 "u, st, a);\n", ident, k,
 			  bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
 		} else {
 			uint64_t n = mo_tensor_numel(&mg->kg.tensors[mg->ops[k].op.out[0]]);
 			uint64_t blocks = (n + 255) / 256;
 			if (blocks > (1u << 20))
 				blocks = 1u << 20;
-			P(&g, "if (!rc) %s_k%d<<<%" PRIu64 ", 256, 0, st>>>(a);\n", ident, k, blocks ? blocks : 1);
+			P(&g, "if (!rc) MO_LAUNCH(%s_k%d, %" PRIu64 ", 256, 0, st, a);\n", ident, k, blocks ? blocks : 1);
 		}
 	}
 	if (cuda)
