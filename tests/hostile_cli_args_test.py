@@ -7,7 +7,6 @@ file written; bench turns whatever goes wrong in ONNX Runtime or Python into
 one line "mirage-onnx bench: CAUSE" with the README's exit code, never a
 traceback.
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import unittest
 
 import onnx
 from onnx import TensorProto, helper
+
+import mo_testlib
 
 CLI = None
 PYTHON = sys.executable
@@ -176,8 +177,4 @@ class HostileArgs(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)
