@@ -902,7 +902,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	out->ok = true;
 	for (int run = 0; run < (pc ? 2 * pc->n_variants : 1) && out->ok; run++) {
 		int variant = run / 2, single = run % 2;
-		char err[256] = "", what[64] = "";
+		char err[256] = "", what[48] = "";
 		if (pc)
 			snprintf(what, sizeof what, "variant %d (%s-buffered): ", variant,
 				 single ? "single" : "double");
@@ -915,7 +915,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 		out->plans++;
 		if (rc != 0) {
 			out->ok = false;
-			snprintf(out->detail, sizeof out->detail, "%sthe CPU kernel failed: %.180s", what, err);
+			snprintf(out->detail, sizeof out->detail, "%sthe CPU kernel failed: %.150s", what, err);
 			break;
 		}
 		for (int i = 0; i < kg->n_outputs; i++) {
