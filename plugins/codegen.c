@@ -1300,7 +1300,7 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 	else
 		P(g, "static int %s_run(const void *const *in, void *const *out, int single, char *err, "
 		  "size_t err_len)\n{\n", id);
-	P(g, "struct args a;\nint rc = 0;\n");
+	P(g, "struct args a;\nint rc = 0;\n(void)%s;\n", cuda ? "avail" : "single");
 	for (int t = 0; t < nt; t++) {
 		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
 		if (is_out[t])
