@@ -40,7 +40,106 @@ struct region_state {
 	bool cuda;
 	bool tensorrt;       /* with a TensorRT plugin in the library */
 	double seconds;
+	/* μGraphs for the GPUs built for whose shared memory r.best does not
+	 * fit, each needing less than the one before (mo_cg_op.variants) */
+	int n_var;
+	struct mo_search_result var[MO_CG_MAX_VARIANTS - 1];
+	const struct mo_mugraph *var_mg[MO_CG_MAX_VARIANTS - 1];
+	uint64_t var_limit[MO_CG_MAX_VARIANTS - 1]; /* what it was searched for */
 };
+
+/* The SM versions the plugin is built for and their shared memory per
+ * block, largest first; their number. */
+static int built_archs(const struct cli_fuse_args *a, int *sm, uint64_t *lim)
+{
+	int n = 0;
+	for (const char *p = a->archs ? a->archs : "80,90"; *p && n < MO_CG_MAX_ARCHS;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (mo_arch_smem((int)v)) {
+			int i = n++;
+			for (; i > 0 && lim[i - 1] < mo_arch_smem((int)v); i--) {
+				lim[i] = lim[i - 1];
+				sm[i] = sm[i - 1];
+			}
+			sm[i] = (int)v;
+			lim[i] = mo_arch_smem((int)v);
+		}
+		p = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+/* The variant of region s that a GPU with `limit` bytes runs: 0 its best
+ * μGraph, k its k-th variant; -1 none. */
+static int variant_for(const struct region_state *s, uint64_t limit)
+{
+	if (s->r.best && mo_mg_smem(s->r.best) <= limit)
+		return 0;
+	for (int v = 0; v < s->n_var; v++)
+		if (mo_mg_smem(s->var_mg[v]) <= limit)
+			return v + 1;
+	return -1;
+}
+
+/* For each GPU built for that no μGraph of region s fits, the best μGraph
+ * that does: the same search, proof and cache with its shared memory as
+ * the limit. One that finds none leaves the GPU without (code generation
+ * then leaves the region unfused, saying so). */
+static enum mo_status find_variants(struct region_state *s, const struct cli_fuse_args *a,
+				    const struct mo_search_options *o, const char *cache, FILE *info,
+				    struct mo_diag *d)
+{
+	int sm[MO_CG_MAX_ARCHS];
+	uint64_t lim[MO_CG_MAX_ARCHS];
+	int n = a->cuda ? built_archs(a, sm, lim) : 0;
+	for (int i = 0; i < n && s->n_var < MO_CG_MAX_VARIANTS - 1; i++) {
+		if (variant_for(s, lim[i]) >= 0)
+			continue;
+		bool tried = false;
+		for (int v = 0; v < s->n_var && !tried; v++)
+			tried = s->var_limit[v] == lim[i];
+		if (tried)
+			continue;
+		struct mo_search_options vo = *o;
+		vo.smem_limit = lim[i];
+		if (info)
+			fprintf(stderr, "  it needs %llu bytes of shared memory per block, over sm_%d's "
+				"%llu: searching again within them\n", (unsigned long long)mo_mg_smem(
+				s->n_var ? s->var_mg[s->n_var - 1] : s->r.best), sm[i],
+				(unsigned long long)lim[i]);
+		struct mo_search_result *r = &s->var[s->n_var];
+		bool cached = false;
+		struct mo_diag sd;
+		mo_diag_init(&sd);
+		if (cli_find_mugraph(s->prog, &vo, cache, r, &cached, &sd)) {
+			if (sd.status == MO_ERR_NOMEM) {
+				*d = sd;
+				return MO_ERR_NOMEM;
+			}
+			memset(r, 0, sizeof *r);
+			snprintf(r->why, sizeof r->why, "search failed: %.200s", sd.msg);
+		}
+		s->var_limit[s->n_var] = lim[i];
+		if (r->best) {
+			mo_mg_output_dtypes(r->best, s->prog);
+			s->var_mg[s->n_var] = r->best;
+			if (info)
+				fprintf(stderr, "  found one for sm_%d: %llu bytes%s\n", sm[i],
+					(unsigned long long)mo_mg_smem(r->best),
+					cached ? " (from the cache, verified again)" : "");
+			s->n_var++;
+		} else {
+			if (info)
+				fprintf(stderr, "  none for sm_%d: %s\n", sm[i], r->why[0] ? r->why : "no μGraph found");
+			mo_search_result_free(r);
+			memset(r, 0, sizeof *r);
+		}
+	}
+	return MO_OK;
+}
 
 static void progress_line(void *ctx, const char *line)
 {
@@ -122,6 +221,38 @@ static const char *label(const struct region_state *rs, int u, char *buf, size_t
 	return buf;
 }
 
+/* Per region the μGraphs the GPU code chooses from and the GPUs built for
+ * each serves: variant 0 is "mugraph" (below), the others listed in full. */
+static void write_variants(FILE *f, const struct region_state *s, const struct cli_fuse_args *a)
+{
+	int sm[MO_CG_MAX_ARCHS];
+	uint64_t lim[MO_CG_MAX_ARCHS];
+	int n = a->cuda ? built_archs(a, sm, lim) : 0;
+	fputs(",\n     \"variants\": [", f);
+	for (int v = 0; v <= s->n_var; v++) {
+		const struct mo_mugraph *mg = v ? s->var_mg[v - 1] : s->r.best;
+		fprintf(f, "%s\n       {\"variant\": %d, \"smem_bytes\": %llu, \"serves\": [", v ? "," : "",
+			v, (unsigned long long)mo_mg_smem(mg));
+		int k = 0;
+		for (int i = 0; i < n; i++)
+			if (variant_for(s, lim[i]) == v)
+				fprintf(f, "%s\"sm_%d\"", k++ ? ", " : "", sm[i]);
+		fputc(']', f);
+		if (v > 0) {
+			const struct mo_search_result *r = &s->var[v - 1];
+			const struct mo_equiv_report *e = &r->verification;
+			fprintf(f, ", \"searched_for_bytes\": %llu, \"cost_us\": %.3f, \"kernels\": %d,\n"
+				"        \"verification\": {\"trials\": %d, \"error_bound\": %.3g, \"degree\": "
+				"%d, \"float_max_rel\": %.3g, \"float_max_abs\": %.3g},\n        \"mugraph\": ",
+				(unsigned long long)s->var_limit[v - 1], r->cost_best.us, mg->n_ops,
+				e->trials_run, e->error_bound, e->degree, e->float_max_rel, e->float_max_abs);
+			mo_mg_print_json(mg, f);
+		}
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
 /* The manifest into f; false on a write error (fsynced, not closed). */
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
@@ -165,8 +296,9 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 				s->r.best->n_ops, v->trials_run, v->error_bound, v->degree, v->float_max_rel,
 				v->float_max_abs);
 			if (s->fused)
-				fprintf(f, ",\n     \"cpu_kernel_check\": {\"max_rel\": %.3g, \"max_abs\": %.3g}",
-					s->check.max_rel, s->check.max_abs);
+				fprintf(f, ",\n     \"cpu_kernel_check\": {\"max_rel\": %.3g, \"max_abs\": %.3g, "
+					"\"plans\": %d}", s->check.max_rel, s->check.max_abs, s->check.plans);
+			write_variants(f, s, a);
 			fputs(",\n     \"mugraph\": ", f);
 			mo_mg_print_json(s->r.best, f);
 		}
@@ -693,6 +825,10 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 			if (a->dump_dir)
 				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
+			if (find_variants(s, a, &o, use_cache ? cache : NULL, info, d)) {
+				rc = 3;
+				break;
+			}
 		}
 		s->seconds = mo_seconds() - t0;
 		if (info)
@@ -772,7 +908,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 				dup = strcmp(ops[k].name, rs[ri].op_type) == 0;
 			if (dup)
 				continue;
-			ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best };
+			ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
+						      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var };
 		}
 		if (n == 0)
 			break;
@@ -894,6 +1031,8 @@ out_files:
 out:
 	for (int ri = 0; rs && ri < nu; ri++) {
 		mo_search_result_free(&rs[ri].r);
+		for (int v = 0; v < rs[ri].n_var; v++)
+			mo_search_result_free(&rs[ri].var[v]);
 		mo_tp_free(rs[ri].prog);
 	}
 	mo_free(rs);

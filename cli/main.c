@@ -60,7 +60,10 @@ static const char usage_text[] =
 	"      --no-fuse      with -o: write the model unchanged (no search)\n"
 	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
 	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
-	"      --cuda-arch LIST  SM versions to compile for (default 80,90)\n"
+	"      --cuda-arch LIST  SM versions to compile for and plan shared memory for:\n"
+	"                     75, 80, 86, 89, 90 (default 80,90); a kernel gets a plan\n"
+	"                     for each, and the region a μGraph for each GPU the\n"
+	"                     target's does not fit\n"
 	"      --keep-sources DIR  keep the generated sources and objects in DIR\n"
 	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
 	"                     outputs with shapes and dtypes, exps on the longest path,\n"
@@ -550,20 +553,21 @@ int main(int argc, char **argv)
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CUDA_ARCH: {
-			/* "80,90": SM versions nvcc knows */
+			/* "80,90": SM versions whose shared memory per block
+			 * the plans are made for (mo_arch_smem) */
 			const char *q = optarg;
 			bool ok = *q != 0;
 			while (ok && *q) {
 				char *end;
 				long v = strtol(q, &end, 10);
-				ok = end != q && v >= 50 && v <= 130 && (*end == ',' || !*end) &&
-				     !(*end == ',' && !end[1]);
+				ok = end != q && v > 0 && v < 1000 && mo_arch_smem((int)v) &&
+				     (*end == ',' || !*end) && !(*end == ',' && !end[1]);
 				q = *end ? end + 1 : end;
 			}
 			if (!ok) {
 				mo_import_options_free(&cli.import);
-				return usage_error("--cuda-arch is a list of SM versions from 50 to 130 "
-						   "like 80,90, not", optarg);
+				return usage_error("--cuda-arch is a list of the SM versions 75, 80, 86, 89 "
+						   "and 90 like 80,90, not", optarg);
 			}
 			cli.cuda_arch = optarg;
 			break;

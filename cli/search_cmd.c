@@ -64,6 +64,8 @@ uint64_t cli_region_key(const struct mo_tp *tp, const struct mo_search_options *
 	h = cli_fnv(h, &o->target, sizeof o->target);
 	h = cli_fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
 	h = cli_fnv(h, &o->max_kernel_ops, sizeof o->max_kernel_ops);
+	if (o->smem_limit) /* a variant for a GPU with less shared memory */
+		h = cli_fnv(h, &o->smem_limit, sizeof o->smem_limit);
 	free(num);
 	return h;
 }
@@ -297,7 +299,7 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 		struct mo_diag quiet;
 		mo_diag_init(&quiet);
 		if (mg && entry_fits(mg, prog, why, sizeof why) &&
-		    mo_mg_valid(mg, o->target, why, sizeof why)) {
+		    mo_search_mg_valid(mg, o, why, sizeof why)) {
 			if (mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet))
 				snprintf(why, sizeof why, "it cannot be verified: %.200s", quiet.msg);
 			else if (r->verification.verdict != MO_EQUIVALENT)

@@ -377,7 +377,10 @@ static bool emit_file(struct builder *b, const struct mo_cg_op *op, const char *
 	struct mo_diag d;
 	mo_diag_init(&d);
 	if (!mo_file_open(&mf, path, &d)) {
-		if (mo_cg_emit(op, ident, cuda, &o->cg, mf.f, why, len, &d)) {
+		struct mo_cg_options cg = o->cg;
+		if (!cg.archs && o->cuda) /* the plans every GPU built for needs */
+			cg.archs = o->archs ? o->archs : "80,90";
+		if (mo_cg_emit(op, ident, cuda, &cg, mf.f, why, len, &d)) {
 			mo_file_discard(&mf);
 			return false;
 		}
@@ -751,6 +754,8 @@ struct mo_plugin_lib {
 	void *handle;
 	const struct mo_plugin_op *const *ops;
 	int n;
+	const struct mo_plugin_check_op *checks; /* every plan of every variant */
+	int n_checks;
 };
 
 enum mo_status mo_plugin_open(const char *so, struct mo_plugin_lib **out, struct mo_diag *d)
@@ -778,6 +783,10 @@ enum mo_status mo_plugin_open(const char *so, struct mo_plugin_lib **out, struct
 		return mo_diag_set(d, MO_ERR_INPUT, "%s is not a mirage-onnx plugin", so);
 	}
 	lib->ops = get(&lib->n);
+	const struct mo_plugin_check_op *(*get_checks)(int *) =
+		(const struct mo_plugin_check_op *(*)(int *))dlsym(h, "MirageOnnxPluginCheckOps");
+	if (get_checks)
+		lib->checks = get_checks(&lib->n_checks);
 	*out = lib;
 	return MO_OK;
 }
@@ -882,59 +891,80 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	}
 	if (st)
 		goto out;
-	char err[256] = "";
-	if (po->cpu((const void *const *)in, outs, err, sizeof err) != 0) {
-		snprintf(out->detail, sizeof out->detail, "the CPU kernel failed: %.200s", err);
-		goto out;
-	}
 	st = mo_eval(ref, MO_EVAL_FLOAT, seed, &ev, d);
 	if (st)
 		goto out;
+	/* every variant and plan a GPU may run, where the library lists them */
+	const struct mo_plugin_check_op *pc = NULL;
+	for (int i = 0; i < lib->n_checks && !pc; i++)
+		if (lib->checks[i].name && strcmp(lib->checks[i].name, op->name) == 0)
+			pc = &lib->checks[i];
 	out->ok = true;
-	for (int i = 0; i < kg->n_outputs; i++) {
-		const struct mo_tensor *t = &kg->tensors[kg->outputs[i]];
-		int r = -1;
-		for (int k = 0; k < ev.n_outputs && r < 0; k++)
-			if (strcmp(ev.names[k], t->name) == 0)
-				r = k;
-		if (r < 0 || ev.counts[r] != mo_tensor_numel(t)) {
+	for (int run = 0; run < (pc ? 2 * pc->n_variants : 1) && out->ok; run++) {
+		int variant = run / 2, single = run % 2;
+		char err[256] = "", what[48] = "";
+		if (pc)
+			snprintf(what, sizeof what, "variant %d (%s-buffered): ", variant,
+				 single ? "single" : "double");
+		for (int i = 0; i < kg->n_outputs; i++)
+			memset(outs[i], 0, (mo_tensor_numel(&kg->tensors[kg->outputs[i]]) + 1) * 4);
+		int rc = pc ? pc->run((const void *const *)in, outs, variant, single, err, sizeof err)
+			    : po->cpu((const void *const *)in, outs, err, sizeof err);
+		if (rc == -1 && pc)
+			continue; /* no such plan */
+		out->plans++;
+		if (rc != 0) {
 			out->ok = false;
-			snprintf(out->detail, sizeof out->detail, "output '%s' is not the region's", t->name);
+			snprintf(out->detail, sizeof out->detail, "%sthe CPU kernel failed: %.150s", what, err);
 			break;
 		}
-		const double *want = ev.values[r];
-		double big = 0, worst = 0;
-		uint64_t at = 0;
-		bool nan = false;
-		for (uint64_t k = 0; k < ev.counts[r]; k++)
-			big = fmax(big, fabs(want[k]));
-		for (uint64_t k = 0; k < ev.counts[r]; k++) {
-			double got = from_storage(outs[i], k, t->dtype), e = fabs(got - want[k]);
-			if (isnan(got) != isnan(want[k]))
-				nan = true;
-			if (e > worst || (nan && !at)) {
-				worst = e;
-				at = k;
+		for (int i = 0; i < kg->n_outputs; i++) {
+			const struct mo_tensor *t = &kg->tensors[kg->outputs[i]];
+			int r = -1;
+			for (int k = 0; k < ev.n_outputs && r < 0; k++)
+				if (strcmp(ev.names[k], t->name) == 0)
+					r = k;
+			if (r < 0 || ev.counts[r] != mo_tensor_numel(t)) {
+				out->ok = false;
+				snprintf(out->detail, sizeof out->detail, "output '%s' is not the region's",
+					 t->name);
+				break;
 			}
-		}
-		double rel = worst / (big > 0 ? big : 1);
-		out->max_abs = fmax(out->max_abs, worst);
-		out->max_rel = fmax(out->max_rel, rel);
-		/* fp32 kernels differ from the evaluator by their order of
-		 * summation, about 1e-6 at our shapes; one rounding through
-		 * fp16 is already up to 5e-4, and must not pass. The evaluator
-		 * rounds every op to its tensor's dtype, as ONNX Runtime does:
-		 * a region computing in fp16 is an fp16 tolerance away even
-		 * where its output is fp32 */
-		double tol = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
-				     mo_tp_computed_roundoff(ref) <= 0x1p-24 ? 1e-4 : 2e-2;
-		if (nan || !(rel <= tol)) {
-			out->ok = false;
-			snprintf(out->detail, sizeof out->detail,
-				 "output '%s' element %llu: %.6g, the region gives %.6g (error %.3g of its "
-				 "largest magnitude, tolerance %.0e)", t->name, (unsigned long long)at,
-				 from_storage(outs[i], at, t->dtype), want[at], rel, tol);
-			break;
+			const double *want = ev.values[r];
+			double big = 0, worst = 0;
+			uint64_t at = 0;
+			bool nan = false;
+			for (uint64_t k = 0; k < ev.counts[r]; k++)
+				big = fmax(big, fabs(want[k]));
+			for (uint64_t k = 0; k < ev.counts[r]; k++) {
+				double got = from_storage(outs[i], k, t->dtype), e = fabs(got - want[k]);
+				if (isnan(got) != isnan(want[k]))
+					nan = true;
+				if (e > worst || (nan && !at)) {
+					worst = e;
+					at = k;
+				}
+			}
+			double rel = worst / (big > 0 ? big : 1);
+			out->max_abs = fmax(out->max_abs, worst);
+			out->max_rel = fmax(out->max_rel, rel);
+			/* fp32 kernels differ from the evaluator by their order of
+			 * summation, about 1e-6 at our shapes; one rounding through
+			 * fp16 is already up to 5e-4, and must not pass. The evaluator
+			 * rounds every op to its tensor's dtype, as ONNX Runtime does:
+			 * a region computing in fp16 is an fp16 tolerance away even
+			 * where its output is fp32 */
+			double tol = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+					     mo_tp_computed_roundoff(ref) <= 0x1p-24 ? 1e-4 : 2e-2;
+			if (nan || !(rel <= tol)) {
+				out->ok = false;
+				snprintf(out->detail, sizeof out->detail,
+					 "%soutput '%s' element %llu: %.6g, the region gives %.6g (error %.3g "
+					 "of its largest magnitude, tolerance %.0e)", what, t->name,
+					 (unsigned long long)at, from_storage(outs[i], at, t->dtype), want[at],
+					 rel, tol);
+				break;
+			}
 		}
 	}
 out:

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum ctype { CT_F32, CT_F16, CT_BF16 };
@@ -43,7 +44,8 @@ struct buf {
 struct gen {
 	FILE *o;
 	bool cuda;
-	enum mo_target target; /* the plan fits its shared memory */
+	enum mo_target target;
+	bool single; /* block kernels lay tiles out by the single-buffered plan */
 	const char *fail; /* first reason the μGraph cannot be generated */
 	char why[200];
 };
@@ -695,7 +697,10 @@ static void plan_block(struct gen *g, const struct mo_block_graph *bg, struct pl
 {
 	const struct mo_tp *body = &bg->body;
 	memset(pl, 0, sizeof *pl);
-	mo_bg_plan_pipelined(bg, mo_target_smem(g->target), &pl->mp);
+	if (g->single)
+		mo_bg_plan(bg, &pl->mp);
+	else
+		mo_bg_plan_pipelined(bg, UINT64_MAX, &pl->mp);
 	for (int i = 0; i < body->n_tensors; i++) {
 		const struct mo_tensor *t = &body->tensors[i];
 		struct buf *b = &pl->tiles[i];
@@ -1177,43 +1182,105 @@ static void emit_banner(struct gen *g, const char *banner)
 	put_banner(g->o, banner);
 }
 
-enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
-			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
-			  struct mo_diag *d)
+/* The shared memory per block of the GPUs the CUDA is compiled for
+ * (o->archs, "80,90"; without it, the target's), largest first; their
+ * number. */
+static int arch_limits(const struct mo_cg_options *o, int *sm, uint64_t *lim)
 {
-	(void)d; /* generation fails only as MO_ERR_UNSUPPORTED, said in why */
-	const struct mo_mugraph *mg = op->mg;
-	const char *banner = o->banner;
-	enum mo_target target = o->target;
-	struct gen g = { .o = out, .cuda = cuda, .target = o->target };
-	if (mg->error[0])
-		unsupported(&g, "the μGraph is invalid: %s", mg->error);
-	if (!is_identifier(op->name) || !is_identifier(ident)) {
-		snprintf(why, why_len, "the op's name is not a C identifier");
-		return MO_ERR_UNSUPPORTED;
+	int n = 0;
+	for (const char *p = o->archs; p && *p && n < MO_CG_MAX_ARCHS;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (mo_arch_smem((int)v)) {
+			sm[n] = (int)v;
+			lim[n++] = mo_arch_smem((int)v);
+		}
+		p = *end ? end + 1 : end;
+	}
+	if (n == 0) {
+		sm[0] = o->target == MO_SM80 ? 80 : 90;
+		lim[n++] = mo_target_smem(o->target);
+	}
+	for (int i = 1; i < n; i++) /* largest first */
+		for (int j = i; j > 0 && lim[j] > lim[j - 1]; j--) {
+			uint64_t t = lim[j];
+			lim[j] = lim[j - 1];
+			lim[j - 1] = t;
+			int u = sm[j];
+			sm[j] = sm[j - 1];
+			sm[j - 1] = u;
+		}
+	return n;
+}
+
+/* The plans a block kernel is emitted with: double-buffered where that
+ * fits the largest GPU built for, single-buffered where some GPU built for
+ * has too little for the double-buffered one (or there is none). */
+struct kplans {
+	uint64_t single, dbuf; /* bytes; dbuf 0: no double-buffered plan */
+	bool has_d, has_s;
+};
+
+static void kernel_plans(const struct mo_block_graph *bg, const uint64_t *lim, int n_lim,
+			 struct kplans *kp)
+{
+	mo_bg_plan_bytes(bg, &kp->single, &kp->dbuf);
+	kp->has_d = kp->dbuf > 0 && kp->dbuf <= lim[0];
+	kp->has_s = !kp->has_d;
+	for (int a = 0; a < n_lim && !kp->has_s; a++)
+		kp->has_s = kp->dbuf > lim[a] && kp->single <= lim[a];
+}
+
+/* One launch of block kernel fn with `smem` bytes of dynamic shared memory
+ * (opted into beyond 48 KB, which fails on a GPU with less). */
+static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const char *fn,
+			const char *opname, int k, uint64_t smem)
+{
+	if (smem > 48 * 1024)
+		P(g, "if (!rc && cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
+		  PRIu64 ") != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
+		  "\"%s: kernel %d needs %" PRIu64 " bytes of shared memory per block, the GPU "
+		  "allows %%d\", avail);\nrc = 1;\n}\n", fn, smem, opname, k + 1, smem);
+	P(g, "if (!rc) MO_LAUNCH(%s, dim3(%d, %d, %d), %d, %" PRIu64 "u, st, a);\n", fn, bg->grid[0],
+	  bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+}
+
+/* One μGraph of the op (variant v, identifiers `id`): its kernels, then
+ * `static int id_run(in, out, ...)` running them, in and out in the
+ * μGraph's own order. */
+static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct mo_mugraph *mg,
+			 const char *id, const uint64_t *lim, int n_lim)
+{
+	const bool cuda = g->cuda;
+	uint64_t ws_max = 0;
+	struct kplans kp[MO_MG_MAX];
+	memset(kp, 0, sizeof kp);
+	for (int k = 0; k < mg->n_ops && !g->fail; k++) {
+		char fn[96];
+		snprintf(fn, sizeof fn, "%s_k%d", id, k);
+		if (!mg->ops[k].bg) {
+			emit_predefined_kernel(g, mg, k, fn);
+			continue;
+		}
+		kernel_plans(mg->ops[k].bg, lim, n_lim, &kp[k]);
+		uint64_t ws = 0;
+		if (kp[k].has_d) {
+			g->single = false;
+			emit_block_kernel(g, mg, k, fn, &ws);
+			ws_max = ws > ws_max ? ws : ws_max;
+		}
+		if (kp[k].has_s) {
+			if (kp[k].has_d)
+				snprintf(fn, sizeof fn, "%s_k%d_s", id, k);
+			g->single = true;
+			emit_block_kernel(g, mg, k, fn, &ws);
+			ws_max = ws > ws_max ? ws : ws_max;
+		}
+		g->single = false;
 	}
 	int nt = mg->kg.n_tensors;
-	emit_banner(&g, banner);
-	P(&g, "/* fused op %s */\n", op->name);
-	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
-	P(&g, "struct args { void *g[%d]; };\n\n", nt > 0 ? nt : 1);
-	uint64_t ws_max = 0, ws[MO_MG_MAX] = { 0 };
-	for (int k = 0; k < mg->n_ops && !g.fail; k++) {
-		char fn[64];
-		snprintf(fn, sizeof fn, "%s_k%d", ident, k);
-		if (mg->ops[k].bg)
-			emit_block_kernel(&g, mg, k, fn, &ws[k]);
-		else
-			emit_predefined_kernel(&g, mg, k, fn);
-		if (ws[k] > ws_max)
-			ws_max = ws[k];
-	}
-	uint64_t smem_limit = mo_target_smem(target);
-	for (int k = 0; cuda && k < mg->n_ops && !g.fail; k++)
-		if (ws[k] > smem_limit)
-			unsupported(&g, "kernel %d needs %" PRIu64 " KB of shared memory, "
-				    "over the %" PRIu64 " KB of %s", k, ws[k] / 1024, smem_limit / 1024,
-				    target == MO_SM80 ? "sm_80" : "sm_90");
 	/* kernel tensors: inputs, outputs, intermediates */
 	int role[MO_MG_MAX]; /* -1 intermediate, else index in in/out */
 	bool is_out[MO_MG_MAX] = { false };
@@ -1224,70 +1291,219 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	for (int i = 0; i < mg->kg.n_outputs; i++) {
 		int t = mg->kg.outputs[i];
 		if (role[t] >= 0 && !is_out[t])
-			unsupported(&g, "output '%s' is an input", mg->kg.tensors[t].name);
+			unsupported(g, "output '%s' is an input", mg->kg.tensors[t].name);
 		role[t] = i;
 		is_out[t] = true;
 	}
 	if (cuda)
-		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
-		  "char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n", ident);
+		P(g, "static int %s_run(const void *const *in, void *const *out, cudaStream_t st, int avail, "
+		  "char *err, size_t err_len)\n{\n", id);
 	else
-		P(&g, "int %s_cpu(const void *const *in, void *const *out, char *err, size_t err_len)\n{\n",
-		  ident);
-	P(&g, "struct args a;\nint rc = 0;\n");
+		P(g, "static int %s_run(const void *const *in, void *const *out, int single, char *err, "
+		  "size_t err_len)\n{\n", id);
+	P(g, "struct args a;\nint rc = 0;\n(void)%s;\n", cuda ? "avail" : "single");
 	for (int t = 0; t < nt; t++) {
 		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
 		if (is_out[t])
-			P(&g, "a.g[%d] = out[%d];\n", t, role[t]);
+			P(g, "a.g[%d] = out[%d];\n", t, role[t]);
 		else if (role[t] >= 0)
-			P(&g, "a.g[%d] = (void *)in[%d];\n", t, role[t]);
+			P(g, "a.g[%d] = (void *)in[%d];\n", t, role[t]);
 		else if (cuda)
-			P(&g, "a.g[%d] = NULL;\nif (cudaMallocAsync(&a.g[%d], %" PRIu64 "u, st) != cudaSuccess) rc = 1;\n",
+			P(g, "a.g[%d] = NULL;\nif (cudaMallocAsync(&a.g[%d], %" PRIu64 "u, st) != cudaSuccess) rc = 1;\n",
 			  t, t, bytes);
 		else
-			P(&g, "a.g[%d] = malloc(%" PRIu64 "u);\nif (!a.g[%d]) rc = 1;\n", t, bytes, t);
+			P(g, "a.g[%d] = malloc(%" PRIu64 "u);\nif (!a.g[%d]) rc = 1;\n", t, bytes, t);
 	}
 	if (!cuda)
-		P(&g, "char *ws = (char *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
+		P(g, "char *ws = (char *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
 		  ws_max ? ws_max : 1);
-	P(&g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
+	P(g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_block_graph *bg = mg->ops[k].bg;
+		char fn[96], fs[96];
+		snprintf(fn, sizeof fn, "%s_k%d", id, k);
+		snprintf(fs, sizeof fs, "%s_k%d_s", id, k);
+		bool both = bg && kp[k].has_d && kp[k].has_s;
 		if (!cuda) {
-			P(&g, "%s_k%d(&a, ws);\n", ident, k);
+			if (both)
+				P(g, "if (single)\n%s(&a, ws);\nelse\n", fs);
+			P(g, "%s(&a, ws);\n", fn);
 			continue;
 		}
 		if (bg) {
-			uint64_t smem = ws[k];
-			/* beyond 48 KB a kernel opts in; a GPU with less shared
-			 * memory than the target the μGraph was planned for refuses */
-			if (smem > 48 * 1024)
-				P(&g, "if (!rc && cudaFuncSetAttribute(%s_k%d, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
-				  PRIu64 ") != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
-				  "\"%s: kernel %d needs %" PRIu64 " bytes of shared memory per block, more "
-				  "than this GPU allows (planned for %s; fuse again with --target sm_80 for "
-				  "this GPU)\");\nrc = 1;\n}\n", ident, k, smem, op->name, k + 1, smem,
-				  target == MO_SM80 ? "sm_80" : "sm_90");
-			P(&g, "if (!rc) MO_LAUNCH(%s_k%d, dim3(%d, %d, %d), %d, %" PRIu64 "u, st, a);\n", ident, k,
-			  bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+			/* the double-buffered plan where the GPU has the bytes */
+			if (both) {
+				P(g, "if (avail >= %" PRIu64 ") {\n", kp[k].dbuf);
+				emit_launch(g, bg, fn, op->name, k, kp[k].dbuf);
+				P(g, "} else {\n");
+				emit_launch(g, bg, fs, op->name, k, kp[k].single);
+				P(g, "}\n");
+			} else {
+				emit_launch(g, bg, fn, op->name, k, kp[k].has_d ? kp[k].dbuf : kp[k].single);
+			}
 		} else {
 			uint64_t n = mo_tensor_numel(&mg->kg.tensors[mg->ops[k].op.out[0]]);
 			uint64_t blocks = (n + 255) / 256;
 			if (blocks > (1u << 20))
 				blocks = 1u << 20;
-			P(&g, "if (!rc) MO_LAUNCH(%s_k%d, %" PRIu64 ", 256, 0, st, a);\n", ident, k, blocks ? blocks : 1);
+			P(g, "if (!rc) MO_LAUNCH(%s, %" PRIu64 ", 256, 0, st, a);\n", fn, blocks ? blocks : 1);
 		}
 	}
 	if (cuda)
-		P(&g, "cudaError_t e = cudaGetLastError();\nif (!rc && e != cudaSuccess) {\n"
+		P(g, "cudaError_t e = cudaGetLastError();\nif (!rc && e != cudaSuccess) {\n"
 		  "snprintf(err, err_len, \"%s: %%s\", cudaGetErrorString(e));\nrc = 1;\n}\n", op->name);
-	P(&g, "}\n");
+	P(g, "}\n");
 	for (int t = 0; t < nt; t++)
 		if (role[t] < 0)
-			P(&g, cuda ? "if (a.g[%d]) cudaFreeAsync(a.g[%d], st);\n" : "free(a.g[%d]);\n", t, t);
+			P(g, cuda ? "if (a.g[%d]) cudaFreeAsync(a.g[%d], st);\n" : "free(a.g[%d]);\n", t, t);
 	if (!cuda)
-		P(&g, "free(ws);\n");
-	P(&g, "return rc;\n}\n");
+		P(g, "free(ws);\n");
+	P(g, "return rc;\n}\n\n");
+}
+
+/* Variant v's inputs and outputs from the op's (variant 0's), by name:
+ * `vin` and `vout` declared, or nothing for variant 0. */
+static void emit_variant_args(struct gen *g, const struct mo_mugraph *m0, const struct mo_mugraph *mg)
+{
+	const struct mo_tp *k0 = &m0->kg, *kg = &mg->kg;
+	if (kg->n_inputs != k0->n_inputs || kg->n_outputs != k0->n_outputs) {
+		unsupported(g, "a variant's inputs and outputs are not the op's");
+		return;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		int n = pass ? kg->n_outputs : kg->n_inputs;
+		const int *mine = pass ? kg->outputs : kg->inputs, *ops = pass ? k0->outputs : k0->inputs;
+		P(g, pass ? "void *vout[%d] = {" : "const void *vin[%d] = {", n > 0 ? n : 1);
+		for (int i = 0; i < n; i++) {
+			int j = 0;
+			while (j < n && strcmp(kg->tensors[mine[i]].name, k0->tensors[ops[j]].name))
+				j++;
+			if (j == n)
+				unsupported(g, "a variant's tensor '%s' is not the op's", kg->tensors[mine[i]].name);
+			P(g, "%s%s[%d]", i ? ", " : " ", pass ? "out" : "in", j < n ? j : 0);
+		}
+		P(g, "%s};\n", n ? " " : " 0 ");
+	}
+}
+
+enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
+			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
+			  struct mo_diag *d)
+{
+	(void)d; /* generation fails only as MO_ERR_UNSUPPORTED, said in why */
+	const struct mo_mugraph *mg = op->mg;
+	const char *banner = o->banner;
+	struct gen g = { .o = out, .cuda = cuda, .target = o->target };
+	int nv = 1 + (op->n_variants > 0 ? op->n_variants : 0);
+	const struct mo_mugraph *vars[MO_CG_MAX_VARIANTS];
+	vars[0] = mg;
+	if (nv > MO_CG_MAX_VARIANTS)
+		unsupported(&g, "more than %d variants", MO_CG_MAX_VARIANTS);
+	for (int v = 1; v < nv && v < MO_CG_MAX_VARIANTS; v++) {
+		vars[v] = op->variants[v - 1];
+		if (vars[v]->error[0])
+			unsupported(&g, "variant %d's μGraph is invalid: %s", v, vars[v]->error);
+	}
+	if (nv > MO_CG_MAX_VARIANTS)
+		nv = MO_CG_MAX_VARIANTS;
+	if (mg->error[0])
+		unsupported(&g, "the μGraph is invalid: %s", mg->error);
+	if (!is_identifier(op->name) || !is_identifier(ident)) {
+		snprintf(why, why_len, "the op's name is not a C identifier");
+		return MO_ERR_UNSUPPORTED;
+	}
+	int sm[MO_CG_MAX_ARCHS];
+	uint64_t lim[MO_CG_MAX_ARCHS], need[MO_CG_MAX_VARIANTS];
+	int n_lim = arch_limits(o, sm, lim);
+	for (int v = 0; v < nv; v++)
+		need[v] = mo_mg_smem(vars[v]);
+	/* with CUDA, every GPU built for runs one of the variants */
+	for (int a = 0; cuda && a < n_lim; a++) {
+		int v = 0;
+		while (v < nv && need[v] > lim[a])
+			v++;
+		if (v == nv)
+			unsupported(&g, "a kernel needs %" PRIu64 " bytes of shared memory per block, over "
+				    "the %" PRIu64 " of sm_%d", need[nv - 1], lim[a], sm[a]);
+	}
+	int ntm = 1;
+	for (int v = 0; v < nv; v++)
+		ntm = vars[v]->kg.n_tensors > ntm ? vars[v]->kg.n_tensors : ntm;
+	emit_banner(&g, banner);
+	P(&g, "/* fused op %s */\n", op->name);
+	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
+	P(&g, "struct args { void *g[%d]; };\n\n", ntm);
+	for (int v = 0; v < nv && !g.fail; v++) {
+		char id[80];
+		if (v == 0)
+			snprintf(id, sizeof id, "%s", ident);
+		else
+			snprintf(id, sizeof id, "%s_v%d", ident, v);
+		if (nv > 1)
+			P(&g, "/* variant %d: for GPUs with at least %" PRIu64 " bytes of shared memory "
+			  "per block */\n", v, need[v]);
+		emit_variant(&g, op, vars[v], id, lim, n_lim);
+	}
+	if (cuda) {
+		/* the GPU's shared memory per block, once per device */
+		P(&g, "static int mo_avail[64];\n"
+		  "static cudaError_t mo_device_smem(int *dev, int *avail)\n{\n"
+		  "cudaError_t e = cudaGetDevice(dev);\nif (e != cudaSuccess) return e;\n"
+		  "if (*dev >= 0 && *dev < 64 && (*avail = __atomic_load_n(&mo_avail[*dev], __ATOMIC_RELAXED)) > 0)\n"
+		  "return cudaSuccess;\n"
+		  "e = cudaDeviceGetAttribute(avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, *dev);\n"
+		  "if (e == cudaSuccess && *dev >= 0 && *dev < 64)\n"
+		  "__atomic_store_n(&mo_avail[*dev], *avail, __ATOMIC_RELAXED);\nreturn e;\n}\n\n");
+		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
+		  "char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n"
+		  "int dev = 0, avail = 0;\ncudaError_t e = mo_device_smem(&dev, &avail);\n"
+		  "if (e != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
+		  "\"%s: cannot read the GPU's shared memory per block: %%s\", cudaGetErrorString(e));\n"
+		  "return 1;\n}\n", ident, op->name);
+		for (int v = 0; v < nv; v++) {
+			P(&g, "if ((uint64_t)avail >= %" PRIu64 "u) {\n", need[v]);
+			if (v == 0) {
+				P(&g, "return %s_run(in, out, st, avail, err, err_len);\n}\n", ident);
+				continue;
+			}
+			emit_variant_args(&g, mg, vars[v]);
+			P(&g, "return %s_v%d_run(vin, vout, st, avail, err, err_len);\n}\n", ident, v);
+		}
+		P(&g, "int major = 0, minor = 0;\n"
+		  "(void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);\n"
+		  "(void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);\n"
+		  "(void)cudaGetLastError();\n"
+		  "snprintf(err, err_len, \"%s: needs %" PRIu64 " bytes of shared memory per block, GPU "
+		  "%%d (sm_%%d%%d) allows %%d: fuse again with --cuda-arch %%d%%d\", dev, major, minor, "
+		  "avail, major, minor);\nreturn 1;\n}\n",
+		  op->name, need[nv - 1]);
+	} else {
+		/* every plan a GPU may run, for the float check (mo_plugin_check_cpu) */
+		P(&g, "int %s_cpu_plan(const void *const *in, void *const *out, int variant, int single, "
+		  "char *err, size_t err_len)\n{\n", ident);
+		for (int v = 0; v < nv; v++) {
+			bool any_s = false;
+			for (int k = 0; k < vars[v]->n_ops; k++) {
+				struct kplans kp;
+				if (vars[v]->ops[k].bg) {
+					kernel_plans(vars[v]->ops[k].bg, lim, n_lim, &kp);
+					any_s |= kp.has_d && kp.has_s;
+				}
+			}
+			P(&g, "if (variant == %d) {\n", v);
+			if (!any_s)
+				P(&g, "if (single) return -1; /* no other plan */\n");
+			if (v == 0) {
+				P(&g, "return %s_run(in, out, single, err, err_len);\n}\n", ident);
+				continue;
+			}
+			emit_variant_args(&g, mg, vars[v]);
+			P(&g, "return %s_v%d_run(vin, vout, single, err, err_len);\n}\n", ident, v);
+		}
+		P(&g, "return -1; /* no such variant */\n}\n\n");
+		P(&g, "int %s_cpu(const void *const *in, void *const *out, char *err, size_t err_len)\n{\n"
+		  "return %s_cpu_plan(in, out, 0, 0, err, err_len);\n}\n", ident, ident);
+	}
 	if (g.fail) {
 		snprintf(why, why_len, "%s", g.fail);
 		return MO_ERR_UNSUPPORTED;
@@ -1313,6 +1529,8 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 		const struct mo_mugraph *mg = ops[k].mg;
 		const char *id = idents[k];
 		fprintf(out, "int %s_cpu(const void *const *, void *const *, char *, size_t);\n", id);
+		fprintf(out, "int %s_cpu_plan(const void *const *, void *const *, int, int, char *, size_t);\n",
+			id);
 		if (has_cuda[k])
 			fprintf(out, "int %s_cuda(const void *const *, void *const *, void *, char *, size_t);\n",
 				id);
@@ -1338,9 +1556,20 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 	if (n == 0)
 		fprintf(out, "\t0,\n");
 	fprintf(out, "};\nconst int mo_plugin_n_ops = %d;\n", n);
+	fprintf(out, "static const struct mo_plugin_check_op mo_plugin_check_ops[] = {\n");
+	for (int k = 0; k < n; k++)
+		fprintf(out, "\t{ \"%s\", %d, %s_cpu_plan },\n", ops[k].name,
+			1 + (ops[k].n_variants > 0 ? ops[k].n_variants : 0), idents[k]);
+	if (n == 0)
+		fprintf(out, "\t{ 0, 0, 0 },\n");
+	fprintf(out, "};\n");
 	fprintf(out, "const char mo_plugin_domain[] = \"%s\";\n\n", domain);
 	/* for mirage-onnx's own float check of the built library (dlsym) */
 	fprintf(out, "__attribute__((visibility(\"default\")))\n"
 		"const struct mo_plugin_op *const *MirageOnnxPluginOps(int *n)\n"
 		"{\n\t*n = mo_plugin_n_ops;\n\treturn mo_plugin_ops;\n}\n");
+	/* every CPU plan of every variant, for the same check */
+	fprintf(out, "__attribute__((visibility(\"default\")))\n"
+		"const struct mo_plugin_check_op *MirageOnnxPluginCheckOps(int *n)\n"
+		"{\n\t*n = mo_plugin_n_ops;\n\treturn mo_plugin_check_ops;\n}\n");
 }

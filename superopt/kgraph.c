@@ -460,7 +460,7 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 		mo_mg_free(mg);
 		return MO_OK;
 	}
-	if (!mo_mg_valid(mg, o->target, why, sizeof why)) {
+	if (!mo_search_mg_valid(mg, o, why, sizeof why)) {
 		snprintf(r->why, sizeof r->why, "the composed μGraph is not valid: %s", why);
 		mo_mg_free(mg);
 		return MO_OK;

@@ -193,6 +193,10 @@ void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out);
 enum mo_target { MO_SM80, MO_SM90 };
 /* Shared memory a block may use: sm_80 163 KB, sm_90 227 KB. */
 uint64_t mo_target_smem(enum mo_target t);
+/* Shared memory a block may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+ * on the GPUs of an SM version a plugin is compiled for: 75 64 KB, 80 163 KB,
+ * 86 and 89 99 KB, 90 227 KB; 0 for a version not in this table. */
+uint64_t mo_arch_smem(int sm);
 /* Registers: 64 K 32-bit registers per SM and at most 255 per thread, on both. */
 int mo_target_regs_per_thread(enum mo_target t);
 int mo_target_regs_per_sm(enum mo_target t);
@@ -253,6 +257,14 @@ void mo_bg_plan(const struct mo_block_graph *bg, struct mo_bg_plan *p);
  * mo_bg_plan's plan: what it accepts always has one that fits. */
 bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,
 			  struct mo_bg_plan *p);
+/* Shared memory per block of a block graph's plans: single-buffered
+ * (mo_bg_plan) and double-buffered (0 when its for-loop has one iteration
+ * or no iterator, so there is no such plan). */
+void mo_bg_plan_bytes(const struct mo_block_graph *bg, uint64_t *single, uint64_t *dbuf);
+/* The most shared memory a block of the μGraph needs when every kernel runs
+ * its single-buffered plan: the μGraph runs on a GPU with at least this
+ * much (0: no graph-defined kernel). */
+uint64_t mo_mg_smem(const struct mo_mugraph *mg);
 
 /* How body op i, a MatMul, runs on tensor cores (code generation, and the
  * plan's staging area): fragments of fm×fn×16 (16×16, or 8×32 for tiles of
@@ -288,6 +300,10 @@ void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u);
  * for-loop every path from an iterator to a saver crosses one accumulator. */
 bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		 size_t why_len);
+/* The same with smem_limit bytes of shared memory per block instead of the
+ * target's (> 0; a μGraph for a GPU with less than the target). */
+bool mo_mg_valid_smem(const struct mo_mugraph *mg, enum mo_target target, uint64_t smem_limit,
+		      char *why, size_t why_len);
 
 /* ---- evaluating and proving ---- */
 

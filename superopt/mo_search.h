@@ -53,6 +53,9 @@ struct mo_search_options {
 	int max_kernel_ops;  /* kernels in a μGraph */
 	int max_block_ops;   /* ops in a block graph, accumulators included */
 	enum mo_target target;
+	/* > 0: shared memory per block a kernel may plan for instead of the
+	 * target's (a variant for GPUs with less: fuse_cmd.c) */
+	uint64_t smem_limit;
 	const struct mo_gpu *gpu; /* cost constants (NULL: the target's default) */
 	uint64_t seed;       /* of the verifier's trials */
 	/* progress lines (NULL: none) */
@@ -127,6 +130,10 @@ struct mo_search_result {
 /* Searches for the fastest μGraph equivalent to prog (a region's program,
  * mo_tp_region). Every candidate is checked by the fast check; the best by
  * the cost model must pass the full verdict, else the next is tried. */
+/* mo_mg_valid against the options' target, or their smem_limit when set. */
+bool mo_search_mg_valid(const struct mo_mugraph *mg, const struct mo_search_options *o, char *why,
+			size_t why_len);
+
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
 			 struct mo_search_result *r, struct mo_diag *d);
 void mo_search_result_free(struct mo_search_result *r);

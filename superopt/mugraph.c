@@ -454,7 +454,18 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int o
 
 uint64_t mo_target_smem(enum mo_target t)
 {
-	return t == MO_SM90 ? 227u * 1024 : 163u * 1024;
+	return mo_arch_smem(t == MO_SM90 ? 90 : 80);
+}
+
+uint64_t mo_arch_smem(int sm)
+{
+	switch (sm) {
+	case 75: return 64u * 1024;
+	case 80: return 163u * 1024;
+	case 86: case 89: return 99u * 1024;
+	case 90: return 227u * 1024;
+	default: return 0;
+	}
 }
 
 int mo_target_regs_per_thread(enum mo_target t)
@@ -792,6 +803,31 @@ bool mo_bg_plan_pipelined(const struct mo_block_graph *bg, uint64_t smem_limit,
 	return false;
 }
 
+void mo_bg_plan_bytes(const struct mo_block_graph *bg, uint64_t *single, uint64_t *dbuf)
+{
+	struct mo_bg_plan p;
+	plan(bg, false, &p);
+	*single = p.bytes;
+	*dbuf = 0;
+	if (bg->forloop > 1 && bg->n_iters > 0) {
+		plan(bg, true, &p);
+		*dbuf = p.bytes;
+	}
+}
+
+uint64_t mo_mg_smem(const struct mo_mugraph *mg)
+{
+	uint64_t most = 0;
+	for (int k = 0; k < mg->n_ops; k++) {
+		if (!mg->ops[k].bg)
+			continue;
+		uint64_t single, dbuf;
+		mo_bg_plan_bytes(mg->ops[k].bg, &single, &dbuf);
+		most = single > most ? single : most;
+	}
+	return most;
+}
+
 /* What the block graph planned as p needs. */
 static void usage_of(const struct mo_block_graph *bg, const struct mo_bg_plan *p,
 		     struct mo_bg_usage *u)
@@ -831,6 +867,12 @@ void mo_bg_usage(const struct mo_block_graph *bg, struct mo_bg_usage *u)
 bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		 size_t why_len)
 {
+	return mo_mg_valid_smem(mg, target, mo_target_smem(target), why, why_len);
+}
+
+bool mo_mg_valid_smem(const struct mo_mugraph *mg, enum mo_target target, uint64_t smem_limit,
+		      char *why, size_t why_len)
+{
 	if (mg->error[0]) {
 		snprintf(why, why_len, "%s", mg->error);
 		return false;
@@ -843,10 +885,10 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
 		mo_bg_plan(bg, &plan);
 		struct mo_bg_usage u;
 		usage_of(bg, &plan, &u);
-		if (u.smem > mo_target_smem(target)) {
+		if (u.smem > smem_limit) {
 			snprintf(why, why_len, "kernel %d: tiles need %llu bytes of shared memory, "
 				 "the target has %llu", k + 1, (unsigned long long)u.smem,
-				 (unsigned long long)mo_target_smem(target));
+				 (unsigned long long)smem_limit);
 			return false;
 		}
 		if (u.regs_per_thread > mo_target_regs_per_thread(target) ||

@@ -1160,7 +1160,7 @@ static void try_valid(void *ctx, const struct sched *S)
 	struct build_opts bo = { .stabilize = true, .threads = false };
 	struct mo_mugraph *mg = build(v->T, S, v->A, &bo);
 	char why[256];
-	v->found = mg && mo_mg_valid(mg, v->T->o->target, why, sizeof why);
+	v->found = mg && mo_search_mg_valid(mg, v->T->o, why, sizeof why);
 	mo_mg_free(mg);
 }
 
@@ -1455,12 +1455,12 @@ static void consider(void *ctx, const struct sched *S)
 	char why[256];
 	struct build_opts bo = { .stabilize = true, .threads = true };
 	struct mo_mugraph *mg = build(T, S, R->A, &bo);
-	if (mg && !mo_mg_valid(mg, T->o->target, why, sizeof why)) {
+	if (mg && !mo_search_mg_valid(mg, T->o, why, sizeof why)) {
 		mo_mg_free(mg); /* perhaps the thread graphs' registers: without them */
 		bo.threads = false;
 		mg = build(T, S, R->A, &bo);
 	}
-	if (!mg || !mo_mg_valid(mg, T->o->target, why, sizeof why)) {
+	if (!mg || !mo_search_mg_valid(mg, T->o, why, sizeof why)) {
 		R->st->pruned_memory++;
 		mo_mg_free(mg);
 		return;
@@ -1469,7 +1469,7 @@ static void consider(void *ctx, const struct sched *S)
 	 * kernels are allowed: ranked beside the single kernel */
 	for (int parts = 2; parts <= MAX_SPLIT && T->o->max_kernel_ops > 1; parts *= 2) {
 		struct mo_mugraph *sp = mo_mg_split_loop(mg, parts);
-		if (sp && mo_mg_valid(sp, T->o->target, why, sizeof why))
+		if (sp && mo_search_mg_valid(sp, T->o, why, sizeof why))
 			rank(R, sp, SPLIT_HANDICAP);
 		else
 			mo_mg_free(sp);
@@ -1557,6 +1557,13 @@ static void target_free(struct target *T)
 	mo_ae_pool_free(&T->pool);
 	mo_free(T->e);
 	mo_free(T->ax.parent);
+}
+
+bool mo_search_mg_valid(const struct mo_mugraph *mg, const struct mo_search_options *o, char *why,
+			size_t why_len)
+{
+	return mo_mg_valid_smem(mg, o->target, o->smem_limit ? o->smem_limit : mo_target_smem(o->target),
+				why, why_len);
 }
 
 enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o_in,

@@ -43,6 +43,20 @@ struct mo_plugin_op {
 	mo_plugin_cuda_fn cuda; /* NULL: the library was built without CUDA */
 };
 
+/* For mirage-onnx's own float check (MirageOnnxPluginCheckOps): runs op
+ * `name`'s CPU kernel as variant `variant` (0: the op's μGraph; others: the
+ * μGraphs for GPUs with less shared memory) with its block kernels'
+ * double-buffered plans (single 0) or single-buffered ones (1), whichever
+ * the GPU may run. Returns -1, writing nothing, when there is no such
+ * variant or plan; else as mo_plugin_cpu_fn. */
+typedef int (*mo_plugin_cpu_plan_fn)(const void *const *in, void *const *out, int variant,
+				     int single, char *err, size_t err_len);
+struct mo_plugin_check_op {
+	const char *name;
+	int n_variants;
+	mo_plugin_cpu_plan_fn run;
+};
+
 extern const struct mo_plugin_op *const mo_plugin_ops[];
 extern const int mo_plugin_n_ops;
 /* "mirage_onnx.<build id>" */

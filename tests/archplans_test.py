@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""A plugin runs on every GPU it is built for (plugins/CODEGEN.md, "Every
+GPU built for").
+
+Fuses attention models with --keep-sources and reads what the generated CUDA
+would do on each GPU built for: its entry function is followed for the
+GPU's shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin:
+sm_80 166 912 B, sm_86/sm_89 101 376 B, sm_90 232 448 B) to the variant it
+runs, and that variant's body to the launches it makes; every launch (and
+every cudaFuncSetAttribute it reaches) must ask for no more than the GPU has.
+The manifest must name a variant for each GPU built for, and the CPU kernel
+check must have run every variant.
+
+- gqa_paper_b8 (fp16), default --cuda-arch 80,90: its attention kernel is
+  174 080 B double-buffered, over A100's 166 912 B; the single-buffered plan
+  (140 288 B) must be there for the A100.
+- a decode-sized attention (fp16, 16 heads, 8 queries over 2 048 keys, head
+  dim 128) with --cuda-arch 80,86,89,90: the best μGraph for sm_90 has a
+  kernel of 229 408 B, which fits no smaller GPU; a second μGraph must serve
+  them.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import onnx
+from onnx import TensorProto, helper
+
+CLI = None
+BUILDER = None
+SANITIZED = "--sanitized" in sys.argv
+LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448}
+
+
+def decode_attention(path, heads=16, q_len=8, kv_len=2048, d=128):
+    F = TensorProto.FLOAT16
+    nodes = [helper.make_node("MatMul", ["Q", "K"], ["S"], name="qk"),
+             helper.make_node("Softmax", ["S"], ["P"], name="sm", axis=-1),
+             helper.make_node("MatMul", ["P", "V"], ["O"], name="pv")]
+    g = helper.make_graph(nodes, "decode",
+                          [helper.make_tensor_value_info("Q", F, [heads, q_len, d]),
+                           helper.make_tensor_value_info("K", F, [heads, d, kv_len]),
+                           helper.make_tensor_value_info("V", F, [heads, kv_len, d])],
+                          [helper.make_tensor_value_info("O", F, [heads, q_len, d])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+
+
+def function_body(src, header_re):
+    """The lines of the function whose header matches, to its closing brace."""
+    lines = src.split("\n")
+    for i, line in enumerate(lines):
+        if re.match(header_re, line):
+            body, depth = [], line.count("{") - line.count("}")
+            for l in lines[i + 1:]:
+                depth += l.count("{") - l.count("}")
+                if depth <= 0 and (body or l.strip() == "}"):
+                    return body[1:] if body and body[0] == "{" else body
+                body.append(l)
+    return None
+
+
+def entry_variant(src, avail):
+    """The _run function the CUDA entry calls on a GPU with `avail` bytes, or
+    None when it refuses (then its message names the bytes)."""
+    body = function_body(src, r'extern "C" int \w+_cuda\(')
+    assert body is not None, "no CUDA entry"
+    if not any("avail >=" in l for l in body):  # one plan for every GPU: the entry launches
+        return re.match(r'extern "C" int (\w+_cuda)\(', next(
+            l for l in src.split("\n") if l.startswith('extern "C" int '))).group(1)
+    for i, line in enumerate(body):
+        m = re.match(r"if \(\(uint64_t\)avail >= (\d+)u\) \{$", line)
+        if m and avail >= int(m.group(1)):
+            for l in body[i + 1:]:
+                r = re.search(r"return (\w+_run)\(", l)
+                if r:
+                    return r.group(1)
+    assert any("bytes of shared memory per block" in l for l in body)
+    return None
+
+
+def launches(src, run, avail):
+    """(kernel, bytes) of every launch, and the bytes of every
+    cudaFuncSetAttribute, that `run` reaches on a GPU with `avail` bytes: the
+    branches on `avail` followed, every other branch taken."""
+    body = function_body(src, r".*\b%s\(" % run)
+    assert body is not None, run
+    stack, out, attrs = [], [], []
+    for line in body:
+        active = all(v for v in stack if v is not None)
+        m = re.match(r"if \(avail >= (\d+)\) \{$", line)
+        if m:
+            stack.append(avail >= int(m.group(1)))
+            continue
+        if line == "} else {":
+            if stack and stack[-1] is not None:
+                stack[-1] = not stack[-1]
+            continue
+        if active:
+            a = re.search(r"cudaFuncSetAttribute\((\w+), cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                          r"(\d+)\)", line)
+            if a:
+                attrs.append((a.group(1), int(a.group(2))))
+            l = re.search(r"MO_LAUNCH\((\w+), .*?(\d+)u?, st, a\)", line)
+            if l:
+                out.append((l.group(1), int(l.group(2))))
+        net = line.count("{") - line.count("}")
+        stack.extend([None] * max(net, 0))
+        for _ in range(max(-net, 0)):
+            stack.pop()
+    return out, attrs
+
+
+class ArchPlans(unittest.TestCase):
+    def fuse(self, model, archs, tmp):
+        out = os.path.join(tmp, "out.onnx")
+        src = os.path.join(tmp, "src")
+        env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"))
+        cmd = [CLI, model, "-o", out, "--keep-sources", src, "-q"]
+        if archs:
+            cmd += ["--cuda-arch", archs]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        cus = sorted(glob.glob(os.path.join(src, "mo_op*.cu")))
+        if not cus:
+            self.skipTest("no nvcc: no CUDA generated")
+        man = glob.glob(os.path.join(tmp, "out.mirage.*.json"))
+        self.assertEqual(len(man), 1)
+        with open(man[0]) as f:
+            manifest = json.load(f)
+        return cus, manifest
+
+    def check(self, cus, manifest, archs):
+        for cu in cus:
+            with open(cu) as f:
+                src = f.read()
+            for a in archs:
+                run = entry_variant(src, LIMITS[a])
+                self.assertIsNotNone(run, "%s: no variant for sm_%d" % (cu, a))
+                ls, attrs = launches(src, run, LIMITS[a])
+                self.assertTrue(ls, "%s: %s launches nothing" % (cu, run))
+                for k, b in ls + attrs:
+                    self.assertLessEqual(b, LIMITS[a], "%s: sm_%d (%d B) launches %s with %d B"
+                                         % (cu, a, LIMITS[a], k, b))
+        fused = [r for r in manifest["regions"] if r["fused"]]
+        self.assertTrue(fused, "nothing fused")
+        for r in fused:
+            served = [sm for v in r["variants"] for sm in v["serves"]]
+            self.assertEqual(sorted(served), sorted("sm_%d" % a for a in archs), r["variants"])
+            for v in r["variants"]:
+                for sm in v["serves"]:
+                    self.assertLessEqual(v["smem_bytes"], LIMITS[int(sm[3:])])
+            # every variant's every plan ran on the CPU
+            self.assertGreaterEqual(r["cpu_kernel_check"]["plans"], len(r["variants"]))
+        return fused
+
+    @unittest.skipIf(SANITIZED, "the paper-size search under the sanitizers takes minutes")
+    def test_gqa_paper_b8_default_archs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, BUILDER, "--out", tmp, "--sizes", "paper", "--dtypes",
+                            "fp16", "--only", "gqa"], check=True, capture_output=True)
+            cus, manifest = self.fuse(os.path.join(tmp, "gqa_paper_b8_fp16.onnx"), None, tmp)
+            self.check(cus, manifest, [80, 90])
+            with open(cus[0]) as f:
+                src = f.read()
+            # the H100 gets the double-buffered plan, the A100 the single one
+            big = max(b for _, b in launches(src, entry_variant(src, LIMITS[90]), LIMITS[90])[0])
+            self.assertGreater(big, LIMITS[80])
+            # and the CPU kernel ran both plans
+            self.assertEqual(manifest["regions"][0]["cpu_kernel_check"]["plans"], 2)
+
+    def test_decode_attention_four_archs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "decode.onnx")
+            decode_attention(model)
+            cus, manifest = self.fuse(model, "80,86,89,90", tmp)
+            fused = self.check(cus, manifest, [80, 86, 89, 90])
+            # the best μGraph for sm_90 fits no smaller GPU: a second one serves them
+            self.assertTrue(any(len(r["variants"]) > 1 and r["variants"][0]["serves"] == ["sm_90"]
+                                for r in fused), [r["variants"] for r in fused])
+            for r in fused:
+                for v in r["variants"][1:]:
+                    self.assertGreater(v["verification"]["trials"], 0)
+                    self.assertIn("steps", json.dumps(v["mugraph"]))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--builder", required=True)
+    ap.add_argument("--sanitized", action="store_true")
+    args, rest = ap.parse_known_args()
+    CLI, BUILDER = args.cli, args.builder
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
