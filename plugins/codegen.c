@@ -975,6 +975,12 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 {
 	const struct mo_block_graph *bg = mg->ops[k].bg;
 	const struct mo_tp *body = &bg->body;
+	/* CUDA's grid limits: a launch beyond them fails at run time */
+	static const int64_t grid_max[3] = { 2147483647, 65535, 65535 };
+	for (int d = 0; g->cuda && d < 3; d++)
+		if (bg->grid[d] > grid_max[d])
+			unsupported(g, "kernel %d's grid %c dim %d is over CUDA's limit of %" PRId64, k + 1,
+				    "xyz"[d], bg->grid[d], grid_max[d]);
 	struct plan pl;
 	plan_block(g, bg, &pl);
 	*ws_bytes = pl.mp.bytes;
