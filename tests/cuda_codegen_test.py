@@ -5,8 +5,16 @@
         for the newest, so a newer GPU (or one of an unlisted architecture)
         JIT-compiles the kernels instead of failing with "no kernel image".
         Read from the fatbinaries in the library itself (no cuobjdump here).
+  splitkv_fp32
+        attention that the search splits over the KV length into two kernels
+        (partial running max, numerator and denominator, then a combine
+        kernel), at large magnitudes: flat scores with |V| ~ 100 (a split's
+        numerator is ~ 10^5, past fp16's 65504) and scores whose row max is
+        ~ 20 (fp16 keeps a max of 20 to 1/64: weights off by 0.8%). The
+        fused model's CPU kernel must match ONNX Runtime on the original.
+        CPU only (--no-cuda), so it runs without nvcc.
 
-Exits 77 (CTest: skipped) where there is no nvcc.
+Exits 77 (CTest: skipped) where a case needs nvcc and there is none.
 """
 import argparse
 import os
@@ -16,7 +24,12 @@ import subprocess
 import sys
 import tempfile
 
+import json
+
+import numpy as np
 import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
 
 SKIP = 77
 FATBIN_MAGIC = 0xBA55ED50
@@ -77,7 +90,74 @@ def case_ptx(args, tmp):
             raise AssertionError(f"PTX for {ptx}, expected for sm_{newest} only (the newest listed)")
 
 
-CASES = {"ptx": case_ptx}
+def attention_model(path, heads, q_len, kv_len, dim):
+    """Softmax(Q·K)·V in fp16, the benchmark gqa's ops (models/build.py)."""
+    f16 = TensorProto.FLOAT16
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["Q", "K"], ["S"], name="/attn/MatMul"),
+         helper.make_node("Softmax", ["S"], ["P"], axis=-1, name="/attn/Softmax"),
+         helper.make_node("MatMul", ["P", "V"], ["Y"], name="/attn/MatMul_1")],
+        "attention",
+        [helper.make_tensor_value_info("Q", f16, [heads, q_len, dim]),
+         helper.make_tensor_value_info("K", f16, [heads, dim, kv_len]),
+         helper.make_tensor_value_info("V", f16, [heads, kv_len, dim])],
+        [helper.make_tensor_value_info("Y", f16, [heads, q_len, dim])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def session(path, plugin=None):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if plugin:
+        so.register_custom_ops_library(plugin)
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def case_splitkv_fp32(args, tmp):
+    heads, q_len, kv_len, dim = 8, 256, 4096, 16
+    src, out = os.path.join(tmp, "attn.onnx"), os.path.join(tmp, "attn.fused.onnx")
+    attention_model(src, heads, q_len, kv_len, dim)
+    so = fuse(args.cli, src, out, "--no-cuda")
+    meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+    man = json.load(open(os.path.join(tmp, meta["mirage.manifest"])))
+    fused = [g for g in man["regions"] if g["fused"]]
+    kernels = [g["kernels"] for g in fused]
+    print(f"fused regions: {len(fused)}, kernels per region: {kernels}")
+    if kernels != [2]:
+        raise AssertionError("the search no longer splits this attention into two kernels: "
+                             "pick shapes where it does, or this case tests nothing")
+    rng = np.random.default_rng(5)
+    cases = {
+        # all scores 0: every weight 1/kv_len, a split's numerator ~ kv_len/parts · 100
+        "flat scores, |V| ~ 100": (
+            np.zeros((heads, q_len, dim)),
+            rng.standard_normal((heads, dim, kv_len)),
+            100 + rng.uniform(-10, 10, (heads, kv_len, dim))),
+        # scores up to ~ 20: each split's max ~ 20, where fp16's step is 1/64
+        "row max ~ 20": (
+            np.full((heads, q_len, dim), 1.0) + 0.05 * rng.standard_normal((heads, q_len, dim)),
+            1.25 * rng.uniform(0.5, 1.0, (heads, dim, kv_len)),
+            rng.standard_normal((heads, kv_len, dim))),
+    }
+    fails = []
+    for what, (q, k, v) in cases.items():
+        feeds = {"Q": q.astype(np.float16), "K": k.astype(np.float16), "V": v.astype(np.float16)}
+        want = session(src).run(None, feeds)[0].astype(np.float64)
+        got = session(out, so).run(None, feeds)[0].astype(np.float64)
+        big = float(np.max(np.abs(want))) or 1.0
+        err = float(np.max(np.abs(want - got))) / big
+        print(f"{what}: largest |Y| {big:.3g}, error {err:.3g} of it")
+        # fp16 outputs: ONNX Runtime rounds after every op, the kernel once
+        if not np.isfinite(err) or err > 2e-3:
+            fails.append(f"{what}: error {err:.3g} of the largest magnitude (tolerance 2e-3)")
+    if fails:
+        raise AssertionError("; ".join(fails))
+
+
+CASES = {"ptx": case_ptx, "splitkv_fp32": case_splitkv_fp32}
+NEEDS_NVCC = {"ptx"}
 
 
 def main():
@@ -87,8 +167,8 @@ def main():
     ap.add_argument("--models", required=True, help="the tiny benchmark models")
     ap.add_argument("case", choices=sorted(CASES))
     args = ap.parse_args()
-    if not (shutil.which(os.environ.get("NVCC", "nvcc"))
-            or os.access("/usr/local/cuda/bin/nvcc", os.X_OK)):
+    if args.case in NEEDS_NVCC and not (shutil.which(os.environ.get("NVCC", "nvcc"))
+                                        or os.access("/usr/local/cuda/bin/nvcc", os.X_OK)):
         print("SKIPPED: no nvcc to compile the CUDA kernels")
         return SKIP
     with tempfile.TemporaryDirectory(prefix="mo_cudacg_") as tmp:
