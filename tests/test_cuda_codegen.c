@@ -84,10 +84,62 @@ static void grid_over_cuda_limits_is_refused(void **state)
 	mo_mg_free(mg);
 }
 
+/* Y = exp(X) as a pre-defined kernel (a grid-stride loop), X of n elements:
+ * its tensors are never allocated. */
+static struct mo_mugraph *exp_of(int64_t n)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mo_mg_input(mg, "X", F32, 1, &n);
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_EXP, 1, &x, NULL), "Y");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* Index arithmetic is 32-bit where every index provably fits (it is on
+ * every load's critical path), 64-bit beyond: in both the CUDA and the C
+ * text, every loop counter, block coordinate and element index. */
+static void indices_are_32_bit_where_they_fit(void **state)
+{
+	(void)state;
+	char why[256], *text;
+	struct {
+		struct mo_mugraph *mg;
+		bool narrow;
+	} cases[] = {
+		{ rows_on_grid(1, 8), true },
+		{ exp_of(INT64_C(1) << 31), true },
+		{ exp_of((INT64_C(1) << 31) + 2), false },
+		{ exp_of(INT64_C(3) << 32), false },
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		for (int cuda = 0; cuda < 2; cuda++) {
+			assert_int_equal(emit(cases[k].mg, cuda, &text, why, sizeof why), MO_OK);
+			if (cases[k].narrow) {
+				assert_non_null(strstr(text, "typedef uint32_t mo_ix_t;"));
+			} else {
+				assert_non_null(strstr(text, "typedef uint64_t mo_ix_t;"));
+				assert_null(strstr(text, "uint32_t mo_ix_t"));
+			}
+			/* every index variable is an mo_ix_t */
+			assert_non_null(strstr(text, "for (mo_ix_t i = "));
+			assert_null(strstr(text, "for (uint64_t"));
+			assert_null(strstr(text, "const uint64_t"));
+			assert_null(strstr(text, "(uint64_t)blockIdx"));
+			free(text);
+		}
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		mo_mg_free(cases[k].mg);
+	/* the largest index counts tiles, grids and for-loops too */
+	struct mo_mugraph *mg = rows_on_grid(0, 1000);
+	assert_int_equal(mo_cg_largest_index(mg), 4000);
+	mo_mg_free(mg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(grid_over_cuda_limits_is_refused),
+		cmocka_unit_test(indices_are_32_bit_where_they_fit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
