@@ -14,6 +14,12 @@
         fused model's CPU kernel must match ONNX Runtime on the original.
         CPU only (--no-cuda), so it runs without nvcc.
 
+  gpu_test_sizes
+        the CTest entry of tests/gpu_plugin_test.py (gpu_cuda_vs_cpu, skipped
+        without a GPU) fuses the paper-size models too, not only the tiny
+        ones whose kernels have no tensor-core MatMul and a for-loop of 1:
+        its command, as CTest has it, is asked for its list of models.
+
 Exits 77 (CTest: skipped) where a case needs nvcc and there is none.
 """
 import argparse
@@ -156,7 +162,25 @@ def case_splitkv_fp32(args, tmp):
         raise AssertionError("; ".join(fails))
 
 
-CASES = {"ptx": case_ptx, "splitkv_fp32": case_splitkv_fp32}
+def case_gpu_test_sizes(args, tmp):
+    r = subprocess.run([args.ctest, "--test-dir", args.build_dir, "--show-only=json-v1", "-R",
+                        "^gpu_cuda_vs_cpu$"], capture_output=True, text=True, check=True)
+    tests = json.loads(r.stdout)["tests"]
+    if len(tests) != 1:
+        raise AssertionError(f"{len(tests)} CTest entries named gpu_cuda_vs_cpu")
+    r = subprocess.run(tests[0]["command"] + ["--list"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"{tests[0]['command']} --list exited {r.returncode}: "
+                             f"{r.stderr.strip()[-300:]}")
+    listed = r.stdout.split()
+    print(f"gpu_cuda_vs_cpu fuses: {' '.join(listed[1::2])}")
+    for want in ("gqa_tiny_fp16.onnx", "gqa_paper_b8_fp16.onnx", "gated_mlp_paper_fp16.onnx"):
+        if want not in listed:
+            raise AssertionError(f"gpu_cuda_vs_cpu does not fuse {want}")
+
+
+CASES = {"ptx": case_ptx, "splitkv_fp32": case_splitkv_fp32,
+         "gpu_test_sizes": case_gpu_test_sizes}
 NEEDS_NVCC = {"ptx"}
 
 
@@ -165,6 +189,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", required=True)
     ap.add_argument("--models", required=True, help="the tiny benchmark models")
+    ap.add_argument("--build-dir", help="the CMake build folder (gpu_test_sizes)")
+    ap.add_argument("--ctest", default="ctest", help="CTest (gpu_test_sizes)")
     ap.add_argument("case", choices=sorted(CASES))
     args = ap.parse_args()
     if args.case in NEEDS_NVCC and not (shutil.which(os.environ.get("NVCC", "nvcc"))
