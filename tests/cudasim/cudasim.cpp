@@ -102,12 +102,17 @@ struct Config {
 	int sample = 0; /* threads mode: blocks run as threads; 0 = all */
 	bool deferred = true;
 	long fail_malloc = 0;
+	bool skip_unsampled = false; /* threads mode: run only the sampled blocks */
 };
 Config cfg;
 std::once_flag cfg_once;
 
 [[noreturn]] void die(const char *fmt, ...)
 {
+	static std::atomic<bool> dying{false};
+	if (dying.exchange(true)) /* one line, from the first thread that saw a fault */
+		for (;;)
+			pause();
 	va_list ap;
 	va_start(ap, fmt);
 	char buf[1024];
@@ -152,6 +157,8 @@ void init_config()
 		else
 			die("MO_CUDASIM_ASYNC=%s: not deferred or immediate", s);
 	}
+	if ((s = getenv("MO_CUDASIM_SKIP_UNSAMPLED")) && *s)
+		cfg.skip_unsampled = atoi(s) != 0;
 	if ((s = getenv("MO_CUDASIM_FAIL_MALLOC")) && *s)
 		cfg.fail_malloc = atol(s);
 }
@@ -1017,6 +1024,8 @@ extern "C" void cudasim_launch(const char *name, int arch, const void *kernel, d
 			threaded = true;
 			si++;
 			next_sample = si * nblocks / sample;
+		} else if (sample && cfg.skip_unsampled) {
+			continue;
 		}
 		Block b;
 		b.kernel = name;
