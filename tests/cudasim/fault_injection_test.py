@@ -19,7 +19,8 @@ first place of each, to keep the test within a few minutes).
 Models: tiny gqa fp16 (cp.async, shuffles, barriers), paper gqa b8 fp16
 (WMMA m16n16k16 with staging and __syncwarp, double-buffered cp.async) and
 paper gated_mlp fp16 (WMMA m8n32k16). With --sanitized (the ASan CI build,
-where fusing the paper models would take long) only the tiny model.
+where fusing the paper models would take long) only the tiny model, its
+runners (cudasim included) built with ASan+UBSan, and no TSan runs.
 """
 import argparse
 import os
@@ -56,6 +57,9 @@ def verdict(res, op, ref):
     err = res.stderr
     if "ThreadSanitizer: data race" in err:
         return "TSan data race (threads mode)"
+    m = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", err)
+    if m:
+        return "ASan: " + m.group(1)
     m = re.search(r"^cudasim: (.*)$", err, re.M)
     if m:
         return "cudasim abort: " + m.group(1)
@@ -69,13 +73,14 @@ def verdict(res, op, ref):
 
 
 class Case:
-    def __init__(self, src, op, work, ref, inputs):
+    def __init__(self, src, op, work, ref, inputs, sanitize=None):
         self.src, self.op, self.work, self.ref, self.inputs = src, op, work, ref, inputs
+        self.sanitize = sanitize
         self.text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
 
     def run(self, text, tsan=False, tag=""):
         exe = cb.build_runner(self.src, self.op, self.work, arch=ARCH, cu_text=text,
-                              sanitize="thread" if tsan else None, tag=tag)
+                              sanitize="thread" if tsan else self.sanitize, tag=tag)
         env = {"MO_CUDASIM_DEVICE": "h100"}
         if tsan:
             env.update({"MO_CUDASIM_MODE": "threads", "MO_CUDASIM_SAMPLE": "2",
@@ -279,7 +284,8 @@ def main():
                 if ref.rc:
                     raise SystemExit("%s: the CPU kernel failed: %s" % (op.name, ref.stderr))
                 log("%s %s: CPU kernel %.1f s" % (mname, op.name, time.time() - t))
-                case = Case(src, op, os.path.join(work, "b"), ref.outputs, inputs)
+                case = Case(src, op, os.path.join(work, "b"), ref.outputs, inputs,
+                            "address" if args.sanitized else None)
                 if not baseline(case, tsan and mname == "gqa_tiny_fp16"):
                     continue
                 if mname == "gqa_tiny_fp16":
