@@ -98,11 +98,14 @@ def main():
         exe800 = build(work, 800, san)
         for mode in ("fast", "threads"):
             m = {"MO_CUDASIM_MODE": mode}
-            for t in ("barrier", "shfl", "wmma", "nan", "report", "cpasync_deferred"):
+            for t in ("barrier", "shfl", "wmma", "staging", "nan", "report", "cpasync_deferred"):
                 run(exe, t, m)
             run(exe, "cpasync_immediate", dict(m, MO_CUDASIM_ASYNC="immediate"))
             run(exe, "cpasync_deferred", dict(m, MO_CUDASIM_ASYNC="deferred"))
         run(exe, "barrier", {"MO_CUDASIM_MODE": "threads", "MO_CUDASIM_SAMPLE": "2"})
+        # a lane's load_matrix_sync reads at its own arrival: fast mode shows
+        # the missing __syncwarp as NaN (threads mode: as a TSan race)
+        run(exe, "staging_no_syncwarp", {"MO_CUDASIM_MODE": "fast"})
         run(exe, "convert")
         for dev in ("a100", "l4", "a10", "h100", "t4"):
             run(exe, "limits", {"MO_CUDASIM_DEVICE": dev})

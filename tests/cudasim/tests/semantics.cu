@@ -182,6 +182,53 @@ static void t_wmma(void)
 	mma_layouts<8, 32, 16, __nv_bfloat16>();
 }
 
+/* A warp stages a 16x16 operand in shared memory, each lane a row slice, then
+ * loads it as a fragment: without the __syncwarp between, a lane's
+ * load_matrix_sync reads rows other lanes have not written yet (fast mode:
+ * the NaN the shared memory starts as). */
+__global__ void k_staging(const float *src, float *d, int with_syncwarp)
+{
+	MO_DYNAMIC_SHARED(__half, st);
+	__half *one = st + 256;
+	unsigned l = threadIdx.x;
+	for (int e = 0; e < 8; e++)
+		st[l * 8 + e] = __float2half_rn(src[l * 8 + e]);
+	for (int e = 0; e < 8; e++)
+		one[l * 8 + e] = __float2half_rn(l * 8 + e < 256 && (l * 8 + e) / 16 == (l * 8 + e) % 16
+							 ? 1.0f
+							 : 0.0f);
+	if (with_syncwarp)
+		__syncwarp();
+	wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+	wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+	wmma::fill_fragment(fc, 0.0f);
+	wmma::load_matrix_sync(fa, st, 16);
+	wmma::load_matrix_sync(fb, one, 16);
+	wmma::mma_sync(fc, fa, fb, fc);
+	wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
+static void t_staging(bool with_syncwarp)
+{
+	static float src[256];
+	static __align__(32) float d[256];
+	for (int i = 0; i < 256; i++)
+		src[i] = (float)(i % 13);
+	MO_LAUNCH(k_staging, 1, 32, 512 * sizeof(__half), 0, src, d, (int)with_syncwarp);
+	CHECK(cudaGetLastError() == cudaSuccess);
+	int nan = 0, wrong = 0;
+	for (int i = 0; i < 256; i++) {
+		nan += isnan(d[i]);
+		wrong += d[i] != src[i];
+	}
+	printf("staging %s __syncwarp: %d of 256 NaN, %d wrong\n", with_syncwarp ? "with" : "without",
+	       nan, wrong);
+	if (with_syncwarp)
+		CHECK_EQ_INT(wrong, 0);
+	else
+		CHECK(nan > 0);
+}
+
 /* ---- cp.async -------------------------------------------------------------- */
 __global__ void k_cpasync(const float4 *g, uint32_t *seen)
 {
@@ -526,6 +573,10 @@ int main(int argc, char **argv)
 		t_shfl();
 	else if (!strcmp(n, "wmma"))
 		t_wmma();
+	else if (!strcmp(n, "staging"))
+		t_staging(true);
+	else if (!strcmp(n, "staging_no_syncwarp"))
+		t_staging(false);
 	else if (!strcmp(n, "cpasync_deferred"))
 		t_cpasync(true);
 	else if (!strcmp(n, "cpasync_immediate"))
