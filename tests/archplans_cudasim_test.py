@@ -2,9 +2,11 @@
 """The same plugin sources on an A100, an L4 and an H100 (tests/cudasim).
 
 Fuses a decode-sized attention (fp16, 16 heads, 8 queries over 2 048 keys,
-head dim 128) with --cuda-arch 80,89,90: the best μGraph for sm_90 has a
+head dim 128) with --cuda-arch 75,80,89,90: the best μGraph for sm_90 has a
 kernel of 229 408 B of shared memory, over the A100's 166 912 B and the L4's
-101 376 B, so the op carries a second μGraph for them. The kept mo_op0.cu is
+101 376 B, so the op carries a second μGraph for them, whose kernel is
+83 104 B double-buffered and 58 016 B single-buffered: the T4 (64 KB) runs
+the single-buffered plan. The kept mo_op0.cu is
 compiled as host C++ against the CUDA execution layer and run under each
 device's limits (MO_CUDASIM_DEVICE: cudaDeviceGetAttribute answers from that
 device, cudaFuncSetAttribute over its limit fails as on a GPU); each run must
@@ -30,7 +32,8 @@ import cudasim_build as cb  # noqa: E402
 CLI = None
 SANITIZE = None
 # device, its shared memory per block, the __CUDA_ARCH__ it compiles for
-DEVICES = [("a100", 166912, 800), ("l4", 101376, 890), ("h100", 232448, 900)]
+DEVICES = [("a100", 166912, 800), ("l4", 101376, 890), ("h100", 232448, 900),
+           ("t4", 65536, 750)]
 
 
 def blocks_of(src, run, avail):
@@ -61,14 +64,14 @@ def blocks_of(src, run, avail):
 
 
 class EveryGpu(unittest.TestCase):
-    def test_decode_attention_on_a100_l4_h100(self):
+    def test_decode_attention_on_t4_a100_l4_h100(self):
         with tempfile.TemporaryDirectory() as tmp:
             model = os.path.join(tmp, "decode.onnx")
             ap.decode_attention(model)
             src = os.path.join(tmp, "src")
             env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"))
             r = subprocess.run([CLI, model, "-o", os.path.join(tmp, "out.onnx"), "-q",
-                                "--keep-sources", src, "--cuda-arch", "80,89,90"],
+                                "--keep-sources", src, "--cuda-arch", "75,80,89,90"],
                                capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             if not os.path.exists(os.path.join(src, "mo_op0.cu")):
@@ -76,7 +79,7 @@ class EveryGpu(unittest.TestCase):
             ops = cb.parse_ops(src)
             self.assertTrue(ops)
             work = os.path.join(tmp, "work")
-            chosen = {}
+            chosen, reports = {}, {}
             for op in ops:
                 with open(os.path.join(src, "mo_op%d.cu" % op.index)) as f:
                     text = f.read()
@@ -100,10 +103,19 @@ class EveryGpu(unittest.TestCase):
                     self.assertEqual(int(blocks.group(1)), blocks_of(text, run, avail),
                                      "%s ran %s" % (dev, run))
                     chosen[(op.index, dev)] = run
+                    reports[(op.index, dev)] = got.report
             # the H100 runs the target's μGraph, the A100 and the L4 another
             self.assertTrue(any(chosen[(o.index, "h100")] != chosen[(o.index, "a100")] and
                                 chosen[(o.index, "a100")] == chosen[(o.index, "l4")]
                                 for o in ops), chosen)
+            # and they ran different code: the H100 the 229 408 B kernel, the
+            # A100 and the L4 the other μGraph double-buffered, the T4 (64 KB)
+            # the same single-buffered
+            for o in ops:
+                rep = {d: reports[(o.index, d)] for d, _, _ in DEVICES}
+                self.assertNotEqual(rep["h100"], rep["a100"])
+                self.assertEqual(rep["a100"], rep["l4"])
+                self.assertNotEqual(rep["t4"], rep["a100"])
 
 
 if __name__ == "__main__":
