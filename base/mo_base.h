@@ -10,7 +10,8 @@
 #include <stdio.h>
 
 /* What a fallible function returns. The message, if any, is in the caller's
- * struct mo_diag. The values map one-to-one onto the CLI's exit codes. */
+ * struct mo_diag. The CLI maps them onto its exit codes in one place
+ * (exit_for in cli/main.c): several statuses share a code. */
 enum mo_status {
 	MO_OK = 0,
 	MO_ERR_INPUT,    /* the model or a path the user gave is unusable */

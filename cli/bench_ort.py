@@ -48,6 +48,143 @@ def first_line(e):
     return s[:400]
 
 
+class CudaRuntime:
+    """The CUDA runtime API through ctypes: $MIRAGE_ONNX_CUDART (a path), else
+    libcudart from the loader's path or /usr/local/cuda. None: not found."""
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+        import glob
+        self.c = ctypes
+        names = [os.environ.get("MIRAGE_ONNX_CUDART")] if os.environ.get("MIRAGE_ONNX_CUDART") \
+            else [ctypes.util.find_library("cudart"),
+                  *sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"))]
+        self.lib = None
+        for n in names:
+            if not n:
+                continue
+            try:
+                self.lib = ctypes.CDLL(n)
+                self.path = n
+                break
+            except OSError:
+                continue
+
+    def check(self, rc, what):
+        if rc != 0:
+            f = self.lib.cudaGetErrorString
+            f.restype = self.c.c_char_p
+            raise Failure(f"{what} failed: {f(rc).decode(errors='replace')}")
+
+    def device(self):
+        """The name of device 0; a Failure when there is no GPU."""
+        c = self.c
+        n = c.c_int(0)
+        rc = self.lib.cudaGetDeviceCount(c.byref(n))
+        if rc != 0 or n.value < 1:
+            raise Failure("--provider cuda needs a CUDA GPU, and there is none here "
+                          f"(cudaGetDeviceCount: {rc}, {n.value} devices)")
+        # cudaDeviceProp starts with char name[256] in every CUDA version;
+        # the rest of its layout changes, so the buffer is generous
+        buf = c.create_string_buffer(16384)
+        self.check(self.lib.cudaGetDeviceProperties(buf, 0), "cudaGetDeviceProperties")
+        return buf.raw[:256].split(b"\0", 1)[0].decode(errors="replace")
+
+
+def plugin_ops(path):
+    """The op table of a mirage-onnx plugin (MirageOnnxPluginOps)."""
+    import ctypes
+
+    class Tensor(ctypes.Structure):
+        _fields_ = [("dtype", ctypes.c_int32), ("rank", ctypes.c_int),
+                    ("dims", ctypes.c_int64 * 8)]
+
+    class Op(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("n_in", ctypes.c_int), ("n_out", ctypes.c_int),
+                    ("inp", ctypes.POINTER(Tensor)), ("out", ctypes.POINTER(Tensor)),
+                    ("cpu", ctypes.c_void_p), ("cuda", ctypes.c_void_p)]
+    try:
+        lib = ctypes.CDLL(path)
+        get = lib.MirageOnnxPluginOps
+    except (OSError, AttributeError) as e:
+        raise Failure(f"{path}: not a mirage-onnx plugin ({first_line(e)})")
+    get.restype = ctypes.POINTER(ctypes.POINTER(Op))
+    n = ctypes.c_int()
+    table = get(ctypes.byref(n))
+    return lib, [table[k].contents for k in range(n.value)]
+
+
+def time_cuda_kernels(plugin, cudart, runs, warmup, rng, np):
+    """Each fused op's CUDA entry on device 0 on random inputs: the median of
+    runs launches, each timed with CUDA events around the entry (its
+    allocations of intermediates included). Rows of (op, µs, kernels)."""
+    c = cudart.c
+    rt = cudart.lib
+    lib, ops = plugin_ops(plugin)
+    cuda_fn = c.CFUNCTYPE(c.c_int, c.POINTER(c.c_void_p), c.POINTER(c.c_void_p), c.c_void_p,
+                          c.c_char_p, c.c_size_t)
+    rt.cudaEventElapsedTime.argtypes = [c.POINTER(c.c_float), c.c_void_p, c.c_void_p]
+    rows = []
+    for op in ops:
+        name = op.name.decode(errors="replace")
+        if not op.cuda:
+            raise Failure(f"{plugin}: {name} has no CUDA kernel (fused with --no-cuda, or "
+                          "without nvcc)")
+        bufs = []
+
+        def dalloc(nbytes):
+            p = c.c_void_p()
+            cudart.check(rt.cudaMalloc(c.byref(p), c.c_size_t(max(1, nbytes))), "cudaMalloc")
+            bufs.append(p)
+            return p.value
+        size = {1: 4, 10: 2, 16: 2}
+        try:
+            ins = []
+            for i in range(op.n_in):
+                t = op.inp[i]
+                n = int(np.prod([t.dims[d] for d in range(t.rank)], dtype=np.int64))
+                x = rng.standard_normal(n).astype(np.float32)
+                host = x if t.dtype == 1 else (x.astype(np.float16).view(np.uint16) if t.dtype == 10
+                                               else (x.view(np.uint32) >> 16).astype(np.uint16))
+                p = dalloc(host.nbytes)
+                cudart.check(rt.cudaMemcpy(c.c_void_p(p), c.c_void_p(host.ctypes.data),
+                                           c.c_size_t(host.nbytes), 1), "cudaMemcpy")
+                ins.append(p)
+            outs = []
+            for i in range(op.n_out):
+                t = op.out[i]
+                n = int(np.prod([t.dims[d] for d in range(t.rank)], dtype=np.int64))
+                outs.append(dalloc(n * size.get(t.dtype, 4)))
+            din = (c.c_void_p * max(1, op.n_in))(*ins)
+            dout = (c.c_void_p * max(1, op.n_out))(*outs)
+            err = c.create_string_buffer(512)
+            fn = cuda_fn(op.cuda)
+            ev = [c.c_void_p(), c.c_void_p()]
+            for e in ev:
+                cudart.check(rt.cudaEventCreate(c.byref(e)), "cudaEventCreate")
+            times = []
+            for k in range(warmup + runs):
+                rt.cudaEventRecord(ev[0], None)
+                if fn(din, dout, None, err, len(err)) != 0:
+                    raise Failure(f"{name}: the CUDA kernel failed: "
+                                  f"{err.value.decode(errors='replace')}")
+                rt.cudaEventRecord(ev[1], None)
+                cudart.check(rt.cudaEventSynchronize(ev[1]), f"{name}: running the kernel")
+                ms = c.c_float()
+                cudart.check(rt.cudaEventElapsedTime(c.byref(ms), ev[0], ev[1]),
+                             "cudaEventElapsedTime")
+                if k >= warmup:
+                    times.append(ms.value * 1e3)
+            for e in ev:
+                rt.cudaEventDestroy(e)
+        finally:
+            for p in bufs:
+                rt.cudaFree(p)
+        rows.append((name, statistics.median(times)))
+    return rows
+
+
 def main():
     ap = Parser(prog=PROG, add_help=False)
     ap.add_argument("model")
@@ -68,11 +205,21 @@ def main():
                       "(set MIRAGE_ONNX_PYTHON to a Python with onnxruntime, onnx and numpy)")
 
     providers = ["CPUExecutionProvider"]
+    cudart, end_to_end = None, True
     if a.provider == "cuda":
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise Failure("this onnxruntime has no CUDAExecutionProvider "
-                          "(install onnxruntime-gpu)")
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        cudart = CudaRuntime()
+        if cudart.lib is None:
+            raise Failure("--provider cuda needs the CUDA runtime (libcudart), and it is not "
+                          "found (set MIRAGE_ONNX_CUDART to its path)")
+        gpu = cudart.device()
+        print(f"GPU: {gpu} (CUDA runtime {cudart.path})")
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        else:
+            end_to_end = False
+            print("this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu): "
+                  "the fused kernels are timed alone, end to end is not measured",
+                  file=sys.stderr)
 
     def session(path, plugin):
         so = ort.SessionOptions()
@@ -104,6 +251,17 @@ def main():
     plugin = os.path.join(os.path.dirname(os.path.abspath(a.fused)), name) if name else None
     if plugin and not os.path.exists(plugin):
         raise Failure(f"{a.fused} names the plugin {name}, which is not beside it")
+    if cudart is not None:
+        if not plugin:
+            raise Failure(f"{a.fused} names no plugin (mirage.plugin): nothing to time on the GPU")
+        rows = time_cuda_kernels(plugin, cudart, a.runs, a.warmup,
+                                 np.random.default_rng(a.seed), np)
+        print(f"fused kernels on {gpu} (median of {a.runs} launches after {a.warmup} warm-up "
+              "launches, CUDA events):")
+        for op_name, us in rows:
+            print(f"  {op_name:32} {us:12.1f} us")
+        if not end_to_end:
+            return
     s0, s1 = session(a.model, None), session(a.fused, plugin)
 
     def interface(s, what):

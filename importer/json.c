@@ -3,16 +3,57 @@
 
 #include <inttypes.h>
 
+/* The length of the well-formed UTF-8 sequence at c (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF), or 0 if there is none. */
+static int utf8_sequence(const unsigned char *c)
+{
+	int n;
+	unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
+	if (c[0] >= 0xc2 && c[0] <= 0xdf)
+		n = 2;
+	else if (c[0] >= 0xe0 && c[0] <= 0xef) {
+		n = 3;
+		if (c[0] == 0xe0)
+			lo = 0xa0;
+		else if (c[0] == 0xed)
+			hi = 0x9f;
+	} else if (c[0] >= 0xf0 && c[0] <= 0xf4) {
+		n = 4;
+		if (c[0] == 0xf0)
+			lo = 0x90;
+		else if (c[0] == 0xf4)
+			hi = 0x8f;
+	} else
+		return 0;
+	if (c[1] < lo || c[1] > hi)
+		return 0;
+	for (int k = 2; k < n; k++)
+		if (c[k] < 0x80 || c[k] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* A JSON string of s. Names in a model are bytes, and JSON is UTF-8: a
+ * byte that starts no well-formed sequence is written as U+FFFD, so the
+ * manifest and reports stay valid JSON whatever the model holds. */
 void mo_json_string(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
 		if (*c == '"' || *c == '\\')
 			fprintf(out, "\\%c", *c);
-		else if (*c < 0x20)
+		else if (*c < 0x20 || *c == 0x7f)
 			fprintf(out, "\\u%04x", *c);
-		else
+		else if (*c < 0x80)
 			fputc(*c, out);
+		else {
+			int n = utf8_sequence(c);
+			if (n) {
+				fwrite(c, 1, (size_t)n, out);
+				c += n - 1;
+			} else
+				fputs("\\ufffd", out);
+		}
 	}
 	fputc('"', out);
 }

@@ -1113,19 +1113,20 @@ static const char prelude_c[] =
 	"#define MO_DEV static inline\n";
 
 /* Launches and the dynamic shared-memory declaration go through two macros:
- * under nvcc they are the CUDA text itself; the tests' CUDA execution layer
- * (tests/cudasim, which shadows the CUDA headers and defines MO_CUDA_SIM)
- * defines them as its own calls, so that the text that runs on the CPU in
- * the tests is the text nvcc compiles. */
+ * unless a header defined them first they are the CUDA text itself (nvcc,
+ * or any other CUDA compiler); the tests' CUDA execution layer
+ * (tests/cudasim, which shadows the CUDA headers) defines them as its own
+ * calls, so that the text that runs on the CPU in the tests is the text
+ * nvcc compiles. */
 static const char prelude_cuda[] =
-	"#if defined(__CUDACC__)\n"
-	"#define MO_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)\n"
-	"#define MO_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]\n"
-	"#elif !defined(MO_CUDA_SIM)\n"
-	"#error \"compile with nvcc (or with the CUDA execution layer of the tests)\"\n"
-	"#endif\n"
 	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <cuda_pipeline.h>\n"
-	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n\n"
+	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n"
+	"#ifndef MO_LAUNCH\n"
+	"#define MO_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)\n"
+	"#endif\n"
+	"#ifndef MO_DYNAMIC_SHARED\n"
+	"#define MO_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]\n"
+	"#endif\n\n"
 	"static __device__ __forceinline__ float mo_h2f(uint16_t b) { return __half2float(__ushort_as_half(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }\n"
 	"static __device__ __forceinline__ float mo_bf2f(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }\n"

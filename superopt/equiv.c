@@ -93,8 +93,10 @@ static void degree_walk(const struct mo_tp *tp, int *deg)
 			r = op->kind == MO_OP_ADD || op->kind == MO_OP_SUB || op->kind == MO_OP_NEG ||
 				    op->kind == MO_OP_REDUCE_SUM || op->kind == MO_OP_REDUCE_MEAN
 				    ? max : sum;
-			if (op->kind == MO_OP_POW)
-				r = (long)(max * (op->p.exponent > 0 ? op->p.exponent : 1));
+			if (op->kind == MO_OP_POW) { /* the importer keeps 1..4, ±0.5, -1 */
+				double d = max * (op->p.exponent > 0 ? ceil(op->p.exponent) : 1);
+				r = d < DEGREE_CAP ? (long)d : DEGREE_CAP;
+			}
 			break;
 		case MO_LAX_DIVISION: case MO_LAX_COMPOSITE: r = 2 * sum + 2; break;
 		case MO_LAX_NONE: r = DEGREE_CAP; break;

@@ -1,6 +1,7 @@
-/* mo_superopt: proving programs equivalent (DESIGN §6), and later the search.
+/* mo_superopt: proving programs equivalent (DESIGN §6); the search is in
+ * mo_search.h.
  *
- * So far: the finite-field arithmetic of the verifier, two evaluators of
+ * Here: the finite-field arithmetic of the verifier, two evaluators of
  * tensor programs (float, as the reference for the float check; finite-field,
  * for random testing), and the verdict that `mirage-onnx equiv` prints. The
  * mathematics is written down in superopt/VERIFIER.md. */

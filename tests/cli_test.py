@@ -5,18 +5,17 @@ Every bad input gets one line on stderr naming the problem, exit code 1, no
 output file and an untouched input; usage errors exit 2; a good model is
 summarized and written unchanged, external data included.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+import mo_testlib
 
 CLI = None
 IR_VERSION = 8  # what ONNX Runtime reads, whatever the onnx package writes
@@ -407,8 +406,4 @@ class Cli(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)

@@ -7,11 +7,9 @@ swapped division, missing normalization, an extra exp, n-1 for n, a transposed
 weight, NaN only where an attention mask input holds -inf), INCONCLUSIVE when only an identity of an uninterpreted op makes them
 equal, exit 2 for ops the verifier cannot model, 3 for mismatched interfaces.
 """
-import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -19,28 +17,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
+import mo_testlib
+from mo_testlib import vi, const, model, rng_weight
+
 CLI = None
 F = TensorProto.FLOAT
-
-
-def vi(name, shape, t=F):
-    return h.make_tensor_value_info(name, t, shape)
-
-
-def const(name, value, dtype=np.float32):
-    return nh.from_array(np.array(value, dtype=dtype), name)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=18):
-    g = h.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
-
-
-def rng_weight(name, shape, seed):
-    return nh.from_array(np.random.default_rng(seed).standard_normal(shape).astype(np.float32),
-                         name)
 
 
 X16 = [vi("X", [4, 16])]
@@ -268,8 +249,4 @@ class Equiv(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)

@@ -7,7 +7,6 @@ file written; bench turns whatever goes wrong in ONNX Runtime or Python into
 one line "mirage-onnx bench: CAUSE" with the README's exit code, never a
 traceback.
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import unittest
 
 import onnx
 from onnx import TensorProto, helper
+
+import mo_testlib
 
 CLI = None
 PYTHON = sys.executable
@@ -168,6 +169,18 @@ class HostileArgs(unittest.TestCase):
         r = self.run_cli("bench", big, big, "--runs", "1", python=wrapper)
         self.assert_one_line(r, 3, "out of memory", prefix="mirage-onnx bench")
 
+    def test_bench_cuda_without_a_cuda_runtime_is_one_line(self):
+        env_before = os.environ.get("MIRAGE_ONNX_CUDART")
+        os.environ["MIRAGE_ONNX_CUDART"] = self.path("no-libcudart.so")
+        try:
+            r = self.run_cli("bench", self.model, self.model, "--provider", "cuda", "--runs", "1")
+        finally:
+            if env_before is None:
+                del os.environ["MIRAGE_ONNX_CUDART"]
+            else:
+                os.environ["MIRAGE_ONNX_CUDART"] = env_before
+        self.assert_one_line(r, 1, "CUDA runtime", "MIRAGE_ONNX_CUDART", prefix="mirage-onnx bench")
+
     def test_bench_still_runs_with_good_flags(self):
         r = self.run_cli("bench", self.model, self.model, "--runs=2", "--warmup", "0",
                          "--seed", "4294967295", "--threads", "1", "--tolerance", "0")
@@ -176,8 +189,4 @@ class HostileArgs(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)

@@ -10,17 +10,17 @@ failed" because an allocation failed, never a partial set of output files.
 The sanitizer build reserves terabytes of address space for its shadow
 memory and cannot run under a limit: there the test says so and skips.
 """
-import argparse
 import os
 import re
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import onnx
+
+import mo_testlib
 
 CLI = None
 MODEL = None
@@ -128,10 +128,4 @@ class OutOfMemory(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    ap.add_argument("--model", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    MODEL = os.path.abspath(args.model)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), paths=("cli", "model"), verbosity=1)

@@ -12,20 +12,20 @@ hostile.
   temporary file or compiler process behind.
 - A full disk is said as such, with exit 1, not as a linker error.
 """
-import argparse
 import glob
 import os
 import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+import mo_testlib
 
 CLI = None
 IR_VERSION = 8
@@ -529,8 +529,4 @@ class FileSizeLimit(Base):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    mo_testlib.unittest_main(globals(), verbosity=2)

@@ -15,12 +15,10 @@ region's failure may not cost the others.
   the test hook MIRAGE_ONNX_TEST_FAIL=LABEL:STAGE) leaves that region
   unfused with the reason and the others fused.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 import warnings
@@ -28,6 +26,8 @@ import warnings
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+import mo_testlib
 
 CLI = None
 IR_VERSION = 8  # what ONNX Runtime reads, whatever the onnx package writes
@@ -260,8 +260,4 @@ class Regions(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    mo_testlib.unittest_main(globals(), verbosity=2)

@@ -34,7 +34,6 @@
 Run as `hostile_search_test.py --cli MIRAGE_ONNX --models DIR [unittest args]`,
 DIR holding the tiny benchmark models (models/build.py --sizes tiny).
 """
-import argparse
 import copy
 import glob
 import json
@@ -46,6 +45,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+
+import mo_testlib
 
 CLI = None
 MODELS = None
@@ -397,10 +398,4 @@ class SearchUnderLoad(Base):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    ap.add_argument("--models", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    MODELS = os.path.abspath(args.models)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    mo_testlib.unittest_main(globals(), paths=("cli", "models"), verbosity=2)

@@ -3,18 +3,18 @@
 or the op the tool cannot read stays unfused with the reason; none crashes,
 blocks, or is fused with a guessed meaning (hardening items 6, 11, 13, 16).
 """
-import argparse
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
+
+import mo_testlib
 
 CLI = None
 
@@ -220,8 +220,4 @@ class Hostile(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)

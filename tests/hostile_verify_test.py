@@ -18,11 +18,9 @@ region it replaces.
 - NaN propagates through Relu, Max and ReduceMax as in ONNX Runtime (a fused
   Relu of Sqrt(negative) gave 0 where ORT gives NaN).
 """
-import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -31,23 +29,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
+import mo_testlib
+from mo_testlib import vi, const, model
+
 CLI = None
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
-
-
-def vi(name, shape, t=F):
-    return h.make_tensor_value_info(name, t, shape)
-
-
-def const(name, value, dtype=np.float32):
-    return nh.from_array(np.array(value, dtype=dtype), name)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=18):
-    g = h.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
 
 
 def session(path, plugin=None):
@@ -254,8 +240,4 @@ class Fused(Base):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True)
-    args, rest = ap.parse_known_args()
-    CLI = os.path.abspath(args.cli)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=1)
+    mo_testlib.unittest_main(globals(), verbosity=1)

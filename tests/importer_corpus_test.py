@@ -90,6 +90,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cli", required=True)
     ap.add_argument("--suite", required=True)
+    ap.add_argument("--min-shapes", type=int, default=1,
+                    help="fail unless at least this many shapes were compared (a run that "
+                         "compares none proves nothing)")
     args = ap.parse_args()
     cases = sorted(c for c in os.listdir(args.suite)
                    if os.path.exists(os.path.join(args.suite, c, "model.onnx")))
@@ -108,6 +111,9 @@ def main():
     os.rmdir(tmp)
     print(f"compared {shapes} tensor shapes with ONNX's shape inference")
     print(f"{passed} passed, {failed} failed")
+    if shapes < args.min_shapes:
+        print(f"FAIL: only {shapes} shapes compared, fewer than --min-shapes {args.min_shapes}")
+        return 1
     return 1 if failed or not cases else 0
 
 

@@ -159,8 +159,42 @@ static void theorem1_property(void **state)
 	assert_true(checked > 50);
 }
 
-/* Program expressions: RMSNorm written three ways has one expression up to
- * the axioms; the mean is a sum divided by its size. */
+/* Theorem 1 where the answer needs the axioms, not the syntax: each target
+ * is written with distributivity or a regrouped division applied, so its
+ * prefixes are found only by the solver; and what no program computing the
+ * target can have is refused. */
+static void theorem1_needs_the_solver(void **state)
+{
+	(void)state;
+	struct mo_ae_pool p;
+	mo_ae_pool_init(&p);
+	int a = mo_ae_var(&p, "A"), b = mo_ae_var(&p, "B"), c = mo_ae_var(&p, "C");
+	/* A·B + A·C = A·(B + C): B + C is a subexpression */
+	int t1 = ADD(MUL(a, b), MUL(a, c));
+	/* sum(8, A·B) / C + sum(8, A·C) / C = sum(8, A·(B + C)) / C */
+	int t2 = ADD(DIV(SUM(8, MUL(a, b)), c), DIV(SUM(8, MUL(a, c)), c));
+	int targets[] = { t1, t2 };
+	for (int k = 0; k < 2; k++) {
+		struct mo_subexpr *s = mo_subexpr_new(&p, &targets[k], 1);
+		assert_non_null(s);
+		assert_true(mo_subexpr_check(s, ADD(b, c)));
+		if (k == 1)
+			assert_true(mo_subexpr_check(s, SUM(8, MUL(a, ADD(b, c)))));
+		assert_false(mo_subexpr_check(s, EXP(a)));
+		assert_false(mo_subexpr_check(s, MUL(b, c)));
+		struct mo_subexpr_stats st;
+		mo_subexpr_get_stats(s, &st);
+		if (st.solver_calls == 0)
+			fail_msg("target %d: every query answered without the solver "
+				 "(%llu syntactic, %llu by leaves)", k,
+				 (unsigned long long)st.syntactic, (unsigned long long)st.by_leaves);
+		mo_subexpr_free(s);
+	}
+	mo_ae_pool_free(&p);
+}
+
+/* Hash-consing: commutative operands in either order, nested sums and a
+ * repeated variable or constant are one node; division keeps its order. */
 static void hash_consing(void **state)
 {
 	(void)state;
@@ -191,6 +225,7 @@ int main(void)
 		cmocka_unit_test(paper_example),
 		cmocka_unit_test(attention_prefixes),
 		cmocka_unit_test(theorem1_property),
+		cmocka_unit_test(theorem1_needs_the_solver),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,224 @@
+"""Helpers to compile generated CUDA against cudasim and run it (importable).
+
+    import cudasim_build as cb
+    ops = cb.parse_ops(kept_dir)                 # from mo_ops.c
+    exe = cb.build_runner(kept_dir, ops[0], work, arch=800)
+    ins = cb.random_inputs(ops[0], seed=1)
+    ref = cb.run_op(exe, ops[0], ins, "cpu", work)
+    got = cb.run_op(exe, ops[0], ins, "cuda", work, env={"MO_CUDASIM_DEVICE": "a100"})
+    bad = cb.compare(ops[0], ref.outputs, got.outputs)   # None when they agree
+
+A runner is one executable per (op, arch, sanitizer, .cu text): the op's CPU
+kernel (mo_opN.c, cc), its CUDA kernel (mo_opN.cu or a given text, g++ as
+host C++ against tests/cudasim/include), cudasim.cpp and op_runner.cpp.
+sanitize: None, "thread" or "address" (both objects and the runtime built
+with it). The cudasim runtime objects are cached per sanitizer in work/.
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join(HERE, "include")
+RUNTIME = os.path.join(HERE, "cudasim.cpp")
+RUNNER = os.path.join(HERE, "op_runner.cpp")
+
+DTYPES = {1: (np.float32, 4), 10: (np.float16, 2), 16: (np.uint16, 2)}
+
+
+@dataclass
+class Op:
+    index: int
+    name: str
+    inputs: list  # [(onnx dtype, dims)]
+    outputs: list
+
+
+@dataclass
+class Result:
+    rc: int
+    outputs: list = field(default_factory=list)
+    stderr: str = ""
+    report: str = ""
+
+
+def cxx():
+    return os.environ.get("CXX_CUDASIM") or shutil.which("g++") or "c++"
+
+
+def cc():
+    return os.environ.get("CC_CUDASIM") or shutil.which("gcc") or "cc"
+
+
+def parse_ops(src_dir):
+    """The fused ops of a kept-sources dir, from its mo_ops.c tables."""
+    text = open(os.path.join(src_dir, "mo_ops.c")).read()
+    tables = {}
+    for m in re.finditer(r"mo_op(\d+)_(in|out)\[\] = \{(.*?)\n\};", text, re.S):
+        ts = []
+        for t in re.finditer(r"\{ (\d+), (\d+), \{ ([\d, ]*) \} \}", m.group(3)):
+            dims = [int(x) for x in t.group(3).split(",") if x.strip()]
+            ts.append((int(t.group(1)), dims[: int(t.group(2))]))
+        tables[(int(m.group(1)), m.group(2))] = ts
+    ops = []
+    for m in re.finditer(r'mo_op(\d+)_desc = \{ "([^"]+)"', text):
+        i = int(m.group(1))
+        ops.append(Op(i, m.group(2), tables.get((i, "in"), []), tables.get((i, "out"), [])))
+    return ops
+
+
+def san_flags(sanitize):
+    if sanitize == "thread":
+        return ["-fsanitize=thread"]
+    if sanitize == "address":
+        return ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    return []
+
+
+def _run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError("compile failed: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+    return p
+
+
+def runtime_object(work, sanitize=None, opt="-O2"):
+    """cudasim.cpp compiled (cached in work/)."""
+    tag = sanitize or "plain"
+    obj = os.path.join(work, "cudasim_%s.o" % tag)
+    if not os.path.exists(obj):
+        tmp = obj + ".tmp%d.o" % os.getpid()
+        _run([cxx(), "-std=c++17", opt, "-g", "-Wall", "-c", RUNTIME, "-o", tmp]
+             + san_flags(sanitize))
+        os.replace(tmp, obj)
+    return obj
+
+
+def build_shared_runtime(out, sanitize=None):
+    """libcudasim.so: the runtime alone, to load in place of libcudart."""
+    _run([cxx(), "-std=c++17", "-O2", "-g", "-fPIC", "-shared", RUNTIME, "-o", out, "-lpthread"]
+         + san_flags(sanitize))
+    return out
+
+
+def compile_cu(cu_path, obj, arch=None, sanitize=None, opt="-O1", extra=()):
+    """One .cu as host C++ against cudasim's shadow headers."""
+    cmd = [cxx(), "-std=c++17", opt, "-g", "-Wall", "-Wno-unused-variable", "-x", "c++",
+           "-I", INCLUDE]
+    if arch:
+        cmd.append("-D__CUDA_ARCH__=%d" % arch)
+    _run(cmd + list(extra) + san_flags(sanitize) + ["-c", cu_path, "-o", obj])
+    return obj
+
+
+def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=""):
+    """An executable running op's CPU kernel or its CUDA kernel through cudasim."""
+    os.makedirs(work, exist_ok=True)
+    cu_path = os.path.join(src_dir, "mo_op%d.cu" % op.index)
+    if cu_text is None:
+        cu_text = open(cu_path).read()
+    h = hashlib.sha1(cu_text.encode()).hexdigest()[:12]
+    c_src = os.path.join(src_dir, "mo_op%d.c" % op.index)
+    hc = hashlib.sha1(open(c_src, "rb").read()).hexdigest()[:12]
+    name = "run_op%d_%s_%s_%s_%s%s" % (op.index, arch or "none", sanitize or "plain", h, hc, tag)
+    exe = os.path.join(work, name)
+    if os.path.exists(exe):
+        return exe
+    cu = os.path.join(work, name + ".cu")
+    with open(cu, "w") as f:
+        f.write(cu_text)
+    cu_o = compile_cu(cu, cu + ".o", arch, sanitize)
+    c_o = os.path.join(work, "mo_op%d_%s_%s.c.o" % (op.index, hc, sanitize or "plain"))
+    if not os.path.exists(c_o):
+        _run([cc(), "-std=c11", "-O2", "-g", "-I", src_dir, "-c",
+              c_src, "-o", c_o] + san_flags(sanitize))
+    r_o = os.path.join(work, "runner_op%d_%s.o" % (op.index, sanitize or "plain"))
+    if not os.path.exists(r_o):
+        _run([cxx(), "-std=c++17", "-O1", "-g", "-DMO_OP_CPU=mo_op%d_cpu" % op.index,
+              "-DMO_OP_CUDA=mo_op%d_cuda" % op.index, "-c", RUNNER, "-o", r_o]
+             + san_flags(sanitize))
+    _run([cxx(), cu_o, c_o, r_o, runtime_object(work, sanitize), "-o", exe, "-lpthread", "-lm"]
+         + san_flags(sanitize))
+    return exe
+
+
+def random_inputs(op, seed=0):
+    """Inputs in the op's storage dtypes, values of a normal distribution."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for dt, dims in op.inputs:
+        x = rng.standard_normal(dims).astype(np.float32)
+        if dt == 16:
+            x = (x.view(np.uint32) + 0x8000 >> 16).astype(np.uint16)
+        else:
+            x = x.astype(DTYPES[dt][0])
+        out.append(np.ascontiguousarray(x))
+    return out
+
+
+def as_float(a, dtype):
+    if dtype == 16:
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def run_op(exe, op, inputs, which, work, env=None, timeout=600):
+    """Runs the CPU ("cpu") or CUDA ("cuda") kernel; Result.outputs are arrays."""
+    d = tempfile.mkdtemp(dir=work)
+    try:
+        args = [exe, which]
+        for k, x in enumerate(inputs):
+            p = os.path.join(d, "in%d" % k)
+            x.tofile(p)
+            args.append(p)
+        args.append("--")
+        outs = []
+        for k, (dt, dims) in enumerate(op.outputs):
+            p = os.path.join(d, "out%d" % k)
+            n = int(np.prod(dims)) if dims else 1
+            args.append("%s:%d" % (p, n * DTYPES[dt][1]))
+            outs.append((p, dt, dims))
+        e = dict(os.environ)
+        e.update(env or {})
+        p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=timeout)
+        rep = ""
+        for line in p.stderr.splitlines():
+            if line.startswith("cudasim-report: "):
+                rep = line[len("cudasim-report: "):]
+        res = Result(p.returncode, [], p.stderr, rep)
+        if p.returncode == 0:
+            for path, dt, dims in outs:
+                res.outputs.append(np.fromfile(path, dtype=DTYPES[dt][0]).reshape(dims))
+        return res
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def tolerance(dtype):
+    return {1: 2e-3, 10: 2e-2, 16: 6e-2}[dtype]
+
+
+def compare(op, ref, got):
+    """None when every output agrees within the dtype's tolerance (relative to
+    the output's scale), else a one-line description of the first mismatch."""
+    for k, (dt, dims) in enumerate(op.outputs):
+        a, b = as_float(ref[k], dt), as_float(got[k], dt)
+        if np.isnan(a).any():
+            return "output %d: the CPU kernel wrote NaN" % k
+        if np.isnan(b).any():
+            return "output %d: %d of %d elements NaN (never written, or read stale memory)" % (
+                k, int(np.isnan(b).sum()), b.size)
+        scale = max(1.0, float(np.abs(a).max()))
+        err = np.abs(a - b)
+        if float(err.max()) > tolerance(dt) * scale:
+            i = int(err.argmax())
+            return "output %d: max |diff| %.4g at flat index %d (%g vs %g), %d elements off" % (
+                k, float(err.max()), i, a.flat[i], b.flat[i],
+                int((err > tolerance(dt) * scale).sum()))
+    return None

@@ -1,0 +1,2 @@
+/* cudasim shadow of <cuda_pipeline.h>: the tests' CUDA execution layer (see ../README.md) */
+#include "../cudasim.h"
