@@ -1345,7 +1345,10 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 	if (!cuda)
 		P(g, "char *ws = (char *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
 		  ws_max ? ws_max : 1);
-	P(g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
+	/* a failed cudaMallocAsync is also the thread's last CUDA error: taken
+	 * here, or the next op on this thread would report it as its own */
+	P(g, "if (rc) {\n%ssnprintf(err, err_len, \"%s: out of memory\");\n} else {\n",
+	  cuda ? "(void)cudaGetLastError();\n" : "", op->name);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_block_graph *bg = mg->ops[k].bg;
 		char fn[96], fs[96];

@@ -14,6 +14,11 @@
         fused model's CPU kernel must match ONNX Runtime on the original.
         CPU only (--no-cuda), so it runs without nvcc.
 
+  oom_last_error
+        a fused op whose first cudaMallocAsync fails (tests/cudasim,
+        MO_CUDASIM_FAIL_MALLOC=1) reports "out of memory", and the next
+        call on the same thread succeeds: the failed allocation's error,
+        CUDA's last error too, must not be reported by the next call.
   gpu_test_sizes
         the CTest entry of tests/gpu_plugin_test.py (gpu_cuda_vs_cpu, skipped
         without a GPU) fuses the paper-size models too, not only the tiny
@@ -38,6 +43,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
 
@@ -188,9 +194,57 @@ def case_gpu_test_sizes(args, tmp):
             raise AssertionError(f"gpu_cuda_vs_cpu does not fuse {want}")
 
 
+def case_oom_last_error(args, tmp):
+    sys.path.insert(0, os.path.join(HERE, "cudasim"))
+    import cudasim_build as cb  # noqa: E402 - tests/cudasim, the CUDA execution layer
+    san = "address" if args.sanitized else None
+    src = os.path.join(tmp, "src")
+    # ntrans: two normalizations in a row, so a kernel tensor between kernels
+    model = os.path.join(args.models, "ntrans_tiny_fp16.onnx")
+    r = subprocess.run([args.cli, "-q", model, "-o", os.path.join(tmp, "ntrans.onnx"),
+                        "--budget", "10", "--keep-sources", src], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")
+    ops = [op for op in cb.parse_ops(src)
+           if "cudaMallocAsync" in open(os.path.join(src, f"mo_op{op.index}.cu")).read()]
+    if not ops:
+        raise AssertionError("no fused op of ntrans allocates a tensor between kernels")
+    op = ops[0]
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    cu_o = cb.compile_cu(os.path.join(src, f"mo_op{op.index}.cu"),
+                         os.path.join(work, "op.cu.o"), 800, san)
+    drv_o = os.path.join(work, "driver.o")
+    flags = cb.san_flags(san)
+    cb._run([cb.cxx(), "-std=c++17", "-O1", f"-DMO_OP_CUDA=mo_op{op.index}_cuda", "-c",
+             os.path.join(HERE, "cuda_oom_driver.cpp"), "-o", drv_o] + flags)
+    exe = os.path.join(work, "driver")
+    cb._run([cb.cxx(), cu_o, drv_o, cb.runtime_object(work, san), "-o", exe, "-lpthread", "-lm"]
+            + flags)
+    nbytes = [str(cb.DTYPES[dt][1] * int(np.prod(dims))) for dt, dims in op.inputs] + ["--"] + \
+             [str(cb.DTYPES[dt][1] * int(np.prod(dims))) for dt, dims in op.outputs]
+    for fail, want in (("", ["call 1: rc 0", "call 2: rc 0"]),
+                       ("1", ["call 1: rc 1", "call 2: rc 0"])):
+        env = dict(os.environ, MO_CUDASIM_DEVICE="h100")
+        env.pop("MO_CUDASIM_FAIL_MALLOC", None)
+        if fail:
+            env["MO_CUDASIM_FAIL_MALLOC"] = fail
+        p = subprocess.run([exe] + nbytes, capture_output=True, text=True, env=env, timeout=600)
+        lines = p.stdout.splitlines()
+        print(f"MO_CUDASIM_FAIL_MALLOC={fail or '(unset)'}: " + " | ".join(lines))
+        if p.returncode != 0 or len(lines) != 2:
+            raise AssertionError(f"the driver exited {p.returncode}: {p.stderr.strip()[-500:]}")
+        for line, w in zip(lines, want):
+            if not line.startswith(w):
+                raise AssertionError(f"{line!r}, expected {w!r}")
+        if fail and "out of memory" not in lines[0]:
+            raise AssertionError(f"the failed call says {lines[0]!r}, not out of memory")
+
+
 CASES = {"ptx": case_ptx, "splitkv_fp32": case_splitkv_fp32,
+         "oom_last_error": case_oom_last_error,
          "gpu_test_sizes": case_gpu_test_sizes}
-NEEDS_NVCC = {"ptx"}
+NEEDS_NVCC = {"ptx", "oom_last_error"}  # the .cu is written only where nvcc is
 
 
 def main():

@@ -135,11 +135,38 @@ static void indices_are_32_bit_where_they_fit(void **state)
 	mo_mg_free(mg);
 }
 
+/* A failed cudaMallocAsync is also the thread's last CUDA error: the
+ * out-of-memory branch takes it (cudaGetLastError), or the next op on the
+ * thread reports it as its own failure; what was allocated is freed. */
+static void out_of_memory_clears_the_last_error(void **state)
+{
+	(void)state;
+	char why[256], *text;
+	struct mo_mugraph *mg = mo_mg_new();
+	int64_t dims[2] = { 8, 4 };
+	int x = mo_mg_input(mg, "X", F32, 2, dims);
+	int e = mo_mg_kernel(mg, MO_OP_EXP, 1, &x, NULL); /* an intermediate */
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_EXP, 1, &e, NULL), "Y");
+	assert_string_equal(mg->error, "");
+	assert_int_equal(emit(mg, true, &text, why, sizeof why), MO_OK);
+	const char *oom = strstr(text, "if (rc) {\n");
+	assert_non_null(oom);
+	const char *end = strstr(oom, "} else {");
+	assert_non_null(end);
+	const char *clear = strstr(oom, "(void)cudaGetLastError();");
+	assert_true(clear && clear < end);
+	assert_non_null(strstr(text, "cudaMallocAsync(&a.g[1]"));
+	assert_non_null(strstr(end, "if (a.g[1]) cudaFreeAsync(a.g[1], st);"));
+	free(text);
+	mo_mg_free(mg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(grid_over_cuda_limits_is_refused),
 		cmocka_unit_test(indices_are_32_bit_where_they_fit),
+		cmocka_unit_test(out_of_memory_clears_the_last_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
