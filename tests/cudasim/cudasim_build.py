@@ -222,3 +222,26 @@ def compare(op, ref, got):
                 k, float(err.max()), i, a.flat[i], b.flat[i],
                 int((err > tolerance(dt) * scale).sum()))
     return None
+
+
+def check_dir(src_dir, work, arch=None, env=None, seed=0, sanitize=None):
+    """Every op of a kept-sources dir through cudasim against its CPU kernel:
+    [(op, None or what went wrong, cudasim's report line)]."""
+    out = []
+    for op in parse_ops(src_dir):
+        exe = build_runner(src_dir, op, work, arch=arch, sanitize=sanitize)
+        inputs = random_inputs(op, seed)
+        ref = run_op(exe, op, inputs, "cpu", work)
+        if ref.rc:
+            out.append((op, "the CPU kernel failed: " + ref.stderr.strip()[-300:], ""))
+            continue
+        got = run_op(exe, op, inputs, "cuda", work, env=env)
+        if got.rc:
+            lines = [ln for ln in got.stderr.splitlines()
+                     if ln.startswith(("cudasim: ", "op_runner: ", "WARNING: ThreadSanitizer",
+                                       "ERROR: AddressSanitizer"))]
+            out.append((op, "exit %d: %s" % (got.rc, lines[0] if lines else got.stderr[-300:]),
+                        got.report))
+            continue
+        out.append((op, compare(op, ref.outputs, got.outputs), got.report))
+    return out

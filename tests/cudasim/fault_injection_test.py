@@ -78,12 +78,12 @@ class Case:
         self.sanitize = sanitize
         self.text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
 
-    def run(self, text, tsan=False, tag=""):
+    def run(self, text, tsan=False, tag="", sample=2):
         exe = cb.build_runner(self.src, self.op, self.work, arch=ARCH, cu_text=text,
                               sanitize="thread" if tsan else self.sanitize, tag=tag)
         env = {"MO_CUDASIM_DEVICE": "h100"}
         if tsan:
-            env.update({"MO_CUDASIM_MODE": "threads", "MO_CUDASIM_SAMPLE": "2",
+            env.update({"MO_CUDASIM_MODE": "threads", "MO_CUDASIM_SAMPLE": str(sample),
                         "MO_CUDASIM_SKIP_UNSAMPLED": "1",
                         "TSAN_OPTIONS": "halt_on_error=1 report_signal_unsafe=0"})
         res = cb.run_op(exe, self.op, self.inputs, "cuda", self.work, env=env)
@@ -200,13 +200,31 @@ def sweep_barriers(case, tsan, require):
     return caught
 
 
-def mutate_syncwarp(case):
+def mutate_syncwarp(case, tsan=False):
     m = re.search(r"__syncwarp\(\);\n(?=nvcuda::wmma::load_matrix_sync)", case.text)
     if not m:
         return False
     text = case.text[:m.start()] + case.text[m.end():]
-    expect_caught(case, "__syncwarp() after staging (line %d) removed" % line_of(case.text, m.start()),
-                  text)
+    name = "__syncwarp() after staging (line %d) removed" % line_of(case.text, m.start())
+    expect_caught(case, name, text)
+    if tsan:
+        # the same mutant in threads mode: a race TSan must see, where the
+        # unmutated kernel has none
+        t = time.time()
+        why, res = case.run(case.text, tsan=True, sample=1)
+        if why:
+            FAILURES.append("%s: the unmutated kernel fails under TSan: %s" % (case.op.name, why))
+            log("  BASELINE FAILS under TSan: %s\n%s" % (why, res.stderr[-3000:]))
+            return True
+        log("  unmutated under TSan, threads mode, 1 sampled block per launch: no race (%.1f s)"
+            % (time.time() - t))
+        t = time.time()
+        why, _ = case.run(text, tsan=True, sample=1)
+        if why and "TSan" in why:
+            log("  caught      %s: %s (%.1f s)" % (name, why, time.time() - t))
+        else:
+            FAILURES.append("%s: %s: no TSan race in threads mode (%s)" % (case.op.name, name, why))
+            log("  NOT CAUGHT  %s by TSan: %s" % (name, why))
     return True
 
 
@@ -295,7 +313,7 @@ def main():
                 # the paper models' full grids take seconds per run: the first
                 # place of each mutant only (the tiny model sweeps barriers)
                 big = mname != "gqa_tiny_fp16"
-                seen["syncwarp"] |= mutate_syncwarp(case)
+                seen["syncwarp"] |= mutate_syncwarp(case, tsan)
                 seen["wait_prior"] |= mutate_wait_prior(case, first_only=big)
                 seen["smem"] |= mutate_smem(case, first_only=big)
                 seen["col_major"] |= mutate_col_major(case)
