@@ -145,15 +145,15 @@ def baseline(case, tsan):
 def tile_accesses(seg, alias):
     """{tile: (private writes, shared writes, private reads, shared reads)} of a
     stretch of kernel text between barriers. An access is private when it is
-    tX[i] inside `for (uint64_t i = threadIdx.x; ...; i += blockDim.x)`: the
+    tX[i] inside `for (mo_ix_t i = threadIdx.x; ...; i += blockDim.x)`: the
     same thread writes and reads it. Tiles at the same ws offset alias."""
     acc = {}
     lines = seg.split("\n")
     loop = ""
     for line in lines:
-        if line.startswith("for (uint64_t i = "):
+        if re.match(r"for \((?:uint64_t|mo_ix_t) i = ", line):  # mo_ix_t: the index type
             loop = line
-        private_loop = loop.startswith("for (uint64_t i = threadIdx.x;")
+        private_loop = re.match(r"for \((?:uint64_t|mo_ix_t) i = threadIdx\.x;", loop) is not None
         for m in re.finditer(r"\b(t\d+)\[([^\]]*)\](\s*=(?!=))?", line):
             t = alias.get(m.group(1), m.group(1))
             a = acc.setdefault(t, [0, 0, 0, 0])
