@@ -427,10 +427,26 @@ static bool compile_cuda(struct builder *b, const char *nvcc, const char *archs,
 	argv[n++] = "-std=c++17";
 	argv[n++] = "-Xcompiler";
 	argv[n++] = "-fPIC,-fvisibility=hidden";
+	/* machine code for every listed architecture, and PTX for the newest,
+	 * which the driver JIT-compiles on a GPU newer than any listed (or
+	 * one of an unlisted architecture): else "no kernel image" there */
+	int newest = 0;
+	for (const char *p = archs; p && *p;) {
+		int sm = atoi(p);
+		if (sm > newest)
+			newest = sm;
+		p = strchr(p, ',');
+		if (p)
+			p++;
+	}
 	int ng = 0;
 	for (const char *p = archs; p && *p && ng < 8;) {
 		int sm = atoi(p);
-		snprintf(gencode[ng], sizeof gencode[ng], "arch=compute_%d,code=sm_%d", sm, sm);
+		if (sm == newest)
+			snprintf(gencode[ng], sizeof gencode[ng], "arch=compute_%d,code=[sm_%d,compute_%d]", sm,
+				 sm, sm);
+		else
+			snprintf(gencode[ng], sizeof gencode[ng], "arch=compute_%d,code=sm_%d", sm, sm);
 		argv[n++] = "-gencode";
 		argv[n++] = gencode[ng++];
 		p = strchr(p, ',');

@@ -185,15 +185,15 @@ static void loop_open(struct gen *g, enum scope sc, const char *var, uint64_t n)
 {
 	switch (sc) {
 	case SC_CPU:
-		P(g, "for (uint64_t %s = 0; %s < %" PRIu64 "u; %s++) {\n", var, var, n, var);
+		P(g, "for (mo_ix_t %s = 0; %s < %" PRIu64 "u; %s++) {\n", var, var, n, var);
 		return;
 	case SC_BLOCK:
-		P(g, "for (uint64_t %s = threadIdx.x; %s < %" PRIu64 "u; %s += blockDim.x) {\n", var,
+		P(g, "for (mo_ix_t %s = threadIdx.x; %s < %" PRIu64 "u; %s += blockDim.x) {\n", var,
 		  var, n, var);
 		return;
 	case SC_GRID:
-		P(g, "for (uint64_t %s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %" PRIu64
-		  "u; %s += (uint64_t)gridDim.x * blockDim.x) {\n", var, var, n, var);
+		P(g, "for (mo_ix_t %s = (mo_ix_t)blockIdx.x * blockDim.x + threadIdx.x; %s < %" PRIu64
+		  "u; %s += (mo_ix_t)gridDim.x * blockDim.x) {\n", var, var, n, var);
 		return;
 	}
 }
@@ -317,9 +317,9 @@ static void emit_normalize(struct gen *g, enum scope sc, const struct mo_tp *tp,
 	char x[600], idx[256], eps[64];
 	load(x, sizeof x, &bufs[op->in[0]], "e_");
 	loop_open(g, sc, "r", groups);
-	P(g, "const uint64_t o_ = r / %" PRIu64 "u * %" PRIu64 "u + r %% %" PRIu64 "u;\n", inner,
+	P(g, "const mo_ix_t o_ = r / %" PRIu64 "u * %" PRIu64 "u + r %% %" PRIu64 "u;\n", inner,
 	  len * inner, inner);
-	const char *each = "for (uint64_t j_ = 0; j_ < %" PRIu64 "u; j_++) {\nconst uint64_t e_ = o_ + j_ * %" PRIu64 "u;\n";
+	const char *each = "for (mo_ix_t j_ = 0; j_ < %" PRIu64 "u; j_++) {\nconst mo_ix_t e_ = o_ + j_ * %" PRIu64 "u;\n";
 	if (softmax) {
 		P(g, "float m_ = -INFINITY, s_ = 0.0f;\n");
 		P(g, each, len, inner);
@@ -377,14 +377,14 @@ static void emit_matmul_scalar(struct gen *g, enum scope sc, const struct mo_tp 
 	ab.rank -= 2;
 	bb.rank -= 2;
 	loop_open(g, sc, "i", mo_tensor_numel(out));
-	P(g, "uint64_t n_ = i %% %" PRId64 "u, m_ = i / %" PRId64 "u %% %" PRId64
+	P(g, "mo_ix_t n_ = i %% %" PRId64 "u, m_ = i / %" PRId64 "u %% %" PRId64
 	  "u, b_ = i / %" PRId64 "u;\n", N, N, M, M * N);
 	bcast_index(ia, sizeof ia, &ab, &ob, "b_");
 	bcast_index(ib, sizeof ib, &bb, &ob, "b_");
-	P(g, "(void)b_;\nuint64_t a_ = %s * %" PRId64 "u, c_ = %s * %" PRId64 "u;\n", ia,
+	P(g, "(void)b_;\nmo_ix_t a_ = %s * %" PRId64 "u, c_ = %s * %" PRId64 "u;\n", ia,
 	  M * K, ib, K * N);
 	P(g, "float s_ = 0.0f;\n");
-	P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_++) {\n", K);
+	P(g, "for (mo_ix_t k_ = 0; k_ < %" PRId64 "u; k_++) {\n", K);
 	char ka[128], kb[128];
 	snprintf(ka, sizeof ka, ta ? "a_ + k_ * %" PRId64 "u + m_" : "a_ + m_ * %" PRId64 "u + k_",
 		 ta ? M : K);
@@ -442,16 +442,16 @@ static void emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct 
 	if (mm->stage[0] || mm->stage[1])
 		P(g, "%s *sa_ = (%s *)(ws + %" PRIu64 "u + threadIdx.x / 32 * %du), *sb_ = sa_ + 256;\n"
 		  "const unsigned lane_ = threadIdx.x %% 32;\n", T, T, off_stage, MO_MMA_STAGE_BYTES);
-	P(g, "for (uint64_t f_ = threadIdx.x / 32; f_ < %" PRIu64 "u; f_ += blockDim.x / 32) {\n",
+	P(g, "for (mo_ix_t f_ = threadIdx.x / 32; f_ < %" PRIu64 "u; f_ += blockDim.x / 32) {\n",
 	  per * mo_tensor_numel(&ob));
-	P(g, "const uint64_t b_ = f_ / %" PRIu64 "u, m_ = f_ / %" PRId64 "u %% %" PRId64
+	P(g, "const mo_ix_t b_ = f_ / %" PRIu64 "u, m_ = f_ / %" PRId64 "u %% %" PRId64
 	  "u * %d, n_ = f_ %% %" PRId64 "u * %d;\n(void)b_;\n", per, N / fn, M / fm, fm, N / fn, fn);
 	P(g, "const %s *pa_ = (const %s *)%s + %s * %" PRId64 "u + m_ * %" PRId64 "u;\n",
 	  mm->stage[0] ? "float" : T, mm->stage[0] ? "float" : T, a->name, ia, M * K, K);
 	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_;\n", mm->stage[1] ? "float" : T,
 	  mm->stage[1] ? "float" : T, b->name, ib, K * N);
 	P(g, "nvcuda::wmma::fill_fragment(fc_, 0.0f);\n");
-	P(g, "for (uint64_t k_ = 0; k_ < %" PRId64 "u; k_ += 16) {\n", K);
+	P(g, "for (mo_ix_t k_ = 0; k_ < %" PRId64 "u; k_ += 16) {\n", K);
 	if (mm->stage[0]) {
 		P(g, "for (unsigned e_ = lane_; e_ < %du; e_ += 32) sa_[e_] = %s(pa_[e_ / 16 * %" PRId64
 		  "u + k_ + e_ %% 16]);\n__syncwarp();\n", fm * 16, cvt, K);
@@ -571,10 +571,10 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		snprintf(fin, sizeof fin, op->kind == MO_OP_REDUCE_MEAN ? "s_ / %" PRIu64 ".0f" : "s_", R);
 		if (sc == SC_BLOCK && R >= 32) {
 			/* a warp per output element, lanes over the reduced ones */
-			P(g, "for (uint64_t i = threadIdx.x / 32; i < %" PRIu64 "u; i += blockDim.x / 32) {\n",
+			P(g, "for (mo_ix_t i = threadIdx.x / 32; i < %" PRIu64 "u; i += blockDim.x / 32) {\n",
 			  n);
-			P(g, "uint64_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
-			P(g, "for (uint64_t r_ = threadIdx.x %% 32; r_ < %" PRIu64 "u; r_ += 32) s_ = %s;\n", R,
+			P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+			P(g, "for (mo_ix_t r_ = threadIdx.x %% 32; r_ < %" PRIu64 "u; r_ += 32) s_ = %s;\n", R,
 			  step);
 			P(g, "for (int w_ = 16; w_ > 0; w_ >>= 1) { float o_ = __shfl_xor_sync(0xffffffffu, s_, w_); s_ = %s; }\n",
 			  mx ? "mo_max(s_, o_)" : "s_ + o_");
@@ -583,8 +583,8 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 			P(g, "}\n}\n");
 		} else {
 			loop_open(g, sc, "i", n);
-			P(g, "uint64_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
-			P(g, "for (uint64_t r_ = 0; r_ < %" PRIu64 "u; r_++) s_ = %s;\n", R, step);
+			P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+			P(g, "for (mo_ix_t r_ = 0; r_ < %" PRIu64 "u; r_++) s_ = %s;\n", R, step);
 			store(g, O, "i", fin);
 			P(g, "}\n");
 		}
@@ -627,7 +627,7 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		int64_t os[MO_MAX_RANK];
 		strides(out, os);
 		loop_open(g, sc, "i", n);
-		P(g, "uint64_t c_ = i / %" PRId64 "u %% %" PRId64 "u, o_ = i - c_ * %" PRId64 "u;\n",
+		P(g, "mo_ix_t c_ = i / %" PRId64 "u %% %" PRId64 "u, o_ = i - c_ * %" PRId64 "u;\n",
 		  os[ax], out->dims[ax], os[ax]);
 		P(g, "float v_;\n");
 		int64_t at = 0;
@@ -964,8 +964,8 @@ static void emit_iter_copy(struct gen *g, enum scope sc, const struct mo_mugraph
 			w = c;
 	if (w) {
 		P(g, "#if __CUDA_ARCH__ >= 800\nif (((uintptr_t)%s & %uu) == 0) {\n", G->name, w - 1);
-		P(g, "for (uint64_t c_ = threadIdx.x; c_ < %" PRIu64 "u; c_ += blockDim.x) {\n"
-		  "const uint64_t i = c_ * %" PRIu64 "u;\n", n * elem / w, w / elem);
+		P(g, "for (mo_ix_t c_ = threadIdx.x; c_ < %" PRIu64 "u; c_ += blockDim.x) {\n"
+		  "const mo_ix_t i = c_ * %" PRIu64 "u;\n", n * elem / w, w / elem);
 		P(g, "__pipeline_memcpy_async(%s + i, %s + %s, %u);\n}\n} else\n#endif\n{\n", dst,
 		  G->name, idx, w);
 	}
@@ -980,6 +980,12 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 {
 	const struct mo_block_graph *bg = mg->ops[k].bg;
 	const struct mo_tp *body = &bg->body;
+	/* CUDA's grid limits: a launch beyond them fails at run time */
+	static const int64_t grid_max[3] = { 2147483647, 65535, 65535 };
+	for (int d = 0; g->cuda && d < 3; d++)
+		if (bg->grid[d] > grid_max[d])
+			unsupported(g, "kernel %d's grid %c dim %d is over CUDA's limit of %" PRId64, k + 1,
+				    "xyz"[d], bg->grid[d], grid_max[d]);
 	struct plan pl;
 	plan_block(g, bg, &pl);
 	*ws_bytes = pl.mp.bytes;
@@ -990,11 +996,11 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 	if (g->cuda) {
 		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
 		P(g, "MO_DYNAMIC_SHARED(float4, mo_smem4);\nchar *ws = (char *)mo_smem4;\n");
-		P(g, "const uint64_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
+		P(g, "const mo_ix_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
 	} else {
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
-		P(g, "for (uint64_t bz = 0; bz < %du; bz++)\nfor (uint64_t by = 0; by < %du; by++)\n"
-		  "for (uint64_t bx = 0; bx < %du; bx++) {\n", bg->grid[2], bg->grid[1], bg->grid[0]);
+		P(g, "for (mo_ix_t bz = 0; bz < %du; bz++)\nfor (mo_ix_t by = 0; by < %du; by++)\n"
+		  "for (mo_ix_t bx = 0; bx < %du; bx++) {\n", bg->grid[2], bg->grid[1], bg->grid[0]);
 	}
 	/* the kernel tensors it touches */
 	bool used[MO_MG_MAX] = { false };
@@ -1023,7 +1029,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 			emit_iter_copy(g, sc, mg, bg, &pl, gb, &bg->iters[i], pl.tiles[bg->iters[i].tile].name, "0");
 	if (pl.mp.pipelined && g->cuda)
 		P(g, "__pipeline_commit();\n");
-	P(g, "for (uint64_t it = 0; it < %du; it++) {\n", bg->forloop);
+	P(g, "for (mo_ix_t it = 0; it < %du; it++) {\n", bg->forloop);
 	if (pl.mp.pipelined) {
 		/* this iteration's halves; the next iteration's tiles load into
 		 * the others while this one computes */
@@ -1182,6 +1188,28 @@ static void emit_banner(struct gen *g, const char *banner)
 	put_banner(g->o, banner);
 }
 
+uint64_t mo_cg_largest_index(const struct mo_mugraph *mg)
+{
+	uint64_t n = 0;
+	for (int t = 0; t < mg->kg.n_tensors; t++)
+		if (mo_tensor_numel(&mg->kg.tensors[t]) > n)
+			n = mo_tensor_numel(&mg->kg.tensors[t]);
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_block_graph *bg = mg->ops[k].bg;
+		if (!bg)
+			continue;
+		for (int t = 0; t < bg->body.n_tensors; t++)
+			if (mo_tensor_numel(&bg->body.tensors[t]) > n)
+				n = mo_tensor_numel(&bg->body.tensors[t]);
+		for (int d = 0; d < 3; d++)
+			if ((uint64_t)bg->grid[d] > n)
+				n = (uint64_t)bg->grid[d];
+		if ((uint64_t)bg->forloop > n)
+			n = (uint64_t)bg->forloop;
+	}
+	return n;
+}
+
 /* The shared memory per block of the GPUs the CUDA is compiled for
  * (o->archs, "80,90"; without it, the target's), largest first; their
  * number. */
@@ -1317,7 +1345,10 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 	if (!cuda)
 		P(g, "char *ws = (char *)malloc(%" PRIu64 "u);\nif (!ws) rc = 1;\n",
 		  ws_max ? ws_max : 1);
-	P(g, "if (rc) {\nsnprintf(err, err_len, \"%s: out of memory\");\n} else {\n", op->name);
+	/* a failed cudaMallocAsync is also the thread's last CUDA error: taken
+	 * here, or the next op on this thread would report it as its own */
+	P(g, "if (rc) {\n%ssnprintf(err, err_len, \"%s: out of memory\");\n} else {\n",
+	  cuda ? "(void)cudaGetLastError();\n" : "", op->name);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_block_graph *bg = mg->ops[k].bg;
 		char fn[96], fs[96];
@@ -1432,6 +1463,12 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	emit_banner(&g, banner);
 	P(&g, "/* fused op %s */\n", op->name);
 	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
+	uint64_t largest = 0; /* over every variant */
+	for (int v = 0; v < nv; v++)
+		if (mo_cg_largest_index(vars[v]) > largest)
+			largest = mo_cg_largest_index(vars[v]);
+	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
+	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
 	P(&g, "struct args { void *g[%d]; };\n\n", ntm);
 	for (int v = 0; v < nv && !g.fail; v++) {
 		char id[80];

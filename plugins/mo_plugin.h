@@ -55,6 +55,15 @@ struct mo_cg_options {
 enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
 			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
 			  struct mo_diag *d);
+/* Index arithmetic: the generated code computes element indices, loop
+ * counters and block coordinates in `mo_ix_t`, uint32_t when the largest
+ * index is at most MO_CG_INDEX32_MAX (every index expression is a sum of
+ * non-negative terms bounded by the element index it computes, and a
+ * grid-stride loop steps past its bound by at most 2^28), else uint64_t.
+ * mo_cg_largest_index: the largest count of elements (kernel tensors, tiles),
+ * grid dim or for-loop range of mg. */
+#define MO_CG_INDEX32_MAX (UINT64_C(1) << 31)
+uint64_t mo_cg_largest_index(const struct mo_mugraph *mg);
 /* Emits the op table the glue registers (mo_plugin_abi.h) and the custom-op
  * domain it registers them in. */
 void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,

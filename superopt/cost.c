@@ -118,8 +118,12 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 			double loads = bg->iters[i].fmap == MO_PHI ? 1 : bg->forloop;
 			bytes += bytes_of(t) * loads * blocks;
 		}
-		for (int i = 0; i < bg->n_savers; i++)
-			bytes += bytes_of(&bg->body.tensors[bg->savers[i].tile]) * blocks;
+		for (int i = 0; i < bg->n_savers; i++) { /* as the kernel tensor stores it */
+			const struct mo_tensor *t = &mg->kg.tensors[bg->savers[i].tensor];
+			size_t es = mo_onnx_dtype_size(t->dtype);
+			bytes += (double)mo_tensor_numel(&bg->body.tensors[bg->savers[i].tile]) *
+				 (double)(es ? es : 4) * blocks;
+		}
 		for (int i = 0; i < bg->body.n_ops; i++) {
 			const struct mo_tp_op *b = &bg->body.ops[i];
 			const struct mo_tensor *y = &bg->body.tensors[b->out[0]];

@@ -108,6 +108,12 @@ struct mo_mugraph {
 	int n_ops;
 	struct mo_kg_op ops[MO_MG_MAX];
 	char error[256];   /* first builder error; the graph is unusable if set */
+	/* per kernel tensor made by a kernel: the dtype its producer computes
+	 * (a saved tile's, a pre-defined op's inferred one). Such a tensor is
+	 * stored as fp32 while it only passes between kernels (split-KV's
+	 * partial maxes, numerators and denominators lose range and precision
+	 * in fp16), and as this dtype once mo_mg_output names it. */
+	int32_t made_dtype[MO_MG_MAX];
 };
 
 /* ---- building (the search and the tests use these) ----
@@ -121,7 +127,8 @@ int mo_mg_input(struct mo_mugraph *mg, const char *name, int32_t dtype, int rank
 /* A pre-defined kernel op (MatMul, Add, ReduceSum, ...) with params p. */
 int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in,
 		 const struct mo_op_params *p);
-/* Names a kernel tensor as a program output. */
+/* Names a kernel tensor as a program output (stored in the dtype its
+ * producer computes, no longer fp32 as between kernels). */
 void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name);
 /* Gives each output the dtype of the program's output of the same name: a
  * fused node declares, and its kernels store, exactly the types of the

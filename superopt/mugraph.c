@@ -154,6 +154,23 @@ static int add_op(struct mo_mugraph *mg, struct mo_tp *tp, enum mo_op kind, int 
 	return y;
 }
 
+static bool two_byte(int32_t dt);
+
+/* Kernel tensor t, just made by a kernel computing `made` from kernel
+ * tensors in[0..n): stored as fp32 while it passes between kernels, and
+ * remembered as what it is (mo_mugraph.h, made_dtype). A kernel that reads
+ * 2-byte tensors only as such fp32 intermediates (split-KV's combine
+ * kernel) makes that 2-byte type, not fp32. */
+static void made_between_kernels(struct mo_mugraph *mg, int t, int32_t made, const int *in, int n)
+{
+	for (int k = 0; k < n && made == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT; k++)
+		if (in[k] >= 0 && in[k] < mg->kg.n_tensors && two_byte(mg->made_dtype[in[k]]))
+			made = mg->made_dtype[in[k]];
+	mg->made_dtype[t] = made;
+	if (made == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || two_byte(made))
+		mg->kg.tensors[t].dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+}
+
 int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in,
 		 const struct mo_op_params *p)
 {
@@ -170,6 +187,7 @@ int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in
 	int y = add_op(mg, &mg->kg, kind, n_in, in, p);
 	if (y < 0)
 		return -1;
+	made_between_kernels(mg, y, mg->kg.tensors[y].dtype, in, n_in);
 	/* kernel ops live in mg->ops; kg.ops only served inference */
 	mg->ops[mg->n_ops++] = (struct mo_kg_op){ .bg = NULL, .op = mg->kg.ops[before] };
 	return y;
@@ -188,6 +206,8 @@ void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name)
 		s->name = mg->kg.tensors[tensor].name;
 	}
 	mg->kg.tensors[tensor].is_graph_output = true;
+	if (mg->made_dtype[tensor]) /* stored as what its kernel makes */
+		mg->kg.tensors[tensor].dtype = mg->made_dtype[tensor];
 	mg->kg.outputs[mg->kg.n_outputs++] = tensor;
 }
 
@@ -444,6 +464,10 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int o
 		return -1;
 	struct mo_tensor *x = &mg->kg.tensors[t];
 	x->dtype = src->dtype;
+	int read[MO_MG_MAX];
+	for (int i = 0; i < bg->n_iters; i++)
+		read[i] = bg->iters[i].tensor;
+	made_between_kernels(mg, t, src->dtype, read, bg->n_iters);
 	if (!mo_tensor_set_shape(x, src->rank, dims))
 		return fail(mg, "saver makes an absurd shape");
 	bg->savers[bg->n_savers++] = (struct mo_bg_saver){ tile, t, { ox, oy, oz } };

@@ -1442,7 +1442,7 @@ static void rank(struct ranking *R, struct mo_mugraph *mg, double handicap);
 
 /* The most parts a for-loop is split into across the grid, and the factor a
  * split's estimate is ranked at: a second launch and partial results kept in
- * the model's dtype are worth it only for a clear gain, not for the cost
+ * fp32 between the kernels are worth it only for a clear gain, not for the cost
  * model's noise (RMSNorm + MatMul at batch 8 models 4% faster split; GQA at
  * batch 1, 2x) */
 #define MAX_SPLIT 16

@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """The CUDA path against the CPU path, where a GPU is present.
 
-Fuses the tiny benchmark models (fp32 and fp16) with CUDA kernels, loads each
-plugin with ctypes, and for every fused op runs the CPU kernel on host memory
+Fuses the tiny benchmark models (fp32 and fp16) with CUDA kernels and, with
+--sizes tiny,paper (what CTest passes), the same models at the paper's shapes
+in fp16 too, whose kernels have what the tiny ones lack: tensor-core
+MatMuls, for-loops of many iterations (cp.async double buffering) and
+split-KV attention over two kernels. Loads each plugin with ctypes, and for every fused op runs the CPU kernel on host memory
 and the CUDA kernel on device memory (the CUDA runtime through ctypes) on the
 same random inputs; the outputs must agree within the dtype's tolerance.
 Prints each op's CUDA time too (median of 20 launches, synchronized).
 
 Exits 77 (CTest: skipped), saying why, where there is no GPU, no CUDA
-runtime or no nvcc.
+runtime or no nvcc. --list prints the models it would fuse and exits (no
+GPU needed).
 """
 import argparse
 import ctypes
 import ctypes.util
 import glob
+import importlib.util
 import os
 import shutil
 import statistics
@@ -81,6 +86,25 @@ def random_tensor(rng, t):
     if t.dtype == 16:
         return (x.view(np.uint32) >> 16).astype(np.uint16)
     return x.astype(storage(t.dtype))
+
+
+# per size: the dtypes fused and the search budget (paper shapes take longer)
+SIZES = {"tiny": ("fp32,fp16", None), "paper": ("fp16", 60)}
+
+
+def model_names(builder, sizes):
+    """(size, file name) of every model MODELS has at those sizes, from the
+    builder's own table, so a size the builder drops is an error here."""
+    spec = importlib.util.spec_from_file_location("mo_models_build", builder)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = []
+    for size in sizes:
+        for m in MODELS:
+            for key in mod.SUITE[m][1]:
+                if key == size or key.startswith(size + "_"):
+                    names += [(size, f"{m}_{key}_{dt}.onnx") for dt in SIZES[size][0].split(",")]
+    return names
 
 
 def check_plugin(so, cudart, rng):
@@ -156,8 +180,22 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", required=True)
     ap.add_argument("--builder", required=True)
-    ap.add_argument("--budget", type=float, default=15)
+    ap.add_argument("--budget", type=float, default=15,
+                    help="search budget per region of a tiny model (paper: at least 60)")
+    ap.add_argument("--sizes", default="tiny",
+                    help="comma-separated: tiny, paper (default tiny)")
+    ap.add_argument("--list", action="store_true", help="print the models and exit")
     args = ap.parse_args()
+    sizes = args.sizes.split(",")
+    for size in sizes:
+        if size not in SIZES:
+            print(f"gpu_plugin_test: unknown size '{size}' (tiny, paper)", file=sys.stderr)
+            return 2
+    names = model_names(args.builder, sizes)
+    if args.list:
+        for size, f in names:
+            print(f"{size} {f}")
+        return 0
     cudart = load_cudart()
     if cudart is None:
         skip("no CUDA runtime library (libcudart) found")
@@ -173,13 +211,15 @@ def main():
     with tempfile.TemporaryDirectory(prefix="mo_gpu_") as tmp:
         os.environ["MIRAGE_ONNX_CACHE"] = os.path.join(tmp, "cache")
         models = os.path.join(tmp, "models")
-        subprocess.run([sys.executable, args.builder, "--out", models, "--sizes", "tiny",
-                        "--dtypes", "fp32,fp16", "--only", ",".join(MODELS)], check=True,
-                       capture_output=True)
-        for f in sorted(x for x in os.listdir(models) if x.endswith(".onnx") and "opset" not in x):
+        for size in sizes:
+            subprocess.run([sys.executable, args.builder, "--out", models, "--sizes", size,
+                            "--dtypes", SIZES[size][0], "--only", ",".join(MODELS)], check=True,
+                           capture_output=True)
+        for size, f in names:
             out = os.path.join(tmp, f[:-5] + ".fused.onnx")
+            budget = max(args.budget, SIZES[size][1] or 0)
             r = subprocess.run([args.cli, "-q", os.path.join(models, f), "-o", out, "--budget",
-                                str(args.budget)], capture_output=True, text=True)
+                                str(budget)], capture_output=True, text=True)
             try:
                 if r.returncode != 0:
                     raise AssertionError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")

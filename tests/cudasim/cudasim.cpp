@@ -102,12 +102,17 @@ struct Config {
 	int sample = 0; /* threads mode: blocks run as threads; 0 = all */
 	bool deferred = true;
 	long fail_malloc = 0;
+	bool skip_unsampled = false; /* threads mode: run only the sampled blocks */
 };
 Config cfg;
 std::once_flag cfg_once;
 
 [[noreturn]] void die(const char *fmt, ...)
 {
+	static std::atomic<bool> dying{false};
+	if (dying.exchange(true)) /* one line, from the first thread that saw a fault */
+		for (;;)
+			pause();
 	va_list ap;
 	va_start(ap, fmt);
 	char buf[1024];
@@ -152,6 +157,8 @@ void init_config()
 		else
 			die("MO_CUDASIM_ASYNC=%s: not deferred or immediate", s);
 	}
+	if ((s = getenv("MO_CUDASIM_SKIP_UNSAMPLED")) && *s)
+		cfg.skip_unsampled = atoi(s) != 0;
 	if ((s = getenv("MO_CUDASIM_FAIL_MALLOC")) && *s)
 		cfg.fail_malloc = atol(s);
 }
@@ -683,7 +690,8 @@ void collective(int kind, unsigned mask, const char *file, int line, Deposit dep
 	if (mask != 0xffffffffu && mask != full)
 		die_at(t, "%s (%s:%d) with lane mask 0x%x: only full-warp masks are modelled",
 		       ckind_names[kind], base(file), line, mask);
-	if (w.arrived > 0 && (w.kind != kind || w.line != line || strcmp(w.file, file))) {
+	if (w.arrived > 0 &&
+	    (w.kind != kind || w.line != line || (w.file != file && strcmp(w.file, file)))) {
 		die_at(t, "divergent warp: lane %u is at %s (%s:%d) while other lanes wait at %s (%s:%d)",
 		       t->ctx.lane, ckind_names[kind], base(file), line, ckind_names[w.kind],
 		       base(w.file), w.line);
@@ -720,11 +728,16 @@ void collective(int kind, unsigned mask, const char *file, int line, Deposit dep
 	wait_gen(t, &w.gen, g);
 }
 
-/* fragment element (r, c) -> (lane, index) */
-inline void owner(int r, int c, int cols, int *lane, int *idx)
+/* calls f(r, c, idx) for each element lane holds */
+template <class F> inline void for_lane(int lane, int rows, int cols, F f)
 {
-	*lane = (r % 8) * 4 + (c / 2) % 4;
-	*idx = ((r / 8) * (cols / 8) + c / 8) * 2 + c % 2;
+	int r0 = lane / 4, c0 = 2 * (lane % 4), cb = cols / 8;
+	for (int ri = 0; ri < rows / 8; ri++)
+		for (int cj = 0; cj < cb; cj++) {
+			int idx = (ri * cb + cj) * 2;
+			f(ri * 8 + r0, cj * 8 + c0, idx);
+			f(ri * 8 + r0, cj * 8 + c0 + 1, idx + 1);
+		}
 }
 inline float elt_get(const void *x, int elt, int i)
 {
@@ -754,7 +767,8 @@ extern "C" void cudasim_syncthreads(const char *file, int line)
 	Thr *t = me();
 	Block *b = t->b;
 	Lock l(b);
-	if (b->bar_arrived > 0 && (b->bar_line != line || strcmp(b->bar_file, file)))
+	if (b->bar_arrived > 0 &&
+	    (b->bar_line != line || (b->bar_file != file && strcmp(b->bar_file, file))))
 		die_at(t, "divergent __syncthreads: this thread is at %s:%d, others wait at %s:%d",
 		       base(file), line, base(b->bar_file), b->bar_line);
 	if (b->bar_arrived == 0) {
@@ -881,18 +895,16 @@ extern "C" void cudasim_wmma_load(void *frag_x, int kind, int elt, int rows, int
 		       base(file), line, ldm, q);
 	int lane = (int)t->ctx.lane;
 	/* this lane's elements, read at its own arrival */
-	for (int r = lane / 4; r < rows; r += 8)
-		for (int c = 0; c < cols; c++) {
-			int ol, idx;
-			owner(r, c, cols, &ol, &idx);
-			if (ol != lane)
-				continue;
+	if (elt == CUDASIM_F32)
+		for_lane(lane, rows, cols, [&](int r, int c, int idx) {
 			size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
-			if (elt == CUDASIM_F32)
-				((float *)frag_x)[idx] = ((const float *)p)[off];
-			else
-				((uint16_t *)frag_x)[idx] = ((const uint16_t *)p)[off];
-		}
+			((float *)frag_x)[idx] = ((const float *)p)[off];
+		});
+	else
+		for_lane(lane, rows, cols, [&](int r, int c, int idx) {
+			size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
+			((uint16_t *)frag_x)[idx] = ((const uint16_t *)p)[off];
+		});
 	collective(C_LOAD, 0xffffffffu, file, line, [](Thr *) {},
 		   [&](Block *, Warp &) { ctr.wmma[kind][shape_index(m, n, k)][elt]++; });
 }
@@ -909,15 +921,10 @@ extern "C" void cudasim_wmma_store(void *p, const float *frag_x, int rows, int c
 		die_at(t, "wmma::store_matrix_sync (%s:%d): ldm %u is not a multiple of 4 elements",
 		       base(file), line, ldm);
 	int lane = (int)t->ctx.lane;
-	for (int r = lane / 4; r < rows; r += 8)
-		for (int c = 0; c < cols; c++) {
-			int ol, idx;
-			owner(r, c, cols, &ol, &idx);
-			if (ol != lane)
-				continue;
-			size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
-			((float *)p)[off] = frag_x[idx];
-		}
+	for_lane(lane, rows, cols, [&](int r, int c, int idx) {
+		size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
+		((float *)p)[off] = frag_x[idx];
+	});
 	collective(C_STORE, 0xffffffffu, file, line, [](Thr *) {},
 		   [&](Block *, Warp &) { ctr.wmma[4][shape_index(m, n, k)][CUDASIM_F32]++; });
 }
@@ -940,30 +947,24 @@ extern "C" void cudasim_wmma_mma(float *d, const void *a, const void *b, const f
 			ctr.wmma[3][shape_index(m, n, k)][elt]++;
 			float A[32 * 16], B[16 * 32], C[32 * 32]; /* m*k, k*n, m*n <= 512 */
 			Thr *L = &blk->th[w.first];
-			int lane, idx;
-			for (int r = 0; r < m; r++)
-				for (int q = 0; q < k; q++) {
-					owner(r, q, k, &lane, &idx);
-					A[(size_t)r * k + q] = elt_get(L[lane].pa, elt, idx);
-				}
-			for (int r = 0; r < k; r++)
-				for (int q = 0; q < n; q++) {
-					owner(r, q, n, &lane, &idx);
-					B[(size_t)r * n + q] = elt_get(L[lane].pb, elt, idx);
-				}
+			for (int l = 0; l < 32; l++) {
+				for_lane(l, m, k, [&](int r, int c, int idx) {
+					A[r * k + c] = elt_get(L[l].pa, elt, idx);
+				});
+				for_lane(l, k, n, [&](int r, int c, int idx) {
+					B[r * n + c] = elt_get(L[l].pb, elt, idx);
+				});
+				for_lane(l, m, n, [&](int r, int c, int idx) { C[r * n + c] = L[l].pc[idx]; });
+			}
 			for (int r = 0; r < m; r++)
 				for (int q = 0; q < n; q++) {
-					owner(r, q, n, &lane, &idx);
-					C[(size_t)r * n + q] = L[lane].pc[idx];
-				}
-			for (int r = 0; r < m; r++)
-				for (int q = 0; q < n; q++) {
-					float s = C[(size_t)r * n + q];
+					float s = C[r * n + q];
 					for (int x = 0; x < k; x++)
-						s += A[(size_t)r * k + x] * B[(size_t)x * n + q];
-					owner(r, q, n, &lane, &idx);
-					L[lane].pd[idx] = s;
+						s += A[r * k + x] * B[x * n + q];
+					C[r * n + q] = s;
 				}
+			for (int l = 0; l < 32; l++)
+				for_lane(l, m, n, [&](int r, int c, int idx) { L[l].pd[idx] = C[r * n + c]; });
 		});
 }
 
@@ -1017,6 +1018,8 @@ extern "C" void cudasim_launch(const char *name, int arch, const void *kernel, d
 			threaded = true;
 			si++;
 			next_sample = si * nblocks / sample;
+		} else if (sample && cfg.skip_unsampled) {
+			continue;
 		}
 		Block b;
 		b.kernel = name;

@@ -217,7 +217,7 @@ static inline void cudasim_launch_kernel(const char *name, int arch, void (*k)(P
 
 #define MO_LAUNCH(kernel, grid, block, smem, stream, ...)                                  \
 	cudasim_launch_kernel(#kernel, CUDASIM_ARCH, kernel, dim3(grid), dim3(block),       \
-			      (size_t)(smem), (cudaStream_t)(stream), __VA_ARGS__)
+			      (size_t)(smem), (cudaStream_t)(stream), ##__VA_ARGS__)
 #define MO_DYNAMIC_SHARED(type, name) type *const name = (type *)cudasim_dyn_smem()
 
 /* ---- barriers and warp collectives ------------------------------------ */
