@@ -1463,11 +1463,10 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	emit_banner(&g, banner);
 	P(&g, "/* fused op %s */\n", op->name);
 	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
-	uint64_t largest = 0;
-	for (int v = 0; v < nv; v++) {
-		uint64_t l = mo_cg_largest_index(vars[v]);
-		largest = l > largest ? l : largest;
-	}
+	uint64_t largest = 0; /* over every variant */
+	for (int v = 0; v < nv; v++)
+		if (mo_cg_largest_index(vars[v]) > largest)
+			largest = mo_cg_largest_index(vars[v]);
 	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
 	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
 	P(&g, "struct args { void *g[%d]; };\n\n", ntm);
