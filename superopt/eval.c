@@ -167,31 +167,100 @@ struct convert {
 	bool ok; /* cleared (atomically) by any chunk that fails */
 };
 
+/* Elements [i, i + cnt) of weight t in the field, cnt <= 1024. */
+static bool convert_chunk(const struct ev *e, const struct mo_tensor *t, uint64_t i,
+			  uint64_t cnt, ff *out)
+{
+	double buf[1024];
+	if (!read_doubles(e->tp, t, i, cnt, buf))
+		return false;
+	bool ok = true;
+	for (uint64_t k = 0; k < cnt; k++) {
+		if (isinf(buf[k])) {
+			/* an infinity (a mask's -inf) has no field value: it is
+			 * an unknown, the same in both programs, so what the
+			 * trials prove holds for every value it could take; the
+			 * float check and the kernel check see the infinity
+			 * itself */
+			uint64_t h = h3(hash_str(t->name), i + k, buf[k] < 0 ? 0x6e696e66 : 0x696e66);
+			out[k] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
+		} else if (!mo_ff_from_double(e->f, buf[k], &out[k])) {
+			ok = false;
+		}
+	}
+	return ok;
+}
+
 static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 {
 	struct convert *c = ctx;
-	double buf[1024];
 	for (uint64_t i = begin; i < end; i += 1024) {
 		uint64_t cnt = end - i < 1024 ? end - i : 1024;
-		if (!read_doubles(c->e->tp, c->t, i, cnt, buf)) {
+		if (!convert_chunk(c->e, c->t, i, cnt, c->out + i)) {
 			__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
 			return;
 		}
-		for (uint64_t k = 0; k < cnt; k++) {
-			if (isinf(buf[k])) {
-				/* an infinity (a mask's -inf) has no field value: it
-				 * is an unknown, the same in both programs, so what
-				 * the trials prove holds for every value it could
-				 * take; the float check and the kernel check see
-				 * the infinity itself */
-				uint64_t h = h3(hash_str(c->t->name), i + k, buf[k] < 0 ? 0x6e696e66 : 0x696e66);
-				c->out[i + k] = (ff){ h % c->e->f->p, mo_mix64(h) % c->e->f->q };
-			} else if (!mo_ff_from_double(c->e->f, buf[k], &c->out[i + k])) {
-				__atomic_store_n(&c->ok, false, __ATOMIC_RELAXED);
-			}
-		}
 	}
 }
+
+uint64_t mo_eval_lazy_min = (uint64_t)1 << 20;
+
+/* Elements [start, start + cnt) of lazy weight t (of e->lazy_tp), cnt <=
+ * 1024, in the domain: the values mo_ev_load_leaf would convert it to. */
+static bool lazy_read(const struct ev *e, const struct mo_tensor *t, uint64_t start,
+		      uint64_t cnt, void *out)
+{
+	if (e->dom == MO_EVAL_FLOAT)
+		return read_doubles(e->lazy_tp, t, start, cnt, out);
+	struct ev src = *e;
+	src.tp = e->lazy_tp;
+	return convert_chunk(&src, t, start, cnt, out);
+}
+
+bool mo_ev_lazy_read(const struct ev *e, int ti, uint64_t start, uint64_t cnt, void *out)
+{
+	for (uint64_t i = 0; i < cnt; i += 1024)
+		if (!lazy_read(e, e->lazy[ti], start + i, cnt - i < 1024 ? cnt - i : 1024,
+			       (char *)out + i * e->es))
+			return false;
+	return true;
+}
+
+bool mo_ev_lazy_candidate(const struct mo_tp *tp, const struct mo_tensor *t)
+{
+	(void)tp;
+	return t->init && !t->fvals && !t->ivals && t->kind != MO_T_INPUT &&
+	       !t->is_graph_output && t->shape_known && numel(t) >= mo_eval_lazy_min &&
+	       t->rank >= 2 && t->dims[t->rank - 1] >= 2;
+}
+
+/* Whether weight ti can stay lazy in a walk of its own program: read by
+ * MatMuls only, as their second operand, with more than one column (the
+ * row-streaming path that reads it tile row by tile row), not an output. */
+static bool lazy_eligible(const struct ev *e, int ti)
+{
+	const struct mo_tensor *t = &e->tp->tensors[ti];
+	if (!e->lazy || e->lazy_tp != e->tp || !mo_ev_lazy_candidate(e->tp, t))
+		return false;
+	for (int k = 0; k < e->tp->n_outputs; k++)
+		if (e->tp->outputs[k] == ti)
+			return false;
+	bool read = false;
+	for (int i = 0; i < e->tp->n_ops; i++) {
+		const struct mo_tp_op *op = &e->tp->ops[i];
+		for (int k = 0; k < op->n_in; k++) {
+			if (op->in[k] != ti)
+				continue;
+			if (op->kind != MO_OP_MATMUL || k != 1)
+				return false;
+			read = true;
+		}
+	}
+	return read;
+}
+
+char mo_ev_lazy_mark;
+uint64_t mo_eval_lazy_loads;
 
 /* -inf over a causal pattern of the last two dims: row r of R sees the
  * columns c with c·R <= r·C (column 0 always, the last row every column
@@ -319,6 +388,13 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 		return false;
 	}
 	uint64_t n = numel(t);
+	if (lazy_eligible(e, ti)) {
+		e->vals[ti] = &mo_ev_lazy_mark;
+		e->borrowed[ti] = true;
+		e->lazy[ti] = &e->tp->tensors[ti];
+		__atomic_add_fetch(&mo_eval_lazy_loads, 1, __ATOMIC_RELAXED);
+		return true;
+	}
 	struct mo_ff *w = cached_weight(e, ti);
 	if (w) {
 		e->vals[ti] = w;
@@ -581,6 +657,11 @@ struct rows {
 	void *Y;
 	bool ok;
 	bool is_float; /* doubles, else field elements */
+	/* B lazy: read from weight lazy_b of e's program, from element boff */
+	const struct ev *e;
+	const struct mo_tensor *lazy_b;
+	uint64_t boff;
+	bool bad_weight; /* a lazy weight's values cannot be read or converted */
 };
 
 #define ROWS_TILE 64 /* output rows and columns per task */
@@ -624,9 +705,25 @@ static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t 
 	unsigned __int128 *aq = acc + mw;
 	bool *col_dead = dead + mw;
 	ff *arow = bt + w * FF_CHUNK;
+	ff brow[ROWS_TILE];
 	for (int64_t l0 = 0; l0 < r->k; l0 += FF_CHUNK) {
 		int64_t kc = r->k - l0 < FF_CHUNK ? r->k - l0 : FF_CHUNK;
-		for (int64_t j = 0; j < w; j++) {
+		if (r->lazy_b) {
+			for (int64_t j = 0; j < w; j++)
+				col_dead[j] = false;
+			for (int64_t l = 0; l < kc; l++) {
+				if (!lazy_read(r->e, r->lazy_b, r->boff + (uint64_t)((l0 + l) * r->sbk + j0),
+					       (uint64_t)w, brow)) {
+					__atomic_store_n(&r->bad_weight, true, __ATOMIC_RELAXED);
+					goto out;
+				}
+				for (int64_t j = 0; j < w; j++) {
+					bt[j * kc + l] = brow[j];
+					col_dead[j] |= brow[j].q == MO_FF_DEAD;
+				}
+			}
+		}
+		for (int64_t j = 0; j < w && !r->lazy_b; j++) {
 			bool cd = false;
 			for (int64_t l = 0; l < kc; l++) {
 				ff b = B[(l0 + l) * r->sbk + j0 + j];
@@ -668,6 +765,7 @@ static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t 
 				(uint64_t)(acc[at] % f->p),
 				dead[at] ? MO_FF_DEAD : (uint64_t)(aq[at] % f->q) };
 		}
+out:
 	mo_free(acc);
 	mo_free(dead);
 	mo_free(bt);
@@ -678,12 +776,17 @@ static void tile_ff(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t 
 static void tile_float(struct rows *r, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
 	const double *A = (const double *)r->A, *B = (const double *)r->B;
-	double *Y = r->Y;
+	double *Y = r->Y, brow[ROWS_TILE];
 	for (int64_t i = i0; i < i1; i++)
 		for (int64_t j = j0; j < j1; j++)
 			Y[i * r->n + j] = 0;
 	for (int64_t l = 0; l < r->k; l++) {
-		const double *row = B + l * r->sbk;
+		const double *row = r->lazy_b ? brow - j0 : B + l * r->sbk;
+		if (r->lazy_b && !lazy_read(r->e, r->lazy_b, r->boff + (uint64_t)(l * r->sbk + j0),
+					    (uint64_t)(j1 - j0), brow)) {
+			__atomic_store_n(&r->bad_weight, true, __ATOMIC_RELAXED);
+			return;
+		}
 		for (int64_t i = i0; i < i1; i++) {
 			double x = A[i * r->sam + l * r->sak];
 			double *y = Y + i * r->n;
@@ -714,15 +817,19 @@ static void rows_tiles(void *ctx, uint64_t t0, uint64_t t1)
  * and each row is reused for every i while it is in cache. */
 static bool rows_accumulate(struct ev *e, const void *a, int64_t sam, int64_t sak,
 			    const void *b, int64_t sbk, int64_t m, int64_t k, int64_t n,
-			    void *out)
+			    void *out, const struct mo_tensor *lazy_b, uint64_t boff)
 {
 	struct rows r = { e->f, a, b, sam, sak, sbk, m, k, n, out, true,
-			  e->dom == MO_EVAL_FLOAT };
+			  e->dom == MO_EVAL_FLOAT, e, lazy_b, boff, false };
 	/* each worker owns a range of output tiles */
 	uint64_t tiles = (uint64_t)((m + ROWS_TILE - 1) / ROWS_TILE) *
 			 (uint64_t)((n + ROWS_TILE - 1) / ROWS_TILE);
 	mo_parallel_for(tiles, 1, 0, rows_tiles, &r);
-	return r.ok;
+	if (r.bad_weight)
+		e->bad = "a weight's values cannot be read or are not finite";
+	else if (!r.ok)
+		e->bad = "out of memory";
+	return r.ok && !r.bad_weight;
 }
 
 static void matmul(struct ev *e, const struct mo_tp_op *op)
@@ -764,16 +871,20 @@ static void matmul(struct ev *e, const struct mo_tp_op *op)
 	bcast_offsets(&ybatch, &abatch, oa);
 	bcast_offsets(&ybatch, &bbatch, ob);
 	const char *A = e->vals[op->in[0]], *B = e->vals[op->in[1]];
+	const struct mo_tensor *lazy_b = e->lazy ? e->lazy[op->in[1]] : NULL;
 	size_t es = e->es;
 	for (uint64_t bi = 0; bi < nb; bi++) {
 		const char *ab = A + oa[bi] * (uint64_t)(M * K) * es;
-		const char *bb = B + ob[bi] * (uint64_t)(K * N) * es;
+		const char *bb = lazy_b ? NULL : B + ob[bi] * (uint64_t)(K * N) * es;
 		char *yb_ = out + bi * (uint64_t)(M * N) * es;
+		if (lazy_b && !(sbn == 1 && N > 1)) {
+			e->bad = "a lazy weight outside the row-streaming MatMul";
+			goto done;
+		}
 		if (sbn == 1 && N > 1) {
-			if (!rows_accumulate(e, ab, sam, sak, bb, sbk, M, K, N, yb_)) {
-				e->bad = "out of memory";
+			if (!rows_accumulate(e, ab, sam, sak, bb, sbk, M, K, N, yb_, lazy_b,
+					     ob[bi] * (uint64_t)(K * N)))
 				goto done;
-			}
 			continue;
 		}
 		for (int64_t i = 0; i < M; i++) {
@@ -1381,9 +1492,12 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 			.es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff) };
 	e.vals = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.vals);
 	e.borrowed = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.borrowed);
-	if (!e.vals || !e.borrowed) {
+	e.lazy = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.lazy);
+	e.lazy_tp = tp;
+	if (!e.vals || !e.borrowed || !e.lazy) {
 		mo_free(e.vals);
 		mo_free(e.borrowed);
+		mo_free(e.lazy);
 		return mo_diag_nomem(d);
 	}
 	enum mo_status st = MO_OK;
@@ -1451,6 +1565,7 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 			mo_free(e.vals[i]);
 	mo_free(e.vals);
 	mo_free(e.borrowed);
+	mo_free(e.lazy);
 	if (st)
 		mo_eval_result_free(out);
 	return st;

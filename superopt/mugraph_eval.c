@@ -45,6 +45,44 @@ static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
 	}
 }
 
+/* move_tile's load of a tile from lazy kernel tensor ti of e: a run of the
+ * tile's last dim at a time, read from the model's bytes. */
+static bool load_lazy_tile(const struct ev *e, int ti, const struct mo_tensor *tile,
+			   char *tile_vals, const int *map, const int *grid, const int *block,
+			   int fmap, int it)
+{
+	const struct mo_tensor *full = &e->tp->tensors[ti];
+	int64_t off[MO_MAX_RANK] = { 0 }, fs[MO_MAX_RANK];
+	for (int g = 0; g < 3; g++)
+		if (map[g] != MO_PHI)
+			off[map[g]] += block[g] * (full->dims[map[g]] / grid[g]);
+	if (fmap != MO_PHI)
+		off[fmap] += it * tile->dims[fmap];
+	int64_t acc = 1;
+	for (int d = full->rank - 1; d >= 0; d--) {
+		fs[d] = acc;
+		acc *= full->dims[d];
+	}
+	int last = tile->rank - 1;
+	uint64_t run = last >= 0 ? (uint64_t)tile->dims[last] : 1;
+	uint64_t n = mo_tensor_numel(tile);
+	int64_t idx[MO_MAX_RANK] = { 0 };
+	for (uint64_t i = 0; run && i < n; i += run) {
+		uint64_t src = 0;
+		for (int d = 0; d < tile->rank; d++)
+			src += (uint64_t)((off[d] + idx[d]) * fs[d]);
+		/* (along the last dim the source is contiguous: fs[last] = 1) */
+		if (!mo_ev_lazy_read(e, ti, src, run, tile_vals + i * e->es))
+			return false;
+		for (int d = last - 1; d >= 0; d--) {
+			if (++idx[d] < tile->dims[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+	return true;
+}
+
 static void free_vals(struct ev *e, const bool *keep)
 {
 	for (int i = 0; i < e->tp->n_tensors; i++) {
@@ -113,6 +151,7 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 	be.tp = body;
 	be.tiles = true;
 	be.cache = NULL;
+	be.lazy = NULL;
 	be.bad = NULL;
 	be.div0 = false;
 	be.vals = mo_calloc((size_t)nt + 1, sizeof *be.vals);
@@ -160,6 +199,12 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 				if (!be.vals[x->tile]) {
 					be.bad = "out of memory";
 					break;
+				}
+				if (ke->lazy && ke->lazy[x->tensor]) {
+					if (!load_lazy_tile(ke, x->tensor, tile, be.vals[x->tile],
+							    x->imap, bg->grid, block, x->fmap, it))
+						be.bad = "a weight's values cannot be read or are not finite";
+					continue;
 				}
 				move_tile(be.es, &ke->tp->tensors[x->tensor], ke->vals[x->tensor], tile,
 					  be.vals[x->tile], x->imap, bg->grid, block, x->fmap, it, false,
@@ -280,6 +325,29 @@ static int32_t storage_dtype(const struct mo_mugraph *mg, const struct mo_tp *re
 	return x->dtype;
 }
 
+/* Whether kernel input k (program tensor r) can stay lazy: a large weight
+ * that only block graph iterators and pre-defined MatMuls (as their second
+ * operand, more than one column) read, not an output. */
+static bool mg_lazy_ok(const struct mo_mugraph *mg, const struct mo_tp *ref, int k, int r)
+{
+	const struct mo_tensor *t = &mg->kg.tensors[k];
+	if (!mo_ev_lazy_candidate(ref, &ref->tensors[r]) || t->rank < 2 ||
+	    t->dims[t->rank - 1] < 2)
+		return false;
+	for (int i = 0; i < mg->kg.n_outputs; i++)
+		if (mg->kg.outputs[i] == k)
+			return false;
+	for (int i = 0; i < mg->n_ops; i++) {
+		const struct mo_kg_op *op = &mg->ops[i];
+		if (op->bg)
+			continue; /* its iterators read tiles (load_lazy_tile) */
+		for (int j = 0; j < op->op.n_in; j++)
+			if (op->op.in[j] == k && (op->op.kind != MO_OP_MATMUL || j != 1))
+				return false;
+	}
+	return true;
+}
+
 static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
 			      enum mo_eval_domain domain, uint64_t seed, double scale,
 			      const struct mg_eval_opts *o, struct mo_eval_result *out,
@@ -310,8 +378,11 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 	re.borrowed = mo_calloc((size_t)ref->n_tensors + 1, sizeof *re.borrowed);
 	ke.vals = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *ke.vals);
 	ke.borrowed = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *ke.borrowed);
+	ke.lazy = mo_calloc((size_t)mg->kg.n_tensors + 1, sizeof *ke.lazy);
+	ke.lazy_tp = ref;
 	enum mo_status st = MO_OK;
-	if (!re.vals || !re.borrowed || !ke.vals || !ke.borrowed || (o->blocks > 0 && !marks)) {
+	if (!re.vals || !re.borrowed || !ke.vals || !ke.borrowed || !ke.lazy ||
+	    (o->blocks > 0 && !marks)) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
@@ -328,6 +399,13 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			st = mo_diag_set(d, MO_ERR_INPUT, "μGraph input '%s' is not a tensor of the "
 					 "same size in the program", t->name);
 			break;
+		}
+		if (mg_lazy_ok(mg, ref, k, r)) {
+			ke.vals[k] = &mo_ev_lazy_mark;
+			ke.borrowed[k] = true;
+			ke.lazy[k] = &ref->tensors[r];
+			__atomic_add_fetch(&mo_eval_lazy_loads, 1, __ATOMIC_RELAXED);
+			continue;
 		}
 		if (!re.vals[r] && !mo_ev_load_leaf(&re, r)) {
 			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "input '%s': %s", t->name,
@@ -441,6 +519,7 @@ out:
 	mo_free(marks);
 	mo_free(ke.vals);
 	mo_free(ke.borrowed);
+	mo_free(ke.lazy);
 	mo_free(re.vals);
 	mo_free(re.borrowed);
 	if (st)

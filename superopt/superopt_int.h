@@ -21,7 +21,31 @@ struct ev {
 	bool div0;
 	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
 	bool tiles;    /* a block graph's body: float results are fp32 tiles */
+	/* per tensor (NULL: none is): the weight of lazy_tp it is, read from
+	 * the model's own bytes tile by tile by the MatMuls (and block graph
+	 * iterators) that consume it, never held converted whole */
+	const struct mo_tensor **lazy;
+	const struct mo_tp *lazy_tp;
 };
+
+/* Weights of at least this many elements that only MatMuls (as their second
+ * operand) and block graph iterators read stay lazy (a variable so that a
+ * test can compare both ways). */
+extern uint64_t mo_eval_lazy_min;
+
+/* Whether weight t of tp may stay lazy (size, kind; the readers are the
+ * caller's to check). */
+bool mo_ev_lazy_candidate(const struct mo_tp *tp, const struct mo_tensor *t);
+
+/* Elements [start, start + cnt) of lazy tensor ti in e's domain: the values
+ * mo_ev_load_leaf would have given it. */
+bool mo_ev_lazy_read(const struct ev *e, int ti, uint64_t start, uint64_t cnt, void *out);
+
+/* Weights kept lazy so far, by every walk (for the tests). */
+extern uint64_t mo_eval_lazy_loads;
+
+/* vals[] of a lazy tensor: not NULL (it has a value), never read as one */
+extern char mo_ev_lazy_mark;
 
 /* x as a tensor of `dtype` holds it: rounded to nearest-even, infinite past
  * the largest finite value (fp32, fp16, bf16; other dtypes unchanged). */
