@@ -905,6 +905,13 @@ bool mo_mg_valid_smem(const struct mo_mugraph *mg, enum mo_target target, uint64
 		const struct mo_block_graph *bg = mg->ops[k].bg;
 		if (!bg)
 			continue;
+		/* CUDA's grid: x up to 2^31 - 1 blocks, y and z up to 65 535 */
+		for (int d = 0; d < 3; d++)
+			if (bg->grid[d] > (d ? 65535 : 2147483647)) {
+				snprintf(why, why_len, "kernel %d: grid %c dim %d is over CUDA's %d",
+					 k + 1, "xyz"[d], bg->grid[d], d ? 65535 : 2147483647);
+				return false;
+			}
 		struct mo_bg_plan plan;
 		mo_bg_plan(bg, &plan);
 		struct mo_bg_usage u;

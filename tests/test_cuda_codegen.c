@@ -70,8 +70,12 @@ static void grid_over_cuda_limits_is_refused(void **state)
 		assert_non_null(strstr(why, "65535"));
 		assert_int_equal(emit(mg, false, &text, why, sizeof why), MO_OK);
 		free(text);
+		/* and the search never proposes it: not a valid μGraph */
+		assert_false(mo_mg_valid(mg, MO_SM90, why, sizeof why));
+		assert_non_null(strstr(why, "65535"));
 		mo_mg_free(mg);
 		mg = rows_on_grid(dim, 65535);
+		assert_true(mo_mg_valid(mg, MO_SM90, why, sizeof why));
 		assert_int_equal(emit(mg, true, &text, why, sizeof why), MO_OK);
 		assert_non_null(strstr(text, dim == 1 ? "dim3(1, 65535, 1)" : "dim3(1, 1, 65535)"));
 		free(text);
