@@ -48,28 +48,11 @@ struct region_state {
 	uint64_t var_limit[MO_CG_MAX_VARIANTS - 1]; /* what it was searched for */
 };
 
-/* The SM versions the plugin is built for and their shared memory per
+/* The GPUs the plugin runs on (mo_arch_gpus) and their shared memory per
  * block, largest first; their number. */
 static int built_archs(const struct cli_fuse_args *a, int *sm, uint64_t *lim)
 {
-	int n = 0;
-	for (const char *p = a->archs ? a->archs : "80,90"; *p && n < MO_CG_MAX_ARCHS;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		if (mo_arch_smem((int)v)) {
-			int i = n++;
-			for (; i > 0 && lim[i - 1] < mo_arch_smem((int)v); i--) {
-				lim[i] = lim[i - 1];
-				sm[i] = sm[i - 1];
-			}
-			sm[i] = (int)v;
-			lim[i] = mo_arch_smem((int)v);
-		}
-		p = *end ? end + 1 : end;
-	}
-	return n;
+	return mo_arch_gpus(a->archs ? a->archs : "80,90", sm, lim, MO_CG_MAX_ARCHS);
 }
 
 /* The variant of region s that a GPU with `limit` bytes runs: 0 its best

@@ -1210,36 +1210,16 @@ uint64_t mo_cg_largest_index(const struct mo_mugraph *mg)
 	return n;
 }
 
-/* The shared memory per block of the GPUs the CUDA is compiled for
- * (o->archs, "80,90"; without it, the target's), largest first; their
+/* The shared memory per block of the GPUs the CUDA runs on (mo_arch_gpus
+ * of o->archs, "80,90"; without it, the target's), largest first; their
  * number. */
 static int arch_limits(const struct mo_cg_options *o, int *sm, uint64_t *lim)
 {
-	int n = 0;
-	for (const char *p = o->archs; p && *p && n < MO_CG_MAX_ARCHS;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		if (mo_arch_smem((int)v)) {
-			sm[n] = (int)v;
-			lim[n++] = mo_arch_smem((int)v);
-		}
-		p = *end ? end + 1 : end;
-	}
+	int n = mo_arch_gpus(o->archs, sm, lim, MO_CG_MAX_ARCHS);
 	if (n == 0) {
 		sm[0] = o->target == MO_SM80 ? 80 : 90;
 		lim[n++] = mo_target_smem(o->target);
 	}
-	for (int i = 1; i < n; i++) /* largest first */
-		for (int j = i; j > 0 && lim[j] > lim[j - 1]; j--) {
-			uint64_t t = lim[j];
-			lim[j] = lim[j - 1];
-			lim[j - 1] = t;
-			int u = sm[j];
-			sm[j] = sm[j - 1];
-			sm[j - 1] = u;
-		}
 	return n;
 }
 

@@ -204,6 +204,13 @@ uint64_t mo_target_smem(enum mo_target t);
  * on the GPUs of an SM version a plugin is compiled for: 75 64 KB, 80 163 KB,
  * 86 and 89 99 KB, 90 227 KB; 0 for a version not in this table. */
 uint64_t mo_arch_smem(int sm);
+/* The GPUs a plugin compiled for `archs` ("80,90": the SM versions of
+ * --cuda-arch) runs on, as SM versions with their shared memory, largest
+ * first, at most max; their number. Machine code for sm_X.Y also runs on
+ * the later GPUs of the same major version, so sm_80 code runs on sm_86 and
+ * sm_89 (99 KB): 80 brings 86 with it unless 86 or 89 is listed. Versions
+ * not in mo_arch_smem's table are skipped. */
+int mo_arch_gpus(const char *archs, int *sm, uint64_t *lim, int max);
 /* Registers: 64 K 32-bit registers per SM and at most 255 per thread, on both. */
 int mo_target_regs_per_thread(enum mo_target t);
 int mo_target_regs_per_sm(enum mo_target t);

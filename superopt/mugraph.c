@@ -492,6 +492,44 @@ uint64_t mo_arch_smem(int sm)
 	}
 }
 
+static int add_gpu(int sm, int *sms, uint64_t *lim, int n, int max)
+{
+	for (int i = 0; i < n; i++)
+		if (sms[i] == sm)
+			return n;
+	if (n == max)
+		return n;
+	int i = n++;
+	for (; i > 0 && lim[i - 1] < mo_arch_smem(sm); i--) { /* largest first, stable */
+		lim[i] = lim[i - 1];
+		sms[i] = sms[i - 1];
+	}
+	sms[i] = sm;
+	lim[i] = mo_arch_smem(sm);
+	return n;
+}
+
+int mo_arch_gpus(const char *archs, int *sm, uint64_t *lim, int max)
+{
+	int n = 0;
+	bool has80 = false, has8x = false;
+	for (const char *p = archs; p && *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (v > 0 && v < 1000 && mo_arch_smem((int)v)) {
+			n = add_gpu((int)v, sm, lim, n, max);
+			has80 |= v == 80;
+			has8x |= v == 86 || v == 89;
+		}
+		p = *end ? end + 1 : end;
+	}
+	if (has80 && !has8x)
+		n = add_gpu(86, sm, lim, n, max);
+	return n;
+}
+
 int mo_target_regs_per_thread(enum mo_target t)
 {
 	(void)t;

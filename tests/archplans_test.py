@@ -166,14 +166,15 @@ class ArchPlans(unittest.TestCase):
             subprocess.run([sys.executable, BUILDER, "--out", tmp, "--sizes", "paper", "--dtypes",
                             "fp16", "--only", "gqa"], check=True, capture_output=True)
             cus, manifest = self.fuse(os.path.join(tmp, "gqa_paper_b8_fp16.onnx"), None, tmp)
-            self.check(cus, manifest, [80, 90])
+            # sm_80 code runs on sm_86/sm_89 GPUs too: planned for as sm_86
+            self.check(cus, manifest, [80, 86, 90])
             with open(cus[0]) as f:
                 src = f.read()
             # the H100 gets the double-buffered plan, the A100 the single one
             big = max(b for _, b in launches(src, entry_variant(src, LIMITS[90]), LIMITS[90])[0])
             self.assertGreater(big, LIMITS[80])
-            # and the CPU kernel ran both plans
-            self.assertEqual(manifest["regions"][0]["cpu_kernel_check"]["plans"], 2)
+            # and the CPU kernel ran both plans (and a 99 KB variant's, if any)
+            self.assertGreaterEqual(manifest["regions"][0]["cpu_kernel_check"]["plans"], 2)
 
     def test_decode_attention_four_archs(self):
         with tempfile.TemporaryDirectory() as tmp:
