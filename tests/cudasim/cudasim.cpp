@@ -55,6 +55,13 @@ __thread cudasim_ctx *cudasim_cur;
  * elsewhere, ucontext. */
 #if defined(__x86_64__) && !defined(CUDASIM_UCONTEXT)
 #define CUDASIM_FAST_SWITCH 1
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(CUDASIM_NO_HANDOFF)
+#if !defined(__has_feature)
+#define CUDASIM_HANDOFF 1
+#elif !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer)
+#define CUDASIM_HANDOFF 1
+#endif
+#endif
 extern "C" void cudasim_switch(void **save_sp, void *new_sp);
 extern "C" void cudasim_fiber_trampoline(void);
 asm(".text\n"
@@ -431,9 +438,27 @@ void put_stack(void *s)
 	stack_pool.push_back(s);
 }
 
+#ifdef CUDASIM_HANDOFF
+/* A waiting (or exiting) fiber hands over to the next runnable thread of
+ * higher index, or to the scheduler, which starts again from thread 0: the
+ * same order as a scheduler pass, one switch instead of two. */
+inline Ctx *next_ctx(Thr *t)
+{
+	Block *b = t->b;
+	for (int i = (int)t->ctx.lin + 1; i < b->n; i++)
+		if (b->th[i].state == RUN)
+			return &b->th[i].uc;
+	return &b->sched;
+}
+#endif
+
 void switch_to_sched(Thr *t)
 {
 	Block *b = t->b;
+#ifdef CUDASIM_HANDOFF
+	ctx_switch(&t->uc, next_ctx(t));
+	(void)b;
+#else
 #ifdef CUDASIM_ASAN
 	void *fake = nullptr;
 	__sanitizer_start_switch_fiber(&fake, b->sched_bottom, b->sched_size);
@@ -444,6 +469,7 @@ void switch_to_sched(Thr *t)
 	ctx_switch(&t->uc, &b->sched);
 #ifdef CUDASIM_ASAN
 	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
 #endif
 	cudasim_cur = &t->ctx;
 }
@@ -477,7 +503,12 @@ void fiber_run(Thr *t)
 	__tsan_switch_to_fiber(b->sched_fiber, 0);
 #endif
 	Ctx dead;
+#ifdef CUDASIM_HANDOFF
+	(void)b;
+	ctx_switch(&dead, next_ctx(t)); /* never resumed */
+#else
 	ctx_switch(&dead, &b->sched); /* never resumed */
+#endif
 	abort();
 }
 
@@ -529,6 +560,12 @@ void run_block_fast(Block *b)
 			if (t.state != RUN)
 				continue;
 			any = true;
+#ifdef CUDASIM_HANDOFF
+			/* the fibers run on from t; control comes back here when none
+			 * of higher index can run: start again from thread 0 */
+			ctx_switch(&b->sched, &t.uc);
+			break;
+#endif
 #ifdef CUDASIM_ASAN
 			void *fake = nullptr;
 			__sanitizer_start_switch_fiber(&fake, t.stack, stack_size);
