@@ -1311,6 +1311,15 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 	return fail(cudaErrorInvalidValue);
 }
 
+cudaError_t cudasim_func_set_attribute(const void *func, enum cudaFuncAttribute attr, int value,
+					int arch)
+{
+	config();
+	if (arch && arch > cfg.dev->major * 100 + cfg.dev->minor * 10)
+		return fail(cudaErrorNoKernelImageForDevice);
+	return cudaFuncSetAttribute(func, attr, value);
+}
+
 int mo_cudasim_set_device(const char *name)
 {
 	config();
