@@ -660,8 +660,12 @@ void smem_free(Smem &s)
 
 Smem *segv_smem; /* the block running now (one block at a time) */
 const char *segv_kernel;
+std::atomic<int> segv_seen{0};
 void segv_handler(int sig, siginfo_t *si, void *)
 {
+	if (segv_seen.exchange(1)) /* threads mode: one report, from the first */
+		for (;;)
+			pause();
 	Smem *s = segv_smem;
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	unsigned char *a = (unsigned char *)si->si_addr;
@@ -685,7 +689,7 @@ void install_segv()
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_sigaction = segv_handler;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
 		sigemptyset(&sa.sa_mask);
 		sigaction(SIGSEGV, &sa, nullptr);
 	});
