@@ -619,6 +619,9 @@ void run_block_threads(Block *b)
 }
 
 /* ---- shared memory ------------------------------------------------------ */
+/* past the end of the shared memory: 1 MiB no access (address space only), so
+ * that strided overruns of many threads all fault, and are diagnosed */
+const size_t guard_len = 1 << 20;
 struct Smem {
 	unsigned char *base = nullptr, *map = nullptr, *guard = nullptr;
 	size_t size = 0, map_len = 0;
@@ -637,14 +640,14 @@ Smem smem_alloc(size_t size)
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t r = (size + 127) & ~(size_t)127;
 	size_t body = (r + pg - 1) / pg * pg;
-	s.map_len = body + pg;
+	s.map_len = body + guard_len;
 	void *p = mmap(nullptr, s.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 		       0);
 	if (p == MAP_FAILED)
 		die("out of memory for shared memory");
 	s.map = (unsigned char *)p;
 	s.guard = s.map + body;
-	mprotect(s.guard, pg, PROT_NONE);
+	mprotect(s.guard, guard_len, PROT_NONE);
 	s.base = s.guard - r; /* 128-byte aligned, ending at the guard page (to 128 B) */
 #endif
 	return s;
@@ -667,9 +670,8 @@ void segv_handler(int sig, siginfo_t *si, void *)
 		for (;;)
 			pause();
 	Smem *s = segv_smem;
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	unsigned char *a = (unsigned char *)si->si_addr;
-	if (s && s->guard && a >= s->guard && a < s->guard + pg) {
+	if (s && s->guard && a >= s->guard && a < s->guard + guard_len) {
 		char msg[512];
 		int n = snprintf(msg, sizeof msg,
 				 "cudasim: shared-memory access %zu bytes past the end of the "
