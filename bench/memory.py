@@ -59,6 +59,31 @@ def write_model(folder, mib, rows):
     return path, 4 * k * m
 
 
+def write_input_model(folder, mib):
+    """RMSNorm over an input X of `mib` MiB (fp32, rows of 8192): no large
+    weight, the evaluators' values of the input and of what comes of it."""
+    k = 8192
+    rows = max(1, (mib << 20) // (4 * k))
+    nodes = [helper.make_node("Mul", ["X", "X"], ["sq"], name="sq"),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1, name="mean"),
+             helper.make_node("Add", ["ms", "eps"], ["mse"], name="eps_add"),
+             helper.make_node("Sqrt", ["mse"], ["rms"], name="sqrt"),
+             helper.make_node("Div", ["X", "rms"], ["xn"], name="norm"),
+             helper.make_node("Mul", ["xn", "g"], ["Y"], name="scale")]
+    g = helper.make_graph(
+        nodes, "memory_bench_input",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, k])],
+        [numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+         numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+         numpy_helper.from_array(np.ones(k, np.float32), "g")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path, 4 * k * rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True, help="the mirage-onnx binary")
@@ -66,9 +91,14 @@ def main():
     ap.add_argument("--rows", type=int, default=8, help="rows of X (default 8)")
     ap.add_argument("--budget", default="5", help="search budget per region (default 5)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--input", action="store_true",
+                    help="instead: RMSNorm over an input X of --mib MiB, no large weight")
     a = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="mo_membench_")
-    model, weight_bytes = write_model(folder, a.mib, a.rows)
+    if a.input:
+        model, weight_bytes = write_input_model(folder, a.mib)
+    else:
+        model, weight_bytes = write_model(folder, a.mib, a.rows)
     out = os.path.join(folder, "fused.onnx")
     cmd = [os.path.abspath(a.cli), "-q", model, "-o", out, "--no-cuda", "--no-cache",
            "--budget", a.budget]
@@ -95,11 +125,16 @@ def main():
             sys.exit("memory.py: the child's peak was not measured (a larger child ran before)")
     fused = os.path.exists(out.replace(".onnx", ".mirage.so"))
     peak = peak_kib * 1024
-    print(f"weights    {weight_bytes / 2**20:.0f} MiB external ({a.rows}x4096 · 4096x"
-          f"{weight_bytes // (4 * 4096)}, fp32)")
+    if a.input:
+        print(f"input      {weight_bytes / 2**20:.0f} MiB ({weight_bytes // (4 * 8192)}x8192, "
+              "fp32), no large weight")
+    else:
+        print(f"weights    {weight_bytes / 2**20:.0f} MiB external ({a.rows}x4096 · 4096x"
+              f"{weight_bytes // (4 * 4096)}, fp32)")
     print(f"fuse       exit {r.returncode}, {'fused' if fused else 'nothing fused'}, "
           f"{seconds:.1f} s")
-    print(f"peak RSS   {peak / 2**20:.0f} MiB = {peak / weight_bytes:.2f}x the weights")
+    print(f"peak RSS   {peak / 2**20:.0f} MiB = {peak / weight_bytes:.2f}x the "
+          f"{'input' if a.input else 'weights'}")
     if r.returncode:
         print(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "", file=sys.stderr)
     if a.keep:
