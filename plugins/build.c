@@ -841,6 +841,32 @@ static void *to_storage(const double *v, uint64_t n, int32_t dtype)
 	return p;
 }
 
+/* Weight r's n values in the storage of `dtype`, a chunk of doubles at a
+ * time (never all n as doubles). */
+static void *weight_storage(const struct mo_tp *ref, const struct mo_tensor *r, uint64_t n,
+			    int32_t dtype, bool *ok)
+{
+	size_t es = dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 2;
+	char *p = mo_malloc(n * es + 1);
+	double chunk[1024];
+	*ok = true;
+	for (uint64_t i = 0; p && i < n; i += 1024) {
+		uint64_t cnt = n - i < 1024 ? n - i : 1024;
+		void *part;
+		if (!mo_onnx_tensor_doubles(ref->model, r->init, n, i, cnt, chunk)) {
+			*ok = false;
+			break;
+		}
+		if (!(part = to_storage(chunk, cnt, dtype))) {
+			mo_free(p);
+			return NULL;
+		}
+		memcpy(p + i * es, part, cnt * es);
+		mo_free(part);
+	}
+	return p;
+}
+
 static double from_storage(const void *p, uint64_t i, int32_t dtype)
 {
 	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
@@ -865,10 +891,11 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	const struct mo_tp *kg = &mg->kg;
 	void **in = mo_calloc((size_t)kg->n_inputs + 1, sizeof *in);
 	void **outs = mo_calloc((size_t)kg->n_outputs + 1, sizeof *outs);
+	bool *borrowed = mo_calloc((size_t)kg->n_inputs + 1, sizeof *borrowed);
 	double *vals = NULL;
 	struct mo_eval_result ev = { 0 };
 	enum mo_status st = MO_OK;
-	if (!in || !outs) {
+	if (!in || !outs || !borrowed) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
@@ -876,6 +903,29 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 		const struct mo_tensor *t = &kg->tensors[kg->inputs[i]];
 		const struct mo_tensor *r = ref_tensor(ref, t->name);
 		uint64_t n = mo_tensor_numel(t);
+		if (r && r->init && r->kind != MO_T_INPUT) {
+			/* a weight: its own bytes when they are the storage the
+			 * kernel reads (little-endian fp32, fp16, bf16), else
+			 * converted a chunk at a time; never a copy as doubles */
+			const uint8_t *raw = NULL;
+			size_t len = 0, es = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 2;
+			struct mo_diag scratch;
+			mo_diag_init(&scratch);
+			bool ok = true;
+			if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ &&
+			    r->init->data_type == t->dtype && !r->fvals && !r->ivals &&
+			    mo_onnx_tensor_bytes(ref->model, r->init, &raw, &len, &scratch) == MO_OK &&
+			    len == n * es && (uintptr_t)raw % es == 0) {
+				in[i] = (void *)raw;
+				borrowed[i] = true;
+			} else if (!(in[i] = weight_storage(ref, r, n, t->dtype, &ok))) {
+				st = mo_diag_nomem(d);
+			}
+			if (!ok)
+				st = mo_diag_set(d, MO_ERR_INTERNAL, "no values for input '%s' of %s",
+						 t->name, op->name);
+			continue;
+		}
 		vals = mo_calloc(n + 1, sizeof *vals);
 		if (!vals) {
 			st = mo_diag_nomem(d);
@@ -985,11 +1035,13 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	}
 out:
 	for (int i = 0; in && i < kg->n_inputs; i++)
-		mo_free(in[i]);
+		if (!borrowed || !borrowed[i])
+			mo_free(in[i]);
 	for (int i = 0; outs && i < kg->n_outputs; i++)
 		mo_free(outs[i]);
 	mo_free(in);
 	mo_free(outs);
+	mo_free(borrowed);
 	mo_eval_result_free(&ev);
 	return st;
 }

@@ -1501,6 +1501,24 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 		return mo_diag_nomem(d);
 	}
 	enum mo_status st = MO_OK;
+	/* the last op reading each tensor (-1: none; n_ops: an output), so
+	 * that a value is freed once read for the last time: a walk holds the
+	 * live values, not every value of the program */
+	int *last = mo_calloc((size_t)tp->n_tensors + 1, sizeof *last);
+	if (!last) {
+		mo_free(e.vals);
+		mo_free(e.borrowed);
+		mo_free(e.lazy);
+		return mo_diag_nomem(d);
+	}
+	for (int i = 0; i < tp->n_tensors; i++)
+		last[i] = -1;
+	for (int i = 0; i < tp->n_ops; i++)
+		for (int k = 0; k < tp->ops[i].n_in; k++)
+			if (tp->ops[i].in[k] >= 0)
+				last[tp->ops[i].in[k]] = i;
+	for (int k = 0; k < tp->n_outputs; k++)
+		last[tp->outputs[k]] = tp->n_ops;
 	for (int i = 0; i < tp->n_tensors && !e.bad; i++) {
 		const struct mo_tensor *t = &tp->tensors[i];
 		/* (a region's program shares the model's tensors: only what its
@@ -1529,10 +1547,20 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 			break;
 		}
 		mo_ev_run_op(&e, op);
-		if (e.bad)
+		if (e.bad) {
 			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "node '%s' (%s): %s", name,
 					 mo_onnx_proto(tp->model)->graph->node[op->node]->op_type, e.bad);
+			break;
+		}
+		for (int k = 0; k < op->n_in + op->n_out; k++) {
+			int t = k < op->n_in ? op->in[k] : op->out[k - op->n_in];
+			if (t >= 0 && last[t] <= i && e.vals[t] && !e.borrowed[t]) {
+				mo_free(e.vals[t]);
+				e.vals[t] = NULL;
+			}
+		}
 	}
+	mo_free(last);
 	if (!st && e.bad)
 		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "%s", e.bad);
 	if (!st) {

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <string.h>
 
 uint64_t mo_ff_mulmod(uint64_t a, uint64_t b, uint64_t m)
 {
@@ -130,26 +131,33 @@ static void field_init(void)
 
 bool mo_ff_from_double(const struct mo_field *f, double v, struct mo_ff *out)
 {
-	if (!isfinite(v))
-		return false;
-	int e;
-	double frac = frexp(fabs(v), &e); /* |v| = frac · 2^e, frac in [0.5, 1) */
-	uint64_t m = (uint64_t)ldexp(frac, 53);
-	e -= 53;
+	/* |v| = m·2^e read off the bits (lazy weights convert every element of
+	 * a weight on each walk, so this is on the evaluator's hot path) */
+	uint64_t bits;
+	memcpy(&bits, &v, sizeof bits);
+	int be = (int)(bits >> 52 & 0x7ff);
+	if (be == 0x7ff)
+		return false; /* not finite */
+	uint64_t m = bits & (((uint64_t)1 << 52) - 1);
+	int e = -1074;
+	if (be) {
+		m |= (uint64_t)1 << 52;
+		e = be - 1075;
+	}
 	if (m == 0) {
 		out->p = out->q = 0;
 		return true;
 	}
 	/* drop trailing zero bits so small exponents stay in the table */
-	while (!(m & 1)) {
-		m >>= 1;
-		e++;
-	}
+	int tz = __builtin_ctzll(m);
+	m >>= tz;
+	e += tz;
 	if (e < POW2_MIN || e > POW2_MAX)
 		return false;
 	uint64_t rp = mo_ff_mulmod(m % f->p, pow2_p[e - POW2_MIN], f->p);
-	uint64_t rq = mo_ff_mulmod(m % f->q, pow2_q[e - POW2_MIN], f->q);
-	if (v < 0) {
+	uint64_t mq = m % f->q, tq = pow2_q[e - POW2_MIN];
+	uint64_t rq = f->q <= ((uint64_t)1 << 32) ? mq * tq % f->q : mo_ff_mulmod(mq, tq, f->q);
+	if (bits >> 63) {
 		rp = rp ? f->p - rp : 0;
 		rq = rq ? f->q - rq : 0;
 	}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -155,12 +156,54 @@ static void verdicts_are_the_eager_ones(void **state)
 	test_program_free(&p);
 }
 
+/* m·2^e in the field by powers, the definition mo_ff_from_double's bit
+ * reading (fast, for lazy weights) must agree with. */
+static uint64_t dyadic(double v, uint64_t p)
+{
+	int e;
+	double frac = frexp(fabs(v), &e);
+	uint64_t m = (uint64_t)ldexp(frac, 53);
+	e -= 53;
+	uint64_t two = e >= 0 ? 2 : (p + 1) / 2;
+	uint64_t r = mo_ff_mulmod(m % p, mo_ff_powmod(two, (uint64_t)(e >= 0 ? e : -e), p), p);
+	return v < 0 && r ? p - r : r;
+}
+
+static void from_double_is_the_dyadic_value(void **state)
+{
+	(void)state;
+	const struct mo_field *f = mo_field_get();
+	uint64_t h = 1;
+	int checked = 0;
+	for (int i = 0; i < 200000; i++) {
+		h = h * 6364136223846793005ull + 1442695040888963407ull;
+		/* fp32 and fp16 weights' values, subnormals, and doubles */
+		float x32;
+		uint32_t b32 = (uint32_t)(h >> 32);
+		memcpy(&x32, &b32, 4);
+		double v = i % 3 == 0 ? (double)x32 : i % 3 == 1 ? ldexp((double)(int64_t)(h >> 11) - 0x1p52, -60 + (int)(h % 40))
+						       : (double)x32 * 0x1p-100;
+		struct mo_ff r;
+		if (!isfinite(v)) {
+			assert_false(mo_ff_from_double(f, v, &r));
+			continue;
+		}
+		if (!mo_ff_from_double(f, v, &r))
+			continue; /* beyond the exponent table */
+		assert_int_equal(r.p, dyadic(v, f->p));
+		assert_int_equal(r.q, dyadic(v, f->q));
+		checked++;
+	}
+	assert_true(checked > 100000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(region_values_are_the_eager_ones),
 		cmocka_unit_test(mugraph_values_are_the_eager_ones),
 		cmocka_unit_test(verdicts_are_the_eager_ones),
+		cmocka_unit_test(from_double_is_the_dyadic_value),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,6 +55,13 @@ __thread cudasim_ctx *cudasim_cur;
  * elsewhere, ucontext. */
 #if defined(__x86_64__) && !defined(CUDASIM_UCONTEXT)
 #define CUDASIM_FAST_SWITCH 1
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(CUDASIM_NO_HANDOFF)
+#if !defined(__has_feature)
+#define CUDASIM_HANDOFF 1
+#elif !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer)
+#define CUDASIM_HANDOFF 1
+#endif
+#endif
 extern "C" void cudasim_switch(void **save_sp, void *new_sp);
 extern "C" void cudasim_fiber_trampoline(void);
 asm(".text\n"
@@ -431,9 +438,27 @@ void put_stack(void *s)
 	stack_pool.push_back(s);
 }
 
+#ifdef CUDASIM_HANDOFF
+/* A waiting (or exiting) fiber hands over to the next runnable thread of
+ * higher index, or to the scheduler, which starts again from thread 0: the
+ * same order as a scheduler pass, one switch instead of two. */
+inline Ctx *next_ctx(Thr *t)
+{
+	Block *b = t->b;
+	for (int i = (int)t->ctx.lin + 1; i < b->n; i++)
+		if (b->th[i].state == RUN)
+			return &b->th[i].uc;
+	return &b->sched;
+}
+#endif
+
 void switch_to_sched(Thr *t)
 {
 	Block *b = t->b;
+#ifdef CUDASIM_HANDOFF
+	ctx_switch(&t->uc, next_ctx(t));
+	(void)b;
+#else
 #ifdef CUDASIM_ASAN
 	void *fake = nullptr;
 	__sanitizer_start_switch_fiber(&fake, b->sched_bottom, b->sched_size);
@@ -444,6 +469,7 @@ void switch_to_sched(Thr *t)
 	ctx_switch(&t->uc, &b->sched);
 #ifdef CUDASIM_ASAN
 	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
 #endif
 	cudasim_cur = &t->ctx;
 }
@@ -477,7 +503,12 @@ void fiber_run(Thr *t)
 	__tsan_switch_to_fiber(b->sched_fiber, 0);
 #endif
 	Ctx dead;
+#ifdef CUDASIM_HANDOFF
+	(void)b;
+	ctx_switch(&dead, next_ctx(t)); /* never resumed */
+#else
 	ctx_switch(&dead, &b->sched); /* never resumed */
+#endif
 	abort();
 }
 
@@ -529,6 +560,12 @@ void run_block_fast(Block *b)
 			if (t.state != RUN)
 				continue;
 			any = true;
+#ifdef CUDASIM_HANDOFF
+			/* the fibers run on from t; control comes back here when none
+			 * of higher index can run: start again from thread 0 */
+			ctx_switch(&b->sched, &t.uc);
+			break;
+#endif
 #ifdef CUDASIM_ASAN
 			void *fake = nullptr;
 			__sanitizer_start_switch_fiber(&fake, t.stack, stack_size);
@@ -582,6 +619,9 @@ void run_block_threads(Block *b)
 }
 
 /* ---- shared memory ------------------------------------------------------ */
+/* past the end of the shared memory: 1 MiB no access (address space only), so
+ * that strided overruns of many threads all fault, and are diagnosed */
+const size_t guard_len = 1 << 20;
 struct Smem {
 	unsigned char *base = nullptr, *map = nullptr, *guard = nullptr;
 	size_t size = 0, map_len = 0;
@@ -600,14 +640,14 @@ Smem smem_alloc(size_t size)
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t r = (size + 127) & ~(size_t)127;
 	size_t body = (r + pg - 1) / pg * pg;
-	s.map_len = body + pg;
+	s.map_len = body + guard_len;
 	void *p = mmap(nullptr, s.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 		       0);
 	if (p == MAP_FAILED)
 		die("out of memory for shared memory");
 	s.map = (unsigned char *)p;
 	s.guard = s.map + body;
-	mprotect(s.guard, pg, PROT_NONE);
+	mprotect(s.guard, guard_len, PROT_NONE);
 	s.base = s.guard - r; /* 128-byte aligned, ending at the guard page (to 128 B) */
 #endif
 	return s;
@@ -623,12 +663,15 @@ void smem_free(Smem &s)
 
 Smem *segv_smem; /* the block running now (one block at a time) */
 const char *segv_kernel;
+std::atomic<int> segv_seen{0};
 void segv_handler(int sig, siginfo_t *si, void *)
 {
+	if (segv_seen.exchange(1)) /* threads mode: one report, from the first */
+		for (;;)
+			pause();
 	Smem *s = segv_smem;
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	unsigned char *a = (unsigned char *)si->si_addr;
-	if (s && s->guard && a >= s->guard && a < s->guard + pg) {
+	if (s && s->guard && a >= s->guard && a < s->guard + guard_len) {
 		char msg[512];
 		int n = snprintf(msg, sizeof msg,
 				 "cudasim: shared-memory access %zu bytes past the end of the "
@@ -648,7 +691,7 @@ void install_segv()
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_sigaction = segv_handler;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
 		sigemptyset(&sa.sa_mask);
 		sigaction(SIGSEGV, &sa, nullptr);
 	});
@@ -1272,6 +1315,15 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 	if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
 		return value >= -1 && value <= 100 ? cudaSuccess : fail(cudaErrorInvalidValue);
 	return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudasim_func_set_attribute(const void *func, enum cudaFuncAttribute attr, int value,
+					int arch)
+{
+	config();
+	if (arch && arch > cfg.dev->major * 100 + cfg.dev->minor * 10)
+		return fail(cudaErrorNoKernelImageForDevice);
+	return cudaFuncSetAttribute(func, attr, value);
 }
 
 int mo_cudasim_set_device(const char *name)

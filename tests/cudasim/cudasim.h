@@ -186,10 +186,14 @@ const char *mo_cudasim_report(void);
 void mo_cudasim_reset(void);
 }
 
+/* The typed form, instantiated in the kernel's TU, knows what it was compiled
+ * for: a function without an image for the device fails as in CUDA. */
+extern "C" cudaError_t cudasim_func_set_attribute(const void *func, enum cudaFuncAttribute attr,
+						  int value, int arch);
 template <class F>
 static inline cudaError_t cudaFuncSetAttribute(F *func, enum cudaFuncAttribute attr, int value)
 {
-	return cudaFuncSetAttribute((const void *)func, attr, value);
+	return cudasim_func_set_attribute((const void *)func, attr, value, CUDASIM_ARCH);
 }
 
 /* ---- launch ---------------------------------------------------------- */

@@ -392,6 +392,10 @@ static void t_arch(void)
 	       cudaGetErrorString(e));
 	CHECK(e == (newer ? cudaErrorNoKernelImageForDevice : cudaSuccess));
 	CHECK_EQ_INT(cnt, newer ? 0 : 1);
+	/* the first API call on such a function fails the same way */
+	e = cudaFuncSetAttribute(k_nop, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024);
+	CHECK(e == (newer ? cudaErrorNoKernelImageForDevice : cudaSuccess));
+	CHECK(cudaGetLastError() == e);
 	if (newer)
 		CHECK(!strcmp(cudaGetErrorString(e),
 			      "no kernel image is available for execution on the device"));
