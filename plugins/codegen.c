@@ -1248,9 +1248,10 @@ static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const ch
 {
 	if (smem > 48 * 1024)
 		P(g, "if (!rc && cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %"
-		  PRIu64 ") != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
-		  "\"%s: kernel %d needs %" PRIu64 " bytes of shared memory per block, the GPU "
-		  "allows %%d\", avail);\nrc = 1;\n}\n", fn, smem, opname, k + 1, smem);
+		  PRIu64 ") != cudaSuccess) {\nsnprintf(err, err_len, "
+		  "\"%s: kernel %d: cannot opt into %" PRIu64 " bytes of shared memory per block "
+		  "(the GPU allows %%d): %%s\", avail, cudaGetErrorString(cudaGetLastError()));\n"
+		  "rc = 1;\n}\n", fn, smem, opname, k + 1, smem);
 	P(g, "if (!rc) MO_LAUNCH(%s, dim3(%d, %d, %d), %d, %" PRIu64 "u, st, a);\n", fn, bg->grid[0],
 	  bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
 }
