@@ -13,6 +13,14 @@ the 99 KB shared-memory devices) and run on the device whose limits apply
 (a100, h100, l4), on random inputs, compared with the CPU kernel (mo_opN.c)
 within the dtype's tolerance (cudasim_build.tolerance).
 
+Against ONNX Runtime: per model, a "simulated plugin" is built from the kept
+sources (mo_ops.c, mo_ort_glue.c with plugins/build.c's flags, each op's .cu
+through cudasim for the job's newest arch, and a shim whose mo_opN_cpu calls
+mo_opN_cuda), loaded with register_custom_ops_library into a session of the
+fused model on the CPU provider, and its outputs compared with ONNX Runtime
+on the original model (fuse_models_test.py's inputs and tolerances); the
+loaded library's cudasim counters must show CUDA launches.
+
 Tiny shapes run whole grids in fast mode; paper shapes whole grids in fast
 mode too, with MO_CUDASIM_SAMPLE blocks in threads mode (a real pthread per
 CUDA thread, so barriers and warp rendezvous are the pthread ones).
@@ -74,6 +82,75 @@ def paths_ran(text, ctr):
     out["online_softmax"] = bool(re.search(r"[=:+] mo_rescale\(", text)) and \
         ctr.get("launches", 0) > 0
     return out
+
+
+def simulated_plugin(src, work, arch, sanitize=None):
+    """A plugin built from the kept sources as plugins/build.c builds it,
+    except that each op's CPU entry runs its CUDA entry through cudasim (a
+    generated shim instead of mo_opN.c): ONNX Runtime's CPU provider then
+    runs the generated CUDA."""
+    d = os.path.join(work, "sim_" + os.path.basename(src) + "_" + str(arch or "none"))
+    os.makedirs(d, exist_ok=True)
+    san = cb.san_flags(sanitize)
+    objs = []
+    shim = ["#include <stddef.h>"]
+    for op in cb.parse_ops(src):
+        cu = os.path.join(src, "mo_op%d.cu" % op.index)
+        objs.append(cb.compile_cu(cu, os.path.join(d, "mo_op%d.cu.o" % op.index), arch,
+                                  sanitize, extra=("-fPIC",)))
+        shim.append("int mo_op{0}_cuda(const void *const *, void *const *, void *, char *, "
+                    "size_t);\nint mo_op{0}_cpu(const void *const *in, void *const *out, "
+                    "char *err, size_t len) {{ return mo_op{0}_cuda(in, out, 0, err, len); }}"
+                    .format(op.index))
+    with open(os.path.join(d, "shim.c"), "w") as f:
+        f.write("\n".join(shim) + "\n")
+    for c in (os.path.join(d, "shim.c"), os.path.join(src, "mo_ops.c"),
+              os.path.join(src, "mo_ort_glue.c")):
+        o = os.path.join(d, os.path.basename(c) + ".o")
+        cb._run([cb.cc(), "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",
+                 "-ffp-contract=off", "-fno-strict-aliasing", "-I", src, "-c", c, "-o", o] + san)
+        objs.append(o)
+    rt = os.path.join(d, "cudasim.o")
+    cb._run([cb.cxx(), "-std=c++17", "-O2", "-fPIC", "-c", cb.RUNTIME, "-o", rt] + san)
+    so = os.path.join(d, "plugin_sim.so")
+    cb._run([cb.cxx(), "-shared", "-Wl,-Bsymbolic", "-o", so] + objs + [rt, "-lpthread", "-lm"]
+            + san)
+    return so
+
+
+ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2}
+
+
+def against_ort(original, fused, plugin):
+    """None when ONNX Runtime with the simulated plugin on the fused model
+    agrees with ONNX Runtime on the original (tests/fuse_models_test.py's
+    inputs and tolerances), else what differs."""
+    import numpy as np
+    import onnx
+    sys.path.insert(0, HERE)
+    import fuse_models_test as fm
+    feeds = fm.random_inputs(onnx.load(original), 7)
+    want = fm.session(original).run(None, feeds)
+    sess = fm.session(fused, plugin)  # kept alive: it holds the library
+    got = sess.run(None, feeds)
+    # the library ONNX Runtime loaded (same path: the same handle) did run
+    # CUDA launches through cudasim
+    import ctypes
+    lib = ctypes.CDLL(plugin)
+    lib.mo_cudasim_report.restype = ctypes.c_char_p
+    rep = lib.mo_cudasim_report().decode()
+    if counters(rep).get("launches", 0) < 1:
+        return "the plugin ran no CUDA launch through cudasim: " + rep
+    del sess
+    for k, (a, b) in enumerate(zip(want, got)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return "output %d: %s%s, expected %s%s" % (k, b.dtype, b.shape, a.dtype, a.shape)
+        big = float(np.max(np.abs(a.astype(np.float64)))) or 1.0
+        err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) / big
+        tol = ORT_TOLERANCE[str(a.dtype)]
+        if not np.isfinite(err) or err > tol:
+            return "output %d: error %.3g of the largest magnitude (tolerance %g)" % (k, err, tol)
+    return None
 
 
 def fuse(cli, model, out_dir):
@@ -146,6 +223,31 @@ def main():
                 log("%s: nothing fused" % mname)
                 continue
             log("%s: fused in %.1f s" % (mname, time.time() - t))
+            # ONNX Runtime on the original vs the fused model whose ops run
+            # the generated CUDA through cudasim (the arch the device of
+            # DEVICE runs without the known sm_90-plan failure: the newest)
+            oarch = archs[-1]
+            t = time.time()
+            try:
+                so = simulated_plugin(src, work, oarch, san)
+                env_dev = os.environ.get("MO_CUDASIM_DEVICE")
+                os.environ["MO_CUDASIM_DEVICE"] = DEVICE[oarch]
+                try:
+                    bad = against_ort(model, os.path.join(work, mname + ".onnx"), so)
+                finally:
+                    if env_dev is None:
+                        os.environ.pop("MO_CUDASIM_DEVICE", None)
+                    else:
+                        os.environ["MO_CUDASIM_DEVICE"] = env_dev
+            except Exception as e:  # noqa: BLE001 (any failure is reported)
+                bad = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1][:300])
+            if bad:
+                failures.append("%s arch=%s in ONNX Runtime vs the original model: %s"
+                                % (mname, oarch, bad))
+            else:
+                log("%s: ONNX Runtime with the plugin's CUDA through cudasim (arch %s, %s) "
+                    "agrees with the original model (%.1f s)"
+                    % (mname, oarch, DEVICE[oarch], time.time() - t))
             for op in cb.parse_ops(src):
                 text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
                 inputs = cb.random_inputs(op, seed=11)
