@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Every generated CUDA kernel of the benchmark suite, run on the CPU under
+the CUDA execution layer (tests/cudasim), against the op's CPU kernel.
+
+Models: section A of BENCHMARKS.md (models/build.py) at tiny shapes in fp32
+and fp16 (qknorm and ntrans: fp16 only, their search is slow), and at
+paper shapes the fp16 gqa (batch 8) and gated_mlp models;
+each fused with `mirage-onnx --keep-sources`. For every fused op and every
+architecture in ARCHS the .cu is compiled as host C++ with that
+__CUDA_ARCH__ (none: the fallback path without cp.async / tensor cores'
+arch guards; 800/900: what the tool builds by default; 860 at paper shapes:
+the 99 KB shared-memory devices) and run on the device whose limits apply
+(a100, h100, l4), on random inputs, compared with the CPU kernel (mo_opN.c)
+within the dtype's tolerance (cudasim_build.tolerance).
+
+Against ONNX Runtime: per model, a "simulated plugin" is built from the kept
+sources (mo_ops.c, mo_ort_glue.c with plugins/build.c's flags, each op's .cu
+through cudasim for the job's newest arch, and a shim whose mo_opN_cpu calls
+mo_opN_cuda), loaded with register_custom_ops_library into a session of the
+fused model on the CPU provider, and its outputs compared with ONNX Runtime
+on the original model (fuse_models_test.py's inputs and tolerances); the
+loaded library's cudasim counters must show CUDA launches.
+
+Tiny shapes run whole grids in fast mode; paper shapes whole grids in fast
+mode too, with MO_CUDASIM_SAMPLE blocks in threads mode (a real pthread per
+CUDA thread, so barriers and warp rendezvous are the pthread ones).
+
+Prints per op x arch what ran (kernels launched, WMMA mma_sync calls,
+staged operands, cp.async copies and double-buffered waits, split-KV,
+online softmax), decided from the layer's counters and the generated text,
+never from model names, and FAILS when any of the five code paths ran
+nowhere (full runs only; --sanitized runs a reduced set).
+
+Expected failures (listed, never silent): kernels planned for sm_90's
+shared memory refused on a100/l4 by an sm_80/sm_86 build ("needs N bytes of
+shared memory ... planned for sm_90"), the known bug of per-architecture
+plans; see EXPECTED_SMEM. Any other failure is a failure.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "cudasim"))
+import cudasim_build as cb  # noqa: E402
+
+SECTION_A = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans"]
+DEVICE = {None: "a100", 750: "t4", 800: "a100", 860: "l4", 900: "h100"}
+PATHS = ["tensor_core", "staged", "cp_async_double_buffer", "split_kv", "online_softmax"]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def counters(report):
+    return {k: int(v) for k, v in re.findall(r"(\S+)=(\d+)", report)}
+
+
+def paths_ran(text, ctr):
+    """Which of the five code paths this run executed: counters of the layer,
+    plus the generated text to tell which code the counters came from."""
+    mma = sum(v for k, v in ctr.items() if k.startswith("wmma_mma"))
+    out = {}
+    out["tensor_core"] = mma > 0
+    # the staging path: the slices are converted into shared memory by the
+    # warp and a __syncwarp ends the staging before load_matrix_sync
+    out["staged"] = mma > 0 and "/* the slices are rewritten next */" in text \
+        and ctr.get("syncwarp", 0) > 0
+    out["cp_async_double_buffer"] = ctr.get("cp_async", 0) > 0 and \
+        ctr.get("wait_prior_in_flight", 0) > 0
+    # split-KV: several kernels passing partials through an intermediate
+    # (global, cudaMallocAsync'd) kernel tensor
+    out["split_kv"] = text.count("__global__") >= 2 and "cudaMallocAsync(" in text and \
+        ctr.get("launches", 0) >= 2
+    # online softmax: mo_rescale called by a kernel (not only its definition)
+    out["online_softmax"] = bool(re.search(r"[=:+] mo_rescale\(", text)) and \
+        ctr.get("launches", 0) > 0
+    return out
+
+
+def simulated_plugin(src, work, arch, sanitize=None):
+    """A plugin built from the kept sources as plugins/build.c builds it,
+    except that each op's CPU entry runs its CUDA entry through cudasim (a
+    generated shim instead of mo_opN.c): ONNX Runtime's CPU provider then
+    runs the generated CUDA."""
+    d = os.path.join(work, "sim_" + os.path.basename(src) + "_" + str(arch or "none"))
+    os.makedirs(d, exist_ok=True)
+    san = cb.san_flags(sanitize)
+    objs = []
+    shim = ["#include <stddef.h>"]
+    for op in cb.parse_ops(src):
+        cu = os.path.join(src, "mo_op%d.cu" % op.index)
+        objs.append(cb.compile_cu(cu, os.path.join(d, "mo_op%d.cu.o" % op.index), arch,
+                                  sanitize, extra=("-fPIC",)))
+        shim.append("int mo_op{0}_cuda(const void *const *, void *const *, void *, char *, "
+                    "size_t);\nint mo_op{0}_cpu(const void *const *in, void *const *out, "
+                    "char *err, size_t len) {{ return mo_op{0}_cuda(in, out, 0, err, len); }}"
+                    .format(op.index))
+    with open(os.path.join(d, "shim.c"), "w") as f:
+        f.write("\n".join(shim) + "\n")
+    for c in (os.path.join(d, "shim.c"), os.path.join(src, "mo_ops.c"),
+              os.path.join(src, "mo_ort_glue.c")):
+        o = os.path.join(d, os.path.basename(c) + ".o")
+        cb._run([cb.cc(), "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",
+                 "-ffp-contract=off", "-fno-strict-aliasing", "-I", src, "-c", c, "-o", o] + san)
+        objs.append(o)
+    rt = os.path.join(d, "cudasim.o")
+    cb._run([cb.cxx(), "-std=c++17", "-O2", "-fPIC", "-c", cb.RUNTIME, "-o", rt] + san)
+    so = os.path.join(d, "plugin_sim.so")
+    cb._run([cb.cxx(), "-shared", "-Wl,-Bsymbolic", "-o", so] + objs + [rt, "-lpthread", "-lm"]
+            + san)
+    return so
+
+
+ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2}
+
+
+def against_ort(original, fused, plugin):
+    """None when ONNX Runtime with the simulated plugin on the fused model
+    agrees with ONNX Runtime on the original (tests/fuse_models_test.py's
+    inputs and tolerances), else what differs."""
+    import numpy as np
+    import onnx
+    sys.path.insert(0, HERE)
+    import fuse_models_test as fm
+    feeds = fm.random_inputs(onnx.load(original), 7)
+    want = fm.session(original).run(None, feeds)
+    sess = fm.session(fused, plugin)  # kept alive: it holds the library
+    got = sess.run(None, feeds)
+    # the library ONNX Runtime loaded (same path: the same handle) did run
+    # CUDA launches through cudasim
+    import ctypes
+    lib = ctypes.CDLL(plugin)
+    lib.mo_cudasim_report.restype = ctypes.c_char_p
+    rep = lib.mo_cudasim_report().decode()
+    if counters(rep).get("launches", 0) < 1:
+        return "the plugin ran no CUDA launch through cudasim: " + rep
+    del sess
+    for k, (a, b) in enumerate(zip(want, got)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return "output %d: %s%s, expected %s%s" % (k, b.dtype, b.shape, a.dtype, a.shape)
+        big = float(np.max(np.abs(a.astype(np.float64)))) or 1.0
+        err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) / big
+        tol = ORT_TOLERANCE[str(a.dtype)]
+        if not np.isfinite(err) or err > tol:
+            return "output %d: error %.3g of the largest magnitude (tolerance %g)" % (k, err, tol)
+    return None
+
+
+def fuse(cli, model, out_dir):
+    name = os.path.basename(model)[:-5]
+    src = os.path.join(out_dir, "src_" + name)
+    p = subprocess.run([cli, model, "-o", os.path.join(out_dir, name + ".onnx"), "-q",
+                        "--keep-sources", src], capture_output=True, text=True)
+    if p.returncode:
+        return None, "fusing failed (exit %d): %s" % (p.returncode, (p.stderr or p.stdout)[-300:])
+    if not os.path.exists(os.path.join(src, "mo_ops.c")):
+        return None, None  # nothing fused
+    return src, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--builder", required=True, help="models/build.py")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--sanitized", action="store_true",
+                    help="the ASan build: tiny fp16 gqa and gated_mlp, sm_80 only, "
+                    "the layer and kernels built with ASan+UBSan")
+    ap.add_argument("--keep", help="work in this folder and keep it")
+    ap.add_argument("--sample", type=int, default=2,
+                    help="blocks in threads mode per launch at paper shapes")
+    ap.add_argument("--only", help="comma list of model names (debugging)")
+    args = ap.parse_args()
+    if not shutil.which(cb.cxx()):
+        print("SKIPPED: no C++ compiler")
+        return 77
+    work = args.keep or tempfile.mkdtemp(prefix="cuda_on_cpu_")
+    os.makedirs(work, exist_ok=True)
+    # a search cache of the run's own: what today's search and generator make
+    os.environ["MIRAGE_ONNX_CACHE"] = os.path.join(work, "cache")
+    failures, xfails, rows = [], [], []
+    seen = {k: [] for k in PATHS}
+    t0 = time.time()
+    try:
+        if args.sanitized:
+            jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in ("gqa", "gated_mlp")]
+            sizes, dtypes, only = "tiny", "fp16", "gqa,gated_mlp"
+        else:
+            # qknorm and ntrans take ~50 s each to fuse: fp16 only
+            jobs = [("%s_tiny_%s" % (m, dt), [None, 800, 900], "tiny")
+                    for dt in ("fp32", "fp16") for m in SECTION_A
+                    if dt == "fp16" or m not in ("qknorm", "ntrans")]
+            jobs += [("gqa_paper_b8_fp16", [800, 860, 900], "paper"),
+                     ("gated_mlp_paper_fp16", [800, 900], "paper")]
+            sizes, dtypes, only = "tiny,paper", "fp32,fp16", ",".join(SECTION_A)
+        p = subprocess.run([args.python, args.builder, "--out", os.path.join(work, "models"),
+                            "--sizes", sizes, "--dtypes", dtypes, "--only", only],
+                           capture_output=True, text=True)
+        if p.returncode:
+            print("FAILED: models/build.py: " + p.stderr[-500:])
+            return 1
+        san = "address" if args.sanitized else None
+        if args.only:
+            jobs = [j for j in jobs if j[0] in args.only.split(",")]
+        for mname, archs, size in jobs:
+            model = os.path.join(work, "models", mname + ".onnx")
+            if not os.path.exists(model):
+                failures.append("%s: models/build.py did not write it" % mname)
+                continue
+            t = time.time()
+            src, err = fuse(args.cli, model, work)
+            if err:
+                failures.append("%s: %s" % (mname, err))
+                continue
+            if src is None:
+                log("%s: nothing fused" % mname)
+                continue
+            log("%s: fused in %.1f s" % (mname, time.time() - t))
+            # ONNX Runtime on the original vs the fused model whose ops run
+            # the generated CUDA through cudasim (the arch the device of
+            # DEVICE runs without the known sm_90-plan failure: the newest)
+            oarch = archs[-1]
+            t = time.time()
+            try:
+                so = simulated_plugin(src, work, oarch, san)
+                env_dev = os.environ.get("MO_CUDASIM_DEVICE")
+                os.environ["MO_CUDASIM_DEVICE"] = DEVICE[oarch]
+                try:
+                    bad = against_ort(model, os.path.join(work, mname + ".onnx"), so)
+                finally:
+                    if env_dev is None:
+                        os.environ.pop("MO_CUDASIM_DEVICE", None)
+                    else:
+                        os.environ["MO_CUDASIM_DEVICE"] = env_dev
+            except Exception as e:  # noqa: BLE001 (any failure is reported)
+                bad = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1][:300])
+            if bad:
+                failures.append("%s arch=%s in ONNX Runtime vs the original model: %s"
+                                % (mname, oarch, bad))
+            else:
+                log("%s: ONNX Runtime with the plugin's CUDA through cudasim (arch %s, %s) "
+                    "agrees with the original model (%.1f s)"
+                    % (mname, oarch, DEVICE[oarch], time.time() - t))
+            for op in cb.parse_ops(src):
+                text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
+                inputs = cb.random_inputs(op, seed=11)
+                ref = None
+                for arch in archs:
+                    tag = "%s %s arch=%s" % (mname, op.name, arch or "none")
+                    try:
+                        exe = cb.build_runner(src, op, os.path.join(work, "b"), arch=arch,
+                                              sanitize=san)
+                    except RuntimeError as e:
+                        failures.append("%s: %s" % (tag, str(e).splitlines()[-1][:300]))
+                        continue
+                    if ref is None:
+                        ref = cb.run_op(exe, op, inputs, "cpu", work)
+                        if ref.rc:
+                            failures.append("%s: the CPU kernel failed: %s"
+                                            % (tag, ref.stderr.strip()[-300:]))
+                            break
+                    env = {"MO_CUDASIM_DEVICE": DEVICE[arch]}
+                    if size == "paper" and not args.sanitized:
+                        env["MO_CUDASIM_SAMPLE"] = str(args.sample)
+                    t = time.time()
+                    got = cb.run_op(exe, op, inputs, "cuda", work, env=env)
+                    dt = time.time() - t
+                    if got.rc:
+                        line = next((ln for ln in got.stderr.splitlines()
+                                     if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: "))),
+                                    got.stderr.strip()[-300:])
+                        if arch in EXPECTED_SMEM_ARCHS and re.search(EXPECTED_SMEM, line):
+                            xfails.append("%s on %s: %s" % (tag, DEVICE[arch], line))
+                        else:
+                            failures.append("%s on %s: exit %d: %s"
+                                            % (tag, DEVICE[arch], got.rc, line))
+                        continue
+                    bad = cb.compare(op, ref.outputs, got.outputs)
+                    if bad:
+                        failures.append("%s on %s: differs from the CPU kernel: %s"
+                                        % (tag, DEVICE[arch], bad))
+                        continue
+                    ctr = counters(got.report)
+                    ran = paths_ran(text, ctr)
+                    for k, v in ran.items():
+                        if v:
+                            seen[k].append(tag)
+                    mma = sum(v for k, v in ctr.items() if k.startswith("wmma_mma"))
+                    rows.append("%-44s %-5s %-4s launches=%-3d mma=%-7d cp.async=%-8d "
+                                "dbuf_waits=%-6d threads_blocks=%-3d %5.1fs  %s" % (
+                                    mname + " " + op.name, str(arch or "none"), DEVICE[arch],
+                                    ctr.get("launches", 0), mma, ctr.get("cp_async", 0),
+                                    ctr.get("wait_prior_in_flight", 0),
+                                    ctr.get("threads_mode_blocks", 0), dt,
+                                    ",".join(k for k in PATHS if ran[k]) or "-"))
+                    log(rows[-1])
+        if not args.sanitized:
+            for k in PATHS:
+                if not seen[k]:
+                    failures.append("the %s path ran in no generated kernel" % k)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    log("\ncode paths exercised (op x arch runs):")
+    for k in PATHS:
+        log("  %-24s %d%s" % (k, len(seen[k]), (": " + seen[k][0]) if seen[k] else ""))
+    for x in xfails:
+        log("EXPECTED FAILURE: " + x)
+    log("%d runs in %.0f s" % (len(rows), time.time() - t0))
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("OK")
+    return 0
+
+
+# The known bug being fixed on h-archplans: the plugin's kernels are planned
+# for one architecture (sm_90's shared memory), so an sm_80/sm_86 build run
+# on an A100/L4 refuses with this one line. Listed as EXPECTED FAILURE, never
+# skipped; any other failure, or this one on another arch, is a failure.
+EXPECTED_SMEM = r"needs \d+ bytes of shared memory per block, more than this GPU allows " \
+    r"\(planned for sm_90"
+EXPECTED_SMEM_ARCHS = (800, 860)
+
+if __name__ == "__main__":
+    sys.exit(main())
