@@ -229,7 +229,7 @@ def main():
             oarch = archs[-1]
             t = time.time()
             try:
-                so = simulated_plugin(src, work, oarch, san)
+                so = simulated_plugin(src, work, oarch)  # no ASan: loaded into python
                 env_dev = os.environ.get("MO_CUDASIM_DEVICE")
                 os.environ["MO_CUDASIM_DEVICE"] = DEVICE[oarch]
                 try:
@@ -268,6 +268,8 @@ def main():
                             break
                     env = {"MO_CUDASIM_DEVICE": DEVICE[arch]}
                     if size == "paper" and not args.sanitized:
+                        # SAMPLE takes effect in threads mode only
+                        env["MO_CUDASIM_MODE"] = "threads"
                         env["MO_CUDASIM_SAMPLE"] = str(args.sample)
                     t = time.time()
                     got = cb.run_op(exe, op, inputs, "cuda", work, env=env)
