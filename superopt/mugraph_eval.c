@@ -7,14 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Copies a tile out of (or, with `store`, into) a kernel tensor: the block's
- * chunk along each imap'd dim, then iteration `it`'s chunk along fmap. */
-static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
-		      const struct mo_tensor *tile, char *tile_vals, const int *map,
-		      const int *grid, const int *block, int fmap, int it, bool store,
-		      uint8_t *mark)
+/* Where a tile starts in its kernel tensor (off, per dim: the block's chunk
+ * along each imap'd dim, iteration `it`'s along fmap) and the tensor's
+ * strides (fs), for move_tile and load_lazy_tile. */
+static void tile_origin(const struct mo_tensor *full, const struct mo_tensor *tile,
+			const int *map, const int *grid, const int *block, int fmap, int it,
+			int64_t *off, int64_t *fs)
 {
-	int64_t off[MO_MAX_RANK] = { 0 }, fs[MO_MAX_RANK];
+	for (int d = 0; d < MO_MAX_RANK; d++)
+		off[d] = 0;
 	for (int g = 0; g < 3; g++)
 		if (map[g] != MO_PHI)
 			off[map[g]] += block[g] * (full->dims[map[g]] / grid[g]);
@@ -25,6 +26,17 @@ static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
 		fs[d] = acc;
 		acc *= full->dims[d];
 	}
+}
+
+/* Copies a tile out of (or, with `store`, into) a kernel tensor: the block's
+ * chunk along each imap'd dim, then iteration `it`'s chunk along fmap. */
+static void move_tile(size_t es, const struct mo_tensor *full, char *full_vals,
+		      const struct mo_tensor *tile, char *tile_vals, const int *map,
+		      const int *grid, const int *block, int fmap, int it, bool store,
+		      uint8_t *mark)
+{
+	int64_t off[MO_MAX_RANK], fs[MO_MAX_RANK];
+	tile_origin(full, tile, map, grid, block, fmap, it, off, fs);
 	int64_t idx[MO_MAX_RANK] = { 0 };
 	uint64_t n = mo_tensor_numel(tile);
 	for (uint64_t i = 0; i < n; i++) {
@@ -52,17 +64,8 @@ static bool load_lazy_tile(const struct ev *e, int ti, const struct mo_tensor *t
 			   int fmap, int it)
 {
 	const struct mo_tensor *full = &e->tp->tensors[ti];
-	int64_t off[MO_MAX_RANK] = { 0 }, fs[MO_MAX_RANK];
-	for (int g = 0; g < 3; g++)
-		if (map[g] != MO_PHI)
-			off[map[g]] += block[g] * (full->dims[map[g]] / grid[g]);
-	if (fmap != MO_PHI)
-		off[fmap] += it * tile->dims[fmap];
-	int64_t acc = 1;
-	for (int d = full->rank - 1; d >= 0; d--) {
-		fs[d] = acc;
-		acc *= full->dims[d];
-	}
+	int64_t off[MO_MAX_RANK], fs[MO_MAX_RANK];
+	tile_origin(full, tile, map, grid, block, fmap, it, off, fs);
 	int last = tile->rank - 1;
 	uint64_t run = last >= 0 ? (uint64_t)tile->dims[last] : 1;
 	uint64_t n = mo_tensor_numel(tile);
