@@ -448,7 +448,7 @@ static int equiv_main(int argc, char **argv)
 		rc = equiv_fail(&d, d.status == MO_ERR_UNSUPPORTED ? 2 : 3);
 		goto out;
 	}
-	static const char *names[] = { "EQUIVALENT", "NOT EQUIVALENT", "INCONCLUSIVE" };
+	static const char *names[] = { "EQUIVALENT", "NOT EQUIVALENT", "INCONCLUSIVE", "UNPROVEN" };
 	printf("%s\n  %s\n", names[rep.verdict], rep.detail);
 	rc = rep.verdict == MO_EQUIVALENT ? 0 : rep.verdict == MO_NOT_EQUIVALENT ? 1 : 2;
 out:

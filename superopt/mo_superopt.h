@@ -91,7 +91,9 @@ void mo_eval_result_free(struct mo_eval_result *r);
 
 /* ---- the verdict ---- */
 
-enum mo_verdict { MO_EQUIVALENT, MO_NOT_EQUIVALENT, MO_INCONCLUSIVE };
+/* MO_UNPROVEN: a candidate that only passed the search's fast check, handed
+ * to a caller that proves what it builds from it (never a final verdict). */
+enum mo_verdict { MO_EQUIVALENT, MO_NOT_EQUIVALENT, MO_INCONCLUSIVE, MO_UNPROVEN };
 
 struct mo_ref_memo;
 

@@ -1722,12 +1722,12 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 		struct mo_equiv_report rep = { .verdict = MO_INCONCLUSIVE };
 		if (!verify) { /* the caller proves what it builds from this */
 			snprintf(rep.detail, sizeof rep.detail, "passed the fast check only");
-			rep.verdict = MO_EQUIVALENT;
+			rep.verdict = MO_UNPROVEN;
 		} else {
 			tried++;
 			st = mo_search_prove(rk.top[i].mg, prog, &o, &rep, &r->stats, d);
 		}
-		if (!st && rep.verdict == MO_EQUIVALENT) {
+		if (!st && rep.verdict == (verify ? MO_EQUIVALENT : MO_UNPROVEN)) {
 			r->best = rk.top[i].mg;
 			rk.top[i].mg = NULL;
 			r->verification = rep;

@@ -90,8 +90,8 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
  * graph-defined kernel for prog; mo_search (kgraph.c) calls it on the whole
  * region and on runs of its ops. With `verify` the best must pass the full
  * verdict (else the next is tried); without, the best that passed the fast
- * check is returned as it is, and the caller must prove whatever it builds
- * from it. */
+ * check is returned as it is, its verdict MO_UNPROVEN, and the caller must
+ * prove whatever it builds from it. */
 enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o,
 				    bool verify, struct mo_search_result *r, struct mo_diag *d);
 void mo_search_stats_add(struct mo_search_stats *to, const struct mo_search_stats *from);

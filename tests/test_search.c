@@ -14,6 +14,7 @@
 
 #include "mo_part.h"
 #include "mo_search.h"
+#include "superopt_int.h"
 
 struct region {
 	struct mo_model *m;
@@ -89,6 +90,27 @@ static char *search(const char *model, int jobs)
 	mo_search_result_free(&res);
 	unload(&r);
 	return json;
+}
+
+/* The block-graph level asked not to verify (the kernel-graph level proves
+ * what it composes) returns a candidate that passed only the fast check: it
+ * must not be labelled EQUIVALENT, which is a proof's verdict. */
+static void unproven_candidate(void **state)
+{
+	(void)state;
+	struct region r = load_region("rmsnorm_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 900;
+	struct mo_search_result res;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_search_one_kernel(r.prog, &o, false, &res, &d))
+		fail_msg("%s", d.msg);
+	if (!res.best)
+		fail_msg("nothing found: %s", res.why);
+	assert_int_equal(res.verification.verdict, MO_UNPROVEN);
+	mo_search_result_free(&res);
+	unload(&r);
 }
 
 static void rmsnorm_matmul(void **state)
@@ -435,6 +457,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cost_model),
 		cmocka_unit_test(rmsnorm_matmul),
+		cmocka_unit_test(unproven_candidate),
 		cmocka_unit_test(gated_mlp),
 		cmocka_unit_test(lora),
 		cmocka_unit_test(attention),
