@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Exports small whole transformer models, the way users export theirs, into
+tests/data/whole/.
+
+Five architectures (Llama with grouped-query attention, Qwen2, Phi-3 with
+its fused QKV and gate/up projections, GPT-2, BERT), two layers, hidden size
+64, random weights from a config (no download), each written by three
+exporters:
+
+- "dynamo": torch.onnx.export(..., dynamo=True), the torch.export-based one;
+- "ts": torch.onnx.export(..., dynamo=False), the TorchScript one;
+- "optimum": Hugging Face Optimum's exporter (optimum.exporters.onnx), the
+  one most deployment pipelines call, from the same weights saved locally.
+
+Inputs are token ids and an attention mask with symbolic batch and sequence
+dimensions; the decoders return logits without a KV cache. The .onnx files
+are committed, so the tests need neither PyTorch nor network. Made with
+torch 2.15, onnxscript 0.7.2 and onnx 1.23.2; transformers 5.23 for the torch
+exporters (4.57's mask functions do not trace in TorchScript) and 4.57.6 for
+Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
+< 4.58). To make them again:
+
+    python3 -m venv /work/tv
+    /work/tv/bin/pip install torch onnx onnxscript optimum-onnx     # transformers 4.57
+    /work/tv/bin/pip install --target /work/t5 transformers==5.23.0
+    PYTHONPATH=/work/t5 /work/tv/bin/python models/export_whole.py --out tests/data/whole \
+        --exporters dynamo,ts
+    /work/tv/bin/python models/export_whole.py --out tests/data/whole --exporters optimum
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+import torch
+import transformers
+
+HIDDEN, INTER, LAYERS, HEADS, VOCAB, POSITIONS = 64, 128, 2, 4, 128, 64
+BATCH, SEQ = 2, 8  # the example inputs the exporters trace with
+
+
+def configs():
+    ids = dict(bos_token_id=1, eos_token_id=2)
+    common = dict(hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=LAYERS,
+                  num_attention_heads=HEADS, vocab_size=VOCAB,
+                  max_position_embeddings=POSITIONS)
+    return {
+        "llama": (transformers.LlamaConfig(num_key_value_heads=2, head_dim=HIDDEN // HEADS,
+                                           **ids, **common), "text-generation"),
+        "qwen2": (transformers.Qwen2Config(num_key_value_heads=2, **ids, **common),
+                  "text-generation"),
+        "phi3": (transformers.Phi3Config(num_key_value_heads=HEADS, pad_token_id=0,
+                                         **ids, **common), "text-generation"),
+        "gpt2": (transformers.GPT2Config(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
+                                         n_head=HEADS, vocab_size=VOCAB,
+                                         n_positions=POSITIONS, **ids), "text-generation"),
+        "bert": (transformers.BertConfig(**common),
+                 "feature-extraction"),
+    }
+
+
+def make_model(arch, config, task):
+    torch.manual_seed(0)
+    config.use_cache = False
+    config._attn_implementation = "eager"
+    if task == "text-generation":
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:
+        model = transformers.AutoModel.from_config(config)
+    return model.eval()
+
+
+class Wrapper(torch.nn.Module):
+    """Token ids and mask in, one tensor out (logits or the last hidden
+    state), so both torch exporters see a plain function of two tensors."""
+
+    def __init__(self, model, task):
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, input_ids, attention_mask):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return out.logits if self.task == "text-generation" else out.last_hidden_state
+
+
+def example_inputs():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return ids, torch.ones(BATCH, SEQ, dtype=torch.int64)
+
+
+def export_torch(model, task, path, dynamo):
+    w = Wrapper(model, task).eval()
+    args = example_inputs()
+    out_name = "logits" if task == "text-generation" else "last_hidden_state"
+    kw = dict(input_names=["input_ids", "attention_mask"], output_names=[out_name])
+    if dynamo:
+        batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", max=POSITIONS)
+        kw["dynamic_shapes"] = {"input_ids": {0: batch, 1: seq},
+                                "attention_mask": {0: batch, 1: seq}}
+        kw["opset_version"] = 18
+    else:
+        axes = {0: "batch", 1: "sequence"}
+        kw["dynamic_axes"] = {"input_ids": axes, "attention_mask": axes,
+                              out_name: axes}
+        kw["opset_version"] = 17
+    with torch.no_grad():
+        torch.onnx.export(w, args, path, dynamo=dynamo, external_data=False, **kw)
+
+
+def export_optimum(model, task, path):
+    from optimum.exporters.onnx import main_export
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
+        model.save_pretrained(src)
+        main_export(src, output=dst, task=task, no_post_process=True, do_validation=False,
+                    device="cpu")
+        shutil.copyfile(os.path.join(dst, "model.onnx"), path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for the .onnx files")
+    ap.add_argument("--only", default="", help="comma-separated architectures")
+    ap.add_argument("--exporters", default="dynamo,ts,optimum")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    warnings.filterwarnings("ignore")
+    for arch, (config, task) in configs().items():
+        if a.only and arch not in a.only.split(","):
+            continue
+        for exporter in a.exporters.split(","):
+            model = make_model(arch, config, task)
+            path = os.path.join(a.out, f"{arch}_{exporter}.onnx")
+            try:
+                if exporter == "optimum":
+                    export_optimum(model, task, path)
+                else:
+                    export_torch(model, task, path, dynamo=exporter == "dynamo")
+            except Exception as e:  # one architecture's failure is reported, not fatal
+                print(f"{arch} {exporter}: FAILED: {type(e).__name__}: {e}".splitlines()[0],
+                      file=sys.stderr)
+                continue
+            print(f"{path}: {os.path.getsize(path) // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()
