@@ -70,6 +70,11 @@ static const char bench_usage[] =
 	"  --threads N     ONNX Runtime's intra-op threads, 0 to 256 (default 0: its\n"
 	"                  own choice)\n"
 	"  --seed N        seed of the random inputs, 0 to 4294967295 (default 0)\n"
+	"  --dim NAME=N    the size of symbolic dimension NAME, 1 to 2147483648 (as\n"
+	"                  when fusing; repeatable). Default: the shapes FUSED was\n"
+	"                  made for (its mirage.input_shapes), else 1. Token-id\n"
+	"                  inputs get ids within their embedding's rows, masks ones,\n"
+	"                  position ids 0..n-1, token types 0\n"
 	"  --tolerance X   exit 1 when the largest error, relative to the largest\n"
 	"                  output magnitude, is over X (0 to 1e9)\n"
 	"  -h, --help      print this help\n"
@@ -80,10 +85,13 @@ static const char bench_usage[] =
 	"outputs differ, or the error is over --tolerance; 2 for a bad flag or value;\n"
 	"3 when out of memory or on an internal error.\n";
 
-int cli_bench(int argc, char **argv)
+static const char prog[] = "mirage-onnx bench";
+
+/* dims: room for every --dim given (argc entries) */
+static int bench(int argc, char **argv, const char **dims)
 {
-	static const char prog[] = "mirage-onnx bench";
-	enum { OPT_RUNS = 256, OPT_WARMUP, OPT_THREADS, OPT_SEED, OPT_TOLERANCE, OPT_PROVIDER };
+	enum { OPT_RUNS = 256, OPT_WARMUP, OPT_THREADS, OPT_SEED, OPT_TOLERANCE, OPT_PROVIDER,
+	       OPT_DIM };
 	static const struct option longopts[] = {
 		{ "runs", required_argument, NULL, OPT_RUNS },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
@@ -91,6 +99,7 @@ int cli_bench(int argc, char **argv)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
+		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -103,7 +112,7 @@ int cli_bench(int argc, char **argv)
 		{ "--tolerance", 0, 1e9, false },
 	};
 	const char *given[6] = { NULL }; /* each flag's value, checked */
-	int c;
+	int n_dims = 0, c; /* dims[0..n_dims): each --dim, checked */
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -117,6 +126,17 @@ int cli_bench(int argc, char **argv)
 				return cli_num_flag_error(prog, &nums[c - OPT_RUNS], optarg, 2);
 			given[c - OPT_RUNS] = optarg;
 			break;
+		case OPT_DIM: {
+			const char *eq = strchr(optarg, '=');
+			static const struct cli_num_flag size = { "--dim", 1, 2147483648.0, true };
+			if (!eq || eq == optarg || !cli_parse_num(eq + 1, &size, &v)) {
+				fprintf(stderr, "%s: --dim needs NAME=N with N from 1 to 2147483648, "
+					"not '%s'\n", prog, optarg);
+				return 2;
+			}
+			dims[n_dims++] = optarg;
+			break;
+		}
 		case OPT_PROVIDER:
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
 				fprintf(stderr, "%s: --provider is cpu or cuda, not '%s'\n", prog, optarg);
@@ -156,7 +176,11 @@ int cli_bench(int argc, char **argv)
 	if (!py || !*py)
 		py = "python3";
 	/* the script is text with a terminating NUL (embed.cmake adds one) */
-	char *args[3 + 2 * 6 + 4];
+	char **args = calloc((size_t)(3 + 2 * 6 + 2 * n_dims + 4), sizeof *args);
+	if (!args) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		return 3;
+	}
 	int n = 0;
 	args[n++] = (char *)py;
 	args[n++] = "-c";
@@ -168,6 +192,10 @@ int cli_bench(int argc, char **argv)
 			args[n++] = (char *)flags[k];
 			args[n++] = (char *)given[k];
 		}
+	for (int k = 0; k < n_dims; k++) {
+		args[n++] = "--dim";
+		args[n++] = (char *)dims[k];
+	}
 	args[n++] = "--"; /* a model named like a flag stays a model */
 	args[n++] = argv[optind];
 	args[n++] = argv[optind + 1];
@@ -176,5 +204,18 @@ int cli_bench(int argc, char **argv)
 	execvp(py, args);
 	fprintf(stderr, "%s: cannot run %s: %s (set MIRAGE_ONNX_PYTHON to a Python with "
 		"onnxruntime)\n", prog, py, strerror(errno));
+	free(args);
 	return 1;
+}
+
+int cli_bench(int argc, char **argv)
+{
+	const char **dims = calloc((size_t)argc, sizeof *dims);
+	if (!dims) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		return 3;
+	}
+	int rc = bench(argc, argv, dims);
+	free(dims);
+	return rc;
 }

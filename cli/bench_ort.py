@@ -6,6 +6,7 @@
 # stderr, "mirage-onnx bench: CAUSE", and the README's exit code: 1 for a
 # model that cannot be loaded or run, 2 for usage, 3 out of memory or a bug.
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -185,6 +186,115 @@ def time_cuda_kernels(plugin, cudart, runs, warmup, rng, np):
     return rows
 
 
+def input_shape(i, dims, made_for):
+    """An input's shape to feed: its static dims; a symbolic one from --dim,
+    else from the shape the fused model was made for, else 1."""
+    made = made_for.get(i.name)
+    if not (isinstance(made, list) and len(made) == len(i.shape)):
+        made = None
+    shape = []
+    for k, d in enumerate(i.shape):
+        if isinstance(d, int) and d > 0:
+            shape.append(d)
+        elif isinstance(d, str) and d in dims:
+            shape.append(dims[d])
+        elif made is not None and isinstance(made[k], int) and made[k] > 0:
+            shape.append(made[k])
+        else:
+            shape.append(1)
+    return shape
+
+
+def integer_input(model, name, shape, dt, rng, np):
+    """Valid values for an integer input, as a tokenizer would give them:
+    ids within the rows of the table the input indexes (a Gather reached
+    through Reshape, Cast, ...), masks of ones, positions 0..n-1, zeros
+    otherwise (token types)."""
+    low = name.lower()
+    if "mask" in low:
+        return np.ones(shape, dt)
+    if "position" in low and shape:
+        return np.broadcast_to(np.arange(shape[-1]), shape).astype(dt)
+    tables = {t.name: t.dims for t in model.graph.initializer}
+    frontier, seen = [name], set()
+    while frontier:
+        cur = frontier.pop(0)
+        for k, n in enumerate(model.graph.node):
+            if cur not in n.input or k in seen:
+                continue
+            seen.add(k)
+            if n.op_type == "Gather" and list(n.input).index(cur) == 1 and n.input[0] in tables:
+                rows = int(tables[n.input[0]][0])
+                return rng.integers(0, rows, shape).astype(dt) if rows > 1 else np.zeros(shape, dt)
+            if n.op_type not in ("Gather", "GatherElements", "GatherND"):
+                frontier += list(n.output)
+    return np.zeros(shape, dt)
+
+
+def node_names(graph):
+    """The names mirage-onnx gives main-graph nodes: the node's own when it
+    is unique, else the name (or op type) and its index."""
+    count = {}
+    for n in graph.node:
+        if n.name:
+            count[n.name] = count.get(n.name, 0) + 1
+    return [n.name if n.name and count[n.name] == 1 else f"{n.name or n.op_type}_{k}"
+            for k, n in enumerate(graph.node)]
+
+
+def coverage(model, manifest, shapes, onnx, np):
+    """The share of the original's nodes, and of its MatMul/Gemm FLOPs at the
+    shapes fed, inside fused regions (from the manifest)."""
+    try:
+        with open(manifest) as f:
+            regions = json.load(f).get("regions", [])
+    except (OSError, ValueError) as e:
+        print(f"{manifest}: cannot read the manifest ({first_line(e)}): no coverage",
+              file=sys.stderr)
+        return
+    inside = {n for r in regions if r.get("fused") for n in r.get("nodes", [])}
+    names = node_names(model.graph)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i in m.graph.input:
+        if i.name in shapes:
+            for d, n in zip(i.type.tensor_type.shape.dim, shapes[i.name]):
+                d.Clear()
+                d.dim_value = n
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:
+        pass  # FLOPs of unknown shapes are counted as unknown below
+    known = {}
+    for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        dd = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dd):
+            known[v.name] = [d.dim_value for d in dd]
+    for t in m.graph.initializer:
+        known[t.name] = list(t.dims)
+    flops_in = flops_all = 0
+    unknown = 0
+    for nm, n in zip(names, model.graph.node):
+        if n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
+            continue
+        a_shape, out = known.get(n.input[0]), known.get(n.output[0])
+        if not a_shape or out is None:
+            unknown += 1
+            continue
+        k = a_shape[-2] if n.op_type == "Gemm" and any(
+            at.name == "transA" and at.i for at in n.attribute) else a_shape[-1]
+        fl = 2 * int(np.prod(out, dtype=np.float64)) * k
+        flops_all += fl
+        flops_in += fl if nm in inside else 0
+    n_in = sum(1 for nm in names if nm in inside)
+    print(f"fused regions hold {n_in} of {len(names)} nodes "
+          f"({100.0 * n_in / max(len(names), 1):.0f}%)", end="")
+    if flops_all:
+        print(f" and {flops_in / 1e6:.3g} of {flops_all / 1e6:.3g} MFLOP of MatMuls "
+              f"({100.0 * flops_in / flops_all:.0f}%)", end="")
+    print(f"{f'; {unknown} MatMuls of unknown shape' if unknown else ''}")
+
+
 def main():
     ap = Parser(prog=PROG, add_help=False)
     ap.add_argument("model")
@@ -195,7 +305,12 @@ def main():
     ap.add_argument("--seed", type=bounded(int, 0, 2**32 - 1, "--seed"), default=0)
     ap.add_argument("--threads", type=bounded(int, 0, 256, "--threads"), default=0)
     ap.add_argument("--tolerance", type=bounded(float, 0, 1e9, "--tolerance"), default=None)
+    ap.add_argument("--dim", action="append", default=[])
     a = ap.parse_args()
+    dims = {}
+    for d in a.dim:  # checked by the binary: NAME=N
+        name, _, n = d.rpartition("=")
+        dims[name] = int(n)
     try:
         import numpy as np
         import onnx
@@ -223,7 +338,7 @@ def main():
 
     def session(path, plugin):
         so = ort.SessionOptions()
-        so.log_severity_level = 3
+        so.log_severity_level = 4  # its errors reach the user as our one line
         if a.threads:
             so.intra_op_num_threads = a.threads
         try:
@@ -246,7 +361,13 @@ def main():
         raise
     except Exception as e:
         raise Failure(f"{a.fused}: not an ONNX model ({first_line(e)})")
-    name = {p.key: p.value for p in fused.metadata_props}.get("mirage.plugin")
+    meta = {p.key: p.value for p in fused.metadata_props}
+    name = meta.get("mirage.plugin")
+    made_for = {}
+    try:
+        made_for = json.loads(meta.get("mirage.input_shapes", "{}"))
+    except ValueError:
+        print(f"{a.fused}: mirage.input_shapes is not JSON; ignored", file=sys.stderr)
     del fused
     plugin = os.path.join(os.path.dirname(os.path.abspath(a.fused)), name) if name else None
     if plugin and not os.path.exists(plugin):
@@ -287,16 +408,19 @@ def main():
     np_of = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
              "tensor(double)": np.float64, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    original = onnx.load(a.model, load_external_data=False)
     rng = np.random.default_rng(a.seed)
     feeds = {}
     for i in s0.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+        shape = input_shape(i, dims, made_for)
         dt = np_of.get(i.type)
         if dt is None:
             raise Failure(f"input {i.name} has type {i.type}, which bench cannot make random "
                           "values for")
         feeds[i.name] = (rng.standard_normal(shape).astype(dt)
-                         if np.issubdtype(dt, np.floating) else np.zeros(shape, dt))
+                         if np.issubdtype(dt, np.floating) else
+                         integer_input(original, i.name, shape, dt, rng, np))
+    print("inputs: " + ", ".join(f"{n} {list(v.shape)}" for n, v in feeds.items()))
 
     def run(s, path):
         try:
@@ -339,6 +463,10 @@ def main():
     print(f"  fused    {m1:10.3f} ms   ({m0 / m1:.2f}x)" if m1 > 0 else
           f"  fused    {m1:10.3f} ms")
     print(f"largest error: {worst:.3g} of the largest output magnitude")
+    manifest = meta.get("mirage.manifest")
+    if manifest:
+        coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),
+                 {n: list(v.shape) for n, v in feeds.items()}, onnx, np)
     if a.tolerance is not None and not worst <= a.tolerance:
         raise Failure(f"the largest error {worst:.3g} is over the tolerance {a.tolerance:g}")
 

@@ -237,6 +237,38 @@ static void write_variants(FILE *f, const struct region_state *s, const struct c
 }
 
 /* The manifest into f; false on a write error (fsynced, not closed). */
+/* The graph inputs' shapes as imported (symbolic dims bound by --dim,
+ * --input-shape applied), as the JSON object mirage.input_shapes records;
+ * inputs of unknown shape are left out. NULL when out of memory. */
+static char *input_shapes_json(const struct mo_tp *tp)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fputc('{', f);
+	bool first = true;
+	for (int i = 0; i < tp->n_inputs; i++) {
+		const struct mo_tensor *t = &tp->tensors[tp->inputs[i]];
+		if (!t->shape_known)
+			continue;
+		fputs(first ? "" : ", ", f);
+		first = false;
+		mo_json_string(f, t->name);
+		fputs(": [", f);
+		for (int k = 0; k < t->rank; k++)
+			fprintf(f, "%s%lld", k ? ", " : "", (long long)t->dims[k]);
+		fputc(']', f);
+	}
+	fputc('}', f);
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
 			   const struct region_state *rs, const struct cli_fuse_args *a)
@@ -662,10 +694,18 @@ static int write_set(struct mo_model *m, const struct cli_fuse_args *a, const st
 	if (fd < 0)
 		goto undo;
 	close(fd);
+	char *shapes = input_shapes_json(tp);
+	if (!shapes) {
+		mo_diag_set(d, MO_ERR_NOMEM, "out of memory");
+		rc = 3;
+		goto undo;
+	}
 	struct mo_export_options eo = { .domain = domain, .plugin_file = base_name(so),
-					.manifest_file = base_name(manifest), .build_id = fs->id };
+					.manifest_file = base_name(manifest), .build_id = fs->id,
+					.input_shapes = shapes };
 	enum mo_status st = fused ? mo_export(m, fs->fn, fs->nf, &eo, model_tmp, d)
 				  : mo_onnx_save(m, model_tmp, d);
+	free(shapes);
 	if (!st && fault("model"))
 		st = mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", model_tmp, strerror(errno));
 	if (st) {

@@ -20,7 +20,7 @@
 #include <string.h>
 
 /* metadata_props the export sets: plugin, manifest, build id */
-#define N_META 3
+#define N_META 4
 
 /* ---- small growable containers (freed by the call, not the arena, since
  * the arena cannot grow an allocation in place) ---- */
@@ -805,8 +805,10 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 
 	/* each entry given replaces the old value in place; repeats of its key
 	 * would contradict it, so they go */
-	static const char *const keys[N_META] = { "mirage.plugin", "mirage.manifest", "mirage.build" };
-	const char *values[N_META] = { x->o->plugin_file, x->o->manifest_file, x->o->build_id };
+	static const char *const keys[N_META] = { "mirage.plugin", "mirage.manifest", "mirage.build",
+						   "mirage.input_shapes" };
+	const char *values[N_META] = { x->o->plugin_file, x->o->manifest_file, x->o->build_id,
+				       x->o->input_shapes };
 	Onnx__StringStringEntryProto *entry[N_META] = { 0 };
 	bool placed[N_META] = { 0 };
 	for (int k = 0; k < N_META; k++) {

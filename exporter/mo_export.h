@@ -49,6 +49,11 @@ struct mo_export_options {
 	const char *plugin_file;   /* the plugin's file name */
 	const char *manifest_file; /* the manifest's file name */
 	const char *build_id;      /* the plugin's build id */
+	/* under mirage.input_shapes: the shapes the fused ops were made for, a
+	 * JSON object of graph input name to dims ({"ids": [2, 8]}), so that a
+	 * runner (mirage-onnx bench) can feed them when the inputs' own dims are
+	 * symbolic */
+	const char *input_shapes;
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

@@ -61,6 +61,8 @@ BENCH_FLAGS = [
     ("--seed", ["-1", "4294967296", "x", ""], "0 to 4294967295"),
     ("--tolerance", ["-1", "nan", "x", "1e10"], "0 to 1000000000"),
     ("--provider", ["gpu", ""], "cpu or cuda"),
+    ("--dim", ["batch", "=2", "batch=0", "batch=-1", "batch=x", "batch=2147483649", ""],
+     "1 to 2147483648"),
 ]
 
 

@@ -12,7 +12,9 @@ Per model, with every symbolic dimension bound by --dim:
 - `mirage-onnx MODEL -o OUT` (a short search, CPU kernels) exits 0, and the
   fused model in ONNX Runtime with its plugin matches the original on valid
   inputs (token ids within the vocabulary, masks of ones, positions
-  0..n-1, token types 0) at the bound shapes: never a wrong model.
+  0..n-1, token types 0) at the bound shapes: never a wrong model;
+- `mirage-onnx bench MODEL OUT` runs them at those shapes with no flag (the
+  fused model records them) and feeds valid ids.
 
 CTest fuses one model per architecture, each exporter twice or more
 (--all: every model; --sanitized: one). Prints one line per model.
@@ -127,6 +129,14 @@ def check(cli, path, out_dir, budget):
         tol = 1e-4 + 1e-4 * float(np.max(np.abs(a)))
         if not err <= tol:
             raise AssertionError(f"output {k}: max error {err:.3g} over {tol:.3g}")
+    # bench feeds the shapes the fused model was made for (its metadata) and
+    # valid token ids, and reports how much of the model the regions hold
+    env = dict(os.environ, MIRAGE_ONNX_PYTHON=sys.executable)
+    b = subprocess.run([cli, "bench", path, out, "--runs", "1", "--warmup", "0"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    shown = ", ".join(f"{n} {list(v.shape)}" for n, v in x.items())
+    if b.returncode or f"inputs: {shown}" not in b.stdout or "fused regions hold" not in b.stdout:
+        raise AssertionError(f"bench exit {b.returncode}: {(b.stderr or b.stdout).strip()[-300:]}")
     return (f"{len(model.graph.node)} nodes, {inside} in {n_regions} regions "
             f"({100.0 * inside / len(model.graph.node):.0f}%); "
             f"{summary[0].split('(', 1)[-1].rstrip(')') if summary else '?'}; matches ORT")
