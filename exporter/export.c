@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* metadata_props the export sets: plugin, manifest, build id */
@@ -669,6 +670,10 @@ struct lists {
 	Onnx__OperatorSetIdProto **opset_import;
 	size_t n_metadata_props;
 	Onnx__StringStringEntryProto **metadata_props;
+	size_t n_functions;
+	Onnx__FunctionProto **functions;
+	protobuf_c_boolean has_ir_version;
+	int64_t ir_version;
 };
 
 static struct lists get_lists(const Onnx__ModelProto *p)
@@ -682,6 +687,8 @@ static struct lists get_lists(const Onnx__ModelProto *p)
 		g->n_value_info, g->value_info,
 		p->n_opset_import, p->opset_import,
 		p->n_metadata_props, p->metadata_props,
+		p->n_functions, p->functions,
+		p->has_ir_version, p->ir_version,
 	};
 }
 
@@ -702,6 +709,10 @@ static void set_lists(Onnx__ModelProto *p, const struct lists *l)
 	p->opset_import = l->opset_import;
 	p->n_metadata_props = l->n_metadata_props;
 	p->metadata_props = l->metadata_props;
+	p->n_functions = l->n_functions;
+	p->functions = l->functions;
+	p->has_ir_version = l->has_ir_version;
+	p->ir_version = l->ir_version;
 }
 
 static char **arena_strv(struct mo_arena *a, const char *const *v, int n)
@@ -727,6 +738,195 @@ static Onnx__NodeProto *fused_proto(struct ex *x, const struct mo_fused_node *f)
 	n->n_output = (size_t)f->n_outputs;
 	n->output = arena_strv(a, f->outputs, f->n_outputs);
 	return a->failed ? NULL : n;
+}
+
+/* ---- each fused op as a model-local function ----
+ *
+ * The function of a fused op type is the region its first fused node
+ * replaces, as it was: its nodes in their loaded order, after a Constant for
+ * every value they read that is neither an input of the fused node nor made
+ * inside (an initializer, or the output of a Constant node outside). Formal
+ * inputs and outputs are the fused node's, so every node of that op type
+ * calls it with its own tensors. ONNX Runtime runs the body when no
+ * registered kernel claims the op (no plugin) and the plugin's kernel when
+ * one does; checkers and shape inference see through it. NULL without an
+ * error where the body cannot be written (an initializer it reads lives in
+ * external data or is sparse, a value comes from somewhere unexpected): the
+ * op is then plugin-only, as before. */
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+static const Onnx__TensorProto *initializer_named(const struct ex *x, int id)
+{
+	for (size_t i = 0; i < x->g->n_initializer; i++)
+		if (x->init_id[i] == id)
+			return x->g->initializer[i];
+	return NULL;
+}
+
+static Onnx__NodeProto *constant_node(struct ex *x, const Onnx__TensorProto *t, const char *name)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__NodeProto *n = mo_arena_alloc(a, sizeof *n);
+	Onnx__AttributeProto *at = mo_arena_alloc(a, sizeof *at);
+	Onnx__AttributeProto **ats = mo_arena_array(a, 1, sizeof *ats);
+	char **out = mo_arena_array(a, 1, sizeof *out);
+	if (a->failed)
+		return NULL;
+	onnx__node_proto__init(n);
+	onnx__attribute_proto__init(at);
+	at->name = mo_arena_strdup(a, "value");
+	at->has_type = 1;
+	at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+	at->t = (Onnx__TensorProto *)t;
+	ats[0] = at;
+	out[0] = mo_arena_strdup(a, name);
+	n->op_type = mo_arena_strdup(a, "Constant");
+	n->n_attribute = 1;
+	n->attribute = ats;
+	n->n_output = 1;
+	n->output = out;
+	return a->failed ? NULL : n;
+}
+
+static bool is_formal_input(const struct mo_fused_node *f, const char *name)
+{
+	for (int i = 0; i < f->n_inputs; i++)
+		if (strcmp(f->inputs[i], name) == 0)
+			return true;
+	return false;
+}
+
+static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
+				  Onnx__FunctionProto **out)
+{
+	struct mo_arena *a = &x->arena;
+	const Onnx__GraphProto *g = x->g;
+	*out = NULL;
+	int *nodes = mo_arena_array(a, (size_t)f->n_nodes, sizeof *nodes);
+	bool *made = mo_arena_array(a, (size_t)x->n_names, sizeof *made);
+	bool *have = mo_arena_array(a, (size_t)x->n_names, sizeof *have);
+	/* at most one Constant per value read */
+	size_t n_reads = 0;
+	for (int k = 0; f->n_nodes > 0 && k < f->n_nodes; k++)
+		n_reads += g->node[f->nodes[k]]->n_input;
+	Onnx__NodeProto **body = mo_arena_array(a, n_reads + (size_t)f->n_nodes + 1, sizeof *body);
+	if (a->failed)
+		return nomem(x);
+	memcpy(nodes, f->nodes, (size_t)f->n_nodes * sizeof *nodes);
+	qsort(nodes, (size_t)f->n_nodes, sizeof *nodes, cmp_int);
+	for (int k = 0; k < f->n_nodes; k++) {
+		const Onnx__NodeProto *n = g->node[nodes[k]];
+		if (n->n_attribute)
+			for (size_t i = 0; i < n->n_attribute; i++)
+				if (n->attribute[i]->g || n->attribute[i]->n_graphs)
+					return MO_OK; /* a subgraph's outer reads: not here */
+		for (size_t i = 0; i < n->n_output; i++)
+			if (named(n->output[i])) {
+				const int *id = mo_strmap_get(&x->ids, n->output[i]);
+				if (id)
+					made[*id] = true;
+			}
+	}
+	size_t nb = 0;
+	for (int k = 0; k < f->n_nodes; k++) {
+		const Onnx__NodeProto *n = g->node[nodes[k]];
+		for (size_t i = 0; i < n->n_input; i++) {
+			if (!named(n->input[i]) || is_formal_input(f, n->input[i]))
+				continue;
+			const int *idp = mo_strmap_get(&x->ids, n->input[i]);
+			if (!idp)
+				return MO_OK;
+			int id = *idp;
+			if (made[id] || have[id])
+				continue;
+			const Onnx__TensorProto *t = initializer_named(x, id);
+			int v = x->producer_before[id];
+			Onnx__NodeProto *c = NULL;
+			if (t) {
+				if (t->has_data_location &&
+				    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+					return MO_OK;
+				if (!(c = constant_node(x, t, n->input[i])))
+					return nomem(x);
+			} else if (v >= 0 && v < x->n_orig && strcmp(g->node[v]->op_type, "Constant") == 0 &&
+				   !(g->node[v]->domain && *g->node[v]->domain)) {
+				c = g->node[v];
+			} else {
+				return MO_OK;
+			}
+			have[id] = true;
+			body[nb++] = c;
+		}
+	}
+	for (int k = 0; k < f->n_nodes; k++)
+		body[nb++] = g->node[nodes[k]];
+
+	Onnx__FunctionProto *fn = mo_arena_alloc(a, sizeof *fn);
+	Onnx__OperatorSetIdProto **ops = mo_arena_array(a, x->p->n_opset_import, sizeof *ops);
+	char **in = mo_arena_array(a, (size_t)f->n_inputs, sizeof *in);
+	if (a->failed)
+		return nomem(x);
+	onnx__function_proto__init(fn);
+	fn->name = mo_arena_strdup(a, f->op_type);
+	fn->domain = mo_arena_strdup(a, x->o->domain);
+	/* an omitted optional input still needs a formal name: one no body node reads */
+	for (int i = 0; i < f->n_inputs; i++)
+		in[i] = named(f->inputs[i]) ? mo_arena_strdup(a, f->inputs[i])
+					    : mo_arena_printf(a, "mirage_omitted_input_%d", i);
+	fn->n_input = (size_t)f->n_inputs;
+	fn->input = in;
+	fn->n_output = (size_t)f->n_outputs;
+	fn->output = arena_strv(a, f->outputs, f->n_outputs);
+	fn->n_node = nb;
+	fn->node = body;
+	for (size_t i = 0; i < x->p->n_opset_import; i++) {
+		const char *dom = x->p->opset_import[i]->domain;
+		if (strcmp(dom ? dom : "", x->o->domain) != 0)
+			ops[fn->n_opset_import++] = x->p->opset_import[i];
+	}
+	fn->opset_import = ops;
+	if (a->failed)
+		return nomem(x);
+	*out = fn;
+	return MO_OK;
+}
+
+/* The model's functions, then one per fused op type that can have one. */
+static enum mo_status functions(struct ex *x, struct lists *l)
+{
+	struct mo_arena *a = &x->arena;
+	const Onnx__ModelProto *p = x->p;
+	l->functions = mo_arena_array(a, p->n_functions + (size_t)x->n_fused + 1,
+				      sizeof *l->functions);
+	if (a->failed)
+		return nomem(x);
+	for (size_t i = 0; i < p->n_functions; i++)
+		l->functions[l->n_functions++] = p->functions[i];
+	size_t before = l->n_functions;
+	for (int k = 0; k < x->n_fused; k++) {
+		bool seen = false;
+		for (int j = 0; j < k && !seen; j++)
+			seen = strcmp(x->fused[j].op_type, x->fused[k].op_type) == 0;
+		if (seen)
+			continue;
+		Onnx__FunctionProto *fn;
+		enum mo_status st = function_of(x, &x->fused[k], &fn);
+		if (st)
+			return st;
+		if (fn)
+			l->functions[l->n_functions++] = fn;
+	}
+	/* model-local functions need IR version 8 */
+	if (l->n_functions > before && (!l->has_ir_version || l->ir_version < 8)) {
+		l->has_ir_version = 1;
+		l->ir_version = 8;
+	}
+	return MO_OK;
 }
 
 /* Does the written graph still define this name? */
@@ -871,6 +1071,11 @@ enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, 
 	struct lists l = { 0 };
 	if (!st)
 		st = build(&x, order, n_order, &l);
+	if (!st) {
+		l.has_ir_version = p->has_ir_version;
+		l.ir_version = p->ir_version;
+		st = functions(&x, &l);
+	}
 	if (!st && out_path) {
 		struct lists loaded = get_lists(p);
 		set_lists(p, &l);

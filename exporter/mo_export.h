@@ -16,9 +16,14 @@
  * topological order, stably: untouched nodes keep their relative order and a
  * fused node takes the place of the first node it replaces unless its inputs
  * come later. `opset_import` gains the domain at version 1 unless it has it;
- * `metadata_props` gains mirage.plugin, mirage.manifest and mirage.build (the
- * plugin's and manifest's file names, the build id), each replacing an old
- * value. The model is written atomically (mo_onnx_save).
+ * `metadata_props` gains mirage.plugin, mirage.manifest, mirage.build and
+ * mirage.input_shapes (the plugin's and manifest's file names, the build id,
+ * the shapes fused for), each replacing an old value. Each fused op type
+ * becomes a model-local function too, its body the region the first node of
+ * that type replaces (with Constants for the initializers and Constant
+ * outputs it reads), so that a runtime without the plugin runs the original
+ * ops; the IR version becomes 8 where it was older. The model is written
+ * atomically (mo_onnx_save).
  *
  * The loaded model is not changed: the edit is built on the side and exists
  * only in the written file, so pointers into `m` stay valid and `m` can be

@@ -12,7 +12,8 @@ Per model, with every symbolic dimension bound by --dim:
 - `mirage-onnx MODEL -o OUT` (a short search, CPU kernels) exits 0, and the
   fused model in ONNX Runtime with its plugin matches the original on valid
   inputs (token ids within the vocabulary, masks of ones, positions
-  0..n-1, token types 0) at the bound shapes: never a wrong model;
+  0..n-1, token types 0) at the bound shapes: never a wrong model; without
+  the plugin it runs too (each fused op's local function) and matches;
 - `mirage-onnx bench MODEL OUT` runs them at those shapes with no flag (the
   fused model records them) and feeds valid ids.
 
@@ -122,6 +123,11 @@ def check(cli, path, out_dir, budget):
     x = feeds(model, sizes, seed=7)
     want = session(path).run(None, x)
     got = session(out, plugin).run(None, x)
+    # without the plugin, the fused ops run their local functions
+    bare = session(out).run(None, x)
+    for k, (a, b) in enumerate(zip(want, bare)):
+        if a.shape != b.shape or not np.allclose(b, a, rtol=1e-5, atol=1e-5):
+            raise AssertionError(f"without the plugin, output {k} differs from the original's")
     for k, (a, b) in enumerate(zip(want, got)):
         if a.shape != b.shape:
             raise AssertionError(f"output {k}: shape {b.shape}, want {a.shape}")
