@@ -231,6 +231,29 @@ def integer_input(model, name, shape, dt, rng, np):
     return np.zeros(shape, dt)
 
 
+def which_ran(path, plugin, feeds, session, onnx):
+    """Says whether the fused nodes ran as the plugin's CPU kernels or as
+    their local functions (the original ops), from one profiled run."""
+    import tempfile
+    fused = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node
+             if n.domain.startswith("mirage_onnx")}
+    if not fused:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        s = session(path, plugin, profile=os.path.join(tmp, "profile"))
+        s.run(None, feeds)
+        with open(s.end_profiling()) as f:
+            ran = {e.get("args", {}).get("op_name") for e in json.load(f)
+                   if e.get("cat") == "Node"}
+    kernels = len(fused & ran)
+    if kernels == len(fused):
+        print(f"fused ops ran as the plugin's CPU kernels ({kernels} of {len(fused)})")
+    else:
+        print(f"fused ops ran as their original ops (local functions): the plugin's CPU "
+              f"kernels ran for {kernels} of {len(fused)} (they run only when asked: "
+              "MIRAGE_ONNX_CPU_KERNELS=1, or fuse with --cpu-kernels)")
+
+
 def node_names(graph):
     """The names mirage-onnx gives main-graph nodes: the node's own when it
     is unique, else the name (or op type) and its index."""
@@ -336,8 +359,11 @@ def main():
                   "the fused kernels are timed alone, end to end is not measured",
                   file=sys.stderr)
 
-    def session(path, plugin):
+    def session(path, plugin, profile=None):
         so = ort.SessionOptions()
+        if profile:
+            so.enable_profiling = True
+            so.profile_file_prefix = profile
         so.log_severity_level = 4  # its errors reach the user as our one line
         if a.threads:
             so.intra_op_num_threads = a.threads
@@ -463,6 +489,8 @@ def main():
     print(f"  fused    {m1:10.3f} ms   ({m0 / m1:.2f}x)" if m1 > 0 else
           f"  fused    {m1:10.3f} ms")
     print(f"largest error: {worst:.3g} of the largest output magnitude")
+    if a.provider == "cpu" and plugin:
+        which_ran(a.fused, plugin, feeds, session, onnx)
     manifest = meta.get("mirage.manifest")
     if manifest:
         coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),

@@ -941,6 +941,7 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			.cg = { .banner = a->banner, .target = a->search->target },
 			.progress = progress_line, .progress_ctx = info,
 			.warning = warning_line, .warning_ctx = last_warning, .build_id = id,
+			.cpu_kernels = a->cpu_kernels,
 		};
 		mo_plugin_build_id(ops, n, &po, id);
 		if (info)

@@ -17,6 +17,7 @@ struct cli_fuse_args {
 	const char *keep_sources; /* --keep-sources DIR, or NULL */
 	const char *dump_dir;     /* --dump-mugraph DIR, or NULL */
 	const char *banner;       /* the first line of every generated file */
+	bool cpu_kernels;         /* the plugin registers its CPU kernels by default */
 };
 
 /* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why.

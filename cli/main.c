@@ -65,6 +65,10 @@ static const char usage_text[] =
 	"                     for each, and the region a μGraph for each GPU the\n"
 	"                     target's does not fit\n"
 	"      --keep-sources DIR  keep the generated sources and objects in DIR\n"
+	"      --cpu-kernels  the plugin registers its CPU kernels in ONNX Runtime too\n"
+	"                     (default: CUDA kernels only, so a CPU session runs each\n"
+	"                     fused node's local function, the original ops, at their\n"
+	"                     speed; MIRAGE_ONNX_CPU_KERNELS=1 or 0 at load overrides)\n"
 	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
 	"                     outputs with shapes and dtypes, exps on the longest path,\n"
 	"                     FLOPs, and bytes moved fused vs op by op; then why the\n"
@@ -148,7 +152,7 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda;
+	int no_fuse, no_cuda, cpu_kernels;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -484,7 +488,7 @@ int main(int argc, char **argv)
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
-	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES };
+	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS };
 	enum { OPT_TIME_LIMIT = 1024 }; /* apart, so that lists above can grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
@@ -513,6 +517,7 @@ int main(int argc, char **argv)
 		{ "no-cuda", no_argument, NULL, OPT_NO_CUDA },
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
+		{ "cpu-kernels", no_argument, NULL, OPT_CPU_KERNELS },
 		{ 0 },
 	};
 	static const struct cli_num_flag f_region_ops = { "--max-region-ops", 1, 100000, true },
@@ -552,6 +557,7 @@ int main(int argc, char **argv)
 		case OPT_NO_FUSE: cli.no_fuse = 1; break;
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
+		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
 		case OPT_CUDA_ARCH: {
 			/* "80,90": SM versions whose shared memory per block
 			 * the plans are made for (mo_arch_smem) */
@@ -717,7 +723,7 @@ static int run(struct cli *cli, int argc, char **argv)
 			.no_cache = cli->no_cache, .cuda = nvcc != NULL,
 			.archs = cli->cuda_arch ? cli->cuda_arch : "80,90",
 			.keep_sources = cli->keep_sources, .banner = banner,
-			.dump_dir = cli->dump_dir,
+			.dump_dir = cli->dump_dir, .cpu_kernels = cli->cpu_kernels,
 		};
 		int rc = cli_fuse(m, &a, &d);
 		if (!rc)

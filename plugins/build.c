@@ -350,6 +350,7 @@ static void free_child_env(char **env)
  * disk said if a tool ran out of it. */
 struct builder {
 	const char *dir;
+	bool cpu_kernels; /* MO_ORT_CPU_KERNELS=1 for the C sources */
 	char **env;
 	const char *disk;
 	char *out; /* what the last tool said */
@@ -405,7 +406,8 @@ static bool compile_c(struct builder *b, const char *cc, const char *src, const 
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[] = { (char *)cc, "-std=gnu11", "-O2", "-fPIC", "-fvisibility=hidden",
 			 "-ffp-contract=off", "-fno-strict-aliasing",
-			 /* tiles of two types share bytes */ inc, "-c", (char *)src, "-o", (char *)obj, NULL };
+			 /* tiles of two types share bytes */ inc, "-c", (char *)src, "-o", (char *)obj,
+			 b->cpu_kernels ? "-DMO_ORT_CPU_KERNELS=1" : NULL, NULL };
 	if (run_tool(b, argv, log))
 		return true;
 	char e[256];
@@ -528,6 +530,8 @@ void mo_plugin_build_id(const struct mo_cg_op *ops, int n, const struct mo_plugi
 	h = fnv(h, o->cg.banner ? o->cg.banner : "");
 	h = fnv(h, o->cg.target == MO_SM80 ? "sm_80" : "sm_90");
 	h = fnv(h, o->cuda ? (o->archs ? o->archs : "80,90") : "cpu");
+	if (o->cpu_kernels)
+		h = fnv(h, "cpu-kernels");
 	for (int i = 0; i < n; i++)
 		h = fnv(h, ops[i].name);
 	snprintf(id, MO_PLUGIN_BUILD_ID_LEN + 1, "%016" PRIx64, h);
@@ -571,7 +575,7 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 				   strerror(errno));
 	if (make_build_dir(o, dir, sizeof dir, d))
 		return d->status;
-	struct builder b = { .dir = dir, .env = child_env(dir) };
+	struct builder b = { .dir = dir, .cpu_kernels = o->cpu_kernels, .env = child_env(dir) };
 	enum mo_status st = MO_OK;
 	char path[4200], obj[4200];
 	char **idents = NULL, **objs = NULL;

@@ -97,6 +97,10 @@ struct mo_plugin_options {
 	/* the build id (MO_PLUGIN_BUILD_ID_LEN hex digits) that makes the
 	 * library's custom-op domain "mirage_onnx.<id>"; NULL: mo_plugin_build_id */
 	const char *build_id;
+	/* register the CPU kernels in ONNX Runtime by default (else only when
+	 * MIRAGE_ONNX_CPU_KERNELS is set at load: a CPU session runs each fused
+	 * node's local function, the original ops) */
+	bool cpu_kernels;
 };
 
 /* The id of a build of these ops with these options: a hash of the ops'

@@ -13,5 +13,8 @@ cmake --build build -j"$(nproc)" >/dev/null
 mkdir -p build/demo
 out="build/demo/$(basename "${model%.onnx}").out.onnx"
 build/cli/mirage-onnx "$model" -o "$out"
-# the fused model, with its plugin, against the original in ONNX Runtime
-MIRAGE_ONNX_PYTHON=.venv/bin/python build/cli/mirage-onnx bench "$model" "$out" --runs 20 --tolerance 1e-3
+# the fused model, with its plugin, against the original in ONNX Runtime. With
+# no GPU here, ask for the plugin's CPU kernels (a CPU session would otherwise
+# run each fused op's local function, the original ops)
+MIRAGE_ONNX_CPU_KERNELS=1 MIRAGE_ONNX_PYTHON=.venv/bin/python \
+  build/cli/mirage-onnx bench "$model" "$out" --runs 20 --tolerance 1e-3

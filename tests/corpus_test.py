@@ -22,6 +22,11 @@ import sys
 import tempfile
 import traceback
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 # ONNX's backend tests compare with these unless a case says otherwise.
 RTOL, ATOL = 1e-3, 1e-7
 

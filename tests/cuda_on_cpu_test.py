@@ -53,6 +53,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "cudasim"))
 import cudasim_build as cb  # noqa: E402
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 SECTION_A = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans"]
 DEVICE = {None: "a100", 750: "t4", 800: "a100", 860: "l4", 900: "h100"}
 PATHS = ["tensor_core", "staged", "cp_async_double_buffer", "split_kv", "online_softmax"]

@@ -34,6 +34,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 MUST_FUSE = {"rmsnorm", "gated_mlp", "lora", "gqa", "ln_linear", "lora_merged", "pooled_head"}
 SECTION_A = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans"]
 # single patterns beyond section A, checked like it (fp32 and fp16)

@@ -35,6 +35,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 CLI = None
 # every write step of cli/fuse_cmd.c's write-out, in order (its fault hook)
 STAGES = ["plugin", "manifest", "model", "rename-plugin", "rename-manifest", "rename-model",

@@ -29,6 +29,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mo_testlib
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 CLI = None
 IR_VERSION = 8  # what ONNX Runtime reads, whatever the onnx package writes
 

@@ -32,6 +32,11 @@ from onnx import TensorProto, helper as h, numpy_helper as nh
 import mo_testlib
 from mo_testlib import vi, const, model
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 CLI = None
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
 

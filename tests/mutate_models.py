@@ -36,6 +36,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 TESTDATA = "/usr/share/libonnx-testdata/data/node"
 BACKEND_SEEDS = [
     "test_matmul_2d", "test_matmul_3d", "test_gemm_all_attributes", "test_gemm_default_no_bias",

@@ -26,6 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+# these tests check the plugin's CPU kernels in ONNX Runtime, which a plugin
+# registers only when asked (else a CPU session runs each fused op's local
+# function): ask for them
+os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
+
 DOMAIN = "mirage_onnx.abi_test"  # plugin_abi_ops.c's mo_plugin_domain
 
 

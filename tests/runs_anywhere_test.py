@@ -9,8 +9,10 @@ IR version 7, which has no functions: the fused one must say 8):
   gives the same tensors in the original;
 - ONNX Runtime without the plugin runs it (through the functions) and gives
   the original's outputs;
-- with the plugin registered, ONNX Runtime runs the plugin's kernels
-  (its profile names the MirageFused ops), not the function bodies.
+- with the plugin registered in a CPU session, the function bodies still
+  run unless the CPU kernels are asked for (MIRAGE_ONNX_CPU_KERNELS=1 at
+  load, or --cpu-kernels when fusing; =0 turns them off): then ONNX
+  Runtime's profile names the MirageFused ops.
 """
 import argparse
 import json
@@ -41,7 +43,13 @@ def shapes(model):
     return out
 
 
-def ran_ops(path, plugin, feeds, folder):
+def ran_ops(path, plugin, feeds, folder, cpu_env=None):
+    """Outputs and the op types ORT ran; cpu_env: MIRAGE_ONNX_CPU_KERNELS
+    during the plugin's registration (None: unset)."""
+    if cpu_env is None:
+        os.environ.pop("MIRAGE_ONNX_CPU_KERNELS", None)
+    else:
+        os.environ["MIRAGE_ONNX_CPU_KERNELS"] = cpu_env
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if plugin:
@@ -55,9 +63,10 @@ def ran_ops(path, plugin, feeds, folder):
     return outs, ops
 
 
-def check(cli, src, folder):
-    out = os.path.join(folder, os.path.basename(src))
-    r = subprocess.run([cli, src, "-o", out, "--no-cuda", "--budget", "5"],
+def check(cli, src, folder, cpu_default=False):
+    out = os.path.join(folder, ("cpu_" if cpu_default else "") + os.path.basename(src))
+    r = subprocess.run([cli, src, "-o", out, "--no-cuda", "--budget", "5"]
+                       + (["--cpu-kernels"] if cpu_default else []),
                        capture_output=True, text=True, timeout=1800)
     if r.returncode:
         raise AssertionError(f"fuse exit {r.returncode}: {r.stderr.strip()[-300:]}")
@@ -89,10 +98,25 @@ def check(cli, src, folder):
             raise AssertionError(f"without the plugin, output {k} differs from the original's "
                                  f"(max {np.max(np.abs(a64 - b64)):.3g})")
     plugin, _ = fileset(out)
-    _, ops = ran_ops(out, plugin, feeds, folder)
     kernels = {n.op_type for n in custom}
+    # a CPU session with the plugin: the CPU kernels only when asked
+    for env in ("0",) if cpu_default else (None, "0"):
+        got, ops = ran_ops(out, plugin, feeds, folder, env)
+        if ops & kernels:
+            raise AssertionError(f"MIRAGE_ONNX_CPU_KERNELS={env}: the plugin's CPU kernels ran "
+                                 "unasked")
+        if not all(np.allclose(np.asarray(b, np.float64), np.asarray(a, np.float64),
+                               rtol=1e-5, atol=1e-6) for a, b in zip(want, got)):
+            raise AssertionError("with the plugin's CPU kernels off, outputs differ")
+    _, ops = ran_ops(out, plugin, feeds, folder, "1")
     if not kernels <= ops:
-        raise AssertionError(f"with the plugin, ORT did not run {sorted(kernels - ops)}")
+        raise AssertionError(f"MIRAGE_ONNX_CPU_KERNELS=1: ORT did not run "
+                             f"{sorted(kernels - ops)}")
+    if cpu_default:
+        # fused with --cpu-kernels: registered without the variable, off with 0
+        _, ops = ran_ops(out, plugin, feeds, folder, None)
+        if not kernels <= ops:
+            raise AssertionError("--cpu-kernels: the CPU kernels did not run by default")
     return f"{len(custom)} fused nodes, {len(fused.functions)} functions"
 
 
@@ -111,14 +135,16 @@ def main():
         paths.append(os.path.join(folder, "src", "gated_mlp_tiny_fp32_opset13_ir7.onnx"))
         os.mkdir(os.path.dirname(paths[-1]))
         onnx.save(ir7, paths[-1])
-        for p in paths:
+        runs = [(p, False) for p in paths] + [(a.demo, True)]
+        for p, cpu_default in runs:
             try:
-                print(f"ok   {os.path.basename(p)}: {check(a.cli, p, folder)}", flush=True)
+                print(f"ok   {os.path.basename(p)}{' --cpu-kernels' if cpu_default else ''}: "
+                      f"{check(a.cli, p, folder, cpu_default)}", flush=True)
             except (AssertionError, onnx.checker.ValidationError,
                     onnx.shape_inference.InferenceError, subprocess.TimeoutExpired) as e:
                 failures += 1
                 print(f"FAIL {os.path.basename(p)}: {str(e).splitlines()[0]}", flush=True)
-    print(f"{len(paths) - failures} of {len(paths)} fused models run anywhere")
+    print(f"{len(runs) - failures} of {len(runs)} fused models run anywhere")
     return 1 if failures else 0
 
 

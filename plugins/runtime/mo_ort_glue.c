@@ -1,7 +1,11 @@
 /* The fixed ONNX Runtime glue of a mirage-onnx plugin: registers every op of
  * the generated table mo_plugin_ops (mo_plugin_abi.h) as an ORT custom op in
- * the domain mo_plugin_domain (one per build), a CPU kernel always and a CUDA kernel when the
- * op has one, and adapts ORT's kernel calls to the generated functions.
+ * the domain mo_plugin_domain (one per build), a CUDA kernel when the op has
+ * one and a CPU kernel only when asked (mo_ort_cpu_wanted), and adapts ORT's
+ * kernel calls to the generated functions. Where no kernel is registered
+ * (a CPU session by default), ORT runs the fused node's model-local function,
+ * the original ops, at their own speed: the CPU kernels are plain C, there to
+ * check the CUDA ones, not to be fast.
  *
  * The only symbol exported is RegisterCustomOps, the entry point ORT looks up
  * (build with -fvisibility=hidden so the generated table stays hidden too).
@@ -464,6 +468,22 @@ static void mo_ort_free_table(void)
 
 MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base);
 
+/* Whether this registration adds the CPU kernels: MIRAGE_ONNX_CPU_KERNELS
+ * set and not "0" says yes, "0" says no; unset, the plugin's default
+ * (MO_ORT_CPU_KERNELS, 1 when fused with --cpu-kernels). Read at each
+ * registration, so one process can hold sessions of both kinds. */
+#ifndef MO_ORT_CPU_KERNELS
+#define MO_ORT_CPU_KERNELS 0
+#endif
+static int mo_ort_cpu_wanted(void)
+{
+	const char *e = getenv("MIRAGE_ONNX_CPU_KERNELS");
+
+	if (e && *e)
+		return !(e[0] == '0' && e[1] == 0);
+	return MO_ORT_CPU_KERNELS;
+}
+
 /* On failure the library registers nothing and returns the reason. A runtime
  * too old for MO_ORT_API_VERSION still has API 1, whose slot 0 makes the
  * status that says so. Only a runtime without even API 1 (none exists: it
@@ -506,8 +526,10 @@ MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const Ort
 	st = mo_ort_create_custom_op_domain(api, mo_plugin_domain, &domain);
 	if (st)
 		return st;
+	int cpu = mo_ort_cpu_wanted();
 	for (int i = 0; !st && i < t->n; i++)
-		st = mo_ort_custom_op_domain_add(api, domain, &t->ops[i].ort);
+		if (t->ops[i].cuda || cpu)
+			st = mo_ort_custom_op_domain_add(api, domain, &t->ops[i].ort);
 	if (!st)
 		st = mo_ort_add_custom_op_domain(api, options, domain);
 	if (st)
