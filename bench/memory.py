@@ -90,6 +90,7 @@ def main():
     ap.add_argument("--mib", type=int, default=512, help="size of the weights (default 512)")
     ap.add_argument("--rows", type=int, default=8, help="rows of X (default 8)")
     ap.add_argument("--budget", default="5", help="search budget per region (default 5)")
+    ap.add_argument("--memory-limit", help="passed on: GiB verifying one region may take")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--input", action="store_true",
                     help="instead: RMSNorm over an input X of --mib MiB, no large weight")
@@ -102,6 +103,8 @@ def main():
     out = os.path.join(folder, "fused.onnx")
     cmd = [os.path.abspath(a.cli), "-q", model, "-o", out, "--no-cuda", "--no-cache",
            "--budget", a.budget]
+    if a.memory_limit:
+        cmd += ["--memory-limit", a.memory_limit]
     # A child's peak RSS starts at its parent's at the fork (Linux keeps the
     # high-water mark across exec), and this script holds the weights it
     # wrote: so GNU time, a small process, runs the tool and reports its peak.
@@ -123,7 +126,10 @@ def main():
               file=sys.stderr)
         if peak_kib <= before:
             sys.exit("memory.py: the child's peak was not measured (a larger child ran before)")
-    fused = os.path.exists(out.replace(".onnx", ".mirage.so"))
+    # the plugin's name carries its build id: fused.mirage.<id>.so
+    fused = any(f.startswith("fused.mirage.") and f.endswith(".so") for f in os.listdir(folder))
+    why = [l.split("stays unfused: ", 1)[1] for l in r.stderr.splitlines()
+           if "stays unfused: " in l]
     peak = peak_kib * 1024
     if a.input:
         print(f"input      {weight_bytes / 2**20:.0f} MiB ({weight_bytes // (4 * 8192)}x8192, "
@@ -131,8 +137,8 @@ def main():
     else:
         print(f"weights    {weight_bytes / 2**20:.0f} MiB external ({a.rows}x4096 · 4096x"
               f"{weight_bytes // (4 * 4096)}, fp32)")
-    print(f"fuse       exit {r.returncode}, {'fused' if fused else 'nothing fused'}, "
-          f"{seconds:.1f} s")
+    print(f"fuse       exit {r.returncode}, {'fused' if fused else 'nothing fused'}"
+          f"{' (' + why[0] + ')' if why and not fused else ''}, {seconds:.1f} s")
     print(f"peak RSS   {peak / 2**20:.0f} MiB = {peak / weight_bytes:.2f}x the "
           f"{'input' if a.input else 'weights'}")
     if r.returncode:

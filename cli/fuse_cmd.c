@@ -831,6 +831,10 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 		bool nomem = false;
 		if (injected_failure(rs, ri, "search")) {
 			snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
+		} else if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
+			/* a limit the user may want to raise: said as out of memory is */
+			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+				label(rs, ri, lb, sizeof lb), s->why);
 		} else if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached,
 					    &sd)) {
 			nomem = sd.status == MO_ERR_NOMEM;

@@ -97,6 +97,9 @@ static const char usage_text[] =
 	"                     included, 0.1 to 86400 (default 60)\n"
 	"      --time-limit SECONDS  wall-clock time for the whole run, 1e-6 to 1e7:\n"
 	"                     regions not searched by then stay unfused, saying so\n"
+	"      --memory-limit GIB  working memory verifying one region may take, its\n"
+	"                     weights apart, 0.001 to 1e6 GiB (default 8): a region\n"
+	"                     that needs more stays unfused, saying so\n"
 	"      --jobs N       worker threads, 1 to 64 (default: one per CPU)\n"
 	"      --max-kernel-ops N   kernels in a μGraph, 1 to 24 (default 5)\n"
 	"      --max-block-ops N    ops in a block graph, 1 to 24 (default 11)\n"
@@ -489,7 +492,7 @@ int main(int argc, char **argv)
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS };
-	enum { OPT_TIME_LIMIT = 1024 }; /* apart, so that lists above can grow */
+	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT }; /* apart, so that lists above can grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -505,6 +508,7 @@ int main(int argc, char **argv)
 		{ "search-only", no_argument, NULL, OPT_SEARCH_ONLY },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
+		{ "memory-limit", required_argument, NULL, OPT_MEMORY_LIMIT },
 		{ "jobs", required_argument, NULL, OPT_JOBS },
 		{ "max-kernel-ops", required_argument, NULL, OPT_MAX_KERNEL_OPS },
 		{ "max-block-ops", required_argument, NULL, OPT_MAX_BLOCK_OPS },
@@ -524,7 +528,8 @@ int main(int argc, char **argv)
 		f_budget = { "--budget", 0.1, 86400, false }, f_jobs = { "--jobs", 1, 64, true },
 		f_kernel_ops = { "--max-kernel-ops", 1, 24, true },
 		f_block_ops = { "--max-block-ops", 1, 24, true }, f_seed = { "--seed", 0, 1e15, true },
-		f_time_limit = { "--time-limit", 1e-6, 1e7, false };
+		f_time_limit = { "--time-limit", 1e-6, 1e7, false },
+		f_memory_limit = { "--memory-limit", 1e-3, 1e6, false };
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
 	int c;
 	struct mo_diag d;
@@ -579,14 +584,15 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
-		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: {
+		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT: {
 			/* the flag's own name: argv[optind - 1] is the value when it came
 			 * as a word of its own */
 			const struct cli_num_flag *f =
 				c == OPT_MAX_REGION_OPS ? &f_region_ops : c == OPT_BUDGET ? &f_budget
 				: c == OPT_JOBS ? &f_jobs : c == OPT_MAX_KERNEL_OPS ? &f_kernel_ops
 				: c == OPT_MAX_BLOCK_OPS ? &f_block_ops
-				: c == OPT_TIME_LIMIT ? &f_time_limit : &f_seed;
+				: c == OPT_TIME_LIMIT ? &f_time_limit
+				: c == OPT_MEMORY_LIMIT ? &f_memory_limit : &f_seed;
 			double v;
 			if (!cli_parse_num(optarg, f, &v)) {
 				mo_import_options_free(&cli.import);
@@ -600,6 +606,7 @@ int main(int argc, char **argv)
 			if (c == OPT_SEED) cli.search.seed = (uint64_t)v;
 			/* wall-clock seconds for the whole run, from now */
 			if (c == OPT_TIME_LIMIT) cli.search.time_limit = mo_seconds() + v;
+			if (c == OPT_MEMORY_LIMIT) cli.search.memory_limit = (uint64_t)(v * (1ull << 30));
 			break;
 		}
 		case OPT_TARGET:

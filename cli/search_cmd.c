@@ -288,8 +288,9 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 	*cached = false;
 	char path[1100];
 	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
-	if (o->time_limit > 0 && mo_seconds() > o->time_limit)
-		cache = NULL; /* past the run's time limit: mo_search says so */
+	if ((o->time_limit > 0 && mo_seconds() > o->time_limit) ||
+	    !mo_search_memory_fits(prog, o, r->why, sizeof r->why))
+		cache = NULL; /* past the run's time limit or its memory: mo_search says so */
 	if (cache) {
 		cache_path(prog, o, cache, path, sizeof path);
 		char why[320];

@@ -197,32 +197,15 @@ static size_t result_bytes(const struct mo_eval_result *r)
 	return n;
 }
 
-static enum mo_status result_copy(const struct mo_eval_result *from, struct mo_eval_result *to,
-				  struct mo_diag *d)
+/* A view of a memo's results: they outlive every verdict against it. */
+static void result_view(const struct mo_eval_result *from, struct mo_eval_result *to)
 {
-	size_t es = from->domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff);
 	*to = *from;
-	size_t n = (size_t)from->n_outputs + 1;
-	to->names = mo_calloc(n, sizeof *to->names);
-	to->values = mo_calloc(n, sizeof *to->values);
-	to->counts = mo_calloc(n, sizeof *to->counts);
-	bool ok = to->names && to->values && to->counts;
-	for (int k = 0; ok && k < from->n_outputs; k++) {
-		to->names[k] = from->names[k];
-		to->counts[k] = from->counts[k];
-		to->values[k] = mo_malloc(from->counts[k] ? from->counts[k] * es : 1);
-		ok = to->values[k] != NULL;
-		if (ok)
-			memcpy(to->values[k], from->values[k], from->counts[k] * es);
-	}
-	if (ok)
-		return MO_OK;
-	mo_eval_result_free(to);
-	return mo_diag_nomem(d);
+	to->borrowed = true;
 }
 
 /* The seed of field trial t of a verdict. */
-static uint64_t trial_seed(const struct mo_equiv_options *opt, int t)
+uint64_t mo_equiv_trial_seed(const struct mo_equiv_options *opt, int t)
 {
 	return opt->seed * 0x9e3779b97f4a7c15ull + (uint64_t)t;
 }
@@ -242,7 +225,10 @@ static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_
 	for (int i = 0; m && i < m->n; i++)
 		if (m->e[i].dom == dom && m->e[i].seed == seed && m->e[i].scale == scale &&
 		    same_name(m->e[i].masked, masked))
-			return result_copy(&m->e[i].r, out, d);
+		{
+			result_view(&m->e[i].r, out);
+			return MO_OK;
+		}
 	struct mo_eval_cache *w = dom != MO_EVAL_FF ? NULL : p->weights ? p->weights : &p->cache;
 	double t0 = mo_seconds();
 	enum mo_status st = p->mg ? mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, masked, w,
@@ -253,8 +239,10 @@ static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_
 	if (dom == MO_EVAL_FF)
 		m->ff_seconds = mo_seconds() - t0;
 	size_t bytes = result_bytes(out);
-	if (m->n < MO_REF_MEMO_MAX && m->bytes + bytes <= MO_REF_MEMO_BYTES &&
-	    !result_copy(out, &m->e[m->n].r, d)) {
+	if (m->n < MO_REF_MEMO_MAX && m->bytes + bytes <= MO_REF_MEMO_BYTES) {
+		/* kept, not copied: the caller gets a view */
+		m->e[m->n].r = *out;
+		result_view(&m->e[m->n].r, out);
 		m->e[m->n].dom = dom;
 		m->e[m->n].seed = seed;
 		m->e[m->n].scale = scale;
@@ -262,7 +250,16 @@ static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_
 		m->n++;
 		m->bytes += bytes;
 	}
-	return MO_OK; /* (a copy that failed only costs an evaluation later) */
+	return MO_OK;
+}
+
+const struct mo_eval_result *mo_ref_memo_find(const struct mo_ref_memo *m, uint64_t seed)
+{
+	for (int i = 0; m && i < m->n; i++)
+		if (m->e[i].dom == MO_EVAL_FF && m->e[i].seed == seed && m->e[i].scale == 1.0 &&
+		    !m->e[i].masked)
+			return &m->e[i].r;
+	return NULL;
 }
 
 void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref)
@@ -284,7 +281,7 @@ enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_op
 {
 	struct prog p = { .tp = m->ref, .weights = &m->weights, .memo = m };
 	struct mo_eval_result r;
-	enum mo_status st = prog_eval(&p, MO_EVAL_FF, trial_seed(opt, 0), 1.0, NULL, &r, d);
+	enum mo_status st = prog_eval(&p, MO_EVAL_FF, mo_equiv_trial_seed(opt, 0), 1.0, NULL, &r, d);
 	if (!st)
 		mo_eval_result_free(&r);
 	return st;
@@ -510,7 +507,7 @@ static enum mo_status decide(struct prog *a, struct prog *b,
 	/* a trial with a division by zero says nothing: draw again, a few times */
 	for (int t = 0; agreeing < opt->trials && t < opt->trials * 4; t++) {
 		struct mo_eval_result ra, rb;
-		uint64_t seed = trial_seed(opt, t);
+		uint64_t seed = mo_equiv_trial_seed(opt, t);
 		st = prog_eval(a, MO_EVAL_FF, seed, 1.0, NULL, &ra, d);
 		if (st)
 			return st;
@@ -643,7 +640,7 @@ enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
 		pb.weights = &opt->memo->weights;
 	}
 	struct mo_eval_result ra, rb;
-	uint64_t seed = trial_seed(opt, 0), i;
+	uint64_t seed = mo_equiv_trial_seed(opt, 0), i;
 	int k;
 	st = prog_eval(&pa, MO_EVAL_FF, seed, 1.0, NULL, &ra, d);
 	if (!st) {

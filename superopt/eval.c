@@ -1475,6 +1475,67 @@ enum mo_status mo_eval_scaled(const struct mo_tp *tp, enum mo_eval_domain domain
 	return mo_eval_masked(tp, domain, seed, scale, NULL, cache, out, d);
 }
 
+/* The last op reading each tensor of tp (-1: none; n_ops: an output), so
+ * that a walk frees a value once it is read for the last time and holds the
+ * live values, not every value of the program. NULL: out of memory. */
+static int *last_reads(const struct mo_tp *tp)
+{
+	int *last = mo_calloc((size_t)tp->n_tensors + 1, sizeof *last);
+	if (!last)
+		return NULL;
+	for (int i = 0; i < tp->n_tensors; i++)
+		last[i] = -1;
+	for (int i = 0; i < tp->n_ops; i++)
+		for (int k = 0; k < tp->ops[i].n_in; k++)
+			if (tp->ops[i].in[k] >= 0)
+				last[tp->ops[i].in[k]] = i;
+	for (int k = 0; k < tp->n_outputs; k++)
+		last[tp->outputs[k]] = tp->n_ops;
+	return last;
+}
+
+uint64_t mo_eval_working_set(const struct mo_tp *tp)
+{
+	int *last = last_reads(tp);
+	if (!last)
+		return UINT64_MAX;
+	const uint64_t es = sizeof(struct mo_ff);
+	uint64_t live = 0, peak = 0;
+	/* values are counted as elements times es, saturating: a shape the
+	 * importer let through may still overflow a product */
+#define MO_WS_ADD(acc, t) do { \
+		uint64_t n_ = mo_tensor_numel(&tp->tensors[t]); \
+		(acc) = n_ > (UINT64_MAX - (acc)) / es ? UINT64_MAX : (acc) + n_ * es; \
+	} while (0)
+	for (int i = 0; i < tp->n_tensors; i++)
+		if (tp->tensors[i].kind == MO_T_INPUT && last[i] >= 0)
+			MO_WS_ADD(live, i);
+	peak = live;
+	for (int i = 0; i < tp->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[i];
+		for (int k = 0; k < op->n_out; k++)
+			if (op->out[k] >= 0)
+				MO_WS_ADD(live, op->out[k]);
+		if (live > peak)
+			peak = live;
+		for (int k = 0; k < op->n_in + op->n_out; k++) {
+			int t = k < op->n_in ? op->in[k] : op->out[k - op->n_in];
+			if (t < 0 || last[t] > i || tp->tensors[t].kind == MO_T_INITIALIZER ||
+			    tp->tensors[t].kind == MO_T_CONST)
+				continue;
+			bool seen = false; /* an op reading a tensor twice frees it once */
+			for (int j = 0; j < k && !seen; j++)
+				seen = t == (j < op->n_in ? op->in[j] : op->out[j - op->n_in]);
+			uint64_t n = mo_tensor_numel(&tp->tensors[t]);
+			if (!seen && live != UINT64_MAX)
+				live -= n * es <= live ? n * es : live;
+		}
+	}
+#undef MO_WS_ADD
+	mo_free(last);
+	return peak;
+}
+
 enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain,
 			      uint64_t seed, double scale, const char *masked,
 			      struct mo_eval_cache *cache, struct mo_eval_result *out,
@@ -1501,24 +1562,13 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 		return mo_diag_nomem(d);
 	}
 	enum mo_status st = MO_OK;
-	/* the last op reading each tensor (-1: none; n_ops: an output), so
-	 * that a value is freed once read for the last time: a walk holds the
-	 * live values, not every value of the program */
-	int *last = mo_calloc((size_t)tp->n_tensors + 1, sizeof *last);
+	int *last = last_reads(tp);
 	if (!last) {
 		mo_free(e.vals);
 		mo_free(e.borrowed);
 		mo_free(e.lazy);
 		return mo_diag_nomem(d);
 	}
-	for (int i = 0; i < tp->n_tensors; i++)
-		last[i] = -1;
-	for (int i = 0; i < tp->n_ops; i++)
-		for (int k = 0; k < tp->ops[i].n_in; k++)
-			if (tp->ops[i].in[k] >= 0)
-				last[tp->ops[i].in[k]] = i;
-	for (int k = 0; k < tp->n_outputs; k++)
-		last[tp->outputs[k]] = tp->n_ops;
 	for (int i = 0; i < tp->n_tensors && !e.bad; i++) {
 		const struct mo_tensor *t = &tp->tensors[i];
 		/* (a region's program shares the model's tensors: only what its
@@ -1576,14 +1626,28 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 				uint64_t n = numel(&tp->tensors[t]);
 				out->counts[k] = n;
 				out->names[k] = tp->tensors[t].name;
-				out->values[k] = mo_calloc(n ? n : 1, e.es);
-				if (!out->values[k] || !e.vals[t]) {
-					st = out->values[k] ? mo_diag_set(d, MO_ERR_INPUT,
-						"output '%s' has no value", tp->tensors[t].name)
-							    : mo_diag_nomem(d);
+				/* the same tensor as an earlier output: moved there */
+				const void *from = e.vals[t];
+				for (int j = 0; j < k && !from; j++)
+					if (tp->outputs[j] == t)
+						from = out->values[j];
+				if (!from) {
+					st = mo_diag_set(d, MO_ERR_INPUT, "output '%s' has no value",
+							 tp->tensors[t].name);
 					break;
 				}
-				memcpy(out->values[k], e.vals[t], n * e.es);
+				if (from == e.vals[t] && !e.borrowed[t]) {
+					/* moved, not copied: the walk is done with it */
+					out->values[k] = e.vals[t];
+					e.vals[t] = NULL;
+					continue;
+				}
+				out->values[k] = mo_malloc(n ? n * e.es : 1);
+				if (!out->values[k]) {
+					st = mo_diag_nomem(d);
+					break;
+				}
+				memcpy(out->values[k], from, n * e.es);
 			}
 		}
 		out->div_by_zero = e.div0;
@@ -1601,6 +1665,10 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 
 void mo_eval_result_free(struct mo_eval_result *r)
 {
+	if (r->borrowed) {
+		memset(r, 0, sizeof *r);
+		return;
+	}
 	for (int k = 0; r->values && k < r->n_outputs; k++)
 		mo_free(r->values[k]);
 	mo_free(r->values);

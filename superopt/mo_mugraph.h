@@ -346,6 +346,9 @@ struct mo_ref_cache {
 	 * borrowed instead of converting another copy as large as 4x the
 	 * weights; NULL: its own */
 	struct mo_eval_cache *shared;
+	/* the same program's results kept by the proof's memo, read before
+	 * computing a seed's again (NULL: none) */
+	const struct mo_ref_memo *memo;
 	int n;
 	uint64_t seeds[MO_REF_SEEDS];
 	struct mo_eval_result results[MO_REF_SEEDS];

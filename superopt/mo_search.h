@@ -78,10 +78,15 @@ struct mo_search_options {
 	/* > 0: a wall-clock time (mo_seconds) past which the search stops and
 	 * returns no μGraph (stats.time_limit): the run's --time-limit */
 	double time_limit;
+	/* > 0: bytes of working memory verifying a region may take (its
+	 * weights apart: mo_search_memory_need); a region that needs more
+	 * stays unfused, saying so, instead of running out of memory */
+	uint64_t memory_limit;
 };
+#define MO_SEARCH_MEMORY_LIMIT (8ull << 30)
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
-	  .target = MO_SM90, .gpu = NULL, .seed = 1 }
+	  .target = MO_SM90, .gpu = NULL, .seed = 1, .memory_limit = MO_SEARCH_MEMORY_LIMIT }
 
 struct mo_search_stats {
 	uint64_t states;            /* block-graph prefixes visited */
@@ -133,6 +138,15 @@ struct mo_search_result {
 /* mo_mg_valid against the options' target, or their smem_limit when set. */
 bool mo_search_mg_valid(const struct mo_mugraph *mg, const struct mo_search_options *o, char *why,
 			size_t why_len);
+
+/* The working memory searching and verifying prog takes at most, in bytes,
+ * apart from its weights: the field values of a walk of the region
+ * (mo_eval_working_set) for the reference, the candidate, their results and
+ * the reference's kept results. UINT64_MAX when it cannot be counted. */
+uint64_t mo_search_memory_need(const struct mo_tp *prog);
+/* false, with why, when o->memory_limit is set and prog needs more */
+bool mo_search_memory_fits(const struct mo_tp *prog, const struct mo_search_options *o,
+			   char *why, size_t why_len);
 
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
 			 struct mo_search_result *r, struct mo_diag *d);

@@ -52,6 +52,9 @@ struct mo_eval_result {
 	void **values;
 	uint64_t *counts;
 	bool div_by_zero; /* a finite-field division by zero: the trial says nothing */
+	/* a view of results kept elsewhere (a memo's): mo_eval_result_free
+	 * only forgets it */
+	bool borrowed;
 };
 
 /* Evaluates every op of tp on random inputs drawn from a hash of (input name,
@@ -87,6 +90,11 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 			      uint64_t seed, double scale, const char *masked,
 			      struct mo_eval_cache *cache, struct mo_eval_result *out,
 			      struct mo_diag *d);
+
+/* The most bytes of values a field walk of tp holds at once: its inputs and
+ * the values of its ops, each freed after its last read (weights, converted
+ * or read lazily, are not counted). UINT64_MAX when it cannot be counted. */
+uint64_t mo_eval_working_set(const struct mo_tp *tp);
 void mo_eval_result_free(struct mo_eval_result *r);
 
 /* ---- the verdict ---- */
@@ -140,6 +148,12 @@ struct mo_ref_memo {
 };
 /* Empty, for verdicts against `ref` (which must outlive it). */
 void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref);
+/* The kept field results of ref for `seed` (scale 1, nothing masked), or
+ * NULL: they live as long as m. */
+const struct mo_eval_result *mo_ref_memo_find(const struct mo_ref_memo *m, uint64_t seed);
+/* The seed of field trial t of a verdict with opt (the memo is primed with
+ * trial 0's). */
+uint64_t mo_equiv_trial_seed(const struct mo_equiv_options *opt, int t);
 void mo_ref_memo_free(struct mo_ref_memo *m);
 /* Evaluates ref for the first field trial of a verdict with `opt`'s seed
  * (m->ff_seconds: how long that took, what a search budgets its final proof

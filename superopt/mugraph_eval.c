@@ -495,14 +495,27 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			uint64_t n = mo_tensor_numel(&mg->kg.tensors[t]);
 			out->names[i] = mg->kg.tensors[t].name;
 			out->counts[i] = n;
-			out->values[i] = mo_calloc(n + 1, es);
-			if (!out->values[i] || !ke.vals[t]) {
-				st = out->values[i] ? mo_diag_set(d, MO_ERR_INPUT, "μGraph output '%s' "
-								  "is never computed", out->names[i])
-						    : mo_diag_nomem(d);
+			/* the same tensor as an earlier output: moved there */
+			const void *from = ke.vals[t];
+			for (int j = 0; j < i && !from; j++)
+				if (mg->kg.outputs[j] == t)
+					from = out->values[j];
+			if (!from || from == &mo_ev_lazy_mark) {
+				st = mo_diag_set(d, MO_ERR_INPUT, "μGraph output '%s' is never computed",
+						 out->names[i]);
 				break;
 			}
-			memcpy(out->values[i], ke.vals[t], n * es);
+			if (from == ke.vals[t] && !ke.borrowed[t]) {
+				out->values[i] = ke.vals[t]; /* moved, not copied */
+				ke.vals[t] = NULL;
+			} else {
+				out->values[i] = mo_malloc(n ? n * es : 1);
+				if (!out->values[i]) {
+					st = mo_diag_nomem(d);
+					break;
+				}
+				memcpy(out->values[i], from, n * es);
+			}
 			if (o->computed && marks && marks[t]) {
 				o->computed[i] = marks[t];
 				marks[t] = NULL;
@@ -566,6 +579,11 @@ void mo_ref_cache_free(struct mo_ref_cache *c)
 static enum mo_status ref_results(struct mo_ref_cache *c, uint64_t seed,
 				  const struct mo_eval_result **out, struct mo_diag *d)
 {
+	const struct mo_eval_result *kept = c->memo ? mo_ref_memo_find(c->memo, seed) : NULL;
+	if (kept) {
+		*out = kept;
+		return MO_OK;
+	}
 	for (int i = 0; i < c->n; i++) {
 		if (c->seeds[i] == seed) {
 			*out = &c->results[i];

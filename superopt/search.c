@@ -1039,6 +1039,7 @@ struct run {
 	int done;                  /* classes done */
 	pthread_mutex_t check_lock; /* the shared reference of the fast checks */
 	struct mo_ref_cache rc;
+	uint64_t check_seed;       /* of the fast checks */
 	pthread_mutex_t progress_lock;
 };
 
@@ -1238,7 +1239,7 @@ static void *class_main(void *arg)
 			mo_diag_init(&d);
 			if (mg && !mg->error[0]) {
 				pthread_mutex_lock(&R->check_lock);
-				mo_mg_quick_check(mg, &R->rc, T->o->seed, 2, &q, &d);
+				mo_mg_quick_check(mg, &R->rc, R->check_seed, 2, &q, &d);
 				pthread_mutex_unlock(&R->check_lock);
 			}
 			C->checks++;
@@ -1643,6 +1644,14 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	mo_ref_cache_init(&R.rc, prog);
 	if (o.memo && o.memo->weights.leaf)
 		R.rc.shared = &o.memo->weights; /* primed; outlives this search */
+	R.check_seed = o.seed;
+	if (o.memo && o.memo->ref == prog) {
+		/* the fast checks use the proof's first trial, whose results
+		 * the memo keeps, rather than another copy as large */
+		struct mo_equiv_options eo = mo_search_equiv_options(&o);
+		R.check_seed = mo_equiv_trial_seed(&eo, 0);
+		R.rc.memo = o.memo;
+	}
 	R.classes = mo_calloc(256, sizeof *R.classes);
 	if (!R.classes) {
 		target_free(T);

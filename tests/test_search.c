@@ -113,6 +113,46 @@ static void unproven_candidate(void **state)
 	unload(&r);
 }
 
+/* The working set counts the values a walk holds at once (more than its
+ * inputs, less than all its values, weights apart), and a limit one byte
+ * under what the search needs leaves the region unfused, saying why, while
+ * the need itself is enough. */
+static void memory_limit(void **state)
+{
+	(void)state;
+	struct region r = load_region("rmsnorm_tiny_fp32.onnx");
+	const struct mo_tp *tp = r.prog;
+	uint64_t inputs = 0, all = 0, es = sizeof(struct mo_ff);
+	for (int i = 0; i < tp->n_tensors; i++) {
+		const struct mo_tensor *t = &tp->tensors[i];
+		if (t->kind == MO_T_INITIALIZER || t->kind == MO_T_CONST)
+			continue;
+		all += mo_tensor_numel(t) * es;
+		if (t->kind == MO_T_INPUT)
+			inputs += mo_tensor_numel(t) * es;
+	}
+	uint64_t ws = mo_eval_working_set(tp);
+	assert_true(ws > inputs);
+	assert_true(ws < all);
+	uint64_t need = mo_search_memory_need(tp);
+	assert_true(need >= 3 * ws);
+
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 900;
+	o.memory_limit = need - 1;
+	struct mo_search_result res;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_search(tp, &o, &res, &d))
+		fail_msg("%s", d.msg);
+	assert_null(res.best);
+	assert_non_null(strstr(res.why, "--memory-limit"));
+	o.memory_limit = need;
+	search_found(&r, &o, &res);
+	mo_search_result_free(&res);
+	unload(&r);
+}
+
 static void rmsnorm_matmul(void **state)
 {
 	(void)state;
@@ -458,6 +498,7 @@ int main(void)
 		cmocka_unit_test(cost_model),
 		cmocka_unit_test(rmsnorm_matmul),
 		cmocka_unit_test(unproven_candidate),
+		cmocka_unit_test(memory_limit),
 		cmocka_unit_test(gated_mlp),
 		cmocka_unit_test(lora),
 		cmocka_unit_test(attention),
