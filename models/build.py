@@ -10,7 +10,7 @@ Section C (whole blocks): llama_layer, gpt2_block, bert_layer.
 
 Each is written at the paper's shapes ("paper"; batch 1 and 8 where the
 benchmark has a batch) and at tiny shapes for tests ("tiny"), in fp32 and
-fp16, with deterministic random weights, at ONNX opset 17 (what
+fp16 (and bf16 when asked: --dtypes), with deterministic random weights, at ONNX opset 17 (what
 torch.onnx.export writes by default). The tiny models are also written at
 opsets 13 and 18, where ReduceMean, Squeeze/Unsqueeze, Split and Softmax are
 spelled differently, to check that the partitioner sees the same program.
@@ -32,7 +32,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-DTYPES = {"fp32": (np.float32, TensorProto.FLOAT), "fp16": (np.float16, TensorProto.FLOAT16)}
+import ml_dtypes  # noqa: E402 (onnx's own dependency: numpy's bfloat16)
+
+DTYPES = {"fp32": (np.float32, TensorProto.FLOAT), "fp16": (np.float16, TensorProto.FLOAT16),
+          "bf16": (ml_dtypes.bfloat16, TensorProto.BFLOAT16)}
 
 
 class Graph:
@@ -350,7 +353,7 @@ def gpt2_block(g, s):
     scores = g.op("Div", [g.op("MatMul", [q, k], a), g.const(math.sqrt(d), a)], a)
     mask = np.tril(np.ones((t, t), dtype=bool))[None, None]
     g.inits.append(numpy_helper.from_array(mask, "transformer.h.0.attn.bias"))
-    neg = g.const(np.finfo(g.np_dtype).min, a)
+    neg = g.const(float(ml_dtypes.finfo(g.np_dtype).min), a)
     scores = g.op("Where", ["transformer.h.0.attn.bias", scores, neg], a)
     probs = g.softmax(scores, 4, a)
     ctx = g.op("MatMul", [probs, v], a)
@@ -482,7 +485,8 @@ def main():
     ap.add_argument("--out", required=True, help="folder to write the models to")
     ap.add_argument("--sizes", default="tiny,paper",
                     help="comma-separated: tiny, paper (default both)")
-    ap.add_argument("--dtypes", default="fp32,fp16", help="comma-separated: fp32, fp16")
+    ap.add_argument("--dtypes", default="fp32,fp16",
+                    help="comma-separated: fp32, fp16, bf16 (default fp32,fp16)")
     ap.add_argument("--only", help="comma-separated model names (default all)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -2,9 +2,10 @@
 """Every generated CUDA kernel of the benchmark suite, run on the CPU under
 the CUDA execution layer (tests/cudasim), against the op's CPU kernel.
 
-Models: section A of BENCHMARKS.md (models/build.py) at tiny shapes in fp32
-and fp16 (qknorm and ntrans: fp16 only, their search is slow), and at
-paper shapes the fp16 gqa (batch 8) and gated_mlp models;
+Models: section A of BENCHMARKS.md (models/build.py) at tiny shapes in fp32,
+fp16 and bf16 (qknorm and ntrans: fp16 only, their search is slow; bf16 on
+sm_80 and sm_90 only), and at paper shapes the fp16 gqa (batch 8) and the
+fp16 and bf16 gated_mlp models (bf16 WMMA fragments);
 each fused with `mirage-onnx --keep-sources`. For every fused op and every
 architecture in ARCHS the .cu is compiled as host C++ with that
 __CUDA_ARCH__ (none: the fallback path without cp.async / tensor cores'
@@ -18,7 +19,9 @@ sources (mo_ops.c, mo_ort_glue.c with plugins/build.c's flags, each op's .cu
 through cudasim for the job's newest arch, and a shim whose mo_opN_cpu calls
 mo_opN_cuda), loaded with register_custom_ops_library into a session of the
 fused model on the CPU provider, and its outputs compared with ONNX Runtime
-on the original model (fuse_models_test.py's inputs and tolerances); the
+on the original model (fuse_models_test.py's inputs and tolerances; a bf16
+model, which ONNX Runtime's CPU provider cannot run, against its fp32 twin
+on the same inputs rounded to bf16, within 6e-2 of the largest output); the
 loaded library's cudasim counters must show CUDA launches.
 
 With --thirdparty tests/data/thirdparty (the models of
@@ -130,21 +133,53 @@ def simulated_plugin(src, work, arch, sanitize=None):
     return so
 
 
-ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2}
+ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 6e-2}
+
+
+def run_bf16(sess, feeds):
+    """sess.run for a model whose inputs and outputs are bfloat16, which
+    ONNX Runtime's Python API neither takes nor returns as numpy arrays:
+    float32 feeds rounded to bfloat16 in, float32 outputs out."""
+    import ml_dtypes
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    bf = onnx.TensorProto.BFLOAT16
+    b = sess.io_binding()
+    keep = []
+    for name, x in feeds.items():
+        v = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
+        keep.append(v)
+        b.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v, bf))
+    outs = []
+    for o in sess.get_outputs():
+        buf = np.zeros([int(d) for d in o.shape], np.uint16)
+        outs.append(buf)
+        b.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(buf, bf))
+    sess.run_with_iobinding(b)
+    return [o.view(ml_dtypes.bfloat16) for o in outs]
 
 
 def against_ort(original, fused, plugin):
     """None when ONNX Runtime with the simulated plugin on the fused model
     agrees with ONNX Runtime on the original (tests/fuse_models_test.py's
-    inputs and tolerances), else what differs."""
+    inputs and tolerances), else what differs. ONNX Runtime's CPU provider
+    has no bfloat16 MatMul: a bf16 model is compared with its fp32 twin
+    (the same weights before rounding) on the same inputs, rounded."""
     import numpy as np
     import onnx
     sys.path.insert(0, HERE)
     import fuse_models_test as fm
+    bf16 = "_bf16" in os.path.basename(original)
+    if bf16:
+        original = original.replace("_bf16", "_fp32")
     feeds = fm.random_inputs(onnx.load(original), 7)
+    if bf16:  # the twin sees the inputs the bf16 model sees
+        import ml_dtypes
+        feeds = {k: v.astype(ml_dtypes.bfloat16).astype(v.dtype) for k, v in feeds.items()}
     want = fm.session(original).run(None, feeds)
     sess = fm.session(fused, plugin)  # kept alive: it holds the library
-    got = sess.run(None, feeds)
+    got = run_bf16(sess, feeds) if bf16 else sess.run(None, feeds)
     # the library ONNX Runtime loaded (same path: the same handle) did run
     # CUDA launches through cudasim
     import ctypes
@@ -155,11 +190,11 @@ def against_ort(original, fused, plugin):
         return "the plugin ran no CUDA launch through cudasim: " + rep
     del sess
     for k, (a, b) in enumerate(zip(want, got)):
-        if a.shape != b.shape or a.dtype != b.dtype:
+        if a.shape != b.shape or (a.dtype != b.dtype and not bf16):
             return "output %d: %s%s, expected %s%s" % (k, b.dtype, b.shape, a.dtype, a.shape)
         big = float(np.max(np.abs(a.astype(np.float64)))) or 1.0
         err = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) / big
-        tol = ORT_TOLERANCE[str(a.dtype)]
+        tol = ORT_TOLERANCE[str(b.dtype)]
         if not np.isfinite(err) or err > tol:
             return "output %d: error %.3g of the largest magnitude (tolerance %g)" % (k, err, tol)
     return None
@@ -210,9 +245,13 @@ def main():
             jobs = [("%s_tiny_%s" % (m, dt), [None, 800, 900], "tiny")
                     for dt in ("fp32", "fp16") for m in SECTION_A
                     if dt == "fp16" or m not in ("qknorm", "ntrans")]
+            # bf16: WMMA and its conversions need sm_80
+            jobs += [("%s_tiny_bf16" % m, [800, 900], "tiny")
+                     for m in SECTION_A if m not in ("qknorm", "ntrans")]
             jobs += [("gqa_paper_b8_fp16", [800, 860, 900], "paper"),
-                     ("gated_mlp_paper_fp16", [800, 900], "paper")]
-            sizes, dtypes, only = "tiny,paper", "fp32,fp16", ",".join(SECTION_A)
+                     ("gated_mlp_paper_fp16", [800, 900], "paper"),
+                     ("gated_mlp_paper_bf16", [800, 900], "paper")]
+            sizes, dtypes, only = "tiny,paper", "fp32,fp16,bf16", ",".join(SECTION_A)
         p = subprocess.run([args.python, args.builder, "--out", os.path.join(work, "models"),
                             "--sizes", sizes, "--dtypes", dtypes, "--only", only],
                            capture_output=True, text=True)
