@@ -101,7 +101,7 @@ def main():
     else:
         model, weight_bytes = write_model(folder, a.mib, a.rows)
     out = os.path.join(folder, "fused.onnx")
-    cmd = [os.path.abspath(a.cli), "-q", model, "-o", out, "--no-cuda", "--no-cache",
+    cmd = [os.path.abspath(a.cli), model, "-o", out, "--no-cuda", "--no-cache",
            "--budget", a.budget]
     if a.memory_limit:
         cmd += ["--memory-limit", a.memory_limit]
@@ -128,7 +128,7 @@ def main():
             sys.exit("memory.py: the child's peak was not measured (a larger child ran before)")
     # the plugin's name carries its build id: fused.mirage.<id>.so
     fused = any(f.startswith("fused.mirage.") and f.endswith(".so") for f in os.listdir(folder))
-    why = [l.split("stays unfused: ", 1)[1] for l in r.stderr.splitlines()
+    why = [l.split("stays unfused: ", 1)[1] for l in (r.stdout + r.stderr).splitlines()
            if "stays unfused: " in l]
     peak = peak_kib * 1024
     if a.input:
