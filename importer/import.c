@@ -752,6 +752,157 @@ boundary:
 	op->exps = 0;
 }
 
+static bool is_intlike(int32_t dt)
+{
+	return is_int(dt) || dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+}
+
+static bool one_of(const char *ty, const char *const *names)
+{
+	for (; *names; names++)
+		if (strcmp(ty, *names) == 0)
+			return true;
+	return false;
+}
+
+/* ops outside the op table whose outputs are their inputs' broadcast */
+static const char *const compare_ops[] = { "Equal", "Less", "Greater", "LessOrEqual",
+					   "GreaterOrEqual", "And", "Or", "Xor", NULL };
+static const char *const same_type_ops[] = { "Mod", "Max", "Min", "Sum", "Mean", NULL };
+static const char *const bool_unary_ops[] = { "Not", "IsNaN", "IsInf", NULL };
+
+/* The shape and dtype of the output of an op outside the op table, by its
+ * ONNX shape rule, for those exporters write around shapes and masks (the
+ * op stays out of regions; what reads it learns its shape). Range and
+ * ConstantOfShape need their operands' values (small integer constants). */
+static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	const char *ty = str(n->op_type);
+	if (op->n_out != 1 || op->out[0] < 0 || op->n_in < 1 ||
+	    (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0))
+		return;
+	struct mo_tensor *y = &tp->tensors[op->out[0]];
+	if (y->shape_known)
+		return;
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i] < 0 || !tp->tensors[op->in[i]].shape_known)
+			return;
+	const struct mo_tensor *a = &tp->tensors[op->in[0]];
+	const char *why = NULL;
+	if (one_of(ty, compare_ops)) {
+		if (op->n_in == 2)
+			mo_tp_broadcast(tp, op, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, &why);
+	} else if (one_of(ty, same_type_ops)) {
+		mo_tp_broadcast(tp, op, a->dtype, &why);
+	} else if (one_of(ty, bool_unary_ops) || strcmp(ty, "CastLike") == 0 ||
+		   strcmp(ty, "Trilu") == 0) {
+		y->dtype = strcmp(ty, "CastLike") == 0
+			   ? (op->n_in == 2 ? tp->tensors[op->in[1]].dtype : 0)
+			   : strcmp(ty, "Trilu") == 0 ? a->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+		if (y->dtype)
+			mo_tensor_set_shape(y, a->rank, a->dims);
+	} else if (strcmp(ty, "GatherElements") == 0) {
+		if (op->n_in != 2)
+			return;
+		const struct mo_tensor *idx = &tp->tensors[op->in[1]];
+		if (idx->rank != a->rank)
+			return;
+		y->dtype = a->dtype;
+		mo_tensor_set_shape(y, idx->rank, idx->dims);
+	} else if (strcmp(ty, "Range") == 0) {
+		if (op->n_in != 3)
+			return;
+		int64_t v[3];
+		for (int i = 0; i < 3; i++) {
+			const struct mo_tensor *t = &tp->tensors[op->in[i]];
+			if (!t->ivals || t->n_vals != 1)
+				return;
+			v[i] = t->ivals[0];
+		}
+		if (v[2] == 0)
+			return;
+		/* max(ceil((limit - start) / delta), 0), in 128 bits */
+		__int128 span = (__int128)v[1] - v[0], len = span / v[2];
+		if (len * v[2] != span)
+			len++;
+		int64_t dims[1] = { len < 0 ? 0 : len > INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)len };
+		y->dtype = a->dtype;
+		mo_tensor_set_shape(y, 1, dims);
+	} else if (strcmp(ty, "ConstantOfShape") == 0) {
+		if (!a->ivals || a->rank != 1 || a->n_vals > MO_MAX_RANK)
+			return;
+		for (size_t i = 0; i < a->n_vals; i++)
+			if (a->ivals[i] < 0)
+				return;
+		const Onnx__AttributeProto *at = attr(n, "value");
+		y->dtype = at && at->t ? at->t->data_type : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+		mo_tensor_set_shape(y, (int)a->n_vals, a->ivals);
+	}
+	(void)why; /* shapes that do not broadcast stay unknown */
+}
+
+/* The index into x (broadcast to y, numpy's rule) of y's element i. */
+static size_t bcast_index(const struct mo_tensor *x, const struct mo_tensor *y, size_t i)
+{
+	size_t at = 0, stride = 1;
+	for (int d = y->rank - 1, dx = x->rank - 1; d >= 0; d--, dx--) {
+		size_t c = (size_t)(i % (uint64_t)y->dims[d]);
+		i /= (uint64_t)y->dims[d];
+		if (dx < 0)
+			continue;
+		if (x->dims[dx] != 1)
+			at += c * stride;
+		stride *= (size_t)x->dims[dx];
+	}
+	return at;
+}
+
+static int64_t floor_mod(int64_t x, int64_t z)
+{
+	int64_t r = x % z;
+	return r != 0 && ((r < 0) != (z < 0)) ? r + z : r;
+}
+
+/* y[i] of the elementwise integer op ty over e[0..n) */
+static bool elementwise_int(const char *ty, const int64_t *e, int n, int64_t *y)
+{
+	switch (n) {
+	case 1:
+		if (strcmp(ty, "Not") == 0)
+			*y = !e[0];
+		else if (strcmp(ty, "Neg") == 0 && e[0] != INT64_MIN)
+			*y = -e[0];
+		else if (strcmp(ty, "Abs") == 0 && e[0] != INT64_MIN)
+			*y = e[0] < 0 ? -e[0] : e[0];
+		else
+			return false;
+		return true;
+	case 2:
+		if (strcmp(ty, "Equal") == 0) *y = e[0] == e[1];
+		else if (strcmp(ty, "Less") == 0) *y = e[0] < e[1];
+		else if (strcmp(ty, "Greater") == 0) *y = e[0] > e[1];
+		else if (strcmp(ty, "LessOrEqual") == 0) *y = e[0] <= e[1];
+		else if (strcmp(ty, "GreaterOrEqual") == 0) *y = e[0] >= e[1];
+		else if (strcmp(ty, "And") == 0) *y = e[0] && e[1];
+		else if (strcmp(ty, "Or") == 0) *y = e[0] || e[1];
+		else if (strcmp(ty, "Xor") == 0) *y = !e[0] != !e[1];
+		else if (strcmp(ty, "Max") == 0) *y = e[0] > e[1] ? e[0] : e[1];
+		else if (strcmp(ty, "Min") == 0) *y = e[0] < e[1] ? e[0] : e[1];
+		else if (strcmp(ty, "Mod") == 0 && e[1] != 0 && !(e[0] == INT64_MIN && e[1] == -1))
+			*y = floor_mod(e[0], e[1]); /* fmod=0: the divisor's sign */
+		else
+			return false;
+		return true;
+	case 3:
+		if (strcmp(ty, "Where") != 0)
+			return false;
+		*y = e[0] ? e[1] : e[2];
+		return true;
+	}
+	return false;
+}
+
 /* Integer constant folding of shape arithmetic. Returns true when the node's
  * output values were computed (the node then needs no TP op). */
 static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
@@ -793,7 +944,7 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
 		/* the TorchScript exporter's Expand shapes: ConstantOfShape,
 		 * Equal and Where over small integer constants */
 		const Onnx__AttributeProto *at = attr(n, "value");
-		int64_t fill = 0, dims[1];
+		int64_t fill = 0;
 		int32_t dt = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 		if (at && at->t) {
 			double f;
@@ -802,39 +953,82 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
 				return false;
 			fill = saturate_int64(f);
 		}
-		if (!is_int(dt) || !a->ivals || a->rank != 1 || a->n_vals != 1 || a->ivals[0] < 0 ||
-		    a->ivals[0] > MAX_FOLD)
+		/* (opaque_shape gave y its shape: any rank) */
+		if (!is_intlike(dt) || !y->shape_known || mo_tensor_numel(y) > MAX_FOLD)
 			return false;
-		dims[0] = a->ivals[0];
-		for (nv = 0; nv < (size_t)dims[0]; nv++)
+		for (nv = 0; nv < mo_tensor_numel(y); nv++)
 			v[nv] = fill;
-		y->dtype = dt;
-		mo_tensor_set_shape(y, 1, dims);
-	} else if (strcmp(ty, "Equal") == 0 || strcmp(ty, "Where") == 0) {
-		size_t len = 1;
-		int rank = 0;
+	} else if (strcmp(ty, "Expand") == 0 || strcmp(ty, "GatherElements") == 0) {
+		/* token type ids and position buffers: small integer tables */
+		/* (Expand's shape operand is a parameter of its op: y has the shape) */
+		bool ge = ty[0] == 'G';
+		if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+		    op->n_in != (ge ? 2 : 1) || !a->ivals || a->n_vals != mo_tensor_numel(a))
+			return false;
+		const struct mo_tensor *b = ge ? &tp->tensors[op->in[1]] : NULL;
+		if (ge && (!b->ivals || b->n_vals != mo_tensor_numel(b) || b->rank != a->rank))
+			return false;
+		int64_t axis = ge ? attr_int(n, "axis", 0) : 0;
+		if (axis < 0)
+			axis += a->rank;
+		if (axis < 0 || (ge && axis >= a->rank))
+			return false;
+		for (nv = 0; nv < mo_tensor_numel(y); nv++) {
+			if (!ge) {
+				v[nv] = a->ivals[bcast_index(a, y, nv)];
+				continue;
+			}
+			/* y's coordinates, with the axis's one read from the indices */
+			size_t at = 0, stride = 1, rest = nv;
+			for (int d = y->rank - 1; d >= 0; d--) {
+				int64_t c = (int64_t)(rest % (uint64_t)y->dims[d]);
+				rest /= (uint64_t)y->dims[d];
+				if (d == axis) {
+					c = b->ivals[nv];
+					if (c < 0)
+						c += a->dims[d];
+					if (c < 0 || c >= a->dims[d])
+						return false;
+				} else if (c >= a->dims[d]) {
+					return false;
+				}
+				at += (size_t)c * stride;
+				stride *= (size_t)a->dims[d];
+			}
+			v[nv] = a->ivals[at];
+		}
+	} else if (strcmp(ty, "Range") == 0) {
+		if (!y->shape_known || y->rank != 1 || y->dims[0] > MAX_FOLD || !is_int(y->dtype))
+			return false;
+		for (int i = 0; i < 3; i++)
+			if (op->n_in != 3 || !tp->tensors[op->in[i]].ivals)
+				return false;
+		int64_t start = tp->tensors[op->in[0]].ivals[0];
+		int64_t delta = tp->tensors[op->in[2]].ivals[0];
+		for (nv = 0; nv < (size_t)y->dims[0]; nv++)
+			v[nv] = start + (int64_t)nv * delta; /* within limit: no overflow */
+	} else if (one_of(ty, compare_ops) || one_of(ty, same_type_ops) || strcmp(ty, "Where") == 0 ||
+		   strcmp(ty, "Not") == 0 || strcmp(ty, "Neg") == 0 || strcmp(ty, "Abs") == 0) {
+		/* elementwise over small integer (and boolean) values, numpy's
+		 * broadcasting: masks and shape arithmetic */
+		if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+		    op->n_in > 3 || strcmp(ty, "Sum") == 0 || strcmp(ty, "Mean") == 0)
+			return false;
 		for (int i = 0; i < op->n_in; i++) {
 			const struct mo_tensor *t = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
-			if (!t || !t->ivals || t->rank > 1 || (t->n_vals != 1 && len != 1 &&
-							       t->n_vals != len))
+			if (!t || !t->ivals || !t->shape_known || t->n_vals != mo_tensor_numel(t))
 				return false;
-			len = t->n_vals > len ? t->n_vals : len;
-			rank = t->rank > rank ? t->rank : rank;
 		}
-		bool where = ty[0] == 'W';
-		if (op->n_in != (where ? 3 : 2))
-			return false;
-		for (size_t i = 0; i < len; i++) {
+		size_t ny = mo_tensor_numel(y);
+		for (nv = 0; nv < ny; nv++) {
 			int64_t e[3];
 			for (int k = 0; k < op->n_in; k++) {
 				const struct mo_tensor *t = &tp->tensors[op->in[k]];
-				e[k] = t->ivals[t->n_vals == 1 ? 0 : i];
+				e[k] = t->ivals[bcast_index(t, y, nv)];
 			}
-			v[nv++] = where ? (e[0] ? e[1] : e[2]) : e[0] == e[1];
+			if (!elementwise_int(ty, e, op->n_in, &v[nv]))
+				return false;
 		}
-		int64_t dims[1] = { (int64_t)len };
-		y->dtype = where ? tp->tensors[op->in[1]].dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-		mo_tensor_set_shape(y, rank, dims);
 	} else {
 		for (int i = 0; i < op->n_in; i++)
 			if (op->in[i] >= 0 && !tp->tensors[op->in[i]].ivals)
@@ -1086,6 +1280,8 @@ static enum mo_status import_node(struct importer *im, int ni)
 	for (int i = 0; i < op.n_out; i++)
 		if (op.out[i] >= 0)
 			im->unbound[op.out[i]] = unbound;
+	if (!off_schema && op.kind == MO_OP_OPAQUE)
+		opaque_shape(im, n, &op);
 	if (!off_schema && fold(im, n, &op)) {
 		tp->node_op[ni] = -1;
 		return MO_OK;

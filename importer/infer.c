@@ -61,6 +61,11 @@ static bool same_shape(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype,
 static bool broadcast(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype,
 		      const char **why)
 {
+	return mo_tp_broadcast(tp, op, dtype, why);
+}
+
+bool mo_tp_broadcast(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype, const char **why)
+{
 	int rank = 0;
 	int64_t dims[MO_MAX_RANK];
 	for (int i = 0; i < op->n_in; i++) {

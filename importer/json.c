@@ -100,6 +100,12 @@ void mo_tp_print_json(const struct mo_tp *tp, FILE *out)
 				fprintf(out, "%s%" PRId64, d ? ", " : "", t->dims[d]);
 			fputc(']', out);
 		}
+		if (t->ivals) { /* a small integer constant, read or folded */
+			fputs(", \"values\": [", out);
+			for (size_t k = 0; k < t->n_vals; k++)
+				fprintf(out, "%s%" PRId64, k ? ", " : "", t->ivals[k]);
+			fputc(']', out);
+		}
 		fputc('}', out);
 	}
 	fputs("],\n\"ops\": [", out);

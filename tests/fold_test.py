@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The importer folds what exporters compute from shapes, as ONNX would.
+
+TorchScript and Optimum exports build position ids, masks and Reshape
+targets from Shape, Range, comparisons, Where, Mod, Max/Min, Expand,
+GatherElements and ConstantOfShape chains. With the symbolic dims bound,
+every such integer tensor of a few elements must be folded to the values
+ONNX's reference evaluator computes (the tool prints them with --dump-tp),
+the outputs of those ops outside the op table must get their ONNX shapes,
+and the float ops after them must land in a region. Before these rules, a
+TorchScript GPT-2 or BERT export had 0 regions.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper as h
+from onnx.reference import ReferenceEvaluator
+
+import mo_testlib
+from mo_testlib import const, vi
+
+CLI = None
+I64 = TensorProto.INT64
+B, S, H = 2, 6, 8
+
+
+def chain_model():
+    """X [batch, seq, H] with the integer chains of a TorchScript export
+    around it; every integer tensor is also a graph output, so the reference
+    evaluator gives its values."""
+    n = h.make_node
+    nodes = [
+        n("Shape", ["X"], ["shape"]),
+        n("Gather", ["shape", "one"], ["seq"], axis=0),
+        n("Gather", ["shape", "zero"], ["batch"], axis=0),
+        n("Range", ["zero", "seq", "one"], ["pos"]),                # [S]
+        n("Unsqueeze", ["pos", "axes0"], ["pos2"]),                 # [1, S]
+        n("Unsqueeze", ["batch", "axes0"], ["batch_1"]),
+        n("Unsqueeze", ["seq", "axes0"], ["seq_1"]),
+        n("Concat", ["batch_1", "seq_1"], ["bs"], axis=0),
+        n("Expand", ["pos2", "bs"], ["pos_b"]),                     # [B, S]
+        n("Less", ["pos_b", "three"], ["early"]),
+        n("Not", ["early"], ["late"]),
+        n("Mod", ["pos_b", "four"], ["pmod"]),
+        n("Max", ["pmod", "one"], ["pmax"]),
+        n("Min", ["pmax", "two"], ["pmin"]),
+        n("Equal", ["pmin", "two"], ["eq"]),
+        n("Or", ["late", "eq"], ["either"]),
+        n("And", ["late", "eq"], ["both"]),
+        n("GreaterOrEqual", ["pos_b", "one"], ["ge"]),
+        n("Where", ["either", "pos_b", "zero"], ["picked"]),
+        n("ConstantOfShape", ["bs"], ["ones"],
+          value=h.make_tensor("v", I64, [1], [1])),                 # [B, S]
+        n("Add", ["ones", "picked"], ["sum"]),
+        n("GatherElements", ["table", "idx"], ["ge_out"], axis=1),
+        # a Reshape whose target is computed: [batch, max(seq * H, 1)]
+        n("Mul", ["seq_1", "h"], ["sh"]),
+        n("Max", ["sh", "one"], ["sh1"]),
+        n("Concat", ["batch_1", "sh1"], ["target"], axis=0),
+        n("Reshape", ["X", "target"], ["flat"], name="flatten"),
+        n("MatMul", ["flat", "W"], ["Y0"], name="proj"),
+        n("Mul", ["Y0", "Y0"], ["Y"], name="square"),
+    ]
+    ints = ["shape", "pos", "pos_b", "bs", "early", "late", "pmod", "pmax", "pmin", "eq",
+            "either", "both", "ge", "picked", "ones", "sum", "ge_out", "target"]
+    types = {k: TensorProto.BOOL for k in ("early", "late", "eq", "either", "both", "ge")}
+    inits = [const("zero", 0, np.int64), const("one", 1, np.int64), const("two", 2, np.int64),
+             const("three", 3, np.int64), const("four", 4, np.int64),
+             const("axes0", [0], np.int64), const("h", [H], np.int64),
+             const("table", [[10, 11, 12, 13], [20, 21, 22, 23]], np.int64),
+             const("idx", [[3, 0], [1, -1]], np.int64),
+             mo_testlib.rng_weight("W", [S * H, 4], 1)]
+    rank1 = ("shape", "pos", "bs", "target")
+    outputs = [vi("Y", ["batch", 4])] + [
+        vi(k, [f"{k}_{d}" for d in range(1 if k in rank1 else 2)], types.get(k, I64))
+        for k in ints]
+    m = mo_testlib.model(nodes, [vi("X", ["batch", "seq", H])], outputs, inits, opset=17)
+    return m, ints
+
+
+class Folding(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="mo_fold_")
+        self.model, self.ints = chain_model()
+        self.path = os.path.join(self.dir, "m.onnx")
+        onnx.save(self.model, self.path)
+
+    def tearDown(self):
+        for f in os.listdir(self.dir):
+            os.remove(os.path.join(self.dir, f))
+        os.rmdir(self.dir)
+
+    def run_cli(self, *args):
+        r = subprocess.run([CLI, self.path, *args, "--dim", f"batch={B}", "--dim", f"seq={S}"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_integer_chains_fold_to_the_reference_values(self):
+        tp = json.loads(self.run_cli("--dump-tp"))
+        tensors = {t["name"]: t for t in tp["tensors"]}
+        x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
+        ref = ReferenceEvaluator(self.model).run(None, {"X": x})
+        names = [o.name for o in self.model.graph.output]
+        for name in self.ints:
+            want = np.asarray(ref[names.index(name)])
+            t = tensors[name]
+            self.assertEqual(t["shape"], list(want.shape), name)
+            self.assertIn("values", t, f"{name} was not folded")
+            self.assertEqual(t["values"], [int(v) for v in want.reshape(-1)], name)
+            self.assertEqual(t["kind"], "constant", name)
+
+    def test_the_float_ops_after_them_land_in_a_region(self):
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square"}, inside, j)
+
+    def test_long_ranges_get_their_shape_without_being_folded(self):
+        # Range over 1000 positions: too long to fold, its shape is still known
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("Shape", ["X"], ["shape"]),
+             n("Gather", ["shape", "one"], ["seq"], axis=0),
+             n("Range", ["zero", "seq", "one"], ["pos"]),
+             n("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             n("Mul", ["posf", "posf"], ["sq"]),
+             n("Add", ["X", "sq"], ["Y"])],
+            [vi("X", [1, "seq"])], [vi("Y", [1, "seq"])],
+            [const("zero", 0, np.int64), const("one", 1, np.int64)], opset=17)
+        onnx.save(m, self.path)
+        r = subprocess.run([CLI, self.path, "--dump-tp", "--dim", "seq=1000"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        t = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+        self.assertEqual(t["pos"]["shape"], [1000])
+        self.assertNotIn("values", t["pos"])
+        self.assertEqual(t["Y"]["shape"], [1, 1000])
+
+
+if __name__ == "__main__":
+    mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)
