@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the attribute that sends TensorRT's parser to the plugin (fused_proto) */
+#define MO_TRT_NAMESPACE_ATTR "plugin_namespace"
+
 /* metadata_props the export sets: plugin, manifest, build id */
 #define N_META 4
 
@@ -737,6 +740,24 @@ static Onnx__NodeProto *fused_proto(struct ex *x, const struct mo_fused_node *f)
 	n->input = arena_strv(a, f->inputs, f->n_inputs);
 	n->n_output = (size_t)f->n_outputs;
 	n->output = arena_strv(a, f->outputs, f->n_outputs);
+	/* TensorRT's ONNX parser (10.7 on) imports a node that is also a local
+	 * function as that function, unless the node names a plugin namespace:
+	 * then as the plugin of its op type where one is registered (the
+	 * plugin's creators use namespace ""), else still as the function */
+	Onnx__AttributeProto *ns = mo_arena_alloc(a, sizeof *ns);
+	Onnx__AttributeProto **ats = mo_arena_array(a, 1, sizeof *ats);
+	if (!ns || !ats)
+		return NULL;
+	onnx__attribute_proto__init(ns);
+	ns->name = mo_arena_strdup(a, MO_TRT_NAMESPACE_ATTR);
+	ns->has_type = true;
+	ns->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+	ns->has_s = true;
+	ns->s.len = 0;
+	ns->s.data = (uint8_t *)mo_arena_strdup(a, "");
+	ats[0] = ns;
+	n->n_attribute = 1;
+	n->attribute = ats;
 	return a->failed ? NULL : n;
 }
 
@@ -884,6 +905,14 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 	fn->output = arena_strv(a, f->outputs, f->n_outputs);
 	fn->n_node = nb;
 	fn->node = body;
+	/* the attribute every call carries for TensorRT (fused_proto): declared,
+	 * read by no body node */
+	char **attrs = mo_arena_array(a, 1, sizeof *attrs);
+	if (!attrs)
+		return nomem(x);
+	attrs[0] = mo_arena_strdup(a, MO_TRT_NAMESPACE_ATTR);
+	fn->n_attribute = 1;
+	fn->attribute = attrs;
 	for (size_t i = 0; i < x->p->n_opset_import; i++) {
 		const char *dom = x->p->opset_import[i]->domain;
 		if (strcmp(dom ? dom : "", x->o->domain) != 0)

@@ -244,7 +244,12 @@ static void fused_node_replaces_exactly_the_listed_nodes(void **state)
 	assert_string_equal(f->input[0], "a");
 	assert_int_equal(f->n_output, 1);
 	assert_string_equal(f->output[0], "c");
-	assert_int_equal(f->n_attribute, 0);
+	/* one attribute: plugin_namespace "", which sends TensorRT's parser
+	 * to the registered plugin rather than the local function */
+	assert_int_equal(f->n_attribute, 1);
+	assert_string_equal(f->attribute[0]->name, "plugin_namespace");
+	assert_int_equal(f->attribute[0]->type, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+	assert_int_equal(f->attribute[0]->s.len, 0);
 	for (size_t i = 0; i < g->n_node; i++) {
 		assert_string_not_equal(g->node[i]->op_type, "Exp");
 		assert_string_not_equal(g->node[i]->op_type, "Neg");
