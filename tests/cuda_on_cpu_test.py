@@ -29,6 +29,13 @@ thirdparty_models_test.py) each of those models is run the same way (archs
 none, 800, 900). Not in the CTest entry: their search takes ~8 minutes on 2
 cores (all 14 pass today); run it by hand.
 
+With --mugraphs EXE (tests/mugraph_sources) test_mugraph's hand-built
+μGraphs run too, fp32 and fp16, archs none, 800 and 900 (CTest entry
+cuda_on_cpu_mugraphs, with --mugraphs-only): shapes the search does not
+choose on section A (a split-KV pair with its combine kernel, a flash
+kernel split over its loop, split-K RMSNorm, LoRA as one concatenated
+MatMul); their split-KV and online-softmax paths must have run.
+
 Tiny shapes run whole grids in fast mode; paper shapes whole grids in fast
 mode too, with MO_CUDASIM_SAMPLE blocks in threads mode (a real pthread per
 CUDA thread, so barriers and warp rendezvous are the pthread ones).
@@ -200,6 +207,86 @@ def against_ort(original, fused, plugin):
     return None
 
 
+def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
+    """Every op of the kept sources src, on every arch of archs, through
+    cudasim against its CPU kernel; appends to failures, rows and seen."""
+    for op in cb.parse_ops(src):
+        text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
+        inputs = cb.random_inputs(op, seed=11)
+        ref = None
+        for arch in archs:
+            tag = "%s %s arch=%s" % (mname, op.name, arch or "none")
+            try:
+                exe = cb.build_runner(src, op, os.path.join(work, "b"), arch=arch,
+                                      sanitize=san)
+            except RuntimeError as e:
+                failures.append("%s: %s" % (tag, str(e).splitlines()[-1][:300]))
+                continue
+            if ref is None:
+                ref = cb.run_op(exe, op, inputs, "cpu", work)
+                if ref.rc:
+                    failures.append("%s: the CPU kernel failed: %s"
+                                    % (tag, ref.stderr.strip()[-300:]))
+                    break
+            env = {"MO_CUDASIM_DEVICE": DEVICE[arch]}
+            if size == "paper" and not args.sanitized:
+                # SAMPLE takes effect in threads mode only
+                env["MO_CUDASIM_MODE"] = "threads"
+                env["MO_CUDASIM_SAMPLE"] = str(args.sample)
+            t = time.time()
+            got = cb.run_op(exe, op, inputs, "cuda", work, env=env)
+            dt = time.time() - t
+            if got.rc:
+                line = next((ln for ln in got.stderr.splitlines()
+                             if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: "))),
+                            got.stderr.strip()[-300:])
+                failures.append("%s on %s: exit %d: %s"
+                                % (tag, DEVICE[arch], got.rc, line))
+                continue
+            bad = cb.compare(op, ref.outputs, got.outputs)
+            if bad:
+                failures.append("%s on %s: differs from the CPU kernel: %s"
+                                % (tag, DEVICE[arch], bad))
+                continue
+            ctr = counters(got.report)
+            ran = paths_ran(text, ctr)
+            for k, v in ran.items():
+                if v:
+                    seen[k].append(tag)
+            mma = sum(v for k, v in ctr.items() if k.startswith("wmma_mma"))
+            rows.append("%-44s %-5s %-4s launches=%-3d mma=%-7d cp.async=%-8d "
+                        "dbuf_waits=%-6d threads_blocks=%-3d %5.1fs  %s" % (
+                            mname + " " + op.name, str(arch or "none"), DEVICE[arch],
+                            ctr.get("launches", 0), mma, ctr.get("cp_async", 0),
+                            ctr.get("wait_prior_in_flight", 0),
+                            ctr.get("threads_mode_blocks", 0), dt,
+                            ",".join(k for k in PATHS if ran[k]) or "-"))
+            log(rows[-1])
+
+
+def hand_built(args, work, failures, rows, seen):
+    """test_mugraph's hand-built μGraphs (tests/mugraph_sources.c writes
+    their sources, fp32 and fp16), each op on archs none, 800 and 900 (900
+    on the H100, the others on the A100) against its CPU kernel."""
+    out = os.path.join(work, "mugraphs")
+    p = subprocess.run([args.mugraphs, out], capture_output=True, text=True)
+    log(p.stdout.rstrip())
+    if p.returncode:
+        failures.append("mugraph_sources failed (exit %d): %s"
+                        % (p.returncode, (p.stderr or p.stdout).strip()[-400:]))
+    n = 0
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        src = os.path.join(out, name)
+        if args.only and name not in args.only.split(","):
+            continue
+        if os.path.exists(os.path.join(src, "mo_ops.c")):
+            n += 1
+            run_ops(src, "hand-built " + name, [None, 800, 900], "tiny", args, work,
+                    "address" if args.sanitized else None, failures, rows, seen)
+    if n == 0:
+        failures.append("no hand-built μGraph was run")
+
+
 def fuse(cli, model, out_dir):
     name = os.path.basename(model)[:-5]
     src = os.path.join(out_dir, "src_" + name)
@@ -215,7 +302,7 @@ def fuse(cli, model, out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
-    ap.add_argument("--builder", required=True, help="models/build.py")
+    ap.add_argument("--builder", help="models/build.py (not needed with --mugraphs-only)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--sanitized", action="store_true",
                     help="the ASan build: tiny fp16 gqa and gated_mlp, sm_80 only, "
@@ -225,6 +312,11 @@ def main():
                     help="blocks in threads mode per launch at paper shapes")
     ap.add_argument("--thirdparty", help="tests/data/thirdparty: its models too (tiny, whole grids)")
     ap.add_argument("--only", help="comma list of model names (debugging)")
+    ap.add_argument("--mugraphs", metavar="EXE",
+                    help="tests' mugraph_sources: test_mugraph's hand-built μGraphs too "
+                    "(needs MO_TEST_MODELS)")
+    ap.add_argument("--mugraphs-only", action="store_true",
+                    help="with --mugraphs: only those (a CTest entry of their own)")
     args = ap.parse_args()
     if not shutil.which(cb.cxx()):
         print("SKIPPED: no C++ compiler")
@@ -237,7 +329,11 @@ def main():
     seen = {k: [] for k in PATHS}
     t0 = time.time()
     try:
-        if args.sanitized:
+        if args.mugraphs:
+            hand_built(args, work, failures, rows, seen)
+        if args.mugraphs_only:
+            jobs = []
+        elif args.sanitized:
             jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in ("gqa", "gated_mlp")]
             sizes, dtypes, only = "tiny", "fp16", "gqa,gated_mlp"
         else:
@@ -252,12 +348,13 @@ def main():
                      ("gated_mlp_paper_fp16", [800, 900], "paper"),
                      ("gated_mlp_paper_bf16", [800, 900], "paper")]
             sizes, dtypes, only = "tiny,paper", "fp32,fp16,bf16", ",".join(SECTION_A)
-        p = subprocess.run([args.python, args.builder, "--out", os.path.join(work, "models"),
-                            "--sizes", sizes, "--dtypes", dtypes, "--only", only],
-                           capture_output=True, text=True)
-        if p.returncode:
-            print("FAILED: models/build.py: " + p.stderr[-500:])
-            return 1
+        if jobs:
+            p = subprocess.run([args.python, args.builder, "--out",
+                                os.path.join(work, "models"), "--sizes", sizes, "--dtypes",
+                                dtypes, "--only", only], capture_output=True, text=True)
+            if p.returncode:
+                print("FAILED: models/build.py: " + p.stderr[-500:])
+                return 1
         san = "address" if args.sanitized else None
         paths = {}
         if args.thirdparty and not args.sanitized:
@@ -306,59 +403,14 @@ def main():
                 log("%s: ONNX Runtime with the plugin's CUDA through cudasim (arch %s, %s) "
                     "agrees with the original model (%.1f s)"
                     % (mname, oarch, DEVICE[oarch], time.time() - t))
-            for op in cb.parse_ops(src):
-                text = open(os.path.join(src, "mo_op%d.cu" % op.index)).read()
-                inputs = cb.random_inputs(op, seed=11)
-                ref = None
-                for arch in archs:
-                    tag = "%s %s arch=%s" % (mname, op.name, arch or "none")
-                    try:
-                        exe = cb.build_runner(src, op, os.path.join(work, "b"), arch=arch,
-                                              sanitize=san)
-                    except RuntimeError as e:
-                        failures.append("%s: %s" % (tag, str(e).splitlines()[-1][:300]))
-                        continue
-                    if ref is None:
-                        ref = cb.run_op(exe, op, inputs, "cpu", work)
-                        if ref.rc:
-                            failures.append("%s: the CPU kernel failed: %s"
-                                            % (tag, ref.stderr.strip()[-300:]))
-                            break
-                    env = {"MO_CUDASIM_DEVICE": DEVICE[arch]}
-                    if size == "paper" and not args.sanitized:
-                        # SAMPLE takes effect in threads mode only
-                        env["MO_CUDASIM_MODE"] = "threads"
-                        env["MO_CUDASIM_SAMPLE"] = str(args.sample)
-                    t = time.time()
-                    got = cb.run_op(exe, op, inputs, "cuda", work, env=env)
-                    dt = time.time() - t
-                    if got.rc:
-                        line = next((ln for ln in got.stderr.splitlines()
-                                     if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: "))),
-                                    got.stderr.strip()[-300:])
-                        failures.append("%s on %s: exit %d: %s"
-                                        % (tag, DEVICE[arch], got.rc, line))
-                        continue
-                    bad = cb.compare(op, ref.outputs, got.outputs)
-                    if bad:
-                        failures.append("%s on %s: differs from the CPU kernel: %s"
-                                        % (tag, DEVICE[arch], bad))
-                        continue
-                    ctr = counters(got.report)
-                    ran = paths_ran(text, ctr)
-                    for k, v in ran.items():
-                        if v:
-                            seen[k].append(tag)
-                    mma = sum(v for k, v in ctr.items() if k.startswith("wmma_mma"))
-                    rows.append("%-44s %-5s %-4s launches=%-3d mma=%-7d cp.async=%-8d "
-                                "dbuf_waits=%-6d threads_blocks=%-3d %5.1fs  %s" % (
-                                    mname + " " + op.name, str(arch or "none"), DEVICE[arch],
-                                    ctr.get("launches", 0), mma, ctr.get("cp_async", 0),
-                                    ctr.get("wait_prior_in_flight", 0),
-                                    ctr.get("threads_mode_blocks", 0), dt,
-                                    ",".join(k for k in PATHS if ran[k]) or "-"))
-                    log(rows[-1])
-        if not args.sanitized:
+            run_ops(src, mname, archs, size, args, work, san, failures, rows, seen)
+        if args.mugraphs_only:
+            # the hand-built attention graphs are a split-KV pair of kernels
+            # and a one-kernel online softmax: their paths must have run
+            for k in ("split_kv", "online_softmax"):
+                if not seen[k]:
+                    failures.append("the %s path ran in no hand-built μGraph" % k)
+        elif not args.sanitized:
             for k in PATHS:
                 if not seen[k]:
                     failures.append("the %s path ran in no generated kernel" % k)
