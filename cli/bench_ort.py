@@ -116,74 +116,36 @@ def plugin_ops(path):
     return lib, [table[k].contents for k in range(n.value)]
 
 
-def time_cuda_kernels(plugin, cudart, runs, warmup, rng, np):
-    """Each fused op's CUDA entry on device 0 on random inputs: the median of
-    runs launches, each timed with CUDA events around the entry (its
-    allocations of intermediates included). Rows of (op, µs, kernels)."""
-    c = cudart.c
-    rt = cudart.lib
+def time_cuda_kernels(plugin, runs, warmup):
+    """Each fused op's CUDA entry on device 0, timed by the plugin's own
+    MirageOnnxPluginProfile (plugins/runtime/mo_profile.cpp, what
+    `mirage-onnx --profile` uses): inputs of fixed pseudo-random values,
+    `warmup` launches, then the median of `runs`, each between two CUDA
+    events (its allocations of intermediates included). Rows of (op, µs)
+    and the GPU's name."""
+    import ctypes as c
     lib, ops = plugin_ops(plugin)
-    cuda_fn = c.CFUNCTYPE(c.c_int, c.POINTER(c.c_void_p), c.POINTER(c.c_void_p), c.c_void_p,
-                          c.c_char_p, c.c_size_t)
-    rt.cudaEventElapsedTime.argtypes = [c.POINTER(c.c_float), c.c_void_p, c.c_void_p]
-    rows = []
-    for op in ops:
+    try:
+        prof = lib.MirageOnnxPluginProfile
+    except AttributeError:
+        raise Failure(f"{plugin}: this plugin has no kernel timer (MirageOnnxPluginProfile): "
+                      "fuse the model again with this mirage-onnx, with nvcc found")
+    prof.restype = c.c_int
+    prof.argtypes = [c.c_int, c.c_int, c.c_int, c.POINTER(c.c_double), c.c_char_p, c.c_size_t,
+                     c.c_char_p, c.c_size_t]
+    rows, gpu = [], ""
+    for k, op in enumerate(ops):
         name = op.name.decode(errors="replace")
         if not op.cuda:
             raise Failure(f"{plugin}: {name} has no CUDA kernel (fused with --no-cuda, or "
                           "without nvcc)")
-        bufs = []
-
-        def dalloc(nbytes):
-            p = c.c_void_p()
-            cudart.check(rt.cudaMalloc(c.byref(p), c.c_size_t(max(1, nbytes))), "cudaMalloc")
-            bufs.append(p)
-            return p.value
-        size = {1: 4, 10: 2, 16: 2}
-        try:
-            ins = []
-            for i in range(op.n_in):
-                t = op.inp[i]
-                n = int(np.prod([t.dims[d] for d in range(t.rank)], dtype=np.int64))
-                x = rng.standard_normal(n).astype(np.float32)
-                host = x if t.dtype == 1 else (x.astype(np.float16).view(np.uint16) if t.dtype == 10
-                                               else (x.view(np.uint32) >> 16).astype(np.uint16))
-                p = dalloc(host.nbytes)
-                cudart.check(rt.cudaMemcpy(c.c_void_p(p), c.c_void_p(host.ctypes.data),
-                                           c.c_size_t(host.nbytes), 1), "cudaMemcpy")
-                ins.append(p)
-            outs = []
-            for i in range(op.n_out):
-                t = op.out[i]
-                n = int(np.prod([t.dims[d] for d in range(t.rank)], dtype=np.int64))
-                outs.append(dalloc(n * size.get(t.dtype, 4)))
-            din = (c.c_void_p * max(1, op.n_in))(*ins)
-            dout = (c.c_void_p * max(1, op.n_out))(*outs)
-            err = c.create_string_buffer(512)
-            fn = cuda_fn(op.cuda)
-            ev = [c.c_void_p(), c.c_void_p()]
-            for e in ev:
-                cudart.check(rt.cudaEventCreate(c.byref(e)), "cudaEventCreate")
-            times = []
-            for k in range(warmup + runs):
-                rt.cudaEventRecord(ev[0], None)
-                if fn(din, dout, None, err, len(err)) != 0:
-                    raise Failure(f"{name}: the CUDA kernel failed: "
-                                  f"{err.value.decode(errors='replace')}")
-                rt.cudaEventRecord(ev[1], None)
-                cudart.check(rt.cudaEventSynchronize(ev[1]), f"{name}: running the kernel")
-                ms = c.c_float()
-                cudart.check(rt.cudaEventElapsedTime(c.byref(ms), ev[0], ev[1]),
-                             "cudaEventElapsedTime")
-                if k >= warmup:
-                    times.append(ms.value * 1e3)
-            for e in ev:
-                rt.cudaEventDestroy(e)
-        finally:
-            for p in bufs:
-                rt.cudaFree(p)
-        rows.append((name, statistics.median(times)))
-    return rows
+        us = c.c_double()
+        g, err = c.create_string_buffer(256), c.create_string_buffer(512)
+        if prof(k, warmup, runs, c.byref(us), g, len(g), err, len(err)) != 0:
+            raise Failure(f"{name}: {err.value.decode(errors='replace')}")
+        gpu = g.value.decode(errors="replace")
+        rows.append((name, us.value))
+    return rows, gpu
 
 
 def input_shape(i, dims, made_for):
@@ -401,10 +363,9 @@ def main():
     if cudart is not None:
         if not plugin:
             raise Failure(f"{a.fused} names no plugin (mirage.plugin): nothing to time on the GPU")
-        rows = time_cuda_kernels(plugin, cudart, a.runs, a.warmup,
-                                 np.random.default_rng(a.seed), np)
-        print(f"fused kernels on {gpu} (median of {a.runs} launches after {a.warmup} warm-up "
-              "launches, CUDA events):")
+        rows, timed_on = time_cuda_kernels(plugin, a.runs, a.warmup)
+        print(f"fused kernels on {timed_on} (median of {a.runs} launches after {a.warmup} "
+              "warm-up launches, CUDA events):")
         for op_name, us in rows:
             print(f"  {op_name:32} {us:12.1f} us")
         if not end_to_end:

@@ -6,6 +6,7 @@
 #include "fuse_cmd.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -46,6 +47,11 @@ struct region_state {
 	struct mo_search_result var[MO_CG_MAX_VARIANTS - 1];
 	const struct mo_mugraph *var_mg[MO_CG_MAX_VARIANTS - 1];
 	uint64_t var_limit[MO_CG_MAX_VARIANTS - 1]; /* what it was searched for */
+	/* --profile: the GPU, the μGraphs timed (0: none), each one's median
+	 * µs (-1: not timed; 0 the cost model's choice) and the one kept */
+	char profile_gpu[64];
+	int profile_n, profile_kept;
+	double profile_us[1 + MO_SEARCH_MAX_ALTERNATIVES];
 };
 
 /* The GPUs the plugin runs on (mo_arch_gpus) and their shared memory per
@@ -122,6 +128,143 @@ static enum mo_status find_variants(struct region_state *s, const struct cli_fus
 		}
 	}
 	return MO_OK;
+}
+
+/* --profile: region s's best μGraph and its runners-up, built as the ops of
+ * one plugin beside OUT (a temporary, removed), each timed on the GPU by
+ * the plugin's MirageOnnxPluginProfile; the fastest becomes s->r.best. What
+ * cannot be timed leaves the cost model's choice, with a warning; no GPU
+ * at all is said once (*no_gpu) and ends profiling for the run. */
+static void ignore_line(void *ctx, const char *line)
+{
+	(void)ctx;
+	(void)line;
+}
+
+typedef int (*profile_fn)(int op, int warmup, int runs, double *us, char *gpu, size_t gpu_len,
+			  char *err, size_t err_len);
+
+#define PROFILE_WARMUP 3
+#define PROFILE_RUNS 20
+
+static void profile_region(struct region_state *s, const struct cli_fuse_args *a, const char *lb,
+			   FILE *info, bool *no_gpu)
+{
+	int n = 1 + s->r.n_alt;
+	if (*no_gpu)
+		return;
+	if (n < 2) {
+		if (info)
+			fprintf(stderr, "  --profile: no runner-up passed the proof, nothing to time\n");
+		return;
+	}
+	struct mo_cg_op ops[1 + MO_SEARCH_MAX_ALTERNATIVES];
+	struct mo_plugin_op_report rep[1 + MO_SEARCH_MAX_ALTERNATIVES];
+	char names[1 + MO_SEARCH_MAX_ALTERNATIVES][32];
+	for (int k = 0; k < n; k++) {
+		snprintf(names[k], sizeof names[k], "MirageProfile%d", k);
+		if (k)
+			mo_mg_output_dtypes(s->r.alt[k - 1].mg, s->prog);
+		ops[k] = (struct mo_cg_op){ .name = names[k], .mg = k ? s->r.alt[k - 1].mg : s->r.best };
+	}
+	char dest[4200], *so = NULL, why[400] = "";
+	cli_beside(a->out_path, ".profile.so", dest, sizeof dest);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	int fd = mo_file_create_temp(dest, &so, &d);
+	if (fd < 0) {
+		fprintf(stderr, "mirage-onnx: warning: region %s: --profile: %s\n", lb, d.msg);
+		return;
+	}
+	close(fd);
+	struct mo_plugin_options po = {
+		.cuda = true, .archs = a->archs,
+		.cg = { .banner = a->banner, .target = a->search->target },
+		.warning = ignore_line, /* the run's own build says them */
+	};
+	if (info)
+		fprintf(stderr, "  --profile: building its %d best μGraphs to time them\n", n);
+	double us[1 + MO_SEARCH_MAX_ALTERNATIVES];
+	char gpu[256] = "";
+	int best = -1;
+	void *h = NULL;
+	if (mo_plugin_build(ops, n, &po, so, rep, &d)) {
+		snprintf(why, sizeof why, "building them failed: %.300s", d.msg);
+		goto done;
+	}
+	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	profile_fn time_op = h ? (profile_fn)dlsym(h, "MirageOnnxPluginProfile") : NULL;
+	const struct mo_plugin_op *const *(*table)(int *) =
+		h ? (const struct mo_plugin_op *const *(*)(int *))dlsym(h, "MirageOnnxPluginOps") : NULL;
+	if (!time_op || !table) {
+		snprintf(why, sizeof why, "the plugin has no kernel timer%s%.200s",
+			 h ? "" : ": ", h ? "" : dlerror());
+		goto done;
+	}
+	int n_table = 0;
+	const struct mo_plugin_op *const *tab = table(&n_table);
+	for (int k = 0; k < n; k++) {
+		us[k] = -1;
+		int idx = -1;
+		for (int t = 0; t < n_table && idx < 0; t++)
+			if (!strcmp(tab[t]->name, names[k]))
+				idx = t;
+		char err[256] = "";
+		if (idx < 0)
+			snprintf(err, sizeof err, "not built: %.200s", rep[k].why);
+		else if (time_op(idx, PROFILE_WARMUP, PROFILE_RUNS, &us[k], gpu, sizeof gpu, err,
+				 sizeof err)) {
+			us[k] = -1;
+			if (!strncmp(err, "no CUDA GPU", 11)) {
+				*no_gpu = true;
+				fprintf(stderr, "mirage-onnx: warning: --profile: %s: every region keeps "
+					"the cost model's choice\n", err);
+				why[0] = 0;
+				goto done;
+			}
+		}
+		if (err[0])
+			fprintf(stderr, "mirage-onnx: warning: region %s: --profile: μGraph %d of %d "
+				"not timed: %s\n", lb, k + 1, n, err);
+		if (us[k] >= 0 && (best < 0 || us[k] < us[best]))
+			best = k;
+	}
+	if (best < 0) {
+		snprintf(why, sizeof why, "none of its μGraphs could be timed");
+		goto done;
+	}
+	if (info) {
+		fprintf(stderr, "  profiled on %s (median of %d runs):", gpu, PROFILE_RUNS);
+		for (int k = 0; k < n; k++) {
+			double est = k ? s->r.alt[k - 1].cost.us : s->r.cost_best.us;
+			if (us[k] >= 0)
+				fprintf(stderr, "%s #%d %.1f µs (estimated %.1f)", k ? "," : "", k + 1, us[k], est);
+			else
+				fprintf(stderr, "%s #%d not timed", k ? "," : "", k + 1);
+		}
+		fprintf(stderr, "; keeps #%d%s\n", best + 1, best ? ", not the cost model's choice" : "");
+	}
+	snprintf(s->profile_gpu, sizeof s->profile_gpu, "%s", gpu);
+	s->profile_n = n;
+	s->profile_kept = best;
+	for (int k = 0; k < n; k++)
+		s->profile_us[k] = us[k];
+	if (best > 0) { /* the runner-up becomes the best, the best a runner-up */
+		struct mo_search_alt *alt = &s->r.alt[best - 1];
+		struct mo_search_alt old = { s->r.best, s->r.cost_best, s->r.verification };
+		s->r.best = alt->mg;
+		s->r.cost_best = alt->cost;
+		s->r.verification = alt->verification;
+		*alt = old;
+	}
+	why[0] = 0;
+done:
+	if (h)
+		dlclose(h);
+	mo_file_discard_temp(-1, so);
+	if (why[0])
+		fprintf(stderr, "mirage-onnx: warning: region %s: --profile: %s; it keeps the cost "
+			"model's choice\n", lb, why);
 }
 
 static void progress_line(void *ctx, const char *line)
@@ -313,6 +456,17 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 			if (s->fused)
 				fprintf(f, ",\n     \"cpu_kernel_check\": {\"max_rel\": %.3g, \"max_abs\": %.3g, "
 					"\"plans\": %d}", s->check.max_rel, s->check.max_abs, s->check.plans);
+			if (s->profile_n) { /* us[0]: the cost model's choice */
+				fputs(",\n     \"profile\": {\"gpu\": ", f);
+				mo_json_string(f, s->profile_gpu);
+				fputs(", \"us\": [", f);
+				for (int k = 0; k < s->profile_n; k++)
+					if (s->profile_us[k] >= 0)
+						fprintf(f, "%s%.3f", k ? ", " : "", s->profile_us[k]);
+					else
+						fprintf(f, "%snull", k ? ", " : "");
+				fprintf(f, "], \"kept\": %d}", s->profile_kept);
+			}
 			write_variants(f, s, a);
 			fputs(",\n     \"mugraph\": ", f);
 			mo_mg_print_json(s->r.best, f);
@@ -781,7 +935,9 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 	int rc = 0;
 	struct mo_partition *tight = NULL; /* made when a region does not fuse whole */
 	char cache[1024];
-	bool use_cache = !a->no_cache && cli_cache_dir(cache, sizeof cache);
+	/* --profile needs the runners-up, which a cached μGraph has not */
+	bool use_cache = !a->no_cache && !a->profile && cli_cache_dir(cache, sizeof cache);
+	bool no_gpu = false; /* --profile found none */
 	/* every region, then the parts of those that do not fuse whole */
 	size_t cap = (size_t)p->n_regions + (size_t)tp->n_ops + 1;
 	int nu = p->n_regions;
@@ -850,6 +1006,8 @@ int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *
 			s->fused = true;
 			mo_mg_output_dtypes(s->r.best, s->prog);
 			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
+			if (a->profile)
+				profile_region(s, a, label(rs, ri, lb, sizeof lb), info, &no_gpu);
 			if (a->dump_dir)
 				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
 			if (find_variants(s, a, &o, use_cache ? cache : NULL, info, d)) {

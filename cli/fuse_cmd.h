@@ -18,7 +18,12 @@ struct cli_fuse_args {
 	const char *dump_dir;     /* --dump-mugraph DIR, or NULL */
 	const char *banner;       /* the first line of every generated file */
 	bool cpu_kernels;         /* the plugin registers its CPU kernels by default */
+	/* --profile: time each region's best μGraph and its runners-up (the
+	 * search's options.alternatives) on the GPU and keep the fastest */
+	bool profile;
 };
+/* μGraphs --profile times per region: the best and its runners-up */
+#define CLI_PROFILE_CANDIDATES 3
 
 /* Returns an exit code (0 ok, 1 bad input, 2 usage, 3 internal); d says why.
  * Edits m (the export rewrites its graph). */

@@ -64,6 +64,10 @@ static const char usage_text[] =
 	"                     75, 80, 86, 89, 90 (default 80,90); a kernel gets a plan\n"
 	"                     for each, and the region a μGraph for each GPU the\n"
 	"                     target's does not fit\n"
+	"      --profile      time the best μGraph of each region and its two\n"
+	"                     runners-up (each proven the same way) on the GPU and keep\n"
+	"                     the fastest, instead of the cost model's choice; needs a\n"
+	"                     CUDA GPU and nvcc, and does not use the result cache\n"
 	"      --keep-sources DIR  keep the generated sources and objects in DIR\n"
 	"      --cpu-kernels  the plugin registers its CPU kernels in ONNX Runtime too\n"
 	"                     (default: CUDA kernels only, so a CPU session runs each\n"
@@ -156,7 +160,7 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda, cpu_kernels;
+	int no_fuse, no_cuda, cpu_kernels, profile;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -492,7 +496,8 @@ int main(int argc, char **argv)
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
-	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS };
+	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS,
+	       OPT_PROFILE };
 	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT }; /* apart, so that lists above can grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
@@ -523,6 +528,7 @@ int main(int argc, char **argv)
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
 		{ "cpu-kernels", no_argument, NULL, OPT_CPU_KERNELS },
+		{ "profile", no_argument, NULL, OPT_PROFILE },
 		{ 0 },
 	};
 	static const struct cli_num_flag f_region_ops = { "--max-region-ops", 1, 100000, true },
@@ -564,6 +570,7 @@ int main(int argc, char **argv)
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
+		case OPT_PROFILE: cli.profile = 1; break;
 		case OPT_CUDA_ARCH: {
 			/* "80,90": SM versions whose shared memory per block
 			 * the plans are made for (mo_arch_smem) */
@@ -661,6 +668,9 @@ static int run(struct cli *cli, int argc, char **argv)
 	if (cli->search_only && cli->list_regions)
 		return usage_error("--search-only and --list-regions each print a report: "
 				   "choose one", NULL);
+	if (cli->profile && (cli->no_cuda || cli->no_fuse || !out_path))
+		return usage_error("--profile times the CUDA kernels of a fused model: it needs -o "
+				   "and goes without --no-cuda and --no-fuse", NULL);
 	if (optind == argc)
 		return usage_error("no model given", NULL);
 	if (argc - optind > 1)
@@ -732,7 +742,13 @@ static int run(struct cli *cli, int argc, char **argv)
 			.archs = cli->cuda_arch ? cli->cuda_arch : "80,90",
 			.keep_sources = cli->keep_sources, .banner = banner,
 			.dump_dir = cli->dump_dir, .cpu_kernels = cli->cpu_kernels,
+			.profile = cli->profile && nvcc != NULL,
 		};
+		if (cli->profile && !nvcc)
+			fprintf(stderr, "mirage-onnx: warning: --profile times the CUDA kernels, and "
+				"there are none without nvcc: the cost model chooses\n");
+		if (a.profile)
+			cli->search.alternatives = CLI_PROFILE_CANDIDATES - 1;
 		int rc = cli_fuse(m, &a, &d);
 		if (!rc)
 			warn_if_external_data_stays_behind(m, out_path);

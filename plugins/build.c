@@ -469,22 +469,29 @@ static bool compile_cuda(struct builder *b, const char *nvcc, const char *archs,
 	return false;
 }
 
-/* The TensorRT glue, C++17, with nvcc as the driver: it finds the CUDA
- * headers TensorRT's include (cudaStream_t) and the host C++ compiler nvcc
- * works with. TensorRT's headers are system headers, so that their own
+/* Host C++17 that calls CUDA's runtime (the TensorRT glue, the kernel
+ * timer), with nvcc as the driver: it finds the CUDA headers and the host
+ * C++ compiler nvcc works with, and a .cpp gets no device code. TensorRT's
+ * headers (trt_include, NULL: none) are system headers, so that their own
  * warnings stay theirs. */
-static bool compile_trt(struct builder *b, const char *nvcc, const char *trt_include,
+static bool compile_host(struct builder *b, const char *nvcc, const char *trt_include,
 			const char *src, const char *obj, char *why, size_t len)
 {
 	char inc[4200], isys[4200], log[4210];
 	const char *dir = b->dir;
 	snprintf(inc, sizeof inc, "-I%s", dir);
 	/* a folder named like an option stays a folder */
-	snprintf(isys, sizeof isys, "%s%s", trt_include[0] == '-' ? "./" : "", trt_include);
+	if (trt_include)
+		snprintf(isys, sizeof isys, "%s%s", trt_include[0] == '-' ? "./" : "", trt_include);
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[] = { (char *)nvcc, "-O2", "-std=c++17", "-Xcompiler",
-			 "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden", "-isystem", isys, inc, "-c",
-			 (char *)src, "-o", (char *)obj, NULL };
+			 "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden", inc, "-c",
+			 (char *)src, "-o", (char *)obj, NULL, NULL, NULL };
+	if (trt_include) { /* after the sources' own folder */
+		memmove(argv + 7, argv + 5, 6 * sizeof *argv);
+		argv[5] = "-isystem";
+		argv[6] = isys;
+	}
 	if (run_tool(b, argv, log))
 		return true;
 	char e[256];
@@ -601,8 +608,8 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	idents = mo_calloc((size_t)n + 1, sizeof *idents);
 	has_cuda = mo_calloc((size_t)n + 1, sizeof *has_cuda);
 	built = mo_calloc((size_t)n + 1, sizeof *built);
-	/* two per op, the op table, the ORT and the TensorRT glue */
-	objs = mo_calloc(2 * (size_t)n + 3, sizeof *objs);
+	/* two per op, the op table, the ORT and the TensorRT glue, the timer */
+	objs = mo_calloc(2 * (size_t)n + 4, sizeof *objs);
 	if (!idents || !has_cuda || !built || !objs) {
 		st = mo_diag_nomem(d);
 		goto free_lists;
@@ -675,6 +682,20 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		}
 		objs[no++] = mo_strdup(obj);
 	}
+	/* The timer of the CUDA kernels (mo_profile.cpp, for --profile and
+	 * bench --provider cuda): optional, like the TensorRT glue */
+	if (nvcc) {
+		char why[300];
+		snprintf(path, sizeof path, "%s/mo_profile.cpp", dir);
+		snprintf(obj, sizeof obj, "%s/mo_profile.o", dir);
+		if (compile_host(&b, nvcc, NULL, path, obj, why, sizeof why))
+			objs[no++] = mo_strdup(obj);
+		else if (b.disk)
+			goto disk_full;
+		else
+			warn(o, "the kernel timer (mo_profile.cpp) did not compile, so the plugin cannot "
+			     "be profiled: %s", why);
+	}
 	/* The TensorRT glue, for the ops with CUDA: only where TensorRT's
 	 * headers are, and optional, so that a failure leaves only it out. It
 	 * links no TensorRT library, and the libstdc++ it needs is linked for
@@ -688,7 +709,7 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		progress(o, "compiling the TensorRT glue (headers in %s)", trt_include);
 		snprintf(path, sizeof path, "%s/mo_trt_glue.cpp", dir);
 		snprintf(obj, sizeof obj, "%s/mo_trt_glue.o", dir);
-		trt = compile_trt(&b, nvcc, trt_include, path, obj, why, sizeof why);
+		trt = compile_host(&b, nvcc, trt_include, path, obj, why, sizeof why);
 		if (b.disk)
 			goto disk_full;
 		if (trt)
@@ -752,7 +773,7 @@ disk_full:
 free_lists:
 	for (int k = 0; idents && k < n; k++)
 		mo_free(idents[k]);
-	for (int k = 0; objs && k < 2 * n + 3; k++)
+	for (int k = 0; objs && k < 2 * n + 4; k++)
 		mo_free(objs[k]);
 	mo_free(idents);
 	mo_free(has_cuda);

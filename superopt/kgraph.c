@@ -839,6 +839,11 @@ void mo_search_result_free(struct mo_search_result *r)
 {
 	mo_mg_free(r->best);
 	r->best = NULL;
+	for (int i = 0; i < r->n_alt; i++)
+		mo_mg_free(r->alt[i].mg);
+	mo_free(r->alt);
+	r->alt = NULL;
+	r->n_alt = 0;
 	mo_free(r->part_of);
 	r->part_of = NULL;
 	r->n_parts = 0;

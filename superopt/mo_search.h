@@ -82,6 +82,11 @@ struct mo_search_options {
 	 * weights apart: mo_search_memory_need); a region that needs more
 	 * stays unfused, saying so, instead of running out of memory */
 	uint64_t memory_limit;
+	/* > 0: besides the best, prove up to this many runners-up of the
+	 * one-kernel search (the next by the cost model that beat the unfused
+	 * region), for a caller that times them on a GPU (--profile); at most
+	 * MO_SEARCH_MAX_ALTERNATIVES */
+	int alternatives;
 };
 #define MO_SEARCH_MEMORY_LIMIT (8ull << 30)
 #define MO_SEARCH_DEFAULTS \
@@ -113,8 +118,22 @@ struct mo_search_stats {
 	struct mo_subexpr_stats subexpr;
 };
 
+#define MO_SEARCH_MAX_ALTERNATIVES 7
+
+/* A runner-up to a search's best μGraph (options.alternatives). */
+struct mo_search_alt {
+	struct mo_mugraph *mg;
+	struct mo_cost cost;
+	struct mo_equiv_report verification;
+};
+
 struct mo_search_result {
 	struct mo_mugraph *best;    /* NULL: nothing beats the unfused region */
+	/* options.alternatives: runners-up to best, each proven like it,
+	 * slower by the cost model, in its order (none from a search of
+	 * several kernels) */
+	struct mo_search_alt *alt;
+	int n_alt;
 	struct mo_cost cost_best, cost_unfused;
 	struct mo_equiv_report verification; /* the final, full verdict of best */
 	struct mo_search_stats stats;

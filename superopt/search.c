@@ -1720,7 +1720,10 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	double slowest = -1; /* the estimate of the first not faster than the bar */
 	const char *what;
 	double bar = mo_search_bar(&o, &r->cost_unfused, &what);
-	for (int i = 0; i < rk.n && !r->best && !st; i++) {
+	int alternatives = verify ? o.alternatives : 0;
+	if (alternatives > MO_SEARCH_MAX_ALTERNATIVES)
+		alternatives = MO_SEARCH_MAX_ALTERNATIVES;
+	for (int i = 0; i < rk.n && (!r->best || r->n_alt < alternatives) && !st; i++) {
 		struct mo_cost c;
 		mo_cost_mugraph(rk.top[i].mg, o.gpu, &c);
 		if (c.us >= bar) { /* not worth a proof */
@@ -1737,10 +1740,18 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 			st = mo_search_prove(rk.top[i].mg, prog, &o, &rep, &r->stats, d);
 		}
 		if (!st && rep.verdict == (verify ? MO_EQUIVALENT : MO_UNPROVEN)) {
-			r->best = rk.top[i].mg;
+			if (r->best) { /* a runner-up, for a caller that times them */
+				if (!r->alt && !(r->alt = mo_calloc((size_t)alternatives, sizeof *r->alt))) {
+					st = mo_diag_nomem(d);
+					break;
+				}
+				r->alt[r->n_alt++] = (struct mo_search_alt){ rk.top[i].mg, c, rep };
+			} else {
+				r->best = rk.top[i].mg;
+				r->verification = rep;
+				r->cost_best = c;
+			}
 			rk.top[i].mg = NULL;
-			r->verification = rep;
-			r->cost_best = c;
 		}
 	}
 	if (tried)

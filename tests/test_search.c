@@ -153,6 +153,45 @@ static void memory_limit(void **state)
 	unload(&r);
 }
 
+/* --profile's runners-up: asked for two, the search returns up to two
+ * more μGraphs, each proven EQUIVALENT like the best, distinct from it and
+ * from each other, and faster than the unfused region by the cost model; the best is the one it returns without them; and asked for none
+ * it returns none. */
+static void alternatives(void **state)
+{
+	(void)state;
+	struct region r = load_region("rmsnorm_tiny_fp32.onnx");
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 900;
+	o.jobs = 2;
+	struct mo_search_result plain, res;
+	search_found(&r, &o, &plain);
+	assert_int_equal(plain.n_alt, 0);
+	assert_null(plain.alt);
+	o.alternatives = 2;
+	search_found(&r, &o, &res);
+	char *a = mo_mg_json(plain.best), *b = mo_mg_json(res.best);
+	assert_string_equal(a, b);
+	free(a);
+	assert_int_equal(res.n_alt, 2);
+	char *seen[3] = { b, NULL, NULL };
+	for (int k = 0; k < res.n_alt; k++) {
+		const struct mo_search_alt *x = &res.alt[k];
+		assert_int_equal(x->verification.verdict, MO_EQUIVALENT);
+		assert_true(x->verification.error_bound < 1e-20);
+		assert_true(x->cost.us < res.cost_unfused.us);
+		seen[k + 1] = mo_mg_json(x->mg);
+		for (int j = 0; j <= k; j++)
+			assert_string_not_equal(seen[j], seen[k + 1]);
+	}
+	for (int k = 0; k < 3; k++)
+		free(seen[k]);
+	mo_search_result_free(&res);
+	assert_int_equal(res.n_alt, 0);
+	mo_search_result_free(&plain);
+	unload(&r);
+}
+
 static void rmsnorm_matmul(void **state)
 {
 	(void)state;
@@ -506,6 +545,7 @@ int main(void)
 		cmocka_unit_test(deterministic_budget_hit),
 		cmocka_unit_test(several_kernels),
 		cmocka_unit_test(layernorm_linear),
+		cmocka_unit_test(alternatives),
 		cmocka_unit_test(kernel_graph_rewrite),
 		cmocka_unit_test(kernel_graph_reduction),
 		cmocka_unit_test(beat_bar),

@@ -109,6 +109,7 @@ struct Config {
 	int sample = 0; /* threads mode: blocks run as threads; 0 = all */
 	bool deferred = true;
 	long fail_malloc = 0;
+	bool no_device = false; /* MO_CUDASIM_NO_DEVICE: cudaGetDeviceCount finds none */
 	bool skip_unsampled = false; /* threads mode: run only the sampled blocks */
 };
 Config cfg;
@@ -168,6 +169,8 @@ void init_config()
 		cfg.skip_unsampled = atoi(s) != 0;
 	if ((s = getenv("MO_CUDASIM_FAIL_MALLOC")) && *s)
 		cfg.fail_malloc = atol(s);
+	if ((s = getenv("MO_CUDASIM_NO_DEVICE")) && *s)
+		cfg.no_device = atoi(s) != 0;
 }
 void config() { std::call_once(cfg_once, init_config); }
 
@@ -1202,8 +1205,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cud
 cudaError_t cudaGetDeviceCount(int *n)
 {
 	config();
-	*n = 1;
-	return cudaSuccess;
+	*n = cfg.no_device ? 0 : 1;
+	return cfg.no_device ? fail(cudaErrorNoDevice) : cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d)
 {

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -105,6 +106,28 @@ def build_shared_runtime(out, sanitize=None):
     _run([cxx(), "-std=c++17", "-O2", "-g", "-fPIC", "-shared", RUNTIME, "-o", out, "-lpthread"]
          + san_flags(sanitize))
     return out
+
+
+def fake_toolkit(root, python=None):
+    """A CUDA toolkit at root whose GPU is cudasim: bin/nvcc runs
+    fake_nvcc.py, lib64/libcudart_static.a is the cudasim runtime. With
+    NVCC=root/bin/nvcc, mirage-onnx builds plugins whose CUDA entries run
+    on the CPU. Returns the nvcc path (made once per root)."""
+    nvcc = os.path.join(root, "bin", "nvcc")
+    if os.path.exists(nvcc):
+        return nvcc
+    os.makedirs(os.path.join(root, "bin"), exist_ok=True)
+    os.makedirs(os.path.join(root, "lib64"), exist_ok=True)
+    obj = os.path.join(root, "lib64", "cudasim.o")
+    _run([cxx(), "-std=c++17", "-O2", "-g", "-fPIC", "-c", RUNTIME, "-o", obj])
+    _run(["ar", "rcs", os.path.join(root, "lib64", "libcudart_static.a"), obj])
+    tmp = nvcc + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("#!%s\nimport sys\nsys.path.insert(0, %r)\nimport fake_nvcc\n"
+                "sys.exit(fake_nvcc.main(sys.argv[1:]))\n" % (python or sys.executable, HERE))
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, nvcc)
+    return nvcc
 
 
 def compile_cu(cu_path, obj, arch=None, sanitize=None, opt="-O1", extra=()):
