@@ -16,7 +16,7 @@
 
 #include "mo_plugin.h"
 
-extern const struct mo_runtime_file cli_bench_files[];
+extern const struct mo_runtime_file cli_scripts_files[];
 
 bool cli_parse_num(const char *arg, const struct cli_num_flag *f, double *out)
 {
@@ -184,7 +184,7 @@ static int bench(int argc, char **argv, const char **dims)
 	int n = 0;
 	args[n++] = (char *)py;
 	args[n++] = "-c";
-	args[n++] = (char *)cli_bench_files[0].data;
+	args[n++] = (char *)cli_scripts_files[0].data;
 	static const char *flags[6] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
 					"--provider" };
 	for (int k = 0; k < 6; k++)

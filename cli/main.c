@@ -13,6 +13,7 @@
 #include "mo_onnx.h"
 #include "mo_part.h"
 #include "bench_cmd.h"
+#include "show_cmd.h"
 #include "fuse_cmd.h"
 #include "mo_plugin.h"
 #include "search_cmd.h"
@@ -34,6 +35,7 @@ static const char usage_text[] =
 	"usage: mirage-onnx MODEL [-o OUT] [options]\n"
 	"       mirage-onnx equiv A.onnx B.onnx [options]   (see mirage-onnx equiv --help)\n"
 	"       mirage-onnx bench MODEL FUSED [options]      (see mirage-onnx bench --help)\n"
+	"       mirage-onnx show FUSED [options]             (see mirage-onnx show --help)\n"
 	"\n"
 	"Loads an ONNX model, checks its structure and prints a summary. With -o it\n"
 	"fuses: it carves out the regions worth fusing (--list-regions shows them),\n"
@@ -493,6 +495,8 @@ int main(int argc, char **argv)
 		return equiv_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
 		return cli_bench(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "show") == 0)
+		return cli_show(argc - 1, argv + 1);
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,

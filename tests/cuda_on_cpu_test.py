@@ -231,7 +231,7 @@ def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
                                     % (tag, ref.stderr.strip()[-300:]))
                     break
             env = {"MO_CUDASIM_DEVICE": DEVICE[arch]}
-            if size == "paper" and not args.sanitized:
+            if args.tsan or (size == "paper" and not args.sanitized):
                 # SAMPLE takes effect in threads mode only
                 env["MO_CUDASIM_MODE"] = "threads"
                 env["MO_CUDASIM_SAMPLE"] = str(args.sample)
@@ -284,7 +284,8 @@ def hand_built(args, work, failures, rows, seen):
         if os.path.exists(os.path.join(src, "mo_ops.c")):
             n += 1
             run_ops(src, "hand-built " + name, [None, 800, 900], "tiny", args, work,
-                    "address" if args.sanitized else None, failures, rows, seen)
+                    "thread" if args.tsan else "address" if args.sanitized else None,
+                    failures, rows, seen)
     if n == 0:
         failures.append("no hand-built μGraph was run")
 
@@ -317,6 +318,11 @@ def main():
     ap.add_argument("--mugraphs", metavar="EXE",
                     help="tests' mugraph_sources: test_mugraph's hand-built μGraphs too "
                     "(needs MO_TEST_MODELS)")
+    ap.add_argument("--tsan", action="store_true",
+                    help="ThreadSanitizer: tiny fp16 rmsnorm, gated_mlp, lora, gqa and the "
+                    "paper fp16 gqa (b8) and gated_mlp, the layer and kernels built with "
+                    "-fsanitize=thread, every launch in threads mode with --sample blocks "
+                    "as threads; no ONNX Runtime comparison")
     ap.add_argument("--no-suite", action="store_true",
                     help="not section A: only --mugraphs and --thirdparty (CTest entries "
                     "of their own)")
@@ -336,6 +342,11 @@ def main():
             hand_built(args, work, failures, rows, seen)
         if args.no_suite:
             jobs = []
+        elif args.tsan:
+            jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in SECTION_A[:4]]
+            jobs += [("gqa_paper_b8_fp16", [800], "paper"),
+                     ("gated_mlp_paper_fp16", [900], "paper")]
+            sizes, dtypes, only = "tiny,paper", "fp16", ",".join(SECTION_A[:4])
         elif args.sanitized:
             jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in ("gqa", "gated_mlp")]
             sizes, dtypes, only = "tiny", "fp16", "gqa,gated_mlp"
@@ -358,7 +369,7 @@ def main():
             if p.returncode:
                 print("FAILED: models/build.py: " + p.stderr[-500:])
                 return 1
-        san = "address" if args.sanitized else None
+        san = "thread" if args.tsan else "address" if args.sanitized else None
         paths = {}
         if args.thirdparty and not args.sanitized:
             for f in sorted(os.listdir(args.thirdparty)):
@@ -386,6 +397,9 @@ def main():
             # DEVICE runs without the known sm_90-plan failure: the newest)
             oarch = archs[-1]
             t = time.time()
+            if args.tsan:  # the kernels only: ORT in python is not built with TSan
+                run_ops(src, mname, archs, size, args, work, san, failures, rows, seen)
+                continue
             try:
                 so = simulated_plugin(src, work, oarch)  # no ASan: loaded into python
                 env_dev = os.environ.get("MO_CUDASIM_DEVICE")
