@@ -244,7 +244,7 @@ static void profile_region(struct region_state *s, const struct cli_fuse_args *a
 		}
 		fprintf(stderr, "; keeps #%d%s\n", best + 1, best ? ", not the cost model's choice" : "");
 	}
-	snprintf(s->profile_gpu, sizeof s->profile_gpu, "%s", gpu);
+	snprintf(s->profile_gpu, sizeof s->profile_gpu, "%.63s", gpu);
 	s->profile_n = n;
 	s->profile_kept = best;
 	for (int k = 0; k < n; k++)
