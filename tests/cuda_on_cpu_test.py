@@ -4,8 +4,8 @@ the CUDA execution layer (tests/cudasim), against the op's CPU kernel.
 
 Models: section A of BENCHMARKS.md (models/build.py) at tiny shapes in fp32,
 fp16 and bf16 (qknorm and ntrans: fp16 only, their search is slow; bf16 on
-sm_80 and sm_90 only), and at paper shapes the fp16 gqa (batch 8) and the
-fp16 and bf16 gated_mlp models (bf16 WMMA fragments);
+sm_80 and sm_90 only), and at paper shapes the fp16 gqa and rmsnorm (batch
+8), lora, and the fp16 and bf16 gated_mlp models (bf16 WMMA fragments);
 each fused with `mirage-onnx --keep-sources`. For every fused op and every
 architecture in ARCHS the .cu is compiled as host C++ with that
 __CUDA_ARCH__ (none: the fallback path without cp.async / tensor cores'
@@ -361,6 +361,8 @@ def main():
             jobs += [("%s_tiny_bf16" % m, [800, 900], "tiny")
                      for m in SECTION_A if m not in ("qknorm", "ntrans")]
             jobs += [("gqa_paper_b8_fp16", [800, 860, 900], "paper"),
+                     ("rmsnorm_paper_b8_fp16", [800, 900], "paper"),
+                     ("lora_paper_fp16", [800, 900], "paper"),
                      ("gated_mlp_paper_fp16", [800, 900], "paper"),
                      ("gated_mlp_paper_bf16", [800, 900], "paper")]
             sizes, dtypes, only = "tiny,paper", "fp32,fp16,bf16", ",".join(SECTION_A)
