@@ -259,8 +259,9 @@ static void profile_region(struct region_state *s, const struct cli_fuse_args *a
 	}
 	why[0] = 0;
 done:
-	if (h)
-		dlclose(h);
+	/* h stays loaded: the CUDA runtime linked into it keeps state (and
+	 * exit handlers) once it has run, which unloading would leave behind
+	 * or run too early; the file itself goes */
 	mo_file_discard_temp(-1, so);
 	if (why[0])
 		fprintf(stderr, "mirage-onnx: warning: region %s: --profile: %s; it keeps the cost "

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -686,9 +687,23 @@ void segv_handler(int sig, siginfo_t *si, void *)
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
+/* A process built with a sanitizer that loads a cudasim built without one
+ * (the tool under ASan loading a plugin of the fake toolkit) keeps the
+ * sanitizer's own SIGSEGV handling and alternate stacks. */
+bool host_is_sanitized()
+{
+	static const bool s = dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
+			      dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr;
+	return s;
+}
+
 void install_segv()
 {
 #ifndef CUDASIM_ASAN
+#ifndef CUDASIM_TSAN
+	if (host_is_sanitized())
+		return;
+#endif
 	static std::once_flag once;
 	std::call_once(once, [] {
 		struct sigaction sa;

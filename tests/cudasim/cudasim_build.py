@@ -156,7 +156,8 @@ def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=
     cu = os.path.join(work, name + ".cu")
     with open(cu, "w") as f:
         f.write(cu_text)
-    cu_o = compile_cu(cu, cu + ".o", arch, sanitize)
+    # position-independent, so that a simulated plugin can link it too
+    cu_o = compile_cu(cu, cu + ".o", arch, sanitize, extra=("-fPIC",))
     c_o = os.path.join(work, "mo_op%d_%s_%s.c.o" % (op.index, hc, sanitize or "plain"))
     if not os.path.exists(c_o):
         _run([cc(), "-std=c11", "-O2", "-g", "-I", src_dir, "-c",
@@ -169,6 +170,11 @@ def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=
     _run([cxx(), cu_o, c_o, r_o, runtime_object(work, sanitize), "-o", exe, "-lpthread", "-lm"]
          + san_flags(sanitize))
     return exe
+
+
+def runner_cu_object(exe):
+    """The compiled .cu of a runner build_runner made (position-independent)."""
+    return exe + ".cu.o"
 
 
 def random_inputs(op, seed=0):
