@@ -33,7 +33,7 @@ static const float w8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
 /* ---- model pieces tmodel.h does not make ---- */
 
-static void value_info(struct tm *t, const char *name)
+static void value_info(struct tmodel *t, const char *name)
 {
 	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
 	onnx__value_info_proto__init(v);
@@ -41,7 +41,7 @@ static void value_info(struct tm *t, const char *name)
 	TM_APPEND(t, t->graph.value_info, t->graph.n_value_info, v);
 }
 
-static void metadata(struct tm *t, const char *key, const char *value)
+static void metadata(struct tmodel *t, const char *key, const char *value)
 {
 	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
 	onnx__string_string_entry_proto__init(e);
@@ -50,7 +50,7 @@ static void metadata(struct tm *t, const char *key, const char *value)
 	TM_APPEND(t, t->model.metadata_props, t->model.n_metadata_props, e);
 }
 
-static void int_attribute(struct tm *t, Onnx__NodeProto *n, const char *name, int64_t v)
+static void int_attribute(struct tmodel *t, Onnx__NodeProto *n, const char *name, int64_t v)
 {
 	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
 	onnx__attribute_proto__init(a);
@@ -74,7 +74,7 @@ struct run {
 	enum mo_status st;
 };
 
-static void load_tm(struct run *r, struct tm *t)
+static void load_tm(struct run *r, struct tmodel *t)
 {
 	r->in_bytes = tm_pack(t, &r->in_len);
 	mo_diag_init(&r->d);
@@ -101,7 +101,7 @@ static enum mo_status export_to(struct run *r, const struct mo_fused_node *f, in
 	return r->st;
 }
 
-static void run_export(struct run *r, struct tm *t, const struct mo_fused_node *f, int n)
+static void run_export(struct run *r, struct tmodel *t, const struct mo_fused_node *f, int n)
 {
 	load_tm(r, t);
 	enum mo_status st = export_to(r, f, n, &opts, r->path);
@@ -204,7 +204,7 @@ static uint8_t *packed_node(const Onnx__NodeProto *n, size_t *len)
 
 /* X -> A:Relu -> a -> B:Exp -> b -> C:Neg -> c -> D:Sigmoid -> Y, with
  * value_info for a, b, c and an old plugin entry in the metadata. */
-static void build_chain(struct tm *t)
+static void build_chain(struct tmodel *t)
 {
 	tm_init(t);
 	tm_input(t, &t->graph, "X", 2, dims_2x4);
@@ -231,7 +231,7 @@ static const struct mo_fused_node chain_fused = {
 static void fused_node_replaces_exactly_the_listed_nodes(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	struct run r = { 0 };
 	run_export(&r, &t, &chain_fused, 1);
@@ -261,7 +261,7 @@ static void fused_node_replaces_exactly_the_listed_nodes(void **state)
 static void opset_and_plugin_metadata_are_set(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	struct run r = { 0 };
 	run_export(&r, &t, &chain_fused, 1);
@@ -284,7 +284,7 @@ static void opset_and_plugin_metadata_are_set(void **state)
 static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	Onnx__OperatorSetIdProto *ours = tm_alloc(&t, sizeof *ours);
 	onnx__operator_set_id_proto__init(ours);
@@ -320,7 +320,7 @@ static void opset_is_not_repeated_and_no_plugin_means_no_metadata(void **state)
 static void set_metadata_names_the_new_plugin_manifest_and_build(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	metadata(&t, "mirage.build", "0000000000000001");
 	metadata(&t, "mirage.plugin", "older.so");
@@ -346,7 +346,7 @@ static void set_metadata_names_the_new_plugin_manifest_and_build(void **state)
 static void untouched_nodes_keep_their_order_and_bytes(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
@@ -392,7 +392,7 @@ static void untouched_nodes_keep_their_order_and_bytes(void **state)
 static void fused_node_precedes_a_consumer_it_interleaves_with(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	NODE(&t, &t.graph, "Relu", "A", "X", "a");
@@ -418,7 +418,7 @@ static void fused_node_precedes_a_consumer_it_interleaves_with(void **state)
 static void fused_node_moves_after_an_input_made_between_its_nodes(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
@@ -445,7 +445,7 @@ static void fused_node_moves_after_an_input_made_between_its_nodes(void **state)
 static void subgraph_reads_order_and_keep_nodes(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	tm_input(&t, &t.graph, "Z", 2, dims_2x4);
@@ -478,7 +478,7 @@ static void subgraph_reads_order_and_keep_nodes(void **state)
 static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	NODE(&t, &t.graph, "Relu", "A", "X", "a");
@@ -503,7 +503,7 @@ static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
 static void initializers_only_the_regions_read_are_dropped(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	tm_input(&t, &t.graph, "Zonly", 2, dims_2x4);
@@ -544,7 +544,7 @@ static void initializers_only_the_regions_read_are_dropped(void **state)
 static void nodes_only_the_regions_read_are_dropped_and_dead_ones_stay(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 2, dims_2x4);
 	tm_node(&t, &t.graph, "Constant", "K", NULL, NAMES("k"));
@@ -581,7 +581,7 @@ static void nodes_only_the_regions_read_are_dropped_and_dead_ones_stay(void **st
 static void value_info_of_vanished_tensors_is_dropped(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	value_info(&t, "not_a_tensor"); /* named nothing before: left alone */
 	struct run r = { 0 };
@@ -607,7 +607,7 @@ static void expect_refused(struct run *r, const struct mo_fused_node *f, int n, 
 static void invalid_fused_nodes_are_refused_and_nothing_is_written(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	struct run r = { 0 };
 	load_tm(&r, &t);
@@ -651,7 +651,7 @@ static void invalid_fused_nodes_are_refused_and_nothing_is_written(void **state)
 static void an_unwritable_path_fails_and_leaves_nothing(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	struct run r = { 0 };
 	load_tm(&r, &t);
@@ -673,7 +673,7 @@ static void an_unwritable_path_fails_and_leaves_nothing(void **state)
 static void the_loaded_model_is_unchanged_and_exports_repeat(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	struct run r = { 0 };
 	run_export(&r, &t, &chain_fused, 1);
@@ -700,7 +700,7 @@ static void the_loaded_model_is_unchanged_and_exports_repeat(void **state)
 static void allocation_failures_write_nothing_and_leak_nothing(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_chain(&t);
 	NODE(&t, &t.graph, "Relu", "Dead", "a", "unused");
 	struct run r = { 0 };

@@ -30,7 +30,7 @@ static void write_file(const char *path, const void *data, size_t len)
 /* dir/model.onnx: Y = X + W, W (4 floats) external data in dir/location. */
 static void write_model(const char *dir, const char *location)
 {
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 1, dims_4);
 	tm_external(&t, &t.graph, "W", 1, dims_4, location, 0, 16);

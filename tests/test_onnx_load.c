@@ -21,7 +21,7 @@ static const int64_t dims_4x3[] = { 4, 3 };
 static const int64_t dims_4[] = { 4 };
 
 /* X(2x4) · W(4x3) -> Y */
-static void build_matmul(struct tm *t)
+static void build_matmul(struct tmodel *t)
 {
 	static const float w[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
 	tm_init(t);
@@ -50,7 +50,7 @@ static enum mo_status load_buf(const uint8_t *b, size_t n, struct mo_model **m,
 static void loads_fields_of_a_valid_model(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n;
 	uint8_t *b = tm_pack(&t, &n);
@@ -94,7 +94,7 @@ static uint8_t *roundtrip(const uint8_t *b, size_t n, size_t *out_len)
 static void save_roundtrips_byte_for_byte(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n, rn;
 	uint8_t *b = tm_pack(&t, &n);
@@ -109,7 +109,7 @@ static void save_roundtrips_byte_for_byte(void **state)
 static void unknown_fields_are_kept(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n, rn;
 	uint8_t *b = tm_pack(&t, &n);
@@ -156,7 +156,7 @@ static void empty_and_random_bytes_are_rejected(void **state)
 static void protobufs_that_are_not_models_are_rejected(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	/* a TensorProto: field 2 is a varint there, a string in ModelProto */
 	Onnx__TensorProto *w = t.graph.initializer[0];
@@ -181,7 +181,7 @@ static void protobufs_that_are_not_models_are_rejected(void **state)
 static void truncations_and_bit_flips_never_crash(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n;
 	uint8_t *b = tm_pack(&t, &n);
@@ -287,7 +287,7 @@ static void write_ext_model(struct ext_fixture *f, const char *location,
 			    long long offset, long long length, size_t rank,
 			    const int64_t *dims)
 {
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "X", 1, dims_4);
 	tm_external(&t, &t.graph, "W", rank, dims, location, offset, length);
@@ -388,7 +388,7 @@ static void external_data_past_the_end_is_refused(void **state)
 static void save_replaces_atomically_and_fails_cleanly(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n;
 	uint8_t *b = tm_pack(&t, &n);
@@ -424,7 +424,7 @@ static void save_replaces_atomically_and_fails_cleanly(void **state)
 static void allocation_failures_are_reported(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	build_matmul(&t);
 	size_t n;
 	uint8_t *b = tm_pack(&t, &n);

@@ -18,7 +18,7 @@
 static const int64_t dims_4[] = { 4 };
 
 /* Packs, loads and validates; returns the status and the message. */
-static enum mo_status check(struct tm *t, char *msg, size_t msglen)
+static enum mo_status check(struct tmodel *t, char *msg, size_t msglen)
 {
 	size_t n;
 	uint8_t *b = tm_pack(t, &n);
@@ -32,14 +32,14 @@ static enum mo_status check(struct tm *t, char *msg, size_t msglen)
 	return s;
 }
 
-static void expect_ok(struct tm *t)
+static void expect_ok(struct tmodel *t)
 {
 	char msg[600];
 	if (check(t, msg, sizeof msg) != MO_OK)
 		fail_msg("unexpected: %s", msg);
 }
 
-static void expect_error(struct tm *t, const char *a, const char *b)
+static void expect_error(struct tmodel *t, const char *a, const char *b)
 {
 	char msg[600];
 	assert_int_equal(check(t, msg, sizeof msg), MO_ERR_INPUT);
@@ -51,7 +51,7 @@ static void expect_error(struct tm *t, const char *a, const char *b)
 static void a_chain_is_valid(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Relu", "r", L("x"), L("y"));
@@ -64,7 +64,7 @@ static void a_chain_is_valid(void **state)
 static void a_cycle_is_reported_with_its_nodes(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Relu", "before", L("x"), L("a"));
@@ -87,7 +87,7 @@ static void a_cycle_is_reported_with_its_nodes(void **state)
 static void an_unsorted_acyclic_graph_is_valid(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Neg", "second", L("y"), L("z"));
@@ -100,7 +100,7 @@ static void an_unsorted_acyclic_graph_is_valid(void **state)
 static void a_dangling_input_is_named(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Add", "add", L("x", "ghost"), L("y"));
@@ -112,7 +112,7 @@ static void a_dangling_input_is_named(void **state)
 static void unnamed_nodes_are_described_by_index(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Relu", NULL, L("x"), L("y"));
@@ -125,7 +125,7 @@ static void unnamed_nodes_are_described_by_index(void **state)
 static void names_are_defined_once(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Relu", "r1", L("x"), L("y"));
@@ -147,7 +147,7 @@ static void an_initializer_may_also_be_an_input(void **state)
 {
 	(void)state;
 	static const float w[4] = { 1, 2, 3, 4 };
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_input(&t, &t.graph, "w", 1, dims_4);
@@ -163,7 +163,7 @@ static void an_initializer_may_also_be_an_input(void **state)
 static void empty_names_are_omitted_optional_inputs(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Clip", "c", L("x", "", ""), L("y"));
@@ -175,7 +175,7 @@ static void empty_names_are_omitted_optional_inputs(void **state)
 static void graph_outputs_must_be_defined(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_node(&t, &t.graph, "Relu", "r", L("x"), L("y"));
@@ -185,7 +185,7 @@ static void graph_outputs_must_be_defined(void **state)
 }
 
 /* If(cond) with branches that read 'x' from the enclosing graph. */
-static Onnx__NodeProto *add_if(struct tm *t, const char *outer, const char *out)
+static Onnx__NodeProto *add_if(struct tmodel *t, const char *outer, const char *out)
 {
 	Onnx__NodeProto *n = tm_node(t, &t->graph, "If", "if", L("cond"), L(out));
 	Onnx__GraphProto *then_g = tm_subgraph(t, n, "then_branch");
@@ -200,7 +200,7 @@ static Onnx__NodeProto *add_if(struct tm *t, const char *outer, const char *out)
 static void subgraphs_see_enclosing_names(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_input(&t, &t.graph, "cond", 0, dims_4);
@@ -213,7 +213,7 @@ static void subgraphs_see_enclosing_names(void **state)
 static void subgraph_errors_name_their_path(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_input(&t, &t.graph, "cond", 0, dims_4);
@@ -228,7 +228,7 @@ static void subgraph_errors_name_their_path(void **state)
 static void subgraph_reads_count_as_dependencies(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "cond", 0, dims_4);
 	add_if(&t, "late", "y");
@@ -241,7 +241,7 @@ static void subgraph_reads_count_as_dependencies(void **state)
 static void nested_subgraphs_see_every_enclosing_graph(void **state)
 {
 	(void)state;
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_input(&t, &t.graph, "cond", 0, dims_4);
@@ -264,7 +264,7 @@ static void summary_lists_ops_inputs_and_weights(void **state)
 {
 	(void)state;
 	static const float w[4] = { 1, 2, 3, 4 };
-	struct tm t;
+	struct tmodel t;
 	tm_init(&t);
 	tm_input(&t, &t.graph, "x", 1, dims_4);
 	tm_initializer(&t, &t.graph, "w", 1, dims_4, w, 4);

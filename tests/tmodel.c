@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void *tm_alloc(struct tm *t, size_t n)
+void *tm_alloc(struct tmodel *t, size_t n)
 {
 	void *p = calloc(1, n ? n : 1);
 	t->allocs = realloc(t->allocs, (t->n_allocs + 1) * sizeof *t->allocs);
@@ -16,7 +16,7 @@ void *tm_alloc(struct tm *t, size_t n)
 	return p;
 }
 
-char *tm_strdup(struct tm *t, const char *s)
+char *tm_strdup(struct tmodel *t, const char *s)
 {
 	char *c = tm_alloc(t, strlen(s) + 1);
 	strcpy(c, s);
@@ -78,7 +78,7 @@ void tm_rm_rf(const char *dir)
 }
 
 
-void tm_init(struct tm *t)
+void tm_init(struct tmodel *t)
 {
 	memset(t, 0, sizeof *t);
 	onnx__model_proto__init(&t->model);
@@ -96,14 +96,14 @@ void tm_init(struct tm *t)
 	t->graph.name = "test";
 }
 
-void tm_free(struct tm *t)
+void tm_free(struct tmodel *t)
 {
 	for (size_t i = 0; i < t->n_allocs; i++)
 		free(t->allocs[i]);
 	free(t->allocs);
 }
 
-static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
+static Onnx__ValueInfoProto *value_info(struct tmodel *t, const char *name,
 					size_t rank, const int64_t *dims)
 {
 	Onnx__ValueInfoProto *v = tm_alloc(t, sizeof *v);
@@ -133,18 +133,18 @@ static Onnx__ValueInfoProto *value_info(struct tm *t, const char *name,
 	return v;
 }
 
-void tm_input(struct tm *t, Onnx__GraphProto *g, const char *name, size_t rank,
+void tm_input(struct tmodel *t, Onnx__GraphProto *g, const char *name, size_t rank,
 	      const int64_t *dims)
 {
 	TM_APPEND(t, g->input, g->n_input, value_info(t, name, rank, dims));
 }
 
-void tm_output(struct tm *t, Onnx__GraphProto *g, const char *name)
+void tm_output(struct tmodel *t, Onnx__GraphProto *g, const char *name)
 {
 	TM_APPEND(t, g->output, g->n_output, value_info(t, name, 0, NULL));
 }
 
-Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
+Onnx__NodeProto *tm_node(struct tmodel *t, Onnx__GraphProto *g, const char *op,
 			 const char *name, const char *const *inputs,
 			 const char *const *outputs)
 {
@@ -161,7 +161,7 @@ Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
 	return n;
 }
 
-static Onnx__TensorProto *tensor(struct tm *t, const char *name, size_t rank,
+static Onnx__TensorProto *tensor(struct tmodel *t, const char *name, size_t rank,
 				 const int64_t *dims)
 {
 	Onnx__TensorProto *x = tm_alloc(t, sizeof *x);
@@ -175,7 +175,7 @@ static Onnx__TensorProto *tensor(struct tm *t, const char *name, size_t rank,
 	return x;
 }
 
-Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char *name,
+Onnx__TensorProto *tm_initializer(struct tmodel *t, Onnx__GraphProto *g, const char *name,
 				  size_t rank, const int64_t *dims, const float *data, size_t n)
 {
 	Onnx__TensorProto *x = tensor(t, name, rank, dims);
@@ -187,7 +187,7 @@ Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char 
 	return x;
 }
 
-static void entry(struct tm *t, Onnx__TensorProto *x, const char *k, const char *v)
+static void entry(struct tmodel *t, Onnx__TensorProto *x, const char *k, const char *v)
 {
 	Onnx__StringStringEntryProto *e = tm_alloc(t, sizeof *e);
 	onnx__string_string_entry_proto__init(e);
@@ -196,7 +196,7 @@ static void entry(struct tm *t, Onnx__TensorProto *x, const char *k, const char 
 	TM_APPEND(t, x->external_data, x->n_external_data, e);
 }
 
-Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *name,
+Onnx__TensorProto *tm_external(struct tmodel *t, Onnx__GraphProto *g, const char *name,
 			       size_t rank, const int64_t *dims, const char *location,
 			       long long offset, long long length)
 {
@@ -217,7 +217,7 @@ Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *na
 	return x;
 }
 
-Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *attr)
+Onnx__GraphProto *tm_subgraph(struct tmodel *t, Onnx__NodeProto *node, const char *attr)
 {
 	Onnx__AttributeProto *a = tm_alloc(t, sizeof *a);
 	onnx__attribute_proto__init(a);
@@ -232,7 +232,7 @@ Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *a
 	return g;
 }
 
-uint8_t *tm_pack(struct tm *t, size_t *len)
+uint8_t *tm_pack(struct tmodel *t, size_t *len)
 {
 	*len = onnx__model_proto__get_packed_size(&t->model);
 	uint8_t *buf = tm_alloc(t, *len);

@@ -9,7 +9,7 @@
 
 #include "onnx.pb-c.h"
 
-struct tm {
+struct tmodel {
 	Onnx__ModelProto model;
 	Onnx__GraphProto graph;
 	Onnx__OperatorSetIdProto opset;
@@ -18,26 +18,26 @@ struct tm {
 	size_t n_allocs;
 };
 
-void tm_init(struct tm *t);
-void tm_free(struct tm *t);
+void tm_init(struct tmodel *t);
+void tm_free(struct tmodel *t);
 /* Adds a float32 graph input/output of the given shape to a graph. */
-void tm_input(struct tm *t, Onnx__GraphProto *g, const char *name, size_t rank, const int64_t *dims);
-void tm_output(struct tm *t, Onnx__GraphProto *g, const char *name);
+void tm_input(struct tmodel *t, Onnx__GraphProto *g, const char *name, size_t rank, const int64_t *dims);
+void tm_output(struct tmodel *t, Onnx__GraphProto *g, const char *name);
 /* Adds a node; inputs and outputs are NULL-terminated lists. */
-Onnx__NodeProto *tm_node(struct tm *t, Onnx__GraphProto *g, const char *op,
+Onnx__NodeProto *tm_node(struct tmodel *t, Onnx__GraphProto *g, const char *op,
 			 const char *name, const char *const *inputs,
 			 const char *const *outputs);
 /* Adds a float32 initializer with raw data (n floats). */
-Onnx__TensorProto *tm_initializer(struct tm *t, Onnx__GraphProto *g, const char *name,
+Onnx__TensorProto *tm_initializer(struct tmodel *t, Onnx__GraphProto *g, const char *name,
 				  size_t rank, const int64_t *dims, const float *data, size_t n);
 /* Adds a float32 initializer stored as external data. offset/length < 0: absent. */
-Onnx__TensorProto *tm_external(struct tm *t, Onnx__GraphProto *g, const char *name,
+Onnx__TensorProto *tm_external(struct tmodel *t, Onnx__GraphProto *g, const char *name,
 			       size_t rank, const int64_t *dims, const char *location,
 			       long long offset, long long length);
 /* A new empty graph for a subgraph attribute of `node`. */
-Onnx__GraphProto *tm_subgraph(struct tm *t, Onnx__NodeProto *node, const char *attr);
+Onnx__GraphProto *tm_subgraph(struct tmodel *t, Onnx__NodeProto *node, const char *attr);
 /* Serializes; the buffer is owned by t. */
-uint8_t *tm_pack(struct tm *t, size_t *len);
+uint8_t *tm_pack(struct tmodel *t, size_t *len);
 /* Appends p to a protobuf-c repeated pointer field (arr, its count n), the
  * grown array allocated by t. */
 #define TM_APPEND(t, arr, n, p)                                               \
@@ -50,7 +50,7 @@ uint8_t *tm_pack(struct tm *t, size_t *len);
 	} while (0)
 
 /* A copy of s allocated by t. */
-char *tm_strdup(struct tm *t, const char *s);
+char *tm_strdup(struct tmodel *t, const char *s);
 
 /* A new empty folder under /tmp (malloc'd name; aborts on failure), and its
  * removal with everything in it. */
@@ -63,6 +63,6 @@ uint8_t *tm_read_file(const char *path, size_t *len);
 size_t tm_count_entries(const char *dir);
 
 /* Allocation tracked by t. */
-void *tm_alloc(struct tm *t, size_t n);
+void *tm_alloc(struct tmodel *t, size_t n);
 
 #endif
