@@ -644,8 +644,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		if (!((al == 4 && memcmp(ap, "none", 4) == 0) ||
 		      (al == 4 && memcmp(ap, "tanh", 4) == 0)))
 			return "Gelu's approximate is neither 'none' nor 'tanh'";
-		memcpy(p->approximate, ap, 4);
-		p->approximate[4] = '\0';
+		p->approximate = memcmp(ap, "tanh", 4) == 0 ? MO_GELU_TANH : MO_GELU_NONE;
 		return NULL;
 	}
 	case MO_OP_CLIP:
@@ -655,11 +654,22 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		 * read as the min */
 		if (n->n_input > 2 && !*str(n->input[1]) && *str(n->input[2]))
 			return "Clip with a max bound only is not modelled";
+		/* the bounds are params, like Pow's exponent: a kernel op
+		 * carries them without the program's constants */
 		for (size_t i = 1; i < 3; i++)
 			if (i < n->n_input && *str(n->input[i])) {
 				const struct mo_tensor *t = param(im, n, i);
 				if (!t || !t->fvals)
 					return "the clip bounds are not constants";
+				if (t->n_vals != 1)
+					return "a clip bound is not a scalar";
+				double b = t->fvals[0];
+				if (isnan(b) || (isinf(b) && (b < 0) != (i == 1)))
+					return "a clip bound is NaN or cuts everything off";
+				if (isinf(b)) /* no bound on that side */
+					continue;
+				*(i == 1 ? &p->clip_min : &p->clip_max) = b;
+				*(i == 1 ? &p->has_clip_min : &p->has_clip_max) = true;
 			}
 		return NULL;
 	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV:

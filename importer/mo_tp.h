@@ -34,56 +34,65 @@ enum mo_lax {
 	MO_LAX_NONE,          /* a region boundary */
 };
 
-/* The op table, as an X-macro: NAME, ONNX op_type, default Lax class, number
- * of exps on any path through the op. Every table the tool keeps per op is
- * sized by MO_OP__COUNT, so an op missing from one fails the build. */
-#define MO_OP_LIST(X)                                        \
-	X(MATMUL, "MatMul", MULTILINEAR, 0)                  \
-	X(GEMM, "Gemm", MULTILINEAR, 0)                      \
-	X(ADD, "Add", MULTILINEAR, 0)                        \
-	X(SUB, "Sub", MULTILINEAR, 0)                        \
-	X(MUL, "Mul", MULTILINEAR, 0)                        \
-	X(DIV, "Div", DIVISION, 0)                           \
-	X(NEG, "Neg", MULTILINEAR, 0)                        \
-	X(RECIPROCAL, "Reciprocal", DIVISION, 0)             \
-	X(POW, "Pow", MULTILINEAR, 0)                        \
-	X(SQRT, "Sqrt", UNINTERPRETED, 0)                    \
-	X(EXP, "Exp", EXP, 1)                                \
-	X(SIGMOID, "Sigmoid", EXP, 1)                        \
-	X(SOFTMAX, "Softmax", EXP, 1)                        \
-	X(REDUCE_SUM, "ReduceSum", MULTILINEAR, 0)           \
-	X(REDUCE_MEAN, "ReduceMean", MULTILINEAR, 0)         \
-	X(REDUCE_MAX, "ReduceMax", UNINTERPRETED, 0)         \
-	X(LAYER_NORM, "LayerNormalization", COMPOSITE, 0)    \
-	X(RMS_NORM, "RMSNormalization", COMPOSITE, 0)        \
-	X(TRANSPOSE, "Transpose", LAYOUT, 0)                 \
-	X(RESHAPE, "Reshape", LAYOUT, 0)                     \
-	X(SQUEEZE, "Squeeze", LAYOUT, 0)                     \
-	X(UNSQUEEZE, "Unsqueeze", LAYOUT, 0)                 \
-	X(FLATTEN, "Flatten", LAYOUT, 0)                     \
-	X(CONCAT, "Concat", LAYOUT, 0)                       \
-	X(SPLIT, "Split", LAYOUT, 0)                         \
-	X(SLICE, "Slice", LAYOUT, 0)                         \
-	X(EXPAND, "Expand", LAYOUT, 0)                       \
-	X(IDENTITY, "Identity", LAYOUT, 0)                   \
-	X(CAST, "Cast", LAYOUT, 0)                           \
-	X(RELU, "Relu", UNINTERPRETED, 0)                    \
-	X(ERF, "Erf", UNINTERPRETED, 0)                      \
-	X(GELU, "Gelu", UNINTERPRETED, 0)                    \
-	X(TANH, "Tanh", UNINTERPRETED, 0)                    \
-	X(CLIP, "Clip", UNINTERPRETED, 0)                    \
-	X(WHERE, "Where", UNINTERPRETED, 0)                  \
-	X(MAX, "Max", UNINTERPRETED, 0)                      \
-	X(MIN, "Min", UNINTERPRETED, 0)                      \
-	X(ABS, "Abs", UNINTERPRETED, 0)                      \
-	X(COS, "Cos", UNINTERPRETED, 0)                      \
-	X(SIN, "Sin", UNINTERPRETED, 0)                      \
-	X(LOG, "Log", UNINTERPRETED, 0)                      \
-	X(GATHER, "Gather", NONE, 0)                         \
-	X(OPAQUE, "", NONE, 0)
+/* The op table, as an X-macro, one row per op: NAME, ONNX op_type, default
+ * Lax class, exps on any path through the op, element-wise (each output
+ * element depends only on the same broadcast element of each operand: what
+ * a thread graph may hold), cost per output element in report FLOPs (a
+ * multiply-add is two; MatMul, Gemm and the reductions are counted by
+ * mo_tp_op_flops from their shapes), and the position at which the search
+ * tries the op as a unary block op (0: it does not). The schema row
+ * (mo_op_schema) and the element formula (superopt/mo_elementwise.h, or a
+ * C operator) complete an op's description; test_optable checks that every
+ * stage supports every row. Every table the tool keeps per op is sized by
+ * MO_OP__COUNT, so an op missing from one fails the build. */
+#define MO_OP_LIST(X)                                                   \
+	/* NAME        op_type                Lax class   exps ew flops unary */ \
+	X(MATMUL,      "MatMul",              MULTILINEAR,   0, 0, 1, 0)        \
+	X(GEMM,        "Gemm",                MULTILINEAR,   0, 0, 1, 0)        \
+	X(ADD,         "Add",                 MULTILINEAR,   0, 1, 1, 0)        \
+	X(SUB,         "Sub",                 MULTILINEAR,   0, 1, 1, 0)        \
+	X(MUL,         "Mul",                 MULTILINEAR,   0, 1, 1, 0)        \
+	X(DIV,         "Div",                 DIVISION,      0, 1, 1, 0)        \
+	X(NEG,         "Neg",                 MULTILINEAR,   0, 1, 1, 0)        \
+	X(RECIPROCAL,  "Reciprocal",          DIVISION,      0, 1, 1, 0)        \
+	X(POW,         "Pow",                 MULTILINEAR,   0, 1, 2, 0)        \
+	X(SQRT,        "Sqrt",                UNINTERPRETED, 0, 1, 1, 2)        \
+	X(EXP,         "Exp",                 EXP,           1, 1, 4, 1)        \
+	X(SIGMOID,     "Sigmoid",             EXP,           1, 1, 4, 3)        \
+	X(SOFTMAX,     "Softmax",             EXP,           1, 0, 5, 0)        \
+	X(REDUCE_SUM,  "ReduceSum",           MULTILINEAR,   0, 0, 1, 0)        \
+	X(REDUCE_MEAN, "ReduceMean",          MULTILINEAR,   0, 0, 1, 0)        \
+	X(REDUCE_MAX,  "ReduceMax",           UNINTERPRETED, 0, 0, 1, 0)        \
+	X(LAYER_NORM,  "LayerNormalization",  COMPOSITE,     0, 0, 8, 0)        \
+	X(RMS_NORM,    "RMSNormalization",    COMPOSITE,     0, 0, 5, 0)        \
+	X(TRANSPOSE,   "Transpose",           LAYOUT,        0, 0, 0, 0)        \
+	X(RESHAPE,     "Reshape",             LAYOUT,        0, 0, 0, 0)        \
+	X(SQUEEZE,     "Squeeze",             LAYOUT,        0, 0, 0, 0)        \
+	X(UNSQUEEZE,   "Unsqueeze",           LAYOUT,        0, 0, 0, 0)        \
+	X(FLATTEN,     "Flatten",             LAYOUT,        0, 0, 0, 0)        \
+	X(CONCAT,      "Concat",              LAYOUT,        0, 0, 0, 0)        \
+	X(SPLIT,       "Split",               LAYOUT,        0, 0, 0, 0)        \
+	X(SLICE,       "Slice",               LAYOUT,        0, 0, 0, 0)        \
+	X(EXPAND,      "Expand",              LAYOUT,        0, 0, 0, 0)        \
+	X(IDENTITY,    "Identity",            LAYOUT,        0, 1, 0, 0)        \
+	X(CAST,        "Cast",                LAYOUT,        0, 1, 0, 0)        \
+	X(RELU,        "Relu",                UNINTERPRETED, 0, 1, 1, 4)        \
+	X(ERF,         "Erf",                 UNINTERPRETED, 0, 1, 4, 6)        \
+	X(GELU,        "Gelu",                UNINTERPRETED, 0, 1, 8, 7)        \
+	X(TANH,        "Tanh",                UNINTERPRETED, 0, 1, 4, 5)        \
+	X(CLIP,        "Clip",                UNINTERPRETED, 0, 1, 1, 0)        \
+	X(WHERE,       "Where",               UNINTERPRETED, 0, 1, 1, 0)        \
+	X(MAX,         "Max",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(MIN,         "Min",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(ABS,         "Abs",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	X(GATHER,      "Gather",              NONE,          0, 0, 0, 0)        \
+	X(OPAQUE,      "",                    NONE,          0, 0, 0, 0)
 
 enum mo_op {
-#define X(name, onnx, lax, exps) MO_OP_##name,
+#define X(name, onnx, lax, exps, ew, flops, unary) MO_OP_##name,
 	MO_OP_LIST(X)
 #undef X
 	MO_OP__COUNT
@@ -93,6 +102,9 @@ struct mo_op_info {
 	const char *name;  /* as ONNX spells it; "" for OPAQUE */
 	enum mo_lax lax;   /* the class of a typical instance */
 	uint8_t exps;      /* exps on any path through the op */
+	bool elementwise;
+	uint8_t flops;     /* per output element, for reports */
+	uint8_t search_unary; /* the search's order of unary block ops; 0: none */
 };
 extern const struct mo_op_info mo_op_table[MO_OP__COUNT];
 
@@ -154,6 +166,9 @@ struct mo_tensor {
 	int *consumers;          /* their indices */
 };
 
+/* Gelu's attribute approximate: "none" or "tanh". */
+enum mo_gelu_approx { MO_GELU_NONE, MO_GELU_TANH };
+
 /* Per-op parameters in one fixed layout (no struct per op). Axes are
  * normalized to 0..rank-1. */
 struct mo_op_params {
@@ -173,7 +188,9 @@ struct mo_op_params {
 	const int64_t *sizes;      /* Reshape/Expand target, Split sizes */
 	int n_sizes;
 	int allowzero;             /* Reshape */
-	char approximate[8];       /* Gelu: "none" or "tanh" */
+	enum mo_gelu_approx approximate; /* Gelu's variant */
+	double clip_min, clip_max; /* Clip's constant bounds, where given */
+	bool has_clip_min, has_clip_max;
 };
 
 struct mo_tp_op {

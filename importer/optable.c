@@ -5,7 +5,8 @@
 #include <string.h>
 
 const struct mo_op_info mo_op_table[MO_OP__COUNT] = {
-#define X(name, onnx, lax, exps) [MO_OP_##name] = { onnx, MO_LAX_##lax, exps },
+#define X(name, onnx, lax, exps, ew, flops, unary) \
+	[MO_OP_##name] = { onnx, MO_LAX_##lax, exps, ew, flops, unary },
 	MO_OP_LIST(X)
 #undef X
 };
@@ -200,23 +201,7 @@ const char *mo_lax_name(enum mo_lax lax)
 
 bool mo_op_elementwise(enum mo_op op)
 {
-	switch (op) {
-	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG:
-	case MO_OP_RECIPROCAL: case MO_OP_POW: case MO_OP_SQRT: case MO_OP_EXP:
-	case MO_OP_SIGMOID: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
-	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN:
-	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG: case MO_OP_CAST:
-	case MO_OP_IDENTITY:
-		return true;
-	case MO_OP_MATMUL: case MO_OP_GEMM: case MO_OP_SOFTMAX: case MO_OP_REDUCE_SUM:
-	case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: case MO_OP_LAYER_NORM:
-	case MO_OP_RMS_NORM: case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE:
-	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_SPLIT:
-	case MO_OP_SLICE: case MO_OP_EXPAND: case MO_OP_GATHER: case MO_OP_OPAQUE:
-	case MO_OP__COUNT:
-		return false;
-	}
-	return false;
+	return op < MO_OP__COUNT && mo_op_table[op].elementwise;
 }
 
 enum mo_op mo_op_lookup(const char *domain, const char *op_type)
@@ -261,39 +246,6 @@ void mo_tensor_describe(const struct mo_tensor *t, char *buf, size_t len)
 		snprintf(buf + n, len - n, "]");
 }
 
-/* Per-element cost of the element-wise and normalization ops, in the units
- * reports use (one multiply-add is two). Rough, and only for reports. */
-static uint64_t per_element(enum mo_op k)
-{
-	switch (k) {
-	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_TANH: case MO_OP_ERF:
-	case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
-		return 4;
-	case MO_OP_GELU:
-		return 8;
-	case MO_OP_SOFTMAX:
-		return 5;
-	case MO_OP_LAYER_NORM:
-		return 8;
-	case MO_OP_RMS_NORM:
-		return 5;
-	case MO_OP_POW:
-		return 2;
-	case MO_OP_MATMUL: case MO_OP_GEMM: case MO_OP_ADD: case MO_OP_SUB:
-	case MO_OP_MUL: case MO_OP_DIV: case MO_OP_NEG: case MO_OP_RECIPROCAL:
-	case MO_OP_SQRT: case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN:
-	case MO_OP_REDUCE_MAX: case MO_OP_RELU: case MO_OP_CLIP: case MO_OP_WHERE:
-	case MO_OP_MAX: case MO_OP_MIN: case MO_OP_ABS:
-		return 1;
-	case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE:
-	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_CONCAT: case MO_OP_SPLIT:
-	case MO_OP_SLICE: case MO_OP_EXPAND: case MO_OP_IDENTITY: case MO_OP_CAST:
-	case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:
-		return 0;
-	}
-	return 0;
-}
-
 uint64_t mo_tp_op_flops(const struct mo_tp *tp, const struct mo_tp_op *op)
 {
 	if (op->n_out == 0 || op->out[0] < 0)
@@ -315,5 +267,5 @@ uint64_t mo_tp_op_flops(const struct mo_tp *tp, const struct mo_tp_op *op)
 		const struct mo_tensor *x = &tp->tensors[op->in[0]];
 		return mo_tensor_numel(x);
 	}
-	return per_element(op->kind) * mo_tensor_numel(y);
+	return (uint64_t)mo_op_table[op->kind].flops * mo_tensor_numel(y);
 }

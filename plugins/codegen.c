@@ -221,8 +221,8 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 	case MO_OP_RECIPROCAL: snprintf(s, n, "(1.0f / %s)", a); return true;
 	case MO_OP_SQRT: snprintf(s, n, "sqrtf(%s)", a); return true;
 	case MO_OP_EXP: snprintf(s, n, "expf(%s)", a); return true;
-	case MO_OP_SIGMOID: snprintf(s, n, "(1.0f / (1.0f + expf(-%s)))", a); return true;
-	case MO_OP_RELU: snprintf(s, n, "mo_max(%s, 0.0f)", a); return true; /* NaN stays NaN */
+	case MO_OP_SIGMOID: snprintf(s, n, "mo_sigmoid(%s)", a); return true;
+	case MO_OP_RELU: snprintf(s, n, "mo_relu(%s)", a); return true;
 	case MO_OP_ERF: snprintf(s, n, "erff(%s)", a); return true;
 	case MO_OP_TANH: snprintf(s, n, "tanhf(%s)", a); return true;
 	case MO_OP_ABS: snprintf(s, n, "fabsf(%s)", a); return true;
@@ -231,7 +231,7 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 	case MO_OP_LOG: snprintf(s, n, "logf(%s)", a); return true;
 	case MO_OP_IDENTITY: snprintf(s, n, "%s", a); return true;
 	case MO_OP_GELU:
-		if (strcmp(p->approximate, "tanh") == 0)
+		if (p->approximate == MO_GELU_TANH)
 			snprintf(s, n, "mo_gelu_tanh(%s)", a);
 		else
 			snprintf(s, n, "mo_gelu(%s)", a);
@@ -256,17 +256,12 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 		}
 		return true;
 	case MO_OP_CLIP: {
-		double lo = -INFINITY, hi = INFINITY;
-		for (int k = 0; k < op->n_params; k++) {
-			const struct mo_tensor *t = &tp->tensors[op->param_in[k]];
-			if (!t->fvals || t->n_vals != 1)
-				goto no;
-			*(k == 0 ? &lo : &hi) = t->fvals[0];
-		}
+		double lo = p->has_clip_min ? p->clip_min : -INFINITY;
+		double hi = p->has_clip_max ? p->clip_max : INFINITY;
 		char l[40], h[40];
 		flit(l, sizeof l, lo);
 		flit(h, sizeof h, hi);
-		snprintf(s, n, "mo_min(mo_max(%s, %s), %s)", a, l, h);
+		snprintf(s, n, "mo_clip(%s, %s, %s)", a, l, h);
 		return true;
 	}
 	case MO_OP_CAST: {
@@ -280,7 +275,6 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 	default:
 		break;
 	}
-no:
 	unsupported(g, "no code generation for %s", mo_op_table[op->kind].name);
 	return false;
 }
@@ -1115,7 +1109,8 @@ static const char prelude_c[] =
 	"static inline uint16_t mo_f2h(float f) { return mo_float_to_half(f); }\n"
 	"static inline float mo_bf2f(uint16_t b) { return mo_bf16_to_float(b); }\n"
 	"static inline uint16_t mo_f2bf(float f) { return mo_float_to_bf16(f); }\n"
-	"#define MO_DEV static inline\n";
+	"#define MO_DEV static inline\n"
+	"#include \"mo_elementwise.h\"\n\n";
 
 /* Launches and the dynamic shared-memory declaration go through two macros:
  * unless a header defined them first they are the CUDA text itself (nvcc,
@@ -1136,19 +1131,9 @@ static const char prelude_cuda[] =
 	"static __device__ __forceinline__ uint16_t mo_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }\n"
 	"static __device__ __forceinline__ float mo_bf2f(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
-	"#define MO_DEV static __device__ __forceinline__\n";
+	"#define MO_DEV static __device__ __forceinline__\n"
+	"#include \"mo_elementwise.h\"\n\n";
 
-/* Max and Min as the evaluator and ONNX Runtime define them: a NaN operand
- * gives NaN (Relu and Clip of NaN are NaN too); the
- * Sub of a tile's max and the rescaling of online softmax as mo_mugraph.h
- * defines them for rows whose scores are all masked. */
-static const char prelude_math[] =
-	"MO_DEV float mo_max(float a, float b) { return a != a || a > b ? a : b; }\n"
-	"MO_DEV float mo_min(float a, float b) { return a != a || a < b ? a : b; }\n"
-	"MO_DEV float mo_sub_max(float a, float m) { return m == -INFINITY ? -INFINITY : a - m; }\n"
-	"MO_DEV float mo_rescale(float x, float m, float m_new) { return m_new == -INFINITY ? 0.0f : x * expf(m - m_new); }\n"
-	"MO_DEV float mo_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
-	"MO_DEV float mo_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n\n";
 
 /* Text a user or a model controls (the banner holds the model's path) goes
  * into a comment as data: printable ASCII but '*' and '\\' as itself, every
@@ -1443,7 +1428,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		ntm = vars[v]->kg.n_tensors > ntm ? vars[v]->kg.n_tensors : ntm;
 	emit_banner(&g, banner);
 	P(&g, "/* fused op %s */\n", op->name);
-	P(&g, "%s%s", cuda ? prelude_cuda : prelude_c, prelude_math);
+	P(&g, "%s", cuda ? prelude_cuda : prelude_c);
 	uint64_t largest = 0; /* over every variant */
 	for (int v = 0; v < nv; v++)
 		if (mo_cg_largest_index(vars[v]) > largest)

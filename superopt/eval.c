@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-
+/* the element formulas, in double: the generated kernels include the same
+ * file in float */
+#define MO_EW_DOUBLE 1
+#include "mo_elementwise.h"
 
 /* ---- hashing: inputs and uninterpreted functions ---- */
 
@@ -19,13 +22,6 @@ uint64_t mo_mix64(uint64_t x)
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
 	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
 	return x ^ (x >> 31);
-}
-
-/* Max as ONNX Runtime computes it: a NaN operand gives NaN (Max, Relu,
- * ReduceMax; the generated kernels' mo_max does the same). */
-static double max_nan(double a, double b)
-{
-	return isnan(a) || a > b ? a : b;
 }
 
 static uint64_t hash_str(const char *s)
@@ -490,11 +486,11 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 	const struct mo_op_params *p = &op->p;
 	uint64_t fn = op->kind == MO_OP_MAX ? FN_MAX : (uint64_t)op->kind * 0x100000001b3ull;
 	if (op->kind == MO_OP_CLIP) { /* different bounds: a different function */
-		for (int k = 0; k < op->n_params; k++) {
-			const struct mo_tensor *b = T(e, op->param_in[k]);
-			uint64_t bits = 0;
-			if (b->fvals && b->n_vals == 1)
-				memcpy(&bits, &b->fvals[0], sizeof bits);
+		double bound[2] = { p->has_clip_min ? p->clip_min : -INFINITY,
+				    p->has_clip_max ? p->clip_max : INFINITY };
+		for (int k = 0; k < 2; k++) {
+			uint64_t bits;
+			memcpy(&bits, &bound[k], sizeof bits);
 			fn = mo_mix64(fn ^ bits ^ (uint64_t)k);
 		}
 	}
@@ -505,43 +501,35 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 		const double *A = e->vals[op->in[0]];
 		const double *B = nin > 1 && op->in[1] >= 0 ? e->vals[op->in[1]] : NULL;
 		const double *C = nin > 2 && op->in[2] >= 0 ? e->vals[op->in[2]] : NULL;
-		double lo = -INFINITY, hi = INFINITY;
-		if (op->kind == MO_OP_CLIP) {
-			for (int k = 0; k < op->n_params; k++) {
-				const struct mo_tensor *b = T(e, op->param_in[k]);
-				if (b->fvals && b->n_vals == 1)
-					*(k == 0 ? &lo : &hi) = b->fvals[0];
-			}
-		}
+		double lo = p->has_clip_min ? p->clip_min : -INFINITY;
+		double hi = p->has_clip_max ? p->clip_max : INFINITY;
 		for (uint64_t i = 0; i < n; i++) {
 			double a = A[offs[0][i]], b = B ? B[offs[1][i]] : 0, c = C ? C[offs[2][i]] : 0;
 			double r = 0;
 			switch (op->kind) {
 			case MO_OP_ADD: r = a + b; break;
-			case MO_OP_SUB: r = sub_of_max && b == -INFINITY ? -INFINITY : a - b; break;
+			case MO_OP_SUB: r = sub_of_max ? mo_sub_max(a, b) : a - b; break;
 			case MO_OP_MUL: r = a * b; break;
 			case MO_OP_DIV: r = a / b; break;
 			case MO_OP_POW: r = pow(a, p->exponent); break;
-			case MO_OP_MAX: r = max_nan(a, b); break;
-			case MO_OP_MIN: r = isnan(a) || a < b ? a : b; break;
+			case MO_OP_MAX: r = mo_max(a, b); break;
+			case MO_OP_MIN: r = mo_min(a, b); break;
 			case MO_OP_WHERE: r = a != 0 ? b : c; break;
 			case MO_OP_NEG: r = -a; break;
 			case MO_OP_RECIPROCAL: r = 1 / a; break;
 			case MO_OP_SQRT: r = sqrt(a); break;
 			case MO_OP_EXP: r = exp(a); break;
-			case MO_OP_SIGMOID: r = 1 / (1 + exp(-a)); break;
-			case MO_OP_RELU: r = max_nan(a, 0); break;
+			case MO_OP_SIGMOID: r = mo_sigmoid(a); break;
+			case MO_OP_RELU: r = mo_relu(a); break;
 			case MO_OP_ERF: r = erf(a); break;
 			case MO_OP_TANH: r = tanh(a); break;
 			case MO_OP_ABS: r = fabs(a); break;
 			case MO_OP_COS: r = cos(a); break;
 			case MO_OP_SIN: r = sin(a); break;
 			case MO_OP_LOG: r = log(a); break;
-			case MO_OP_CLIP: r = a < lo ? lo : a > hi ? hi : a; break;
+			case MO_OP_CLIP: r = mo_clip(a, lo, hi); break;
 			case MO_OP_GELU:
-				r = strcmp(p->approximate, "tanh") == 0
-					    ? 0.5 * a * (1 + tanh(sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
-					    : 0.5 * a * (1 + erf(a / sqrt(2)));
+				r = p->approximate == MO_GELU_TANH ? mo_gelu_tanh(a) : mo_gelu(a);
 				break;
 			default: e->bad = "not an element-wise op"; goto done;
 			}
@@ -604,7 +592,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_SQRT: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_TANH:
 			case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 			case MO_OP_CLIP: case MO_OP_GELU:
-				r = ff_uf(e, op->kind == MO_OP_GELU && !strcmp(p->approximate, "tanh")
+				r = ff_uf(e, op->kind == MO_OP_GELU && p->approximate == MO_GELU_TANH
 						     ? fn + 7 : fn, a, one);
 				break;
 			default: e->bad = "not an element-wise op"; goto done;
@@ -978,7 +966,7 @@ static void *reduce(struct ev *e, const void *xv, const struct mo_tensor *x,
 		for (uint64_t i = 0; i < ng; i++)
 			R[i] = kind == RED_MAX ? -INFINITY : 0;
 		for (uint64_t i = 0; i < n; i++)
-			R[g[i]] = kind == RED_MAX ? max_nan(R[g[i]], X[i]) : R[g[i]] + X[i];
+			R[g[i]] = kind == RED_MAX ? mo_max(R[g[i]], X[i]) : R[g[i]] + X[i];
 		if (kind == RED_MEAN)
 			for (uint64_t i = 0; i < ng; i++)
 				R[i] /= (double)gs;
@@ -1306,7 +1294,7 @@ void mo_ev_max_into(struct ev *e, void *runmax, const void *m, uint64_t n, bool 
 		double *r = runmax;
 		const double *x = m;
 		for (uint64_t i = 0; i < n; i++)
-			r[i] = max_nan(r[i], x[i]);
+			r[i] = mo_max(r[i], x[i]);
 		return;
 	}
 	ff *r = runmax;
@@ -1331,8 +1319,8 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 		const double *V = v, *M = m, *M0 = old_max, *M1 = new_max;
 		for (uint64_t i = 0; i < n; i++) {
 			double m1 = M1[o[i]]; /* −inf: all masked so far, A and V are 0 */
-			double keep = first || m1 == -INFINITY ? 0 : A[i] * exp(M0[o[i]] - m1);
-			A[i] = keep + (m1 == -INFINITY ? 0 : V[i] * exp(M[o[i]] - m1));
+			double keep = first ? 0 : mo_rescale(A[i], M0[o[i]], m1);
+			A[i] = keep + mo_rescale(V[i], M[o[i]], m1);
 		}
 	} else {
 		/* the factors depend on the max element only: an exp (a modular

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +47,9 @@ static void params(FILE *out, const struct mo_mg_step *s)
 		fprintf(out, ", \"noop_with_empty_axes\": 1");
 	if (p->allowzero)
 		fprintf(out, ", \"allowzero\": 1");
-	if (p->approximate[0]) {
-		fputs(", \"approximate\": ", out);
-		mo_json_string(out, p->approximate);
-	}
+	if (s->op == MO_OP_GELU)
+		fprintf(out, ", \"approximate\": \"%s\"",
+			p->approximate == MO_GELU_TANH ? "tanh" : "none");
 	if (p->trans_a || p->trans_b)
 		fprintf(out, ", \"trans_a\": %d, \"trans_b\": %d", p->trans_a, p->trans_b);
 	if (s->op == MO_OP_GEMM)
@@ -60,6 +60,10 @@ static void params(FILE *out, const struct mo_mg_step *s)
 		fprintf(out, ", \"exponent\": %.17g", p->exponent);
 	if (p->to)
 		fprintf(out, ", \"to\": %d", p->to);
+	if (p->has_clip_min)
+		fprintf(out, ", \"clip_min\": %.17g", p->clip_min);
+	if (p->has_clip_max)
+		fprintf(out, ", \"clip_max\": %.17g", p->clip_max);
 	if (s->op == MO_OP_SLICE) {
 		ints(out, "starts", p->starts, p->n_axes);
 		ints(out, "ends", p->ends, p->n_axes);
@@ -485,6 +489,8 @@ static bool read_params(struct step_reader *sr, enum mo_op op, struct mo_op_para
 	    !opt_real(sr, "beta", 1e30, &p->beta, &has) ||
 	    !opt_real(sr, "epsilon", 1, &p->epsilon, &has) ||
 	    !opt_real(sr, "exponent", 64, &p->exponent, &p->has_exponent) ||
+	    !opt_real(sr, "clip_min", DBL_MAX, &p->clip_min, &p->has_clip_min) ||
+	    !opt_real(sr, "clip_max", DBL_MAX, &p->clip_max, &p->has_clip_max) ||
 	    !opt_i(sr, "to", 0, MAX_DTYPE, 0, &p->to))
 		return false;
 	if (p->epsilon < 0)
@@ -495,7 +501,7 @@ static bool read_params(struct step_reader *sr, enum mo_op op, struct mo_op_para
 	if (ap) {
 		if (ap->t != J_STR || (strcmp(ap->str, "none") && strcmp(ap->str, "tanh")))
 			return bad(sr, "approximate", "is neither \"none\" nor \"tanh\"");
-		snprintf(p->approximate, sizeof p->approximate, "%s", ap->str);
+		p->approximate = strcmp(ap->str, "tanh") == 0 ? MO_GELU_TANH : MO_GELU_NONE;
 	}
 	if (op == MO_OP_SLICE || get(sr->s, "starts")) {
 		int n_e, n_s;

@@ -198,6 +198,9 @@ struct target {
 	struct mo_subexpr *sub;
 	bool kinds[MO_OP__COUNT + 1]; /* block op kinds worth trying */
 	double norm_eps[2];     /* LayerNorm's and RMSNorm's epsilon, as block ops */
+	enum mo_gelu_approx gelu_approximate; /* the program's Gelu variant, as a block op */
+	int unary[MO_OP__COUNT]; /* the unary block ops worth trying, in the */
+	int n_unary;             /* op table's order (search_unary) */
 	int n_consts;
 	double consts[16];
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
@@ -502,6 +505,23 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 
 /* Adds a block op (or accumulator) with its shape and expression; returns
  * the new tile or -1 (with the reason counted). */
+/* The params of a block op the search makes: what the program's ops of its
+ * kind have (a norm's epsilon, Gelu's variant), the reduced axis. */
+static void block_op_params(const struct target *T, int kind, int axis,
+			    struct mo_op_params *p)
+{
+	memset(p, 0, sizeof *p);
+	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM) {
+		p->n_axes = 1;
+		p->axes[0] = axis;
+		p->keepdims = 1;
+	}
+	if (kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM)
+		p->epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
+	if (kind == MO_OP_GELU)
+		p->approximate = T->gelu_approximate;
+}
+
 static int try_op(struct state *s, int kind, int a, int b, int axis, double cval)
 {
 	struct target *T = s->T;
@@ -553,13 +573,7 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 	op->n_in = b >= 0 ? 2 : 1;
 	op->out[0] = y;
 	op->n_out = 1;
-	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM) {
-		op->p.n_axes = 1;
-		op->p.axes[0] = axis;
-		op->p.keepdims = 1;
-	}
-	if (kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM)
-		op->p.epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
+	block_op_params(T, kind, axis, &op->p);
 	const char *why = NULL;
 	if (!mo_tp_infer(&s->body, op, &why) || !s->tensors[y].shape_known ||
 	    !label_op(s, op, y)) {
@@ -777,11 +791,8 @@ static void dfs(struct state *s)
 		if (s->forloop > 1 && !s->post[a] && s->varies[a])
 			branch(s, OP_ACCUM, a, -1, 0, 0, 0);
 		/* unary ops */
-		static const int unary[] = { MO_OP_EXP, MO_OP_SQRT, MO_OP_SIGMOID, MO_OP_RELU,
-					     MO_OP_TANH, MO_OP_ERF, MO_OP_GELU };
-		for (size_t u = 0; u < sizeof unary / sizeof *unary; u++)
-			if (T->kinds[unary[u]])
-				branch(s, unary[u], a, -1, 0, 0, 0);
+		for (int u = 0; u < T->n_unary; u++)
+			branch(s, T->unary[u], a, -1, 0, 0, 0);
 		if (T->kinds[MO_OP_REDUCE_SUM])
 			for (int d = 0; d < s->tensors[a].rank; d++)
 				if (s->tensors[a].dims[d] > 1)
@@ -955,15 +966,8 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 		} else if (st->kind == MO_OP_EXP) {
 			y = stable_exp(mg, bg, a, sum_axis_of_exp[nt]);
 		} else {
-			struct mo_op_params p = { 0 };
-			if (st->kind == MO_OP_REDUCE_SUM || st->kind == MO_OP_LAYER_NORM ||
-			    st->kind == MO_OP_RMS_NORM) {
-				p.n_axes = 1;
-				p.axes[0] = st->axis;
-				p.keepdims = 1;
-			}
-			if (st->kind == MO_OP_LAYER_NORM || st->kind == MO_OP_RMS_NORM)
-				p.epsilon = T->norm_eps[st->kind == MO_OP_RMS_NORM];
+			struct mo_op_params p;
+			block_op_params(T, st->kind, st->axis, &p);
 			int ops[2] = { a, b };
 			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, b >= 0 ? 2 : 1, ops, &p);
 		}
@@ -1542,6 +1546,10 @@ static void kinds_of(struct target *T)
 			break;
 		case MO_OP_RECIPROCAL: k[MO_OP_DIV] = true; break;
 		case MO_OP_NEG: break;
+		case MO_OP_GELU: /* one variant per program: a mix fuses the last's */
+			k[MO_OP_GELU] = true;
+			T->gelu_approximate = op->p.approximate;
+			break;
 		default:
 			if (op->kind < MO_OP__COUNT && (mo_op_elementwise(op->kind) ||
 							op->kind == MO_OP_REDUCE_SUM))
@@ -1550,6 +1558,11 @@ static void kinds_of(struct target *T)
 		}
 	}
 	k[MO_OP_CAST] = k[MO_OP_IDENTITY] = false;
+	T->n_unary = 0;
+	for (int u = 1; u <= MO_OP__COUNT; u++)
+		for (int j = 0; j < MO_OP__COUNT; j++)
+			if (mo_op_table[j].search_unary == u && k[j])
+				T->unary[T->n_unary++] = j;
 }
 
 static void target_free(struct target *T)

@@ -156,8 +156,9 @@ def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=
     cu = os.path.join(work, name + ".cu")
     with open(cu, "w") as f:
         f.write(cu_text)
-    # position-independent, so that a simulated plugin can link it too
-    cu_o = compile_cu(cu, cu + ".o", arch, sanitize, extra=("-fPIC",))
+    # position-independent, so that a simulated plugin can link it too; the
+    # text's own includes (mo_elementwise.h) from the sources' folder
+    cu_o = compile_cu(cu, cu + ".o", arch, sanitize, extra=("-fPIC", "-I", src_dir))
     c_o = os.path.join(work, "mo_op%d_%s_%s.c.o" % (op.index, hc, sanitize or "plain"))
     if not os.path.exists(c_o):
         _run([cc(), "-std=c11", "-O2", "-g", "-I", src_dir, "-c",

@@ -1,0 +1,551 @@
+/* Every op of the op table, one at a time (issue 23 §1): a one-op ONNX model
+ * of it imports to a program that the float and the finite-field evaluators
+ * run and the abstract expressions describe; the μGraph made of that op as
+ * a pre-defined kernel is proven equal to the program, its C and CUDA are
+ * emitted, and it survives a JSON round trip with every attribute (the
+ * reloaded μGraph is proven again, and writes the same text). For every
+ * attribute or constant operand that changes what the op computes, two
+ * instances that differ only in it get different field functions, and the
+ * μGraph of one is refuted against the program of the other.
+ *
+ * The recipes below are the test's, not the tool's: the table in
+ * importer/mo_tp.h is the source, and the first test fails when an op of it
+ * has no recipe here. */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "mo_onnx.h"
+#include "mo_plugin.h"
+#include "mo_superopt.h"
+#include "mo_absexpr.h"
+#include "mo_search.h"
+#include "mugraphs.h"
+#include "tmodel.h"
+
+#define MAXIN 6
+
+/* An attribute: type 'i' int, 'f' float, 's' string, 'I' ints. */
+struct attr {
+	const char *name;
+	char type;
+	int64_t i;
+	double f;
+	const char *s;
+	int n;
+	int64_t ints[4];
+};
+
+/* A constant operand: an initializer, int64 ('l') or float ('f'). */
+struct konst {
+	char type;
+	int rank; /* 0: a scalar */
+	int n;
+	double v[4];
+};
+
+struct recipe {
+	enum mo_op kind;
+	const char *op;
+	int opset;
+	/* operands in order: 'x' a float graph input of shape[k], 'b' a bool
+	 * graph input of shape[k], 'c' the constant konst[k], '-' omitted */
+	const char *operands;
+	int rank[MAXIN];
+	int64_t shape[MAXIN][4];
+	struct konst k[MAXIN];
+	struct attr a[3];
+	/* a variant that changes what the op computes (same output shape):
+	 * attribute va replaces (or joins) the one of its name, or constant
+	 * operand vk (1-based) takes vk_value as its first element */
+	struct attr va;
+	int vk;
+	double vk_value;
+	/* outputs (0: 1); an op of several has no one-kernel μGraph (a
+	 * kernel op has one output) */
+	int n_out;
+	/* the generator does not emit the op as a kernel of its own */
+	bool not_emitted;
+};
+
+#define S3 { 2, 3, 4 }
+#define SQ { 3, 3, 3 }
+#define I64(...) { 'l', 1, (int)(sizeof((double[]){ __VA_ARGS__ }) / sizeof(double)), { __VA_ARGS__ } }
+#define F0(x) { 'f', 0, 1, { x } }
+#define AI(n, v) { n, 'i', v, 0, NULL, 0, { 0 } }
+#define AF(n, v) { n, 'f', 0, v, NULL, 0, { 0 } }
+#define AS(n, v) { n, 's', 0, 0, v, 0, { 0 } }
+#define AINTS(n, c, ...) { n, 'I', 0, 0, NULL, c, { __VA_ARGS__ } }
+
+#define UNARY(K, name) { .kind = K, .op = name, .opset = 17, .operands = "x", \
+			 .rank = { 3 }, .shape = { S3 } }
+#define BINARY(K, name) { .kind = K, .op = name, .opset = 17, .operands = "xx", \
+			  .rank = { 3, 3 }, .shape = { S3, S3 } }
+
+static const struct recipe recipes[] = {
+	{ .kind = MO_OP_MATMUL, .op = "MatMul", .opset = 17, .operands = "xx",
+	  .rank = { 3, 2 }, .shape = { S3, { 4, 5 } } },
+	{ .kind = MO_OP_GEMM, .op = "Gemm", .opset = 17, .operands = "xxx",
+	  .rank = { 2, 2, 1 }, .shape = { { 4, 4 }, { 4, 4 }, { 4 } },
+	  .a = { AF("alpha", 0.5), AF("beta", 2.0), AI("transB", 1) },
+	  .va = AF("alpha", 0.25) },
+	{ .kind = MO_OP_GEMM, .op = "Gemm", .opset = 17, .operands = "xxx",
+	  .rank = { 2, 2, 1 }, .shape = { { 4, 4 }, { 4, 4 }, { 4 } },
+	  .a = { AF("beta", 2.0), AI("transA", 1) }, .va = AF("beta", 3.0) },
+	{ .kind = MO_OP_GEMM, .op = "Gemm", .opset = 17, .operands = "xx",
+	  .rank = { 2, 2 }, .shape = { { 4, 4 }, { 4, 4 } }, .va = AI("transB", 1) },
+	{ .kind = MO_OP_GEMM, .op = "Gemm", .opset = 17, .operands = "xx",
+	  .rank = { 2, 2 }, .shape = { { 4, 4 }, { 4, 4 } }, .va = AI("transA", 1) },
+	BINARY(MO_OP_ADD, "Add"),
+	BINARY(MO_OP_SUB, "Sub"),
+	BINARY(MO_OP_MUL, "Mul"),
+	BINARY(MO_OP_DIV, "Div"),
+	UNARY(MO_OP_NEG, "Neg"),
+	UNARY(MO_OP_RECIPROCAL, "Reciprocal"),
+	{ .kind = MO_OP_POW, .op = "Pow", .opset = 17, .operands = "xc", .rank = { 3 },
+	  .shape = { S3 }, .k = { { 0 }, F0(2) }, .vk = 2, .vk_value = 3 },
+	UNARY(MO_OP_SQRT, "Sqrt"),
+	UNARY(MO_OP_EXP, "Exp"),
+	UNARY(MO_OP_SIGMOID, "Sigmoid"),
+	{ .kind = MO_OP_SOFTMAX, .op = "Softmax", .opset = 17, .operands = "x", .rank = { 3 },
+	  .shape = { SQ }, .a = { AI("axis", 2) }, .va = AI("axis", 1) },
+	{ .kind = MO_OP_REDUCE_SUM, .op = "ReduceSum", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { SQ }, .k = { { 0 }, I64(1) }, .a = { AI("keepdims", 0) },
+	  .vk = 2, .vk_value = 2 },
+	{ .kind = MO_OP_REDUCE_MEAN, .op = "ReduceMean", .opset = 17, .operands = "x",
+	  .rank = { 3 }, .shape = { SQ }, .a = { AINTS("axes", 1, 1), AI("keepdims", 0) },
+	  .va = AINTS("axes", 1, 2) },
+	{ .kind = MO_OP_REDUCE_MAX, .op = "ReduceMax", .opset = 17, .operands = "x",
+	  .rank = { 3 }, .shape = { SQ }, .a = { AINTS("axes", 1, 1), AI("keepdims", 0) },
+	  .va = AINTS("axes", 1, 2) },
+	{ .kind = MO_OP_LAYER_NORM, .op = "LayerNormalization", .opset = 17, .operands = "xxx",
+	  .rank = { 3, 1, 1 }, .shape = { S3, { 4 }, { 4 } },
+	  .a = { AI("axis", -1), AF("epsilon", 1e-5) }, .va = AF("epsilon", 0.5) },
+	{ .kind = MO_OP_RMS_NORM, .op = "RMSNormalization", .opset = 23, .operands = "xx",
+	  .rank = { 3, 1 }, .shape = { S3, { 4 } },
+	  .a = { AI("axis", -1), AF("epsilon", 1e-5) }, .va = AF("epsilon", 0.5) },
+	{ .kind = MO_OP_TRANSPOSE, .op = "Transpose", .opset = 17, .operands = "x",
+	  .rank = { 3 }, .shape = { SQ }, .a = { AINTS("perm", 3, 0, 2, 1) },
+	  .va = AINTS("perm", 3, 2, 1, 0) },
+	{ .kind = MO_OP_RESHAPE, .op = "Reshape", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { S3 }, .k = { { 0 }, I64(6, 4) } },
+	{ .kind = MO_OP_SQUEEZE, .op = "Squeeze", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { { 2, 1, 4 } }, .k = { { 0 }, I64(1) } },
+	{ .kind = MO_OP_UNSQUEEZE, .op = "Unsqueeze", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { S3 }, .k = { { 0 }, I64(0) } },
+	{ .kind = MO_OP_FLATTEN, .op = "Flatten", .opset = 17, .operands = "x",
+	  .rank = { 3 }, .shape = { S3 }, .a = { AI("axis", 2) } },
+	{ .kind = MO_OP_CONCAT, .op = "Concat", .opset = 17, .operands = "xx",
+	  .rank = { 3, 3 }, .shape = { S3, S3 }, .a = { AI("axis", 1) } },
+	{ .kind = MO_OP_SPLIT, .op = "Split", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { S3 }, .k = { { 0 }, I64(1, 3) }, .a = { AI("axis", 2) },
+	  .n_out = 2 },
+	{ .kind = MO_OP_SLICE, .op = "Slice", .opset = 17, .operands = "xcccc",
+	  .rank = { 3 }, .shape = { S3 }, .k = { { 0 }, I64(0), I64(4), I64(2), I64(2) },
+	  .vk = 2, .vk_value = 1, .not_emitted = true },
+	{ .kind = MO_OP_EXPAND, .op = "Expand", .opset = 17, .operands = "xc",
+	  .rank = { 3 }, .shape = { { 2, 1, 4 } }, .k = { { 0 }, I64(2, 3, 4) },
+	  .not_emitted = true },
+	UNARY(MO_OP_IDENTITY, "Identity"),
+	{ .kind = MO_OP_CAST, .op = "Cast", .opset = 17, .operands = "x", .rank = { 3 },
+	  .shape = { S3 }, .a = { AI("to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16) },
+	  .va = AI("to", ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16) },
+	UNARY(MO_OP_RELU, "Relu"),
+	UNARY(MO_OP_ERF, "Erf"),
+	{ .kind = MO_OP_GELU, .op = "Gelu", .opset = 20, .operands = "x", .rank = { 3 },
+	  .shape = { S3 }, .va = AS("approximate", "tanh") },
+	UNARY(MO_OP_TANH, "Tanh"),
+	{ .kind = MO_OP_CLIP, .op = "Clip", .opset = 17, .operands = "xcc", .rank = { 3 },
+	  .shape = { S3 }, .k = { { 0 }, F0(-0.5), F0(0.5) }, .vk = 3, .vk_value = 0.25 },
+	{ .kind = MO_OP_CLIP, .op = "Clip", .opset = 17, .operands = "xcc", .rank = { 3 },
+	  .shape = { S3 }, .k = { { 0 }, F0(-0.5), F0(0.5) }, .vk = 2, .vk_value = -0.25 },
+	{ .kind = MO_OP_WHERE, .op = "Where", .opset = 17, .operands = "bxx",
+	  .rank = { 3, 3, 3 }, .shape = { S3, S3, S3 }, .not_emitted = true },
+	BINARY(MO_OP_MAX, "Max"),
+	BINARY(MO_OP_MIN, "Min"),
+	UNARY(MO_OP_ABS, "Abs"),
+	UNARY(MO_OP_COS, "Cos"),
+	UNARY(MO_OP_SIN, "Sin"),
+	UNARY(MO_OP_LOG, "Log"),
+	{ .kind = MO_OP_GATHER, .op = "Gather", .opset = 17, .operands = "xc", .rank = { 3 },
+	  .shape = { S3 }, .k = { { 0 }, I64(1, 0) }, .a = { AI("axis", 1) },
+	  .not_emitted = true },
+};
+#define N_RECIPES (sizeof recipes / sizeof recipes[0])
+
+/* ---- building the one-op model ---- */
+
+static void add_attr(struct tmodel *t, Onnx__NodeProto *n, const struct attr *a)
+{
+	Onnx__AttributeProto *p = tm_alloc(t, sizeof *p);
+	onnx__attribute_proto__init(p);
+	p->name = tm_strdup(t, a->name);
+	p->has_type = 1;
+	switch (a->type) {
+	case 'i':
+		p->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+		p->has_i = 1;
+		p->i = a->i;
+		break;
+	case 'f':
+		p->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+		p->has_f = 1;
+		p->f = (float)a->f;
+		break;
+	case 's':
+		p->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+		p->has_s = 1;
+		p->s.len = strlen(a->s);
+		p->s.data = (uint8_t *)tm_strdup(t, a->s);
+		break;
+	default:
+		p->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+		p->n_ints = (size_t)a->n;
+		p->ints = tm_alloc(t, sizeof *p->ints * (size_t)a->n);
+		memcpy(p->ints, a->ints, sizeof *p->ints * (size_t)a->n);
+		break;
+	}
+	TM_APPEND(t, n->attribute, n->n_attribute, p);
+}
+
+static void add_const(struct tmodel *t, const char *name, const struct konst *k, double first)
+{
+	int64_t dims[1] = { k->n };
+	float f[4];
+	for (int i = 0; i < k->n; i++)
+		f[i] = (float)(i ? k->v[i] : first);
+	Onnx__TensorProto *x = tm_initializer(t, &t->graph, name, (size_t)k->rank, dims, f,
+					      (size_t)k->n);
+	if (k->type == 'l') {
+		int64_t *l = tm_alloc(t, sizeof *l * (size_t)k->n);
+		for (int i = 0; i < k->n; i++)
+			l[i] = (int64_t)(i ? k->v[i] : first);
+		x->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+		x->raw_data.data = (uint8_t *)l;
+		x->raw_data.len = sizeof *l * (size_t)k->n;
+	}
+}
+
+/* The model of recipe r, its variant when `variant`; the model stays
+ * valid while t lives. */
+static struct mo_model *one_op_model(struct tmodel *t, const struct recipe *r, bool variant)
+{
+	tm_init(t);
+	t->opset.version = r->opset;
+	const char *in[MAXIN + 1] = { NULL };
+	static const char *names[MAXIN] = { "x0", "x1", "x2", "x3", "x4", "x5" };
+	int n = (int)strlen(r->operands);
+	for (int k = 0; k < n; k++) {
+		char o = r->operands[k];
+		in[k] = o == '-' ? "" : names[k];
+		if (o == 'x' || o == 'b') {
+			tm_input(t, &t->graph, names[k], (size_t)r->rank[k], r->shape[k]);
+			if (o == 'b')
+				t->graph.input[t->graph.n_input - 1]->type->tensor_type->elem_type =
+					ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+		} else if (o == 'c') {
+			add_const(t, names[k], &r->k[k],
+				  variant && r->vk == k + 1 ? r->vk_value : r->k[k].v[0]);
+		}
+	}
+	const char *out[] = { "y", r->n_out > 1 ? "y1" : NULL, NULL };
+	Onnx__NodeProto *node = tm_node(t, &t->graph, r->op, "the_op", in, out);
+	bool replaced = false;
+	for (int a = 0; a < 3 && r->a[a].name; a++) {
+		bool swap = variant && r->va.name && !strcmp(r->va.name, r->a[a].name);
+		add_attr(t, node, swap ? &r->va : &r->a[a]);
+		replaced |= swap;
+	}
+	if (variant && r->va.name && !replaced)
+		add_attr(t, node, &r->va);
+	tm_output(t, &t->graph, "y");
+	if (r->n_out > 1)
+		tm_output(t, &t->graph, "y1");
+	if (r->kind == MO_OP_CAST) /* declared as what it computes */
+		t->graph.output[0]->type->tensor_type->elem_type =
+			(int32_t)(variant ? r->va.i : r->a[0].i);
+	size_t len;
+	uint8_t *buf = tm_pack(t, &len);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	struct mo_model *m = NULL;
+	if (mo_onnx_load_buffer(buf, len, NULL, r->op, &m, &d))
+		fail_msg("%s: the one-op model does not load: %s", r->op, d.msg);
+	return m;
+}
+
+struct one {
+	struct tmodel t;
+	struct mo_model *m;
+	struct mo_tp *tp;
+	struct mo_mugraph *mg;
+};
+
+static void one_free(struct one *o)
+{
+	mo_mg_free(o->mg);
+	mo_tp_free(o->tp);
+	mo_onnx_free(o->m);
+	tm_free(&o->t);
+}
+
+/* The program of recipe r, and its op as a one-kernel μGraph (NULL for a
+ * boundary op, which has none). */
+static void one_op(struct one *o, const struct recipe *r, bool variant)
+{
+	memset(o, 0, sizeof *o);
+	o->m = one_op_model(&o->t, r, variant);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_tp_import(o->m, NULL, &o->tp, &d))
+		fail_msg("%s: does not import: %s", r->op, d.msg);
+	struct mo_tp *tp = o->tp;
+	if (tp->n_ops != 1 || tp->ops[0].kind != r->kind)
+		fail_msg("%s: imports to %d ops, the first a %s", r->op, tp->n_ops,
+			 tp->n_ops ? mo_op_table[tp->ops[0].kind].name : "-");
+	const struct mo_tp_op *op = &tp->ops[0];
+	if (op->note && r->kind != MO_OP_GATHER)
+		fail_msg("%s: imported as a boundary: %s", r->op, op->note);
+	if (op->lax == MO_LAX_NONE || op->n_out > 1)
+		return;
+	struct mo_mugraph *mg = mo_mg_new();
+	int in[MAXIN];
+	for (int i = 0; i < op->n_in; i++)
+		in[i] = mg_program_input(mg, tp, tp->tensors[op->in[i]].name);
+	int y = mo_mg_kernel(mg, op->kind, op->n_in, in, &op->p);
+	mo_mg_output(mg, y, tp->tensors[op->out[0]].name);
+	mo_mg_output_dtypes(mg, tp);
+	if (mg->error[0])
+		fail_msg("%s: no one-kernel μGraph: %s", r->op, mg->error);
+	o->mg = mg;
+}
+
+static enum mo_verdict prove(const struct mo_mugraph *mg, const struct mo_tp *tp,
+			     const char *what, char *detail, size_t len)
+{
+	struct mo_equiv_options opt = MO_EQUIV_DEFAULTS;
+	struct mo_equiv_report rep;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_equiv(mg, tp, &opt, &rep, &d))
+		fail_msg("%s: the verdict failed: %s", what, d.msg);
+	snprintf(detail, len, "%s", rep.detail);
+	return rep.verdict;
+}
+
+/* ---- the tests ---- */
+
+static void every_op_has_a_recipe(void **state)
+{
+	(void)state;
+	for (int k = 0; k < MO_OP_OPAQUE; k++) {
+		bool found = false;
+		for (size_t i = 0; i < N_RECIPES; i++)
+			found |= recipes[i].kind == (enum mo_op)k &&
+				 !strcmp(recipes[i].op, mo_op_table[k].name);
+		if (!found)
+			fail_msg("%s has no recipe in test_optable", mo_op_table[k].name);
+	}
+}
+
+static void evaluators_and_abstract_expressions(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < N_RECIPES; i++) {
+		const struct recipe *r = &recipes[i];
+		struct one o;
+		one_op(&o, r, false);
+		struct mo_diag d;
+		for (int dom = MO_EVAL_FLOAT; dom <= MO_EVAL_FF; dom++) {
+			struct mo_eval_result res;
+			mo_diag_init(&d);
+			if (r->kind == MO_OP_GATHER)
+				break; /* a boundary: never evaluated */
+			if (mo_eval(o.tp, (enum mo_eval_domain)dom, 7, &res, &d))
+				fail_msg("%s: the %s evaluator fails: %s", r->op,
+					 dom == MO_EVAL_FLOAT ? "float" : "field", d.msg);
+			assert_int_equal(res.n_outputs, r->n_out > 1 ? r->n_out : 1);
+			assert_true(res.counts[0] > 0);
+			mo_eval_result_free(&res);
+		}
+		struct mo_ae_pool p;
+		mo_ae_pool_init(&p);
+		int *e = calloc((size_t)o.tp->n_tensors, sizeof *e);
+		assert_non_null(e);
+		mo_ae_of_tp(&p, o.tp, e);
+		int y = e[o.tp->outputs[0]];
+		if ((y < 0) != (r->kind == MO_OP_GATHER))
+			fail_msg("%s: %s abstract expression", r->op, y < 0 ? "no" : "an unexpected");
+		free(e);
+		mo_ae_pool_free(&p);
+		one_free(&o);
+	}
+}
+
+static void one_kernel_mugraphs_are_proven_emitted_and_round_trip(void **state)
+{
+	(void)state;
+	/* each recipe, and its variant: every attribute value round trips */
+	for (size_t i = 0; i < 2 * N_RECIPES; i++) {
+		const struct recipe *r = &recipes[i / 2];
+		if (i % 2 && !r->va.name && !r->vk)
+			continue;
+		struct one o;
+		one_op(&o, r, i % 2);
+		if (!o.mg) {
+			assert_true(r->kind == MO_OP_GATHER || r->n_out > 1);
+			one_free(&o);
+			continue;
+		}
+		char detail[512];
+		if (prove(o.mg, o.tp, r->op, detail, sizeof detail) != MO_EQUIVALENT)
+			fail_msg("%s: its one-kernel μGraph is not proven: %s", r->op, detail);
+		/* C and CUDA */
+		for (int cuda = 0; cuda <= 1; cuda++) {
+			struct mo_cg_op cg = { .name = "MirageOpTest", .mg = o.mg };
+			struct mo_cg_options co = { .banner = "test_optable", .target = MO_SM90 };
+			char why[300] = "";
+			struct mo_diag d;
+			mo_diag_init(&d);
+			FILE *devnull = fopen("/dev/null", "w");
+			assert_non_null(devnull);
+			enum mo_status st = mo_cg_emit(&cg, "t", cuda, &co, devnull, why, sizeof why, &d);
+			fclose(devnull);
+			if (r->not_emitted ? st != MO_ERR_UNSUPPORTED : st != MO_OK)
+				fail_msg("%s: the %s emitter %s: %s%s", r->op, cuda ? "CUDA" : "C",
+					 st ? "refuses it" : "emits it, but the recipe says it does not",
+					 why, d.msg);
+		}
+		/* JSON: every attribute survives, the reload is proven again */
+		char *json = mo_mg_json(o.mg);
+		assert_non_null(json);
+		struct mo_mugraph *back = NULL;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		if (mo_mg_from_json(json, &back, &d))
+			fail_msg("%s: its μGraph's JSON does not load: %s\n%s", r->op, d.msg, json);
+		char *again = mo_mg_json(back);
+		assert_non_null(again);
+		if (strcmp(json, again))
+			fail_msg("%s: the JSON changes on a round trip:\n%s\n%s", r->op, json, again);
+		if (prove(back, o.tp, r->op, detail, sizeof detail) != MO_EQUIVALENT)
+			fail_msg("%s: the reloaded μGraph is not proven: %s\n%s", r->op, detail, json);
+		free(again);
+		free(json);
+		mo_mg_free(back);
+		one_free(&o);
+	}
+}
+
+static bool same_field_values(const struct mo_tp *a, const struct mo_tp *b, uint64_t seed)
+{
+	struct mo_eval_result ra, rb;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_eval(a, MO_EVAL_FF, seed, &ra, &d) || mo_eval(b, MO_EVAL_FF, seed, &rb, &d))
+		fail_msg("the field evaluator fails: %s", d.msg);
+	bool same = ra.counts[0] == rb.counts[0] &&
+		    !memcmp(ra.values[0], rb.values[0], sizeof(struct mo_ff) * ra.counts[0]);
+	mo_eval_result_free(&ra);
+	mo_eval_result_free(&rb);
+	return same;
+}
+
+static void attributes_make_different_field_functions(void **state)
+{
+	(void)state;
+	int checked = 0;
+	for (size_t i = 0; i < N_RECIPES; i++) {
+		const struct recipe *r = &recipes[i];
+		if (!r->va.name && !r->vk)
+			continue;
+		const char *what = r->va.name ? r->va.name : "a constant operand";
+		struct one a, b;
+		one_op(&a, r, false);
+		one_op(&b, r, true);
+		/* itself: the same inputs give the same values */
+		assert_true(same_field_values(a.tp, a.tp, 3));
+		if (same_field_values(a.tp, b.tp, 3))
+			fail_msg("%s: two instances that differ in %s get one field function",
+				 r->op, what);
+		char detail[512];
+		if (a.mg && b.mg && prove(b.mg, a.tp, r->op, detail, sizeof detail) != MO_NOT_EQUIVALENT)
+			fail_msg("%s: the μGraph with another %s is not refuted: %s", r->op, what,
+				 detail);
+		checked++;
+		one_free(&a);
+		one_free(&b);
+	}
+	assert_true(checked >= 15);
+}
+
+/* The search makes block ops with the program's attributes: X·W → Gelu(tanh)
+ * fuses into one kernel whose Gelu is the tanh one (it was made with the
+ * default variant, so refuted, and the two ops stayed apart). */
+static void the_search_keeps_the_programs_attributes(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	tm_init(&t);
+	t.opset.version = 20;
+	int64_t xd[2] = { 16, 64 }, wd[2] = { 64, 64 };
+	float w[64 * 64];
+	for (int i = 0; i < 64 * 64; i++)
+		w[i] = (float)((i * 37 % 101) - 50) / 400.0f;
+	tm_input(&t, &t.graph, "X", 2, xd);
+	tm_initializer(&t, &t.graph, "W", 2, wd, w, 64 * 64);
+	tm_node(&t, &t.graph, "MatMul", "mm", (const char *[]){ "X", "W", NULL },
+		(const char *[]){ "h", NULL });
+	Onnx__NodeProto *g = tm_node(&t, &t.graph, "Gelu", "gelu", (const char *[]){ "h", NULL },
+				     (const char *[]){ "Y", NULL });
+	struct attr tanh_attr = AS("approximate", "tanh");
+	add_attr(&t, g, &tanh_attr);
+	tm_output(&t, &t.graph, "Y");
+	size_t len;
+	uint8_t *buf = tm_pack(&t, &len);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	struct mo_model *m = NULL;
+	struct mo_tp *tp = NULL;
+	if (mo_onnx_load_buffer(buf, len, NULL, "gelu", &m, &d) || mo_tp_import(m, NULL, &tp, &d))
+		fail_msg("%s", d.msg);
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.jobs = 1;
+	o.budget_s = 900; /* a property, not a timing: sanitizer builds are slow */
+	struct mo_search_result res;
+	if (mo_search(tp, &o, &res, &d))
+		fail_msg("%s", d.msg);
+	if (!res.best)
+		fail_msg("nothing found: %s", res.why);
+	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
+	if (res.best->n_ops != 1 || !res.best->ops[0].bg)
+		fail_msg("X·W → Gelu(tanh) is not one graph-defined kernel (%d kernels)",
+			 res.best->n_ops);
+	char *json = mo_mg_json(res.best);
+	assert_non_null(json);
+	if (!strstr(json, "\"approximate\": \"tanh\""))
+		fail_msg("the kernel has no tanh Gelu:\n%s", json);
+	free(json);
+	mo_search_result_free(&res);
+	mo_tp_free(tp);
+	mo_onnx_free(m);
+	tm_free(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(every_op_has_a_recipe),
+		cmocka_unit_test(evaluators_and_abstract_expressions),
+		cmocka_unit_test(one_kernel_mugraphs_are_proven_emitted_and_round_trip),
+		cmocka_unit_test(attributes_make_different_field_functions),
+		cmocka_unit_test(the_search_keeps_the_programs_attributes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
