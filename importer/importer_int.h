@@ -4,8 +4,6 @@
 
 #include "mo_tp.h"
 
-enum mo_op mo_op_lookup(const char *domain, const char *op_type);
-
 
 /* The reason mo_infer gives for a shape too large to be a tensor: a corrupt
  * or hostile model, reported as an error rather than made a boundary. */

@@ -133,6 +133,9 @@ enum mo_schema_fit {
 	MO_SCHEMA_UNREAD,  /* valid ONNX the tool does not read: a boundary */
 	MO_SCHEMA_INVALID, /* against ONNX's schema: ONNX Runtime refuses it */
 };
+/* The op of an ONNX op_type in a domain ("" or "ai.onnx"; NULL: the
+ * default); MO_OP_OPAQUE for any other. */
+enum mo_op mo_op_lookup(const char *domain, const char *op_type);
 /* Whether node fits kind's row at opset; why not in buf. */
 enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node,
 				    int64_t opset, char *buf, size_t len);

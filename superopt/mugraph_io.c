@@ -425,14 +425,6 @@ static bool req_str(struct step_reader *sr, const char *key, const char **out)
 	return true;
 }
 
-static enum mo_op op_named(const char *name)
-{
-	for (int k = 0; k < MO_OP_OPAQUE; k++)
-		if (!strcmp(mo_op_table[k].name, name))
-			return (enum mo_op)k;
-	return MO_OP_OPAQUE;
-}
-
 /* How many operands an op of a μGraph takes (its builders make one output,
  * so ops of several outputs, and the region boundaries, take none). */
 static void arity(enum mo_op op, int *lo, int *hi)
@@ -628,7 +620,7 @@ static void read_step(struct mo_mugraph *mg, struct step_reader *sr)
 		int lo, hi, in[3];
 		if (!req_str(sr, "op", &opname))
 			return;
-		enum mo_op op = op_named(opname);
+		enum mo_op op = mo_op_lookup(NULL, opname);
 		arity(op, &lo, &hi);
 		if (hi == 0)
 			return (void)bad(sr, "op", "is not an op a μGraph holds");

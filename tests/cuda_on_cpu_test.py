@@ -357,6 +357,10 @@ def main():
                     "paper fp16 gated_mlp (and --mugraphs on sm_80), the layer and kernels "
                     "built with -fsanitize=thread, every launch in threads mode with --sample "
                     "blocks as threads; no ONNX Runtime comparison")
+    ap.add_argument("--everything", action="store_true",
+                    help="by hand (~2 h on 2 cores): every section A model in fp32, fp16 and "
+                    "bf16 at tiny and paper shapes (batch 8), archs none/800/860/900 where "
+                    "the dtype allows; CI runs the subset above")
     ap.add_argument("--no-suite", action="store_true",
                     help="not section A: only --mugraphs and --thirdparty (CTest entries "
                     "of their own)")
@@ -382,6 +386,16 @@ def main():
             jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in SECTION_A[:4]]
             jobs += [("gated_mlp_paper_fp16", [900], "paper")]
             sizes, dtypes, only = "tiny,paper", "fp16", ",".join(SECTION_A[:4])
+        elif args.everything:
+            jobs = []
+            for size in ("tiny", "paper"):
+                for dt in ("fp32", "fp16", "bf16"):
+                    for m in SECTION_A:
+                        name = "%s_%s_%s" % (m, size, dt) if size == "tiny" or m in (
+                            "gated_mlp", "lora") else "%s_paper_b8_%s" % (m, dt)
+                        archs = [800, 860, 900] if dt == "bf16" else [None, 800, 860, 900]
+                        jobs.append((name, archs, size))
+            sizes, dtypes, only = "tiny,paper", "fp32,fp16,bf16", ",".join(SECTION_A)
         elif args.sanitized:
             jobs = [("%s_tiny_fp16" % m, [800], "tiny") for m in ("gqa", "gated_mlp")]
             sizes, dtypes, only = "tiny", "fp16", "gqa,gated_mlp"
