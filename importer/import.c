@@ -417,6 +417,7 @@ static unsigned param_mask(enum mo_op k, int64_t opset)
 	case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU: case MO_OP_TANH:
 	case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN: case MO_OP_GATHER:
 	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	MO_ACTIVATION_CASES
 	case MO_OP_OPAQUE: case MO_OP__COUNT:
 		return 0;
 	}
@@ -631,6 +632,14 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		}
 		return NULL;
 	}
+#define ACTIVATION_PARAMS(X, name, onnx, flops, f, a, b, g)                  \
+	case MO_OP_##name:                                                   \
+		p->alpha = attr_float(n, "alpha", a);                        \
+		p->beta = attr_float(n, "beta", b);                          \
+		p->gamma = attr_float(n, "gamma", g);                        \
+		return NULL;
+	MO_ACTIVATION_LIST(ACTIVATION_PARAMS, _)
+#undef ACTIVATION_PARAMS
 	case MO_OP_CAST:
 		p->to = (int32_t)attr_int(n, "to", 0);
 		if (!attr(n, "to") || mo_onnx_dtype_size(p->to) == 0)

@@ -539,6 +539,7 @@ bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 	case MO_OP_SIGMOID: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
 	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_IDENTITY: case MO_OP_ABS:
 	case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	MO_ACTIVATION_CASES
 		return same_shape(tp, op, dt, why);
 	case MO_OP_CAST: return same_shape(tp, op, op->p.to, why);
 	case MO_OP_SOFTMAX: return infer_softmax(tp, op, why);

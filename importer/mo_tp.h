@@ -88,8 +88,34 @@ enum mo_lax {
 	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 0)        \
 	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 0)        \
 	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	MO_ACTIVATION_LIST(MO_ACTIVATION_AS_OP, X)                              \
 	X(GATHER,      "Gather",              NONE,          0, 0, 0, 0)        \
 	X(OPAQUE,      "",                    NONE,          0, 0, 0, 0)
+
+/* The activations: element-wise, one operand, attributes alpha, beta and
+ * gamma (0 where the op has none; defaults as ONNX gives them), uninterpreted
+ * in the field (their seed covers the attributes), and a formula
+ * mo_<formula>(x, alpha, beta, gamma) in superopt/mo_elementwise.h that the
+ * evaluator and the generated kernels call. Adding one is a row here, its
+ * schema row (mo_op_schema), its formula and a recipe in test_optable.
+ *      NAME            op_type            flops formula         alpha     beta  gamma */
+#define MO_ACTIVATION_LIST(A, X)                                                          \
+	A(X, HARD_SIGMOID, "HardSigmoid",     3, hard_sigmoid,     0.2,      0.5, 0)          \
+	A(X, HARD_SWISH,   "HardSwish",       4, hard_swish,       0,        0,   0)          \
+	A(X, LEAKY_RELU,   "LeakyRelu",       2, leaky_relu,       0.01,     0,   0)          \
+	A(X, ELU,          "Elu",             5, elu,              1,        0,   0)          \
+	A(X, SELU,         "Selu",            6, selu,             1.67326319217681884765625, \
+	  0, 1.05070102214813232421875)                                                    \
+	A(X, CELU,         "Celu",            6, celu,             1,        0,   0)          \
+	A(X, SOFTPLUS,     "Softplus",        8, softplus,         0,        0,   0)          \
+	A(X, SOFTSIGN,     "Softsign",        3, softsign,         0,        0,   0)          \
+	A(X, THRESHOLDED_RELU, "ThresholdedRelu", 1, thresholded_relu, 1,   0,   0)          \
+	A(X, MISH,         "Mish",           12, mish,             0,        0,   0)
+#define MO_ACTIVATION_AS_OP(X, name, onnx, flops, f, a, b, g) \
+	X(name, onnx, UNINTERPRETED, 0, 1, flops, 0)
+/* `case MO_OP_<each activation>:` */
+#define MO_ACTIVATION_CASE(X, name, onnx, flops, f, a, b, g) case MO_OP_##name:
+#define MO_ACTIVATION_CASES MO_ACTIVATION_LIST(MO_ACTIVATION_CASE, _)
 
 enum mo_op {
 #define X(name, onnx, lax, exps, ew, flops, unary) MO_OP_##name,
@@ -193,6 +219,7 @@ struct mo_op_params {
 	int allowzero;             /* Reshape */
 	enum mo_gelu_approx approximate; /* Gelu's variant */
 	double clip_min, clip_max; /* Clip's constant bounds, where given */
+	double gamma;              /* Selu (the activations use alpha, beta too) */
 	bool has_clip_min, has_clip_max;
 };
 

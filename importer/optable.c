@@ -75,6 +75,17 @@ const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_SIN] = { 7, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_LOG] = UNARY,
 	[MO_OP_GATHER] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { AI("axis") } },
+	/* the activations: before opset 6 they had consumed_inputs */
+	[MO_OP_HARD_SIGMOID] = { 1, 6, 1, 1, 0, 0, 0, 1, 1, { AF("alpha"), AF("beta") } },
+	[MO_OP_HARD_SWISH] = { 14, 14, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_LEAKY_RELU] = { 1, 6, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") } },
+	[MO_OP_ELU] = { 1, 6, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") } },
+	[MO_OP_SELU] = { 1, 6, 1, 1, 0, 0, 0, 1, 1, { AF("alpha"), AF("gamma") } },
+	[MO_OP_CELU] = { 12, 12, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") } },
+	[MO_OP_SOFTPLUS] = { 1, 1, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_SOFTSIGN] = { 1, 1, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_THRESHOLDED_RELU] = { 10, 10, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") } },
+	[MO_OP_MISH] = { 18, 18, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_OPAQUE] = { 1, 0 },
 };
 

@@ -264,6 +264,17 @@ static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct
 		snprintf(s, n, "mo_clip(%s, %s, %s)", a, l, h);
 		return true;
 	}
+#define ACTIVATION_EXPR(X, name, onnx, flops, f, al, be, ga)                 \
+	case MO_OP_##name: {                                                 \
+		char ca[40], cb[40], cg[40];                                 \
+		flit(ca, sizeof ca, p->alpha);                               \
+		flit(cb, sizeof cb, p->beta);                                \
+		flit(cg, sizeof cg, p->gamma);                               \
+		snprintf(s, n, "mo_" #f "(%s, %s, %s, %s)", a, ca, cb, cg);  \
+		return true;                                                 \
+	}
+	MO_ACTIVATION_LIST(ACTIVATION_EXPR, _)
+#undef ACTIVATION_EXPR
 	case MO_OP_CAST: {
 		enum ctype ct;
 		if (!ctype_of(p->to, &ct))

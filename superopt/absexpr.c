@@ -352,6 +352,7 @@ int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp
 	case MO_OP_REDUCE_MAX: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
 	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN:
 	case MO_OP_LOG:
+	MO_ACTIVATION_CASES
 		return fn(p, op->kind, a);
 	case MO_OP_MAX: case MO_OP_MIN: case MO_OP_WHERE: {
 		int r = fn(p, op->kind, a);

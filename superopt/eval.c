@@ -485,6 +485,14 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 	}
 	const struct mo_op_params *p = &op->p;
 	uint64_t fn = op->kind == MO_OP_MAX ? FN_MAX : (uint64_t)op->kind * 0x100000001b3ull;
+	if (p->alpha || p->beta || p->gamma) { /* an activation's attributes */
+		double at[3] = { p->alpha, p->beta, p->gamma };
+		for (int k = 0; k < 3; k++) {
+			uint64_t bits;
+			memcpy(&bits, &at[k], sizeof bits);
+			fn = mo_mix64(fn ^ bits ^ (uint64_t)(k + 2));
+		}
+	}
 	if (op->kind == MO_OP_CLIP) { /* different bounds: a different function */
 		double bound[2] = { p->has_clip_min ? p->clip_min : -INFINITY,
 				    p->has_clip_max ? p->clip_max : INFINITY };
@@ -531,6 +539,12 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_GELU:
 				r = p->approximate == MO_GELU_TANH ? mo_gelu_tanh(a) : mo_gelu(a);
 				break;
+#define ACTIVATION_EVAL(X, name, onnx, flops, f, al, be, ga)                 \
+			case MO_OP_##name:                                   \
+				r = mo_##f(a, p->alpha, p->beta, p->gamma);  \
+				break;
+			MO_ACTIVATION_LIST(ACTIVATION_EVAL, _)
+#undef ACTIVATION_EVAL
 			default: e->bad = "not an element-wise op"; goto done;
 			}
 			Y[i] = r;
@@ -592,6 +606,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_SQRT: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_TANH:
 			case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 			case MO_OP_CLIP: case MO_OP_GELU:
+			MO_ACTIVATION_CASES
 				r = ff_uf(e, op->kind == MO_OP_GELU && p->approximate == MO_GELU_TANH
 						     ? fn + 7 : fn, a, one);
 				break;
@@ -1419,6 +1434,7 @@ static void run_op(struct ev *e, const struct mo_tp_op *op)
 	case MO_OP_SIGMOID: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
 	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN:
 	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	MO_ACTIVATION_CASES
 		elementwise(e, op);
 		return;
 	case MO_OP_SOFTMAX:

@@ -26,12 +26,16 @@ typedef double mo_real;
 #define MO_EXP exp
 #define MO_ERF erf
 #define MO_TANH tanh
+#define MO_LOG1P log1p
+#define MO_FABS fabs
 #else
 typedef float mo_real;
 #define MO_R(x) x##f
 #define MO_EXP expf
 #define MO_ERF erff
 #define MO_TANH tanhf
+#define MO_LOG1P log1pf
+#define MO_FABS fabsf
 #endif
 
 /* Max and Min as ONNX Runtime defines them: a NaN operand gives NaN (Relu
@@ -64,7 +68,62 @@ MO_DEV mo_real mo_gelu_tanh(mo_real x)
 	       (MO_R(1.0) + MO_TANH(MO_R(0.79788456080286535588) * (x + MO_R(0.044715) * x * x * x)));
 }
 
+/* The activations of the op table (MO_ACTIVATION_LIST), as ONNX defines
+ * them; each takes the op's alpha, beta and gamma, used or not. */
+MO_DEV mo_real mo_hard_sigmoid(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)gamma;
+	return mo_max(MO_R(0.0), mo_min(MO_R(1.0), alpha * x + beta));
+}
+MO_DEV mo_real mo_hard_swish(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)alpha; (void)beta; (void)gamma;
+	return x * mo_max(MO_R(0.0), mo_min(MO_R(1.0), x * MO_R(0.16666666666666666667) + MO_R(0.5)));
+}
+MO_DEV mo_real mo_leaky_relu(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta; (void)gamma;
+	return x >= MO_R(0.0) ? x : alpha * x;
+}
+MO_DEV mo_real mo_elu(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta; (void)gamma;
+	return x >= MO_R(0.0) ? x : alpha * (MO_EXP(x) - MO_R(1.0));
+}
+MO_DEV mo_real mo_selu(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta;
+	return x > MO_R(0.0) ? gamma * x : gamma * (alpha * MO_EXP(x) - alpha);
+}
+MO_DEV mo_real mo_celu(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta; (void)gamma;
+	return mo_max(MO_R(0.0), x) + mo_min(MO_R(0.0), alpha * (MO_EXP(x / alpha) - MO_R(1.0)));
+}
+/* log(1 + exp(x)), without overflow for large x */
+MO_DEV mo_real mo_softplus(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)alpha; (void)beta; (void)gamma;
+	return x > MO_R(0.0) ? x + MO_LOG1P(MO_EXP(-x)) : MO_LOG1P(MO_EXP(x));
+}
+MO_DEV mo_real mo_softsign(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)alpha; (void)beta; (void)gamma;
+	return x / (MO_R(1.0) + MO_FABS(x));
+}
+MO_DEV mo_real mo_thresholded_relu(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta; (void)gamma;
+	return x > alpha ? x : MO_R(0.0);
+}
+MO_DEV mo_real mo_mish(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	return x * MO_TANH(mo_softplus(x, alpha, beta, gamma));
+}
+
 #undef MO_R
+#undef MO_LOG1P
+#undef MO_FABS
 #undef MO_EXP
 #undef MO_ERF
 #undef MO_TANH

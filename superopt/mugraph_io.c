@@ -52,8 +52,10 @@ static void params(FILE *out, const struct mo_mg_step *s)
 			p->approximate == MO_GELU_TANH ? "tanh" : "none");
 	if (p->trans_a || p->trans_b)
 		fprintf(out, ", \"trans_a\": %d, \"trans_b\": %d", p->trans_a, p->trans_b);
-	if (s->op == MO_OP_GEMM)
+	if (s->op == MO_OP_GEMM || p->alpha || p->beta || p->gamma)
 		fprintf(out, ", \"alpha\": %.17g, \"beta\": %.17g", p->alpha, p->beta);
+	if (p->gamma)
+		fprintf(out, ", \"gamma\": %.17g", p->gamma);
 	if (p->epsilon != 0)
 		fprintf(out, ", \"epsilon\": %.17g", p->epsilon);
 	if (p->has_exponent)
@@ -457,6 +459,7 @@ static void arity(enum mo_op op, int *lo, int *hi)
 	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_SLICE: case MO_OP_EXPAND:
 	case MO_OP_IDENTITY: case MO_OP_CAST: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
 	case MO_OP_TANH: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	MO_ACTIVATION_CASES
 		break;
 	case MO_OP_SPLIT: case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:
 		*lo = *hi = 0;
@@ -479,6 +482,7 @@ static bool read_params(struct step_reader *sr, enum mo_op op, struct mo_op_para
 	    !opt_i(sr, "trans_b", 0, 1, 0, &p->trans_b) ||
 	    !opt_real(sr, "alpha", 1e30, &p->alpha, &has) ||
 	    !opt_real(sr, "beta", 1e30, &p->beta, &has) ||
+	    !opt_real(sr, "gamma", 1e30, &p->gamma, &has) ||
 	    !opt_real(sr, "epsilon", 1, &p->epsilon, &has) ||
 	    !opt_real(sr, "exponent", 64, &p->exponent, &p->has_exponent) ||
 	    !opt_real(sr, "clip_min", DBL_MAX, &p->clip_min, &p->has_clip_min) ||

@@ -4,10 +4,17 @@ Runtime: for each tiny fp32 benchmark model, the inputs the evaluator draws
 go through ORT, and the outputs must agree within rtol 1e-4, atol 1e-5 (ORT
 computes in float32, the evaluator in double). The μGraph float evaluator is
 held to the program's float evaluator by the verifier's float check, so this
-ties both to ORT."""
+ties both to ORT.
+
+With --node DIR (ONNX's node tests), the one-op models of the activations
+(the op table's MO_ACTIVATION_LIST: every attribute default and given) and
+a Mish model written here (the Debian test data predates it) are held to
+ORT the same way: the element formulas of superopt/mo_elementwise.h are the
+evaluator's and every generated kernel's."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,16 +24,33 @@ import onnxruntime as ort
 
 MODELS = ["rmsnorm", "gated_mlp", "lora", "gqa", "qknorm", "ntrans", "bert_layer",
           "gpt2_block"]
+NODE_TESTS = ["celu", "elu", "elu_default", "hardsigmoid", "hardsigmoid_default", "hardswish",
+              "leakyrelu", "leakyrelu_default", "selu", "selu_default", "softplus", "softsign",
+              "thresholdedrelu", "thresholdedrelu_default"]
+
+
+def mish_model(path):
+    from onnx import TensorProto, helper, save
+    g = helper.make_graph([helper.make_node("Mish", ["x"], ["y"])], "mish",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 5])])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), path)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", required=True)
     ap.add_argument("--models", required=True)
+    ap.add_argument("--node", help="ONNX's node tests: the activations too")
     args = ap.parse_args()
     passed = failed = 0
-    for name in MODELS:
-        path = os.path.join(args.models, f"{name}_tiny_fp32.onnx")
+    cases = [(n, os.path.join(args.models, f"{n}_tiny_fp32.onnx")) for n in MODELS]
+    scratch = tempfile.mkdtemp(prefix="eval_vs_ort_")
+    if args.node:
+        cases += [(n, os.path.join(args.node, "test_" + n, "model.onnx")) for n in NODE_TESTS]
+        mish_model(os.path.join(scratch, "mish.onnx"))
+        cases.append(("mish", os.path.join(scratch, "mish.onnx")))
+    for name, path in cases:
         with tempfile.TemporaryDirectory() as tmp:
             r = subprocess.run([args.dump, path, tmp], capture_output=True, text=True)
             if r.returncode != 0:
@@ -49,6 +73,7 @@ def main():
                     ok = False
             passed += ok
             failed += not ok
+    shutil.rmtree(scratch, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
