@@ -1321,6 +1321,15 @@ static enum mo_status import_node(struct importer *im, int ni)
 					   mo_onnx_dtype_name(dt), mo_onnx_dtype_name(ti));
 		dt = ti;
 	}
+	const struct mo_op_schema *sc = &mo_op_schema[op.kind];
+	if (op.kind != MO_OP_OPAQUE && !off_schema && dt &&
+	    ((sc->f32_only && dt != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) ||
+	     (sc->bf16_since && dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 &&
+	      tp->opset < sc->bf16_since)))
+		return mo_diag_set(im->d, MO_ERR_INPUT,
+				   "%s: invalid model: node '%s' (%s) does not take %s at opset %" PRId64,
+				   mo_onnx_name(tp->model), tp->node_names[ni], ty,
+				   mo_onnx_dtype_name(dt), tp->opset);
 	/* A type the model declares for an output the op computes must be
 	 * the computed one (ONNX Runtime refuses the model otherwise). */
 	for (int i = 0; op.kind != MO_OP_OPAQUE && !off_schema && i < op.n_out; i++) {

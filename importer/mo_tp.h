@@ -96,7 +96,8 @@ enum mo_lax {
  * gamma (0 where the op has none; defaults as ONNX gives them), uninterpreted
  * in the field (their seed covers the attributes), and a formula
  * mo_<formula>(x, alpha, beta, gamma) in superopt/mo_elementwise.h that the
- * evaluator and the generated kernels call. Adding one is a row here, its
+ * evaluator and the generated kernels call; the search tries each (after
+ * Gelu) as a unary block op with the program's attributes. Adding one is a row here, its
  * schema row (mo_op_schema), its formula and a recipe in test_optable.
  *      NAME            op_type            flops formula         alpha     beta  gamma */
 #define MO_ACTIVATION_LIST(A, X)                                                          \
@@ -112,7 +113,7 @@ enum mo_lax {
 	A(X, THRESHOLDED_RELU, "ThresholdedRelu", 1, thresholded_relu, 1,   0,   0)          \
 	A(X, MISH,         "Mish",           12, mish,             0,        0,   0)
 #define MO_ACTIVATION_AS_OP(X, name, onnx, flops, f, a, b, g) \
-	X(name, onnx, UNINTERPRETED, 0, 1, flops, 0)
+	X(name, onnx, UNINTERPRETED, 0, 1, flops, 8)
 /* `case MO_OP_<each activation>:` */
 #define MO_ACTIVATION_CASE(X, name, onnx, flops, f, a, b, g) case MO_OP_##name:
 #define MO_ACTIVATION_CASES MO_ACTIVATION_LIST(MO_ACTIVATION_CASE, _)
@@ -152,6 +153,11 @@ struct mo_op_schema {
 	uint8_t old_min_in, old_max_in;
 	uint8_t min_out, max_out;
 	struct mo_op_attr attrs[5];
+	/* float types beyond ONNX's usual (float16, float, double, and bfloat16
+	 * where ONNX Runtime has it): bfloat16 from this opset on (0: no
+	 * constraint is checked), or float32 alone */
+	int16_t bf16_since;
+	bool f32_only;
 };
 extern const struct mo_op_schema mo_op_schema[MO_OP__COUNT];
 enum mo_schema_fit {

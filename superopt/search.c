@@ -199,6 +199,7 @@ struct target {
 	bool kinds[MO_OP__COUNT + 1]; /* block op kinds worth trying */
 	double norm_eps[2];     /* LayerNorm's and RMSNorm's epsilon, as block ops */
 	enum mo_gelu_approx gelu_approximate; /* the program's Gelu variant, as a block op */
+	struct { double alpha, beta, gamma; } act[MO_OP__COUNT]; /* an activation's, too */
 	int unary[MO_OP__COUNT]; /* the unary block ops worth trying, in the */
 	int n_unary;             /* op table's order (search_unary) */
 	int n_consts;
@@ -520,6 +521,11 @@ static void block_op_params(const struct target *T, int kind, int axis,
 		p->epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
 	if (kind == MO_OP_GELU)
 		p->approximate = T->gelu_approximate;
+	if (kind >= 0 && kind < MO_OP__COUNT) {
+		p->alpha = T->act[kind].alpha;
+		p->beta = T->act[kind].beta;
+		p->gamma = T->act[kind].gamma;
+	}
 }
 
 static int try_op(struct state *s, int kind, int a, int b, int axis, double cval)
@@ -1549,6 +1555,12 @@ static void kinds_of(struct target *T)
 		case MO_OP_GELU: /* one variant per program: a mix fuses the last's */
 			k[MO_OP_GELU] = true;
 			T->gelu_approximate = op->p.approximate;
+			break;
+		MO_ACTIVATION_CASES /* so are their attributes */
+			k[op->kind] = true;
+			T->act[op->kind].alpha = op->p.alpha;
+			T->act[op->kind].beta = op->p.beta;
+			T->act[op->kind].gamma = op->p.gamma;
 			break;
 		default:
 			if (op->kind < MO_OP__COUNT && (mo_op_elementwise(op->kind) ||

@@ -324,6 +324,44 @@ def against_ort_on(model, fused, src, work, arch, mname, failures, cu_objs=None)
             % (mname, arch or "none", DEVICE[arch], time.time() - t))
 
 
+# the op table's activations (MO_ACTIVATION_LIST) after a MatMul: each
+# fuses into one kernel whose thread code calls its mo_elementwise.h formula
+# (Celu takes float32 only)
+ACTIVATIONS = [("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 17, "fp16,fp32"),
+               ("HardSwish", {}, 17, "fp16"), ("LeakyRelu", {"alpha": 0.2}, 17, "fp16"),
+               ("Elu", {"alpha": 0.5}, 17, "fp16"), ("Selu", {}, 17, "fp16,fp32"),
+               ("Celu", {"alpha": 2.0}, 17, "fp32"), ("Softplus", {}, 17, "fp16"),
+               ("Softsign", {}, 17, "fp16"), ("ThresholdedRelu", {"alpha": 0.1}, 17, "fp16"),
+               ("Mish", {}, 18, "fp16,fp32")]
+
+
+def activation_models(out):
+    """(name, path) of the X[16,64]·W → activation models."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    models = []
+    for op, attrs, opset, dtypes in ACTIVATIONS:
+        for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                              (TensorProto.FLOAT, np.float32, "fp32")):
+            if tag not in dtypes.split(","):
+                continue
+            w = numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(npdt), "W")
+            g = helper.make_graph(
+                [helper.make_node("MatMul", ["X", "W"], ["h"]),
+                 helper.make_node(op, ["h"], ["Y"], **attrs)], "act",
+                [helper.make_tensor_value_info("X", dt, [16, 64])],
+                [helper.make_tensor_value_info("Y", dt, [16, 64])], [w])
+            name = "matmul_%s_%s" % (op.lower(), tag)
+            path = os.path.join(out, name + ".onnx")
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                                        ir_version=8), path)
+            models.append((name, path))
+    return models
+
+
 def fuse(cli, model, out_dir):
     name = os.path.basename(model)[:-5]
     src = os.path.join(out_dir, "src_" + name)
@@ -361,6 +399,9 @@ def main():
                     help="by hand (~2 h on 2 cores): every section A model in fp32, fp16 and "
                     "bf16 at tiny and paper shapes (batch 8), archs none/800/860/900 where "
                     "the dtype allows; CI runs the subset above")
+    ap.add_argument("--activations", action="store_true",
+                    help="X·W → each activation of the op table (fp16; a few fp32), one "
+                    "kernel each")
     ap.add_argument("--no-suite", action="store_true",
                     help="not section A: only --mugraphs and --thirdparty (CTest entries "
                     "of their own)")
@@ -422,6 +463,11 @@ def main():
                 return 1
         san = "thread" if args.tsan else "address" if args.sanitized else None
         paths = {}
+        if args.activations:
+            d = os.path.join(work, "activations")
+            for name, path in activation_models(d):
+                paths[name] = path
+                jobs.append((name, [None, 800, 900], "tiny"))
         if args.thirdparty and not args.sanitized:
             for f in sorted(os.listdir(args.thirdparty)):
                 if f.endswith(".onnx"):
@@ -464,6 +510,10 @@ def main():
         if args.thirdparty and args.no_suite and not any(
                 r.split()[0] in paths for r in rows):
             failures.append("no third-party model's kernel ran")
+        if args.activations:  # one graph-defined kernel each, or the search lost them
+            for name in paths:
+                if name.startswith("matmul_") and not any(r.split()[0] == name for r in rows):
+                    failures.append("%s: no kernel ran (not fused?)" % name)
         if args.no_suite and args.mugraphs:
             # the hand-built attention graphs are a split-KV pair of kernels
             # and a one-kernel online softmax: their paths must have run

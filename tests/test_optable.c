@@ -509,15 +509,22 @@ static void attributes_make_different_field_functions(void **state)
 	assert_true(checked >= 22);
 }
 
-/* The search makes block ops with the program's attributes: X·W → Gelu(tanh)
- * fuses into one kernel whose Gelu is the tanh one (it was made with the
- * default variant, so refuted, and the two ops stayed apart). */
-static void the_search_keeps_the_programs_attributes(void **state)
+/* The search makes block ops with the program's attributes: X·W → act fuses
+ * into one kernel whose activation has the program's attributes (Gelu's
+ * block ops were made with the default variant, so refuted, and the two
+ * ops stayed apart). */
+struct act_case {
+	const char *op;
+	int opset;
+	struct attr a[2];
+	const char *want; /* in the μGraph's JSON */
+};
+
+static void search_one(const struct act_case *c)
 {
-	(void)state;
 	struct tmodel t;
 	tm_init(&t);
-	t.opset.version = 20;
+	t.opset.version = c->opset;
 	int64_t xd[2] = { 16, 64 }, wd[2] = { 64, 64 };
 	float w[64 * 64];
 	for (int i = 0; i < 64 * 64; i++)
@@ -526,10 +533,10 @@ static void the_search_keeps_the_programs_attributes(void **state)
 	tm_initializer(&t, &t.graph, "W", 2, wd, w, 64 * 64);
 	tm_node(&t, &t.graph, "MatMul", "mm", (const char *[]){ "X", "W", NULL },
 		(const char *[]){ "h", NULL });
-	Onnx__NodeProto *g = tm_node(&t, &t.graph, "Gelu", "gelu", (const char *[]){ "h", NULL },
+	Onnx__NodeProto *g = tm_node(&t, &t.graph, c->op, "act", (const char *[]){ "h", NULL },
 				     (const char *[]){ "Y", NULL });
-	struct attr tanh_attr = AS("approximate", "tanh");
-	add_attr(&t, g, &tanh_attr);
+	for (int i = 0; i < 2 && c->a[i].name; i++)
+		add_attr(&t, g, &c->a[i]);
 	tm_output(&t, &t.graph, "Y");
 	size_t len;
 	uint8_t *buf = tm_pack(&t, &len);
@@ -537,29 +544,93 @@ static void the_search_keeps_the_programs_attributes(void **state)
 	mo_diag_init(&d);
 	struct mo_model *m = NULL;
 	struct mo_tp *tp = NULL;
-	if (mo_onnx_load_buffer(buf, len, NULL, "gelu", &m, &d) || mo_tp_import(m, NULL, &tp, &d))
-		fail_msg("%s", d.msg);
+	if (mo_onnx_load_buffer(buf, len, NULL, c->op, &m, &d) || mo_tp_import(m, NULL, &tp, &d))
+		fail_msg("%s: %s", c->op, d.msg);
 	struct mo_search_options o = MO_SEARCH_DEFAULTS;
 	o.jobs = 1;
 	o.budget_s = 900; /* a property, not a timing: sanitizer builds are slow */
 	struct mo_search_result res;
 	if (mo_search(tp, &o, &res, &d))
-		fail_msg("%s", d.msg);
+		fail_msg("%s: %s", c->op, d.msg);
 	if (!res.best)
-		fail_msg("nothing found: %s", res.why);
+		fail_msg("%s: nothing found: %s", c->op, res.why);
 	assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
 	if (res.best->n_ops != 1 || !res.best->ops[0].bg)
-		fail_msg("X·W → Gelu(tanh) is not one graph-defined kernel (%d kernels)",
+		fail_msg("X·W → %s is not one graph-defined kernel (%d kernels)", c->op,
 			 res.best->n_ops);
 	char *json = mo_mg_json(res.best);
 	assert_non_null(json);
-	if (!strstr(json, "\"approximate\": \"tanh\""))
-		fail_msg("the kernel has no tanh Gelu:\n%s", json);
+	if (!strstr(json, c->want))
+		fail_msg("%s: the kernel has no '%s':\n%s", c->op, c->want, json);
 	free(json);
 	mo_search_result_free(&res);
 	mo_tp_free(tp);
 	mo_onnx_free(m);
 	tm_free(&t);
+}
+
+static void the_search_keeps_the_programs_attributes(void **state)
+{
+	(void)state;
+	static const struct act_case cases[] = {
+		{ "Gelu", 20, { AS("approximate", "tanh") }, "\"approximate\": \"tanh\"" },
+		{ "LeakyRelu", 17, { AF("alpha", 0.25) }, "\"alpha\": 0.25" },
+		{ "HardSigmoid", 17, { AF("alpha", 0.25), AF("beta", 0.375) },
+		  "\"beta\": 0.375" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		search_one(&cases[i]);
+}
+
+/* ONNX's type constraints where they are narrower than the usual floats:
+ * ONNX Runtime refuses such a model, so the tool does too (exit 1), rather
+ * than fusing what cannot load. */
+static void type_constraints(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *op;
+		int opset;
+		int32_t dt;
+		bool ok;
+	} cases[] = {
+		{ "Celu", 17, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, true },
+		{ "Celu", 17, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, false },
+		{ "HardSigmoid", 17, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, true },
+		{ "HardSigmoid", 17, ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, false },
+		{ "HardSigmoid", 22, ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, true },
+		{ "LeakyRelu", 15, ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, false },
+		{ "LeakyRelu", 16, ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, true },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct tmodel t;
+		tm_init(&t);
+		t.opset.version = cases[i].opset;
+		int64_t dims[2] = { 2, 3 };
+		tm_input(&t, &t.graph, "x", 2, dims);
+		t.graph.input[0]->type->tensor_type->elem_type = cases[i].dt;
+		tm_node(&t, &t.graph, cases[i].op, "n", (const char *[]){ "x", NULL },
+			(const char *[]){ "y", NULL });
+		tm_output(&t, &t.graph, "y");
+		t.graph.output[0]->type->tensor_type->elem_type = cases[i].dt;
+		size_t len;
+		uint8_t *buf = tm_pack(&t, &len);
+		struct mo_diag d;
+		mo_diag_init(&d);
+		struct mo_model *m = NULL;
+		struct mo_tp *tp = NULL;
+		if (mo_onnx_load_buffer(buf, len, NULL, "types", &m, &d))
+			fail_msg("%s", d.msg);
+		enum mo_status st = mo_tp_import(m, NULL, &tp, &d);
+		if ((st == MO_OK) != cases[i].ok)
+			fail_msg("%s at opset %d in %d: %s", cases[i].op, cases[i].opset, cases[i].dt,
+				 st ? d.msg : "imported");
+		if (!cases[i].ok && !strstr(d.msg, "does not take"))
+			fail_msg("%s: %s", cases[i].op, d.msg);
+		mo_tp_free(tp);
+		mo_onnx_free(m);
+		tm_free(&t);
+	}
 }
 
 int main(void)
@@ -570,6 +641,7 @@ int main(void)
 		cmocka_unit_test(one_kernel_mugraphs_are_proven_emitted_and_round_trip),
 		cmocka_unit_test(attributes_make_different_field_functions),
 		cmocka_unit_test(the_search_keeps_the_programs_attributes),
+		cmocka_unit_test(type_constraints),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
