@@ -919,317 +919,389 @@ undo:
 	return rc;
 }
 
-int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d)
-{
-	FILE *info = a->quiet ? NULL : stderr;
-	fflush(stdout);
+/* One run of the fuse pipeline: what its three stages share. */
+struct fuse_run {
+	struct mo_model *m;
+	const struct cli_fuse_args *a;
+	struct mo_diag *d;
+	FILE *info;              /* progress lines (NULL: --quiet) */
 	struct mo_tp *tp;
-	if (mo_tp_import(m, a->import, &tp, d))
-		return d->status == MO_ERR_USAGE ? 2 : 1;
-	for (int i = 0; i < tp->n_warnings && info; i++)
-		fprintf(stderr, "mirage-onnx: warning: %s\n", tp->warnings[i]);
 	struct mo_partition *p;
-	if (mo_part_run(tp, a->part, &p, d)) {
-		mo_tp_free(tp);
-		return 1;
-	}
-	int rc = 0;
-	struct mo_partition *tight = NULL; /* made when a region does not fuse whole */
-	char cache[1024];
-	/* --profile needs the runners-up, which a cached μGraph has not */
-	bool use_cache = !a->no_cache && !a->profile && cli_cache_dir(cache, sizeof cache);
-	bool no_gpu = false; /* --profile found none */
-	/* every region, then the parts of those that do not fuse whole */
-	size_t cap = (size_t)p->n_regions + (size_t)tp->n_ops + 1;
-	int nu = p->n_regions;
-	struct region_state *rs = mo_calloc(cap, sizeof *rs);
+	struct mo_partition *tight; /* made when a region does not fuse whole */
 	/* the parts of region ri the search found, when it does not fuse whole */
-	struct mo_partition **parts = mo_calloc((size_t)p->n_regions + 1, sizeof *parts);
-	struct mo_cg_op *ops = mo_calloc(cap, sizeof *ops);
-	struct mo_plugin_op_report *rep = mo_calloc(cap, sizeof *rep);
-	if (!rs || !ops || !rep || !parts) {
-		mo_diag_nomem(d);
-		rc = 3;
-		goto out;
+	struct mo_partition **parts;
+	/* every region, then the parts of those that do not fuse whole */
+	struct region_state *rs;
+	int nu;
+	struct mo_cg_op *ops;
+	struct mo_plugin_op_report *rep;
+	char cache[1024];
+	bool use_cache;
+	bool no_gpu;             /* --profile found none */
+	char *so;                /* the plugin, under a temporary name */
+	char id[MO_PLUGIN_BUILD_ID_LEN + 1];
+	bool have_plugin;
+	char last_warning[512];  /* the build's, said once over all rounds */
+};
+
+/* Stage 1 for region ri: its program, the search (or the cache), the
+ * variants and --profile. Returns an exit code (3: out of memory, with d
+ * set); *nomem when the search ran out of memory (the region stays out). */
+static int search_region(struct fuse_run *f, int ri, bool *nomem)
+{
+	const struct cli_fuse_args *a = f->a;
+	struct region_state *s = &f->rs[ri];
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *tp = f->tp;
+	char lb[32];
+	struct mo_diag xd;
+	mo_diag_init(&xd);
+	*nomem = false;
+	if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
+			 rg->n_outputs, &s->prog, &xd)) {
+		if (xd.status == MO_ERR_NOMEM) {
+			*f->d = xd;
+			return 3;
+		}
+		snprintf(s->why, sizeof s->why, "cannot make the region a program: %.300s", xd.msg);
+		fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+			label(f->rs, ri, lb, sizeof lb), s->why);
+		return 0;
 	}
-	for (int ri = 0; ri < nu; ri++)
-		rs[ri] = (struct region_state){ .rg = &p->regions[ri], .parent = -1 };
-	/* 1. search every region */
-	for (int ri = 0; ri < nu && !rc; ri++) {
-		const struct mo_region *rg = rs[ri].rg;
-		struct region_state *s = &rs[ri];
-		char lb[32];
-		double t0 = mo_seconds();
-		struct mo_diag xd;
-		mo_diag_init(&xd);
-		if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
-				 rg->n_outputs, &s->prog, &xd)) {
-			if (xd.status == MO_ERR_NOMEM) {
-				*d = xd;
-				rc = 3;
-				break;
-			}
-			snprintf(s->why, sizeof s->why, "cannot make the region a program: %.300s",
-				 xd.msg);
-			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
-				label(rs, ri, lb, sizeof lb), s->why);
-			continue;
+	struct mo_search_options o = *a->search;
+	o.progress = progress_line;
+	o.progress_ctx = f->info;
+	if (f->info)
+		fprintf(stderr, "[%d/%d] region %s: %d ops (%s%s%s): searching, budget %.0f s\n",
+			ri + 1, f->nu, label(f->rs, ri, lb, sizeof lb), rg->n_ops,
+			tp->node_names[rg->nodes[0]], rg->n_nodes > 1 ? " .. " : "",
+			rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
+	const char *cache = f->use_cache ? f->cache : NULL;
+	struct mo_diag sd;
+	mo_diag_init(&sd);
+	if (injected_failure(f->rs, ri, "search")) {
+		snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
+	} else if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
+		/* a limit the user may want to raise: said as out of memory is */
+		fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+			label(f->rs, ri, lb, sizeof lb), s->why);
+	} else if (cli_find_mugraph(s->prog, &o, cache, &s->r, &s->cached, &sd)) {
+		*nomem = sd.status == MO_ERR_NOMEM;
+		if (*nomem) {
+			snprintf(s->why, sizeof s->why, "out of memory");
+			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: out of memory\n",
+				label(f->rs, ri, lb, sizeof lb));
+		} else
+			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
+	} else if (!s->r.best) {
+		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
+	} else {
+		s->fused = true;
+		mo_mg_output_dtypes(s->r.best, s->prog);
+		op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
+		if (a->profile)
+			profile_region(s, a, label(f->rs, ri, lb, sizeof lb), f->info, &f->no_gpu);
+		if (a->dump_dir)
+			cli_dump_mugraph(a->dump_dir, label(f->rs, ri, lb, sizeof lb), s->r.best);
+		if (find_variants(s, a, &o, cache, f->info, f->d))
+			return 3;
+	}
+	return 0;
+}
+
+/* Region ri did not fuse whole: its parts become regions of their own,
+ * after the others (the runs of ops the search found to fuse, else the
+ * regions of a tighter partition). Returns an exit code. */
+static int split_unfused(struct fuse_run *f, int ri, bool nomem)
+{
+	struct region_state *s = &f->rs[ri];
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *tp = f->tp;
+	if (s->r.n_parts > 0) {
+		int *group = mo_malloc(sizeof *group * ((size_t)tp->n_ops + 1));
+		struct mo_diag pd;
+		mo_diag_init(&pd);
+		if (!group) {
+			mo_diag_nomem(f->d);
+			return 3;
 		}
-		struct mo_search_options o = *a->search;
-		o.progress = progress_line;
-		o.progress_ctx = info;
-		if (info)
-			fprintf(stderr, "[%d/%d] region %s: %d ops (%s%s%s): searching, budget %.0f s\n",
-				ri + 1, nu, label(rs, ri, lb, sizeof lb), rg->n_ops, tp->node_names[rg->nodes[0]],
-				rg->n_nodes > 1 ? " .. " : "",
-				rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
-		struct mo_diag sd;
-		mo_diag_init(&sd);
-		bool nomem = false;
-		if (injected_failure(rs, ri, "search")) {
-			snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
-		} else if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
-			/* a limit the user may want to raise: said as out of memory is */
-			fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
-				label(rs, ri, lb, sizeof lb), s->why);
-		} else if (cli_find_mugraph(s->prog, &o, use_cache ? cache : NULL, &s->r, &s->cached,
-					    &sd)) {
-			nomem = sd.status == MO_ERR_NOMEM;
-			if (nomem) {
-				snprintf(s->why, sizeof s->why, "out of memory");
-				fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: out of memory\n",
-					label(rs, ri, lb, sizeof lb));
-			} else
-				snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
-		} else if (!s->r.best) {
-			snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
-		} else {
-			s->fused = true;
-			mo_mg_output_dtypes(s->r.best, s->prog);
-			op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
-			if (a->profile)
-				profile_region(s, a, label(rs, ri, lb, sizeof lb), info, &no_gpu);
-			if (a->dump_dir)
-				cli_dump_mugraph(a->dump_dir, label(rs, ri, lb, sizeof lb), s->r.best);
-			if (find_variants(s, a, &o, use_cache ? cache : NULL, info, d)) {
-				rc = 3;
-				break;
-			}
-		}
-		s->seconds = mo_seconds() - t0;
-		if (info)
-			fprintf(stderr, "  %s in %.1f s%s\n", s->fused ? "found a μGraph" : "stays unfused",
-				s->seconds, s->cached ? " (from the cache, verified again)" : "");
-		if (!s->fused && s->parent < 0 && s->r.n_parts > 0) {
-			/* the runs of ops the search found to fuse, each a region again */
-			int *group = mo_malloc(sizeof *group * ((size_t)tp->n_ops + 1));
+		for (int v = 0; v < tp->n_ops; v++)
+			group[v] = -1;
+		for (int k = 0; k < rg->n_ops; k++)
+			group[rg->ops[k]] = s->r.part_of[k];
+		if (mo_part_groups(tp, group, &f->parts[ri], &pd))
+			f->parts[ri] = NULL;
+		mo_free(group);
+		int k = 0;
+		for (; f->parts[ri] && k < f->parts[ri]->n_regions; k++)
+			f->rs[f->nu + k] = (struct region_state){ .rg = &f->parts[ri]->regions[k],
+								  .parent = ri, .part = k + 1 };
+		if (k > 0 && f->info)
+			fprintf(stderr, "  fusing %d of its runs of ops as regions of their own\n", k);
+		s->split = k > 0;
+		f->nu += k;
+	} else if (rg->n_ops > 2 && !s->r.stats.time_limit && !nomem) {
+		if (!f->tight) {
+			struct mo_part_options po = *f->a->part;
+			po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;
+			po.max_matmul_chain = 1;
 			struct mo_diag pd;
 			mo_diag_init(&pd);
-			if (!group) {
-				rc = 3;
-				mo_diag_nomem(d);
-				break;
-			}
-			for (int v = 0; v < tp->n_ops; v++)
-				group[v] = -1;
-			for (int k = 0; k < rg->n_ops; k++)
-				group[rg->ops[k]] = s->r.part_of[k];
-			if (mo_part_groups(tp, group, &parts[ri], &pd))
-				parts[ri] = NULL;
-			mo_free(group);
-			int k = 0;
-			for (; parts[ri] && k < parts[ri]->n_regions; k++)
-				rs[nu + k] = (struct region_state){ .rg = &parts[ri]->regions[k],
-								    .parent = ri, .part = k + 1 };
-			if (k > 0 && info)
-				fprintf(stderr, "  fusing %d of its runs of ops as regions of their own\n", k);
-			s->split = k > 0;
-			nu += k;
-		} else if (!s->fused && s->parent < 0 && rg->n_ops > 2 && !s->r.stats.time_limit &&
-			   !nomem) {
-			if (!tight) {
-				struct mo_part_options po = *a->part;
-				po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;
-				po.max_matmul_chain = 1;
-				struct mo_diag pd;
-				mo_diag_init(&pd);
-				if (mo_part_run(tp, &po, &tight, &pd))
-					tight = NULL;
-			}
-			int k = tight ? split_region(rg, tight, rs + nu, ri) : 0;
-			if (k > 0 && info)
-				fprintf(stderr, "  trying its %d parts\n", k);
-			s->split = k > 0;
-			nu += k;
+			if (mo_part_run(tp, &po, &f->tight, &pd))
+				f->tight = NULL;
 		}
+		int k = f->tight ? split_region(rg, f->tight, f->rs + f->nu, ri) : 0;
+		if (k > 0 && f->info)
+			fprintf(stderr, "  trying its %d parts\n", k);
+		s->split = k > 0;
+		f->nu += k;
 	}
-	if (!rc && keep_exportable(m, tp, rs, nu)) {
-		mo_diag_nomem(d);
-		rc = 3;
+	return 0;
+}
+
+/* Stage 1: search every region, then the parts of those that do not fuse
+ * whole. Returns an exit code. */
+static int search_regions(struct fuse_run *f)
+{
+	for (int ri = 0; ri < f->nu; ri++) {
+		struct region_state *s = &f->rs[ri];
+		double t0 = mo_seconds();
+		bool nomem;
+		int rc = search_region(f, ri, &nomem);
+		if (rc)
+			return rc;
+		if (!s->prog)
+			continue;
+		s->seconds = mo_seconds() - t0;
+		if (f->info)
+			fprintf(stderr, "  %s in %.1f s%s\n", s->fused ? "found a μGraph" : "stays unfused",
+				s->seconds, s->cached ? " (from the cache, verified again)" : "");
+		if (!s->fused && s->parent < 0 && (rc = split_unfused(f, ri, nomem)))
+			return rc;
 	}
-	if (rc)
-		goto out;
-	/* 2. generate, compile, check; what fails is left out and the rest built again */
-	/* the plugin is built and checked under a temporary name in OUT's
-	 * folder; write_set gives it its name */
-	char so_dest[4200], id[MO_PLUGIN_BUILD_ID_LEN + 1] = "";
-	cli_beside(a->out_path, ".mirage.so", so_dest, sizeof so_dest);
-	char *so = NULL;
-	int so_fd = mo_file_create_temp(so_dest, &so, d);
-	if (so_fd < 0) {
-		rc = d->status == MO_ERR_INPUT ? 1 : 3;
-		goto out;
+	if (keep_exportable(f->m, f->tp, f->rs, f->nu)) {
+		mo_diag_nomem(f->d);
+		return 3;
 	}
-	close(so_fd);
-	bool have_plugin = false;
-	char lb[32], last_warning[512] = "";
-	for (int round = 0; round < 3; round++) {
-		int n = 0;
-		for (int ri = 0; ri < nu; ri++) {
-			if (!rs[ri].fused)
-				continue;
-			/* one op per distinct op type: identical regions share a kernel */
-			bool dup = false;
-			for (int k = 0; k < n && !dup; k++)
-				dup = strcmp(ops[k].name, rs[ri].op_type) == 0;
-			if (dup)
-				continue;
-			ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
-						      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var };
-		}
-		if (n == 0)
-			break;
-		struct mo_plugin_options po = {
-			.cuda = a->cuda, .archs = a->archs, .sources_dir = a->keep_sources,
-			.cg = { .banner = a->banner, .target = a->search->target },
-			.progress = progress_line, .progress_ctx = info,
-			.warning = warning_line, .warning_ctx = last_warning, .build_id = id,
-			.cpu_kernels = a->cpu_kernels,
-		};
-		mo_plugin_build_id(ops, n, &po, id);
-		if (info)
-			fprintf(stderr, "building the plugin (build %s): %d fused op%s%s\n", id, n,
-				n == 1 ? "" : "s", a->cuda ? ", CPU and CUDA kernels" : ", CPU kernels");
-		struct mo_diag bd;
-		mo_diag_init(&bd);
-		if (mo_plugin_build(ops, n, &po, so, rep, &bd)) {
-			if (bd.status != MO_ERR_UNSUPPORTED) {
-				*d = bd;
-				rc = bd.status == MO_ERR_INPUT ? 1 : 3;
-				goto out_files;
-			}
-		}
-		bool again = false;
-		for (int k = 0; k < n; k++) {
-			for (int ri = 0; ri < nu && rep[k].built; ri++)
-				if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name) &&
-				    injected_failure(rs, ri, "codegen")) {
-					rep[k].built = false;
-					snprintf(rep[k].why, sizeof rep[k].why, "injected failure (test)");
-				}
-			if (rep[k].built)
-				continue;
-			for (int ri = 0; ri < nu; ri++)
-				if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name)) {
-					rs[ri].fused = false;
-					snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
-					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
-						label(rs, ri, lb, sizeof lb), rs[ri].why);
-					if (rs[ri].cached) /* else every later run fails the same */
-						cli_cache_drop(rs[ri].prog, a->search, cache, rs[ri].why);
-				}
-		}
-		if (bd.status == MO_ERR_UNSUPPORTED)
-			break; /* nothing built */
-		/* the float check of the generated CPU kernels */
-		struct mo_plugin_lib *lib;
-		if (mo_plugin_open(so, &lib, d)) {
-			rc = 3;
-			goto out_files;
-		}
-		for (int k = 0; k < n; k++) {
-			if (!rep[k].built)
-				continue;
-			for (int ri = 0; ri < nu; ri++) {
-				struct region_state *s = &rs[ri];
-				if (!s->fused || strcmp(s->op_type, ops[k].name))
-					continue;
-				struct mo_diag cd;
-				mo_diag_init(&cd);
-				if (info)
-					fprintf(stderr, "  checking %s against region %s\n", s->op_type,
-						label(rs, ri, lb, sizeof lb));
-				if (mo_plugin_check_cpu(lib, &ops[k], s->prog, a->search->seed + 7, &s->check,
-							&cd) || !s->check.ok) {
-					s->fused = false;
-					snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
-						 "check: %.300s", cd.status ? cd.msg : s->check.detail);
-					fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
-						label(rs, ri, lb, sizeof lb), s->why);
-					if (s->cached)
-						cli_cache_drop(s->prog, a->search, cache, s->why);
-					again = true;
-				}
-				s->cuda = rep[k].cuda;
-				s->tensorrt = rep[k].tensorrt;
-			}
-		}
-		mo_plugin_close(lib);
-		have_plugin = true;
-		if (!again)
-			break;
-		have_plugin = false;
-	}
-	int n_fused = 0;
-	for (int ri = 0; ri < nu; ri++)
-		n_fused += rs[ri].fused;
-	if (n_fused == 0)
-		have_plugin = false;
-	/* 3. the fused model and its manifest */
-	struct mo_fused_node *fn = mo_calloc((size_t)n_fused + 1, sizeof *fn);
-	int nf = 0;
-	if (!fn) {
-		mo_diag_nomem(d);
-		rc = 3;
-		goto out_files;
-	}
-	for (int ri = 0; ri < nu; ri++) {
+	return 0;
+}
+
+/* Stage 2, one round: the plugin of the regions fused so far, built under
+ * f->so, each op's CPU kernel float-checked against its region. What fails
+ * is left out (*again: build once more without it). Returns an exit code;
+ * *built_none when no op could be built. */
+static int build_round(struct fuse_run *f, bool *again, bool *built_none)
+{
+	const struct cli_fuse_args *a = f->a;
+	struct region_state *rs = f->rs;
+	struct mo_cg_op *ops = f->ops;
+	struct mo_plugin_op_report *rep = f->rep;
+	char lb[32];
+	*again = *built_none = false;
+	int n = 0;
+	for (int ri = 0; ri < f->nu; ri++) {
 		if (!rs[ri].fused)
 			continue;
-		char *name = mo_arena_alloc(&p->arena, 80);
-		if (!name || !fused_node_of(tp, rs, ri, name, 80, &fn[nf])) {
-			mo_diag_nomem(d);
+		/* one op per distinct op type: identical regions share a kernel */
+		bool dup = false;
+		for (int k = 0; k < n && !dup; k++)
+			dup = strcmp(ops[k].name, rs[ri].op_type) == 0;
+		if (dup)
+			continue;
+		ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
+					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var };
+	}
+	if (n == 0) {
+		*built_none = true;
+		return 0;
+	}
+	struct mo_plugin_options po = {
+		.cuda = a->cuda, .archs = a->archs, .sources_dir = a->keep_sources,
+		.cg = { .banner = a->banner, .target = a->search->target },
+		.progress = progress_line, .progress_ctx = f->info,
+		.warning = warning_line, .warning_ctx = f->last_warning, .build_id = f->id,
+		.cpu_kernels = a->cpu_kernels,
+	};
+	mo_plugin_build_id(ops, n, &po, f->id);
+	if (f->info)
+		fprintf(stderr, "building the plugin (build %s): %d fused op%s%s\n", f->id, n,
+			n == 1 ? "" : "s", a->cuda ? ", CPU and CUDA kernels" : ", CPU kernels");
+	struct mo_diag bd;
+	mo_diag_init(&bd);
+	if (mo_plugin_build(ops, n, &po, f->so, rep, &bd) && bd.status != MO_ERR_UNSUPPORTED) {
+		*f->d = bd;
+		return bd.status == MO_ERR_INPUT ? 1 : 3;
+	}
+	for (int k = 0; k < n; k++) {
+		for (int ri = 0; ri < f->nu && rep[k].built; ri++)
+			if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name) &&
+			    injected_failure(rs, ri, "codegen")) {
+				rep[k].built = false;
+				snprintf(rep[k].why, sizeof rep[k].why, "injected failure (test)");
+			}
+		if (rep[k].built)
+			continue;
+		for (int ri = 0; ri < f->nu; ri++)
+			if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name)) {
+				rs[ri].fused = false;
+				snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
+				fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+					label(rs, ri, lb, sizeof lb), rs[ri].why);
+				if (rs[ri].cached) /* else every later run fails the same */
+					cli_cache_drop(rs[ri].prog, a->search, f->cache, rs[ri].why);
+			}
+	}
+	if (bd.status == MO_ERR_UNSUPPORTED) {
+		*built_none = true;
+		return 0;
+	}
+	/* the float check of the generated CPU kernels */
+	struct mo_plugin_lib *lib;
+	if (mo_plugin_open(f->so, &lib, f->d))
+		return 3;
+	for (int k = 0; k < n; k++) {
+		if (!rep[k].built)
+			continue;
+		for (int ri = 0; ri < f->nu; ri++) {
+			struct region_state *s = &rs[ri];
+			if (!s->fused || strcmp(s->op_type, ops[k].name))
+				continue;
+			struct mo_diag cd;
+			mo_diag_init(&cd);
+			if (f->info)
+				fprintf(stderr, "  checking %s against region %s\n", s->op_type,
+					label(rs, ri, lb, sizeof lb));
+			if (mo_plugin_check_cpu(lib, &ops[k], s->prog, a->search->seed + 7, &s->check,
+						&cd) || !s->check.ok) {
+				s->fused = false;
+				snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
+					 "check: %.300s", cd.status ? cd.msg : s->check.detail);
+				fprintf(stderr, "mirage-onnx: warning: region %s stays unfused: %s\n",
+					label(rs, ri, lb, sizeof lb), s->why);
+				if (s->cached)
+					cli_cache_drop(s->prog, a->search, f->cache, s->why);
+				*again = true;
+			}
+			s->cuda = rep[k].cuda;
+			s->tensorrt = rep[k].tensorrt;
+		}
+	}
+	mo_plugin_close(lib);
+	return 0;
+}
+
+/* Stage 2: generate, compile, check; what fails is left out and the rest
+ * built again (at most three rounds). The plugin is built and checked under
+ * a temporary name in OUT's folder; write_set gives it its name. Returns an
+ * exit code. */
+static int build_plugin(struct fuse_run *f)
+{
+	char so_dest[4200];
+	cli_beside(f->a->out_path, ".mirage.so", so_dest, sizeof so_dest);
+	int so_fd = mo_file_create_temp(so_dest, &f->so, f->d);
+	if (so_fd < 0)
+		return f->d->status == MO_ERR_INPUT ? 1 : 3;
+	close(so_fd);
+	for (int round = 0; round < 3; round++) {
+		bool again, none;
+		int rc = build_round(f, &again, &none);
+		if (rc)
+			return rc;
+		if (none)
+			break;
+		f->have_plugin = !again;
+		if (!again)
+			break;
+	}
+	return 0;
+}
+
+/* Stage 3: the fused model, its plugin and manifest, written as one set.
+ * Returns an exit code. */
+static int write_fused(struct fuse_run *f)
+{
+	int n_fused = 0, nf = 0, rc = 0;
+	for (int ri = 0; ri < f->nu; ri++)
+		n_fused += f->rs[ri].fused;
+	if (n_fused == 0)
+		f->have_plugin = false;
+	struct mo_fused_node *fn = mo_calloc((size_t)n_fused + 1, sizeof *fn);
+	if (!fn) {
+		mo_diag_nomem(f->d);
+		return 3;
+	}
+	for (int ri = 0; ri < f->nu; ri++) {
+		if (!f->rs[ri].fused)
+			continue;
+		char *name = mo_arena_alloc(&f->p->arena, 80);
+		if (!name || !fused_node_of(f->tp, f->rs, ri, name, 80, &fn[nf])) {
+			mo_diag_nomem(f->d);
 			rc = 3;
 			break;
 		}
 		nf++;
 	}
-	if (!rc && !a->quiet)
-		print_summary(tp, nu, rs, stdout);
+	if (!rc && !f->a->quiet)
+		print_summary(f->tp, f->nu, f->rs, stdout);
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
-	struct file_set fs = { .so_tmp = have_plugin ? so : NULL, .id = id, .fn = fn, .nf = nf };
+	struct file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
+			       .nf = nf };
 	if (!rc)
-		rc = write_set(m, a, tp, nu, rs, &fs, d);
+		rc = write_set(f->m, f->a, f->tp, f->nu, f->rs, &fs, f->d);
 	for (int k = 0; k < nf; k++)
 		fused_node_free(&fn[k]);
 	mo_free(fn);
-out_files:
-	mo_file_discard_temp(-1, so); /* gone already when it became the plugin */
-out:
-	for (int ri = 0; rs && ri < nu; ri++) {
-		mo_search_result_free(&rs[ri].r);
-		for (int v = 0; v < rs[ri].n_var; v++)
-			mo_search_result_free(&rs[ri].var[v]);
-		mo_tp_free(rs[ri].prog);
+	return rc;
+}
+
+int cli_fuse(struct mo_model *m, const struct cli_fuse_args *a, struct mo_diag *d)
+{
+	struct fuse_run f = { .m = m, .a = a, .d = d, .info = a->quiet ? NULL : stderr };
+	fflush(stdout);
+	if (mo_tp_import(m, a->import, &f.tp, d))
+		return d->status == MO_ERR_USAGE ? 2 : 1;
+	for (int i = 0; i < f.tp->n_warnings && f.info; i++)
+		fprintf(stderr, "mirage-onnx: warning: %s\n", f.tp->warnings[i]);
+	if (mo_part_run(f.tp, a->part, &f.p, d)) {
+		mo_tp_free(f.tp);
+		return 1;
 	}
-	mo_free(rs);
-	mo_free(ops);
-	mo_free(rep);
-	mo_part_free(tight);
-	for (int ri = 0; parts && ri < p->n_regions; ri++)
-		mo_part_free(parts[ri]);
-	mo_free(parts);
-	mo_part_free(p);
-	mo_tp_free(tp);
+	int rc = 0;
+	/* --profile needs the runners-up, which a cached μGraph has not */
+	f.use_cache = !a->no_cache && !a->profile && cli_cache_dir(f.cache, sizeof f.cache);
+	size_t cap = (size_t)f.p->n_regions + (size_t)f.tp->n_ops + 1;
+	f.nu = f.p->n_regions;
+	f.rs = mo_calloc(cap, sizeof *f.rs);
+	f.parts = mo_calloc((size_t)f.p->n_regions + 1, sizeof *f.parts);
+	f.ops = mo_calloc(cap, sizeof *f.ops);
+	f.rep = mo_calloc(cap, sizeof *f.rep);
+	if (!f.rs || !f.ops || !f.rep || !f.parts) {
+		mo_diag_nomem(d);
+		rc = 3;
+	}
+	for (int ri = 0; !rc && ri < f.nu; ri++)
+		f.rs[ri] = (struct region_state){ .rg = &f.p->regions[ri], .parent = -1 };
+	if (!rc)
+		rc = search_regions(&f);
+	if (!rc)
+		rc = build_plugin(&f);
+	if (!rc)
+		rc = write_fused(&f);
+	mo_file_discard_temp(-1, f.so); /* gone already when it became the plugin */
+	for (int ri = 0; f.rs && ri < f.nu; ri++) {
+		mo_search_result_free(&f.rs[ri].r);
+		for (int v = 0; v < f.rs[ri].n_var; v++)
+			mo_search_result_free(&f.rs[ri].var[v]);
+		mo_tp_free(f.rs[ri].prog);
+	}
+	mo_free(f.rs);
+	mo_free(f.ops);
+	mo_free(f.rep);
+	mo_part_free(f.tight);
+	for (int ri = 0; f.parts && ri < f.p->n_regions; ri++)
+		mo_part_free(f.parts[ri]);
+	mo_free(f.parts);
+	mo_part_free(f.p);
+	mo_tp_free(f.tp);
 	return rc;
 }
