@@ -25,6 +25,12 @@ model, which ONNX Runtime's CPU provider cannot run, against its fp32 twin
 on the same inputs rounded to bf16, within 6e-2 of the largest output); the
 loaded library's cudasim counters must show CUDA launches.
 
+With --everything (by hand; CI runs the set above, for its time limit):
+all six section A models in fp32, fp16 and bf16, tiny and paper (batch 8),
+archs none, 800, 860 and 900 (bf16: 800 up), 143 op x arch runs in ~53
+minutes on 2 cores; a bf16 model that keeps an unfused bf16 op (MatMul, Pow)
+cannot run on ONNX Runtime's CPU provider at all, and is said, not compared.
+
 With --thirdparty tests/data/thirdparty (the models of
 thirdparty_models_test.py) each of those models is run the same way (archs
 none, 800, 900); --only picks some. The CTest entry cuda_on_cpu_thirdparty
@@ -315,6 +321,13 @@ def against_ort_on(model, fused, src, work, arch, mname, failures, cu_objs=None)
                 os.environ["MO_CUDASIM_DEVICE"] = env_dev
     except Exception as e:  # noqa: BLE001 (any failure is reported)
         bad = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1][:300])
+        # a bf16 model that keeps an unfused bf16 op (a region the search
+        # left out) cannot run on ONNX Runtime's CPU provider at all: said,
+        # not failed (its kernels were held to their CPU twins all the same)
+        if "_bf16" in mname and "NOT_IMPLEMENTED" in bad:
+            log("%s: arch %s: not compared in ONNX Runtime, whose CPU provider cannot run "
+                "the unfused bf16 ops it keeps: %s" % (mname, arch or "none", bad[-160:]))
+            return
     if bad:
         failures.append("%s arch=%s in ONNX Runtime vs the original model: %s"
                         % (mname, arch or "none", bad))
