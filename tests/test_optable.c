@@ -256,6 +256,19 @@ static void add_const(struct tmodel *t, const char *name, const struct konst *k,
 	}
 }
 
+/* t's model, serialized and loaded; fails the test if it does not load. */
+static struct mo_model *load_packed(struct tmodel *t, const char *name)
+{
+	size_t len;
+	uint8_t *buf = tm_pack(t, &len);
+	struct mo_diag d;
+	mo_diag_init(&d);
+	struct mo_model *m = NULL;
+	if (mo_onnx_load_buffer(buf, len, NULL, name, &m, &d))
+		fail_msg("%s: the model does not load: %s", name, d.msg);
+	return m;
+}
+
 /* The model of recipe r, its variant when `variant`; the model stays
  * valid while t lives. */
 static struct mo_model *one_op_model(struct tmodel *t, const struct recipe *r, bool variant)
@@ -294,14 +307,7 @@ static struct mo_model *one_op_model(struct tmodel *t, const struct recipe *r, b
 	if (r->kind == MO_OP_CAST) /* declared as what it computes */
 		t->graph.output[0]->type->tensor_type->elem_type =
 			(int32_t)(variant ? r->va.i : r->a[0].i);
-	size_t len;
-	uint8_t *buf = tm_pack(t, &len);
-	struct mo_diag d;
-	mo_diag_init(&d);
-	struct mo_model *m = NULL;
-	if (mo_onnx_load_buffer(buf, len, NULL, r->op, &m, &d))
-		fail_msg("%s: the one-op model does not load: %s", r->op, d.msg);
-	return m;
+	return load_packed(t, r->op);
 }
 
 struct one {
@@ -538,13 +544,11 @@ static void search_one(const struct act_case *c)
 	for (int i = 0; i < 2 && c->a[i].name; i++)
 		add_attr(&t, g, &c->a[i]);
 	tm_output(&t, &t.graph, "Y");
-	size_t len;
-	uint8_t *buf = tm_pack(&t, &len);
+	struct mo_model *m = load_packed(&t, c->op);
+	struct mo_tp *tp = NULL;
 	struct mo_diag d;
 	mo_diag_init(&d);
-	struct mo_model *m = NULL;
-	struct mo_tp *tp = NULL;
-	if (mo_onnx_load_buffer(buf, len, NULL, c->op, &m, &d) || mo_tp_import(m, NULL, &tp, &d))
+	if (mo_tp_import(m, NULL, &tp, &d))
 		fail_msg("%s: %s", c->op, d.msg);
 	struct mo_search_options o = MO_SEARCH_DEFAULTS;
 	o.jobs = 1;
@@ -613,14 +617,10 @@ static void type_constraints(void **state)
 			(const char *[]){ "y", NULL });
 		tm_output(&t, &t.graph, "y");
 		t.graph.output[0]->type->tensor_type->elem_type = cases[i].dt;
-		size_t len;
-		uint8_t *buf = tm_pack(&t, &len);
+		struct mo_model *m = load_packed(&t, cases[i].op);
+		struct mo_tp *tp = NULL;
 		struct mo_diag d;
 		mo_diag_init(&d);
-		struct mo_model *m = NULL;
-		struct mo_tp *tp = NULL;
-		if (mo_onnx_load_buffer(buf, len, NULL, "types", &m, &d))
-			fail_msg("%s", d.msg);
 		enum mo_status st = mo_tp_import(m, NULL, &tp, &d);
 		if ((st == MO_OK) != cases[i].ok)
 			fail_msg("%s at opset %d in %d: %s", cases[i].op, cases[i].opset, cases[i].dt,
