@@ -111,7 +111,8 @@ enum mo_lax {
 	A(X, SOFTPLUS,     "Softplus",        8, softplus,         0,        0,   0)          \
 	A(X, SOFTSIGN,     "Softsign",        3, softsign,         0,        0,   0)          \
 	A(X, THRESHOLDED_RELU, "ThresholdedRelu", 1, thresholded_relu, 1,   0,   0)          \
-	A(X, MISH,         "Mish",           12, mish,             0,        0,   0)
+	A(X, MISH,         "Mish",           12, mish,             0,        0,   0)          \
+	A(X, SWISH,        "Swish",           5, swish,            1,        0,   0)
 #define MO_ACTIVATION_AS_OP(X, name, onnx, flops, f, a, b, g) \
 	X(name, onnx, UNINTERPRETED, 0, 1, flops, 8)
 /* `case MO_OP_<each activation>:` */

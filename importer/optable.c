@@ -86,6 +86,7 @@ const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_SOFTSIGN] = { 1, 1, 1, 1, 0, 0, 0, 1, 1, { { 0 } }, 22 },
 	[MO_OP_THRESHOLDED_RELU] = { 10, 10, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") }, 22 },
 	[MO_OP_MISH] = { 18, 18, 1, 1, 0, 0, 0, 1, 1, { { 0 } }, 22 },
+	[MO_OP_SWISH] = { 24, 24, 1, 1, 0, 0, 0, 1, 1, { AF("alpha") } },
 	[MO_OP_OPAQUE] = { 1, 0 },
 };
 

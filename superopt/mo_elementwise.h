@@ -120,6 +120,11 @@ MO_DEV mo_real mo_mish(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
 {
 	return x * MO_TANH(mo_softplus(x, alpha, beta, gamma));
 }
+MO_DEV mo_real mo_swish(mo_real x, mo_real alpha, mo_real beta, mo_real gamma)
+{
+	(void)beta; (void)gamma;
+	return x * mo_sigmoid(alpha * x);
+}
 
 #undef MO_R
 #undef MO_LOG1P

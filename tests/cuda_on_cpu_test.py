@@ -345,7 +345,7 @@ ACTIVATIONS = [("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 17, "fp16,fp32"),
                ("Elu", {"alpha": 0.5}, 17, "fp16"), ("Selu", {}, 17, "fp16,fp32"),
                ("Celu", {"alpha": 2.0}, 17, "fp32"), ("Softplus", {}, 17, "fp16"),
                ("Softsign", {}, 17, "fp16"), ("ThresholdedRelu", {"alpha": 0.1}, 17, "fp16"),
-               ("Mish", {}, 18, "fp16,fp32")]
+               ("Mish", {}, 18, "fp16,fp32"), ("Swish", {"alpha": 0.7}, 24, "fp16")]
 
 
 def activation_models(out):
@@ -370,7 +370,7 @@ def activation_models(out):
             name = "matmul_%s_%s" % (op.lower(), tag)
             path = os.path.join(out, name + ".onnx")
             onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
-                                        ir_version=8), path)
+                                        ir_version=10), path)
             models.append((name, path))
     return models
 

@@ -8,7 +8,7 @@ ties both to ORT.
 
 With --node DIR (ONNX's node tests), the one-op models of the activations
 (the op table's MO_ACTIVATION_LIST: every attribute default and given) and
-a Mish model written here (the Debian test data predates it) are held to
+Mish and Swish models written here (the Debian test data predates them) are held to
 ORT the same way: the element formulas of superopt/mo_elementwise.h are the
 evaluator's and every generated kernel's."""
 import argparse
@@ -29,12 +29,14 @@ NODE_TESTS = ["celu", "elu", "elu_default", "hardsigmoid", "hardsigmoid_default"
               "thresholdedrelu", "thresholdedrelu_default"]
 
 
-def mish_model(path):
+def activation_model(path, op, opset, **attrs):
+    """A one-op model of an activation the Debian test data predates."""
     from onnx import TensorProto, helper, save
-    g = helper.make_graph([helper.make_node("Mish", ["x"], ["y"])], "mish",
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], op,
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 5])])
-    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), path)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                           ir_version=10), path)
 
 
 def main():
@@ -48,8 +50,10 @@ def main():
     scratch = tempfile.mkdtemp(prefix="eval_vs_ort_")
     if args.node:
         cases += [(n, os.path.join(args.node, "test_" + n, "model.onnx")) for n in NODE_TESTS]
-        mish_model(os.path.join(scratch, "mish.onnx"))
-        cases.append(("mish", os.path.join(scratch, "mish.onnx")))
+        for name, op, opset, attrs in (("mish", "Mish", 18, {}), ("swish", "Swish", 24, {}),
+                                       ("swish_alpha", "Swish", 24, {"alpha": 0.7})):
+            activation_model(os.path.join(scratch, name + ".onnx"), op, opset, **attrs)
+            cases.append((name, os.path.join(scratch, name + ".onnx")))
     for name, path in cases:
         with tempfile.TemporaryDirectory() as tmp:
             r = subprocess.run([args.dump, path, tmp], capture_output=True, text=True)

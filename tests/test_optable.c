@@ -197,6 +197,8 @@ static const struct recipe recipes[] = {
 	  .rank = { 3 }, .shape = { S3 }, .va = AF("alpha", 0.25) },
 	{ .kind = MO_OP_MISH, .op = "Mish", .opset = 18, .operands = "x", .rank = { 3 },
 	  .shape = { S3 } },
+	{ .kind = MO_OP_SWISH, .op = "Swish", .opset = 24, .operands = "x", .rank = { 3 },
+	  .shape = { S3 }, .va = AF("alpha", 0.5) },
 	{ .kind = MO_OP_GATHER, .op = "Gather", .opset = 17, .operands = "xc", .rank = { 3 },
 	  .shape = { S3 }, .k = { { 0 }, I64(1, 0) }, .a = { AI("axis", 1) },
 	  .not_emitted = true },
