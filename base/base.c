@@ -42,6 +42,14 @@ double mo_seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+uint64_t mo_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)
 {
 	if (!fn)

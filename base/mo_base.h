@@ -42,6 +42,10 @@ const char *mo_status_name(enum mo_status s);
 /* Seconds on the monotonic clock, for timing stages and budgets. */
 double mo_seconds(void);
 
+/* A 64-bit mixer (the splitmix64 finalizer): every hash of the verifier and
+ * the search is built on it, so that they are the same on every machine. */
+uint64_t mo_mix64(uint64_t x);
+
 /* A progress line for a long stage: formats it and hands it to fn (nothing
  * when fn is NULL). Lines longer than 512 bytes are cut. */
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)

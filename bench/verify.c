@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mo_verify.h"
 #include "mugraphs.h"
 
 int main(int argc, char **argv)
@@ -62,8 +63,8 @@ int main(int argc, char **argv)
 
 	/* the fast check the search runs per candidate: the reference once per
 	 * seed, then two blocks of each candidate */
-	struct mo_ref_cache rc;
-	mo_ref_cache_init(&rc, tp);
+	struct mo_ref_memo rc;
+	mo_ref_memo_init(&rc, tp);
 	struct mo_quick_report q;
 	t0 = mo_seconds();
 	if (mo_mg_quick_check(mg, &rc, 1, 2, &q, &d)) {
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
 	       first, each, (unsigned long long)q.compared,
 	       (unsigned long long)mo_tensor_numel(&mg->kg.tensors[mg->kg.outputs[0]]),
 	       names[q.verdict]);
-	mo_ref_cache_free(&rc);
+	mo_ref_memo_free(&rc);
 	mo_mg_free(mg);
 	mo_tp_free(tp);
 	mo_onnx_free(m);

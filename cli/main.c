@@ -17,7 +17,7 @@
 #include "fuse_cmd.h"
 #include "mo_plugin.h"
 #include "search_cmd.h"
-#include "mo_superopt.h"
+#include "mo_verify.h"
 #include "mo_tp.h"
 
 #ifndef MO_VERSION
@@ -352,7 +352,7 @@ static const char equiv_usage[] =
 	"own graph rewrites. Sqrt, Relu, Erf, Tanh, Where, ReduceMax and other ops\n"
 	"outside Lax are treated as unknown functions applied to the same operands;\n"
 	"ops the verifier cannot model (Gather, control flow, integer arithmetic)\n"
-	"give a clear message and exit 2. The math is in superopt/VERIFIER.md.\n"
+	"give a clear message and exit 2. The math is in superopt/verify/VERIFIER.md.\n"
 	"\n"
 	"options:\n"
 	"  --trials N      finite-field trials that must agree, 1 to 1000 (default 3)\n"

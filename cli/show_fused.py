@@ -42,7 +42,7 @@ def dims_text(shape):
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-# ---- the μGraph, from the manifest's steps (superopt/mugraph_io.c) ----
+# ---- the μGraph, from the manifest's steps (superopt/mugraph/mugraph_io.c) ----
 
 class Kernel:
     def __init__(self, index, kind):

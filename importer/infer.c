@@ -8,6 +8,16 @@
 
 const char mo_why_absurd[] = "the inferred shape is absurd";
 
+bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int d = 0; d < a->rank; d++)
+		if (a->dims[d] != b->dims[d])
+			return false;
+	return true;
+}
+
 bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims)
 {
 	if (rank < 0 || rank > MO_MAX_RANK)

@@ -41,7 +41,7 @@ enum mo_lax {
  * multiply-add is two; MatMul, Gemm and the reductions are counted by
  * mo_tp_op_flops from their shapes), and the position at which the search
  * tries the op as a unary block op (0: it does not). The schema row
- * (mo_op_schema) and the element formula (superopt/mo_elementwise.h, or a
+ * (mo_op_schema) and the element formula (importer/mo_elementwise.h, or a
  * C operator) complete an op's description; test_optable checks that every
  * stage supports every row. Every table the tool keeps per op is sized by
  * MO_OP__COUNT, so an op missing from one fails the build. */
@@ -95,7 +95,7 @@ enum mo_lax {
 /* The activations: element-wise, one operand, attributes alpha, beta and
  * gamma (0 where the op has none; defaults as ONNX gives them), uninterpreted
  * in the field (their seed covers the attributes), and a formula
- * mo_<formula>(x, alpha, beta, gamma) in superopt/mo_elementwise.h that the
+ * mo_<formula>(x, alpha, beta, gamma) in importer/mo_elementwise.h that the
  * evaluator and the generated kernels call; the search tries each (after
  * Gelu) as a unary block op with the program's attributes. Adding one is a row here, its
  * schema row (mo_op_schema), its formula and a recipe in test_optable.
@@ -283,13 +283,13 @@ void mo_import_options_free(struct mo_import_options *o);
 enum mo_status mo_tp_import(const struct mo_model *m,
 			    const struct mo_import_options *opt,
 			    struct mo_tp **out, struct mo_diag *d);
+/* The value of a one-element weight or constant. */
+bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v);
+
 /* The program made of ops (indices into tp->ops, in topological order) with
  * the given inputs (activations become graph inputs; weights and constants
  * stay what they are) and outputs. Tensors keep their numbers and share
  * tp's weights and model: tp must outlive it. Free with mo_tp_free. */
-/* The value of a one-element weight or constant. */
-bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v);
-
 enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 			    const int *inputs, int n_inputs, const int *outputs, int n_outputs,
 			    struct mo_tp **out, struct mo_diag *d);
@@ -299,6 +299,9 @@ void mo_tp_free(struct mo_tp *tp);
  * params. Returns false, with *why set, when it cannot. Used by the importer
  * and by the μGraph builders for tile shapes. */
 bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why);
+
+/* a and b have the same rank and dims. */
+bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b);
 
 /* Sets t's shape; false if the shape is absurd (negative or overflowing). */
 bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);

@@ -4,6 +4,7 @@
  * float check runs the library's CPU kernels against the evaluator. */
 #define _GNU_SOURCE /* execvpe */
 #include "mo_plugin.h"
+#include "mo_verify.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -1,5 +1,5 @@
 /* The verifier's field: the primes and ω have the properties the soundness
- * argument of superopt/VERIFIER.md needs, and constants map exactly. */
+ * argument of superopt/verify/VERIFIER.md needs, and constants map exactly. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#include "mo_superopt.h"
+#include "mo_verify.h"
 
 static void primes_and_root_of_unity(void **state)
 {

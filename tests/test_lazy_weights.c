@@ -1,4 +1,4 @@
-/* Lazy weights (superopt/eval.c, mugraph_eval.c): a large weight that only
+/* Lazy weights (superopt/verify/eval.c, mugraph_eval.c): a large weight that only
  * MatMuls and block graph iterators read is never converted whole; its tiles
  * are read from the model's bytes when used. Every value must be the one the
  * whole conversion gives: the region evaluator's and the μGraph evaluator's
@@ -21,7 +21,7 @@
 
 #include "mo_mugraph.h"
 #include "mugraphs.h"
-#include "superopt_int.h"
+#include "verify_int.h"
 
 static void same_results(const struct mo_eval_result *a, const struct mo_eval_result *b,
 			 size_t es)

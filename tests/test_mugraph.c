@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "mo_mugraph.h"
+#include "mo_verify.h"
 #include "mugraphs.h"
 
 static enum mo_verdict verdict(struct mo_mugraph *mg, const struct test_program *p, char *detail)
@@ -277,8 +278,8 @@ static void quick_check_samples_blocks(void **state)
 {
 	(void)state;
 	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
-	struct mo_ref_cache rc;
-	mo_ref_cache_init(&rc, p.tp);
+	struct mo_ref_memo rc;
+	mo_ref_memo_init(&rc, p.tp);
 	struct mo_diag d;
 	mo_diag_init(&d);
 	struct mo_quick_report rep;
@@ -292,7 +293,21 @@ static void quick_check_samples_blocks(void **state)
 	assert_int_equal(rc.n, 3);
 	assert_int_equal(mo_mg_quick_check(mg, &rc, 2, 4, &rep, &d), MO_OK);
 	assert_int_equal(rep.compared, total); /* every block */
-	assert_int_equal(rc.n, 3);            /* seed 2 came from the cache */
+	assert_int_equal(rc.n, 3);            /* seed 2 came from the memo */
+	/* past MO_REF_MEMO_MAX seeds the fast check's results are still kept,
+	 * one seed at a time */
+	const struct mo_eval_result *r1, *r2;
+	for (uint64_t seed = 4; seed <= MO_REF_MEMO_MAX + 1; seed++)
+		assert_int_equal(mo_ref_memo_field(&rc, seed, &r1, &d), MO_OK);
+	assert_int_equal(rc.n, MO_REF_MEMO_MAX);
+	assert_ptr_equal(r1, &rc.spare.r);
+	assert_int_equal(mo_ref_memo_field(&rc, MO_REF_MEMO_MAX + 1, &r2, &d), MO_OK);
+	assert_ptr_equal(r1, r2);
+	assert_int_equal(mo_ref_memo_field(&rc, 2, &r2, &d), MO_OK);
+	assert_ptr_equal(r2, &rc.e[1].r);
+	assert_int_equal(mo_mg_quick_check(mg, &rc, MO_REF_MEMO_MAX + 2, 4, &rep, &d), MO_OK);
+	assert_int_equal(rep.verdict, MO_EQUIVALENT);
+	assert_true(rc.spare.seed == MO_REF_MEMO_MAX + 2);
 	mo_mg_free(mg);
 	int killed = 0, built = 0;
 	for (int k = RMS_OK + 1; k < RMS_MUTANTS; k++) {
@@ -305,7 +320,7 @@ static void quick_check_samples_blocks(void **state)
 		mo_mg_free(mg);
 	}
 	assert_int_equal(killed, built);
-	mo_ref_cache_free(&rc);
+	mo_ref_memo_free(&rc);
 	test_program_free(&p);
 }
 

@@ -23,7 +23,7 @@
 
 #include "mo_onnx.h"
 #include "mo_plugin.h"
-#include "mo_superopt.h"
+#include "mo_verify.h"
 #include "mo_absexpr.h"
 #include "mo_search.h"
 #include "mugraphs.h"

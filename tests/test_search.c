@@ -14,7 +14,7 @@
 
 #include "mo_part.h"
 #include "mo_search.h"
-#include "superopt_int.h"
+#include "search_int.h"
 
 struct region {
 	struct mo_model *m;

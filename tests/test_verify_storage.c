@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "mo_mugraph.h"
+#include "mo_verify.h"
 #include "mugraphs.h"
 
 static enum mo_verdict verdict(const struct mo_mugraph *mg, const struct test_program *p)

@@ -23,9 +23,8 @@
  * from it must still pass the full verdict against the region itself.
  * mo_search uses a rewrite only when it does clearly less work (its time op
  * by op less the launches, which fusion removes anyway). See
- * superopt/SEARCH.md. */
-#include "mo_search.h"
-#include "superopt_int.h"
+ * superopt/search/SEARCH.md. */
+#include "search_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,16 +1,15 @@
-/* mo_superopt: proving programs equivalent (DESIGN §6); the search is in
- * mo_search.h.
+/* mo_verify: proving programs equivalent (DESIGN §6, superopt/verify/
+ * VERIFIER.md).
  *
- * Here: the finite-field arithmetic of the verifier, two evaluators of
- * tensor programs (float, as the reference for the float check; finite-field,
- * for random testing), and the verdict that `mirage-onnx equiv` prints. The
- * mathematics is written down in superopt/VERIFIER.md. */
-#ifndef MO_SUPEROPT_H
-#define MO_SUPEROPT_H
+ * Here: the finite-field arithmetic of the verifier, the float and
+ * finite-field evaluators of tensor programs and of μGraphs, the verdict
+ * that `mirage-onnx equiv` prints, and the search's fast check. */
+#ifndef MO_VERIFY_H
+#define MO_VERIFY_H
 
 #include <stdint.h>
 
-#include "mo_tp.h"
+#include "mo_mugraph.h"
 
 /* ---- the field ----
  * Values are pairs (x mod p, x mod q) with q prime near 2^31 and p = k·q + 1
@@ -124,33 +123,42 @@ struct mo_equiv_report {
 	char detail[512];    /* first differing output and element, or why */
 };
 
-/* A reference program's results under the verdict's seeds (each field
- * trial, each float scale) and its weights in the field. They are the same
- * for every μGraph proven against that program, so a search that proves
- * several candidates of one region (or a composite after a single kernel)
- * evaluates the region once per trial. Results are copied in and out; what
- * would take more than MO_REF_MEMO_BYTES is evaluated again instead. */
+/* A reference program's results, and its weights in the field, kept for
+ * every μGraph checked or proven against it: the verdict's (each field
+ * trial, each float scale; a search that proves several candidates of one
+ * region, or a composite after a single kernel, evaluates the region once
+ * per trial) and the fast check's (one seed, read per candidate). What the
+ * verdict would keep past MO_REF_MEMO_BYTES is evaluated again instead; the
+ * fast check's results are always kept (in `spare` when every entry is
+ * taken). Not thread-safe: its users serialize. */
 #define MO_REF_MEMO_BYTES (256u << 20)
 #define MO_REF_MEMO_MAX 16
+struct mo_ref_entry {
+	enum mo_eval_domain dom;
+	uint64_t seed;
+	double scale;
+	const char *masked;
+	struct mo_eval_result r;
+};
 struct mo_ref_memo {
 	const struct mo_tp *ref;
-	struct {
-		enum mo_eval_domain dom;
-		uint64_t seed;
-		double scale;
-		const char *masked;
-		struct mo_eval_result r;
-	} e[MO_REF_MEMO_MAX];
+	struct mo_ref_entry e[MO_REF_MEMO_MAX];
 	int n;
 	size_t bytes;
+	struct mo_ref_entry spare; /* the fast check's when e[] is full (r.n_outputs: 0, none) */
 	struct mo_eval_cache weights;
+	/* the field weights of a program over the same model held by another
+	 * memo (a region's, for a run of its ops), borrowed instead of
+	 * converting another copy as large; NULL: its own `weights` */
+	struct mo_eval_cache *shared_weights;
 	double ff_seconds; /* the last field evaluation of ref, timed (0: none yet) */
 };
 /* Empty, for verdicts against `ref` (which must outlive it). */
 void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref);
-/* The kept field results of ref for `seed` (scale 1, nothing masked), or
- * NULL: they live as long as m. */
-const struct mo_eval_result *mo_ref_memo_find(const struct mo_ref_memo *m, uint64_t seed);
+/* ref's field results for `seed` (scale 1, nothing masked), evaluated the
+ * first time and kept: *out lives as long as m. */
+enum mo_status mo_ref_memo_field(struct mo_ref_memo *m, uint64_t seed,
+				 const struct mo_eval_result **out, struct mo_diag *d);
 /* The seed of field trial t of a verdict with opt (the memo is primed with
  * trial 0's). */
 uint64_t mo_equiv_trial_seed(const struct mo_equiv_options *opt, int t);
@@ -177,5 +185,43 @@ enum mo_status mo_equiv(const struct mo_tp *a, const struct mo_tp *b,
  * it is ref's. *agree is false when they differ or the trial says nothing. */
 enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
 			       const struct mo_equiv_options *opt, bool *agree, struct mo_diag *d);
+
+/* ---- μGraphs: evaluating and proving ---- */
+
+/* Evaluates the μGraph on the inputs `ref` would see (same names, same
+ * hash) and `ref`'s weights; outputs in mg->kg.outputs order. */
+enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			  enum mo_eval_domain domain, uint64_t seed, double scale,
+			  struct mo_eval_result *out, struct mo_diag *d);
+
+/* The same, with the reference's weights converted to the field once in
+ * `weights` (zero-initialized before first use; mo_eval_cache_free after)
+ * and the input `masked` (NULL: none) masked as mo_eval_masked does. */
+enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
+				 enum mo_eval_domain domain, uint64_t seed, double scale,
+				 const char *masked, struct mo_eval_cache *weights,
+				 struct mo_eval_result *out, struct mo_diag *d);
+
+struct mo_quick_report {
+	enum mo_verdict verdict; /* EQUIVALENT: every compared element agrees */
+	uint64_t compared;       /* output elements compared */
+};
+
+/* The fast check the search runs on every candidate (DESIGN §6): one field
+ * trial in which each graph-defined kernel that feeds only μGraph outputs
+ * runs `blocks` of its blocks (drawn from the seed), compared on the
+ * elements those blocks wrote with the reference's (kept in `ref`). NOT
+ * EQUIVALENT on any difference (the search drops the candidate; an
+ * uninterpreted op's identity may hide behind it, which only costs a
+ * candidate), INCONCLUSIVE on a division by zero, EQUIVALENT when every
+ * compared element agrees; then the full verdict decides. */
+enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_memo *ref,
+				 uint64_t seed, int blocks, struct mo_quick_report *rep,
+				 struct mo_diag *d);
+
+/* The verdict of mo_equiv, between a μGraph and the program it replaces. */
+enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
+			   const struct mo_equiv_options *opt, struct mo_equiv_report *out,
+			   struct mo_diag *d);
 
 #endif

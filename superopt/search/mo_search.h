@@ -1,10 +1,11 @@
 /* The μGraph generator (paper §4, Algorithm 1) and the cost model that ranks
- * what it finds (DESIGN §5, §7). See superopt/SEARCH.md. */
+ * what it finds (DESIGN §5, §7). See superopt/search/SEARCH.md. */
 #ifndef MO_SEARCH_H
 #define MO_SEARCH_H
 
 #include "mo_absexpr.h"
 #include "mo_mugraph.h"
+#include "mo_verify.h"
 
 /* ---- the cost model ---- */
 

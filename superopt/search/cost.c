@@ -1,6 +1,6 @@
 /* The cost model (DESIGN §7): a roofline per kernel. Constants are public
  * datasheet peaks (dense, without sparsity); what matters for ranking is
- * their ratios. See superopt/SEARCH.md. */
+ * their ratios. See superopt/search/SEARCH.md. */
 #include "mo_search.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * One walk over the ops; index arithmetic (broadcasting, transposes, slices,
  * reductions) is shared, and only the arithmetic of an element differs
  * between the two domains. */
-#include "superopt_int.h"
+#include "verify_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,14 +15,6 @@
 #include "mo_elementwise.h"
 
 /* ---- hashing: inputs and uninterpreted functions ---- */
-
-uint64_t mo_mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 static uint64_t hash_str(const char *s)
 {

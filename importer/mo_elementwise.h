@@ -1,7 +1,7 @@
 /* The element formulas of the op table, written once (issue 23 §1).
  *
  * Three places compute them and all three include this file: the verifier's
- * float evaluator (superopt/eval.c, in double), and every generated CPU and
+ * float evaluator (superopt/verify/eval.c, in double), and every generated CPU and
  * CUDA kernel (in float; the generator calls them by name). What is not
  * here is one C operator (+, -, *, /, unary -) or one library call (sqrt,
  * exp, erf, tanh, fabs, cos, sin, log), the same in both.

@@ -11,7 +11,7 @@
 #ifndef MO_MUGRAPH_H
 #define MO_MUGRAPH_H
 
-#include "mo_superopt.h"
+#include "mo_tp.h"
 
 #define MO_PHI (-1)        /* a map entry meaning "replicated": no tensor dim */
 #define MO_MG_MAX 48       /* tensors / ops per graph level */
@@ -180,7 +180,7 @@ int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bou
 /* src (one graph-defined kernel whose for-loop feeds sum or max-rescaled
  * accumulators, with a grid dim of 1) as two kernels: the loop split across
  * `parts` blocks along that grid dim, saving partial results, then a kernel
- * that combines them and runs the rest (superopt/split.c). NULL when src
+ * that combines them and runs the rest (superopt/mugraph/split.c). NULL when src
  * does not qualify. */
 struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
 
@@ -318,64 +318,5 @@ bool mo_mg_valid(const struct mo_mugraph *mg, enum mo_target target, char *why,
  * target's (> 0; a μGraph for a GPU with less than the target). */
 bool mo_mg_valid_smem(const struct mo_mugraph *mg, enum mo_target target, uint64_t smem_limit,
 		      char *why, size_t why_len);
-
-/* ---- evaluating and proving ---- */
-
-/* Evaluates the μGraph on the inputs `ref` would see (same names, same
- * hash) and `ref`'s weights; outputs in mg->kg.outputs order. */
-enum mo_status mo_mg_eval(const struct mo_mugraph *mg, const struct mo_tp *ref,
-			  enum mo_eval_domain domain, uint64_t seed, double scale,
-			  struct mo_eval_result *out, struct mo_diag *d);
-
-/* The same, with the reference's weights converted to the field once in
- * `weights` (zero-initialized before first use; mo_eval_cache_free after)
- * and the input `masked` (NULL: none) masked as mo_eval_masked does. */
-enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp *ref,
-				 enum mo_eval_domain domain, uint64_t seed, double scale,
-				 const char *masked, struct mo_eval_cache *weights,
-				 struct mo_eval_result *out, struct mo_diag *d);
-
-/* The reference program's finite-field results, computed once per seed and
- * reused for every candidate checked against it, and its weights, converted
- * once. */
-#define MO_REF_SEEDS 4
-struct mo_ref_cache {
-	const struct mo_tp *ref;
-	struct mo_eval_cache weights;
-	/* the same program's field weights held elsewhere (the proof's memo),
-	 * borrowed instead of converting another copy as large as 4x the
-	 * weights; NULL: its own */
-	struct mo_eval_cache *shared;
-	/* the same program's results kept by the proof's memo, read before
-	 * computing a seed's again (NULL: none) */
-	const struct mo_ref_memo *memo;
-	int n;
-	uint64_t seeds[MO_REF_SEEDS];
-	struct mo_eval_result results[MO_REF_SEEDS];
-};
-void mo_ref_cache_init(struct mo_ref_cache *c, const struct mo_tp *ref);
-void mo_ref_cache_free(struct mo_ref_cache *c);
-
-struct mo_quick_report {
-	enum mo_verdict verdict; /* EQUIVALENT: every compared element agrees */
-	uint64_t compared;       /* output elements compared */
-};
-
-/* The fast check the search runs on every candidate (DESIGN §6): one field
- * trial in which each graph-defined kernel that feeds only μGraph outputs
- * runs `blocks` of its blocks (drawn from the seed), compared on the
- * elements those blocks wrote with the cached reference results. NOT
- * EQUIVALENT on any difference (the search drops the candidate; an
- * uninterpreted op's identity may hide behind it, which only costs a
- * candidate), INCONCLUSIVE on a division by zero, EQUIVALENT when every
- * compared element agrees; then the full verdict decides. */
-enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cache *rc,
-				 uint64_t seed, int blocks, struct mo_quick_report *rep,
-				 struct mo_diag *d);
-
-/* The verdict of mo_equiv, between a μGraph and the program it replaces. */
-enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
-			   const struct mo_equiv_options *opt, struct mo_equiv_report *out,
-			   struct mo_diag *d);
 
 #endif

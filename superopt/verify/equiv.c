@@ -1,6 +1,5 @@
 /* The verdict: finite-field trials, then the float check. */
-#include "mo_mugraph.h"
-#include "superopt_int.h"
+#include "verify_int.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -215,20 +214,61 @@ static bool same_name(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
+static bool entry_is(const struct mo_ref_entry *x, enum mo_eval_domain dom, uint64_t seed,
+		     double scale, const char *masked)
+{
+	return x->dom == dom && x->seed == seed && x->scale == scale &&
+	       same_name(x->masked, masked);
+}
+
+static const struct mo_ref_entry *memo_find(const struct mo_ref_memo *m, enum mo_eval_domain dom,
+					    uint64_t seed, double scale, const char *masked)
+{
+	for (int i = 0; i < m->n; i++)
+		if (entry_is(&m->e[i], dom, seed, scale, masked))
+			return &m->e[i];
+	bool spare = m->spare.r.n_outputs > 0;
+	return spare && entry_is(&m->spare, dom, seed, scale, masked) ? &m->spare : NULL;
+}
+
+/* Keeps *out, just evaluated, in m (always when `always`, else within
+ * MO_REF_MEMO_BYTES); *out becomes a view of it. */
+static void memo_keep(struct mo_ref_memo *m, enum mo_eval_domain dom, uint64_t seed,
+		      double scale, const char *masked, struct mo_eval_result *out, bool always)
+{
+	size_t bytes = result_bytes(out);
+	struct mo_ref_entry *x;
+	if (m->n < MO_REF_MEMO_MAX && (always || m->bytes + bytes <= MO_REF_MEMO_BYTES)) {
+		x = &m->e[m->n++];
+		m->bytes += bytes;
+	} else if (always) {
+		x = &m->spare;
+		mo_eval_result_free(&x->r);
+	} else {
+		return;
+	}
+	*x = (struct mo_ref_entry){ dom, seed, scale, masked, *out };
+	result_view(&x->r, out);
+}
+
+static struct mo_eval_cache *memo_weights(struct mo_ref_memo *m)
+{
+	return m->shared_weights ? m->shared_weights : &m->weights;
+}
+
 /* p evaluated with `seed` and `scale`, the input `masked` (NULL: none)
- * given a causal mask of -inf (mo_eval_masked). */
-static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
-				double scale, const char *masked, struct mo_eval_result *out,
-				struct mo_diag *d)
+ * given a causal mask of -inf (mo_eval_masked); kept in p->memo (always:
+ * whatever its size). */
+static enum mo_status prog_eval_kept(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
+				     double scale, const char *masked, bool always,
+				     struct mo_eval_result *out, struct mo_diag *d)
 {
 	struct mo_ref_memo *m = p->memo;
-	for (int i = 0; m && i < m->n; i++)
-		if (m->e[i].dom == dom && m->e[i].seed == seed && m->e[i].scale == scale &&
-		    same_name(m->e[i].masked, masked))
-		{
-			result_view(&m->e[i].r, out);
-			return MO_OK;
-		}
+	const struct mo_ref_entry *kept = m ? memo_find(m, dom, seed, scale, masked) : NULL;
+	if (kept) {
+		result_view(&kept->r, out);
+		return MO_OK;
+	}
 	struct mo_eval_cache *w = dom != MO_EVAL_FF ? NULL : p->weights ? p->weights : &p->cache;
 	double t0 = mo_seconds();
 	enum mo_status st = p->mg ? mo_mg_eval_cached(p->mg, p->tp, dom, seed, scale, masked, w,
@@ -238,28 +278,27 @@ static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_
 		return st;
 	if (dom == MO_EVAL_FF)
 		m->ff_seconds = mo_seconds() - t0;
-	size_t bytes = result_bytes(out);
-	if (m->n < MO_REF_MEMO_MAX && m->bytes + bytes <= MO_REF_MEMO_BYTES) {
-		/* kept, not copied: the caller gets a view */
-		m->e[m->n].r = *out;
-		result_view(&m->e[m->n].r, out);
-		m->e[m->n].dom = dom;
-		m->e[m->n].seed = seed;
-		m->e[m->n].scale = scale;
-		m->e[m->n].masked = masked;
-		m->n++;
-		m->bytes += bytes;
-	}
+	memo_keep(m, dom, seed, scale, masked, out, always);
 	return MO_OK;
 }
 
-const struct mo_eval_result *mo_ref_memo_find(const struct mo_ref_memo *m, uint64_t seed)
+static enum mo_status prog_eval(struct prog *p, enum mo_eval_domain dom, uint64_t seed,
+				double scale, const char *masked, struct mo_eval_result *out,
+				struct mo_diag *d)
 {
-	for (int i = 0; m && i < m->n; i++)
-		if (m->e[i].dom == MO_EVAL_FF && m->e[i].seed == seed && m->e[i].scale == 1.0 &&
-		    !m->e[i].masked)
-			return &m->e[i].r;
-	return NULL;
+	return prog_eval_kept(p, dom, seed, scale, masked, false, out, d);
+}
+
+enum mo_status mo_ref_memo_field(struct mo_ref_memo *m, uint64_t seed,
+				 const struct mo_eval_result **out, struct mo_diag *d)
+{
+	struct prog p = { .tp = m->ref, .weights = memo_weights(m), .memo = m };
+	struct mo_eval_result r;
+	enum mo_status st = prog_eval_kept(&p, MO_EVAL_FF, seed, 1.0, NULL, true, &r, d);
+	if (st)
+		return st;
+	*out = &memo_find(m, MO_EVAL_FF, seed, 1.0, NULL)->r;
+	return MO_OK;
 }
 
 void mo_ref_memo_init(struct mo_ref_memo *m, const struct mo_tp *ref)
@@ -272,6 +311,7 @@ void mo_ref_memo_free(struct mo_ref_memo *m)
 {
 	for (int i = 0; i < m->n; i++)
 		mo_eval_result_free(&m->e[i].r);
+	mo_eval_result_free(&m->spare.r);
 	mo_eval_cache_free(&m->weights);
 	mo_ref_memo_init(m, NULL);
 }
@@ -279,7 +319,7 @@ void mo_ref_memo_free(struct mo_ref_memo *m)
 enum mo_status mo_ref_memo_prime(struct mo_ref_memo *m, const struct mo_equiv_options *opt,
 				 struct mo_diag *d)
 {
-	struct prog p = { .tp = m->ref, .weights = &m->weights, .memo = m };
+	struct prog p = { .tp = m->ref, .weights = memo_weights(m), .memo = m };
 	struct mo_eval_result r;
 	enum mo_status st = prog_eval(&p, MO_EVAL_FF, mo_equiv_trial_seed(opt, 0), 1.0, NULL, &r, d);
 	if (!st)
@@ -637,7 +677,7 @@ enum mo_status mo_equiv_screen(const struct mo_tp *a, const struct mo_tp *ref,
 	struct prog pa = { .tp = a }, pb = { .tp = ref };
 	if (opt->memo && opt->memo->ref == ref) {
 		pb.memo = opt->memo;
-		pb.weights = &opt->memo->weights;
+		pb.weights = memo_weights(opt->memo);
 	}
 	struct mo_eval_result ra, rb;
 	uint64_t seed = mo_equiv_trial_seed(opt, 0), i;
@@ -680,7 +720,7 @@ enum mo_status mo_mg_equiv(const struct mo_mugraph *mg, const struct mo_tp *ref,
 	pa.weights = &pb.cache; /* one program's weights, converted once */
 	if (opt->memo && opt->memo->ref == ref) { /* ... and its results, once per trial */
 		pb.memo = opt->memo;
-		pa.weights = pb.weights = &opt->memo->weights;
+		pa.weights = pb.weights = memo_weights(opt->memo);
 	}
 	enum mo_status st = decide(&pa, &pb, opt, rep, d);
 	mo_eval_cache_free(&pb.cache);

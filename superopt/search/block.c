@@ -30,8 +30,7 @@
  * the same μGraph on every run. The process's CPU time is only a safety
  * net (MO_SAFETY_FACTOR times the budget); the wall clock stops a search
  * only at the run's --time-limit, and then it finds nothing. */
-#include "mo_search.h"
-#include "superopt_int.h"
+#include "search_int.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -1048,7 +1047,8 @@ struct run {
 	int active;                /* classes neither paused nor done */
 	int done;                  /* classes done */
 	pthread_mutex_t check_lock; /* the shared reference of the fast checks */
-	struct mo_ref_cache rc;
+	struct mo_ref_memo *rm;    /* the reference's results for the fast checks */
+	struct mo_ref_memo own_rm;  /* ... when the proof's memo is another program's */
 	uint64_t check_seed;       /* of the fast checks */
 	pthread_mutex_t progress_lock;
 };
@@ -1249,7 +1249,7 @@ static void *class_main(void *arg)
 			mo_diag_init(&d);
 			if (mg && !mg->error[0]) {
 				pthread_mutex_lock(&R->check_lock);
-				mo_mg_quick_check(mg, &R->rc, R->check_seed, 2, &q, &d);
+				mo_mg_quick_check(mg, R->rm, R->check_seed, 2, &q, &d);
 				pthread_mutex_unlock(&R->check_lock);
 			}
 			C->checks++;
@@ -1666,16 +1666,17 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	pthread_mutex_init(&R.lock, NULL);
 	pthread_mutex_init(&R.check_lock, NULL);
 	pthread_cond_init(&R.changed, NULL);
-	mo_ref_cache_init(&R.rc, prog);
+	mo_ref_memo_init(&R.own_rm, prog);
+	R.rm = &R.own_rm;
 	if (o.memo && o.memo->weights.leaf)
-		R.rc.shared = &o.memo->weights; /* primed; outlives this search */
+		R.own_rm.shared_weights = &o.memo->weights; /* primed; outlives this search */
 	R.check_seed = o.seed;
 	if (o.memo && o.memo->ref == prog) {
 		/* the fast checks use the proof's first trial, whose results
 		 * the memo keeps, rather than another copy as large */
 		struct mo_equiv_options eo = mo_search_equiv_options(&o);
 		R.check_seed = mo_equiv_trial_seed(&eo, 0);
-		R.rc.memo = o.memo;
+		R.rm = o.memo;
 	}
 	R.classes = mo_calloc(256, sizeof *R.classes);
 	if (!R.classes) {
@@ -1803,7 +1804,7 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	pthread_mutex_destroy(&R.lock);
 	pthread_mutex_destroy(&R.check_lock);
 	pthread_cond_destroy(&R.changed);
-	mo_ref_cache_free(&R.rc);
+	mo_ref_memo_free(&R.own_rm);
 	target_free(T);
 	mo_free(T);
 	r->stats.seconds = mo_seconds() - t0;

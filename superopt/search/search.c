@@ -17,9 +17,8 @@
  *
  * Runs are searched by greedy growth first (extended one op at a time while
  * they fuse), then every other run shortest first, each with a share of what
- * is left of the budget. See superopt/SEARCH.md. */
-#include "mo_search.h"
-#include "superopt_int.h"
+ * is left of the budget. See superopt/search/SEARCH.md. */
+#include "search_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,8 +1,7 @@
 /* Evaluating μGraphs: kernels in order; a graph-defined kernel runs its block
  * graph for every block of the grid and every for-loop iteration, exactly as
  * the generated CUDA will. */
-#include "mo_mugraph.h"
-#include "superopt_int.h"
+#include "verify_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -562,56 +561,13 @@ enum mo_status mo_mg_eval_cached(const struct mo_mugraph *mg, const struct mo_tp
 
 /* ---- the fast check ---- */
 
-void mo_ref_cache_init(struct mo_ref_cache *c, const struct mo_tp *ref)
-{
-	memset(c, 0, sizeof *c);
-	c->ref = ref;
-}
-
-void mo_ref_cache_free(struct mo_ref_cache *c)
-{
-	for (int i = 0; i < c->n; i++)
-		mo_eval_result_free(&c->results[i]);
-	mo_eval_cache_free(&c->weights);
-	c->n = 0;
-}
-
-static enum mo_status ref_results(struct mo_ref_cache *c, uint64_t seed,
-				  const struct mo_eval_result **out, struct mo_diag *d)
-{
-	const struct mo_eval_result *kept = c->memo ? mo_ref_memo_find(c->memo, seed) : NULL;
-	if (kept) {
-		*out = kept;
-		return MO_OK;
-	}
-	for (int i = 0; i < c->n; i++) {
-		if (c->seeds[i] == seed) {
-			*out = &c->results[i];
-			return MO_OK;
-		}
-	}
-	if (c->n == MO_REF_SEEDS) { /* forget the oldest */
-		mo_eval_result_free(&c->results[0]);
-		memmove(&c->results[0], &c->results[1], sizeof c->results[0] * (MO_REF_SEEDS - 1));
-		memmove(&c->seeds[0], &c->seeds[1], sizeof c->seeds[0] * (MO_REF_SEEDS - 1));
-		c->n--;
-	}
-	enum mo_status st = mo_eval_scaled(c->ref, MO_EVAL_FF, seed, 1.0,
-					   c->shared ? c->shared : &c->weights, &c->results[c->n], d);
-	if (st)
-		return st;
-	c->seeds[c->n] = seed;
-	*out = &c->results[c->n++];
-	return MO_OK;
-}
-
-enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cache *rc,
+enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_memo *rm,
 				 uint64_t seed, int blocks, struct mo_quick_report *rep,
 				 struct mo_diag *d)
 {
 	memset(rep, 0, sizeof *rep);
 	const struct mo_eval_result *ref;
-	enum mo_status st = ref_results(rc, seed, &ref, d);
+	enum mo_status st = mo_ref_memo_field(rm, seed, &ref, d);
 	if (st)
 		return st;
 	if (ref->div_by_zero) {
@@ -619,11 +575,11 @@ enum mo_status mo_mg_quick_check(const struct mo_mugraph *mg, struct mo_ref_cach
 		return MO_OK;
 	}
 	uint8_t *computed[MO_MG_MAX] = { NULL };
-	struct mg_eval_opts o = { .weights = rc->shared ? rc->shared : &rc->weights,
+	struct mg_eval_opts o = { .weights = rm->shared_weights ? rm->shared_weights : &rm->weights,
 				  .blocks = blocks > 0 ? blocks : 1,
 				  .computed = computed };
 	struct mo_eval_result r;
-	st = mg_eval(mg, rc->ref, MO_EVAL_FF, seed, 1.0, &o, &r, d);
+	st = mg_eval(mg, rm->ref, MO_EVAL_FF, seed, 1.0, &o, &r, d);
 	if (st)
 		return st;
 	rep->verdict = r.div_by_zero ? MO_INCONCLUSIVE : MO_EQUIVALENT;

@@ -20,7 +20,8 @@
  * the verifier proves it like any other μGraph. It pays when the kernel's
  * grid leaves SMs idle (decode: few rows, a long reduction); the cost model
  * decides. */
-#include "superopt_int.h"
+
+#include "mo_mugraph.h"
 
 #include <string.h>
 

@@ -1,6 +1,5 @@
 /* Abstract expressions: the hash-consed pool and Table 1. */
 #include "mo_absexpr.h"
-#include "superopt_int.h"
 
 #include <math.h>
 #include <string.h>

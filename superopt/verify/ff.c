@@ -1,5 +1,5 @@
 /* The verifier's finite field: p, q, ω, and exact constants. */
-#include "mo_superopt.h"
+#include "mo_verify.h"
 
 #include <math.h>
 #include <pthread.h>
