@@ -50,6 +50,14 @@ uint64_t mo_mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+uint64_t mo_fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)
 {
 	if (!fn)

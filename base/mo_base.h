@@ -46,6 +46,11 @@ double mo_seconds(void);
  * the search is built on it, so that they are the same on every machine. */
 uint64_t mo_mix64(uint64_t x);
 
+/* FNV-1a over n bytes, continuing from h (start from MO_FNV_OFFSET): the
+ * result cache's keys and the model hash in generated files. */
+#define MO_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t mo_fnv(uint64_t h, const void *p, size_t n);
+
 /* A progress line for a long stage: formats it and hands it to fn (nothing
  * when fn is NULL). Lines longer than 512 bytes are cut. */
 void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /* ModelProto -> tensor program. */
-#include "importer_int.h"
+#include "mo_import.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -478,6 +478,141 @@ static const char *legacy_broadcast(const struct importer *im, const struct mo_t
 	return NULL;
 }
 
+/* Gemm: alpha, beta and the transposes; before opset 7, C must be (M, N)
+ * unless broadcast=1. */
+static const char *gemm_params(struct importer *im, struct mo_tp_op *op,
+			       const Onnx__NodeProto *n)
+{
+	struct mo_op_params *p = &op->p;
+	int64_t opset = im->tp->opset;
+	p->alpha = attr_float(n, "alpha", 1.0);
+	p->beta = attr_float(n, "beta", 1.0);
+	p->trans_a = (int)attr_int(n, "transA", 0);
+	p->trans_b = (int)attr_int(n, "transB", 0);
+	if (!flag01(p->trans_a) || !flag01(p->trans_b))
+		return "Gemm's transA or transB is neither 0 nor 1";
+	/* before opset 7 C broadcasts only with broadcast=1, else it is
+	 * (M, N) exactly */
+	if (opset < 7 && attr_int(n, "broadcast", 0) != 1) {
+		const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &im->tp->tensors[op->in[0]] : NULL;
+		const struct mo_tensor *b = op->n_in > 1 && op->in[1] >= 0 ? &im->tp->tensors[op->in[1]] : NULL;
+		const struct mo_tensor *cc = op->n_in > 2 && op->in[2] >= 0 ? &im->tp->tensors[op->in[2]] : NULL;
+		if (!a || !b || !cc || !a->shape_known || !b->shape_known || !cc->shape_known ||
+		    a->rank != 2 || b->rank != 2 || cc->rank != 2 ||
+		    cc->dims[0] != a->dims[p->trans_a ? 1 : 0] ||
+		    cc->dims[1] != b->dims[p->trans_b ? 0 : 1])
+			return "Gemm before opset 7: C is not (M, N) and broadcast is not 1";
+	}
+	return NULL;
+}
+
+/* ReduceSum, ReduceMean, ReduceMax: keepdims, and the axes (an input from
+ * opset 13 or 18, else an attribute; none: every axis). */
+static const char *reduce_params(struct importer *im, struct mo_tp_op *op,
+				 const Onnx__NodeProto *n, int rank)
+{
+	struct mo_op_params *p = &op->p;
+	int64_t opset = im->tp->opset;
+	int c;
+	p->keepdims = (int)attr_int(n, "keepdims", 1);
+	p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
+	/* ONNX Runtime keeps dims only for keepdims == 1: other values are
+	 * read differently by different readers */
+	if (!flag01(p->keepdims) || !flag01(p->noop_with_empty_axes))
+		return "keepdims or noop_with_empty_axes is neither 0 nor 1";
+	c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
+					: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
+	if (c == -2)
+		return "the axes are not a constant";
+	p->n_axes = c > 0 ? c : 0;
+	if (p->n_axes == 0 && !p->noop_with_empty_axes) {
+		for (int d = 0; d < rank; d++)
+			p->axes[d] = d;
+		p->n_axes = rank;
+	}
+	normalize_axes(p, rank);
+	return NULL;
+}
+
+/* Slice: constant starts, ends, axes and steps (inputs from opset 10). */
+static const char *slice_params(struct importer *im, struct mo_tp_op *op,
+				const Onnx__NodeProto *n)
+{
+	struct mo_op_params *p = &op->p;
+	int64_t opset = im->tp->opset;
+	int64_t st[MO_MAX_RANK], en[MO_MAX_RANK], ax[MO_MAX_RANK], sp[MO_MAX_RANK];
+	int ns, ne, na, nsp;
+	if (opset >= 10) {
+		ns = param_ints(im, n, 1, st, MO_MAX_RANK);
+		ne = param_ints(im, n, 2, en, MO_MAX_RANK);
+		na = param_ints(im, n, 3, ax, MO_MAX_RANK);
+		nsp = param_ints(im, n, 4, sp, MO_MAX_RANK);
+	} else {
+		ns = attr_ints(n, "starts", st, MO_MAX_RANK);
+		ne = attr_ints(n, "ends", en, MO_MAX_RANK);
+		na = attr_ints(n, "axes", ax, MO_MAX_RANK);
+		nsp = -1;
+	}
+	if (ns < 0 || ne != ns || na == -2 || nsp == -2 || (na >= 0 && na != ns) ||
+	    (nsp >= 0 && nsp != ns))
+		return "the slice bounds are not constants";
+	p->n_axes = ns;
+	for (int i = 0; i < ns; i++) {
+		p->axes[i] = na >= 0 ? ax[i] : i;
+		p->starts[i] = st[i];
+		p->ends[i] = en[i];
+		p->steps[i] = nsp >= 0 ? sp[i] : 1;
+	}
+	return NULL;
+}
+
+/* Gelu's approximate: 'none' or 'tanh'. */
+static const char *gelu_params(struct mo_tp_op *op, const Onnx__NodeProto *n)
+{
+	struct mo_op_params *p = &op->p;
+	/* bytes, not a C string: compared with its length */
+	const Onnx__AttributeProto *a = attr(n, "approximate");
+	const char *ap = a && a->has_s ? (const char *)a->s.data : "none";
+	size_t al = a && a->has_s ? a->s.len : 4;
+	if (!((al == 4 && memcmp(ap, "none", 4) == 0) ||
+	      (al == 4 && memcmp(ap, "tanh", 4) == 0)))
+		return "Gelu's approximate is neither 'none' nor 'tanh'";
+	p->approximate = memcmp(ap, "tanh", 4) == 0 ? MO_GELU_TANH : MO_GELU_NONE;
+	return NULL;
+}
+
+/* Clip: constant scalar bounds (inputs from opset 11), kept as params. */
+static const char *clip_params(struct importer *im, struct mo_tp_op *op,
+			       const Onnx__NodeProto *n)
+{
+	struct mo_op_params *p = &op->p;
+	int64_t opset = im->tp->opset;
+	if (opset < 11)
+		return NULL;
+	/* op->param_in keeps the given bounds only: a max alone would be
+	 * read as the min */
+	if (n->n_input > 2 && !*str(n->input[1]) && *str(n->input[2]))
+		return "Clip with a max bound only is not modelled";
+	/* the bounds are params, like Pow's exponent: a kernel op
+	 * carries them without the program's constants */
+	for (size_t i = 1; i < 3; i++)
+		if (i < n->n_input && *str(n->input[i])) {
+			const struct mo_tensor *t = param(im, n, i);
+			if (!t || !t->fvals)
+				return "the clip bounds are not constants";
+			if (t->n_vals != 1)
+				return "a clip bound is not a scalar";
+			double b = t->fvals[0];
+			if (isnan(b) || (isinf(b) && (b < 0) != (i == 1)))
+				return "a clip bound is NaN or cuts everything off";
+			if (isinf(b)) /* no bound on that side */
+				continue;
+			*(i == 1 ? &p->clip_min : &p->clip_max) = b;
+			*(i == 1 ? &p->has_clip_min : &p->has_clip_max) = true;
+		}
+	return NULL;
+}
+
 /* Reads the op's attributes and constant parameters into op->p. Returns a
  * reason when the op cannot be an in-table op (it becomes a boundary). */
 static const char *parse_params(struct importer *im, struct mo_tp_op *op,
@@ -489,25 +624,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	int c;
 	switch (op->kind) {
 	case MO_OP_GEMM:
-		p->alpha = attr_float(n, "alpha", 1.0);
-		p->beta = attr_float(n, "beta", 1.0);
-		p->trans_a = (int)attr_int(n, "transA", 0);
-		p->trans_b = (int)attr_int(n, "transB", 0);
-		if (!flag01(p->trans_a) || !flag01(p->trans_b))
-			return "Gemm's transA or transB is neither 0 nor 1";
-		/* before opset 7 C broadcasts only with broadcast=1, else it is
-		 * (M, N) exactly */
-		if (opset < 7 && attr_int(n, "broadcast", 0) != 1) {
-			const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &im->tp->tensors[op->in[0]] : NULL;
-			const struct mo_tensor *b = op->n_in > 1 && op->in[1] >= 0 ? &im->tp->tensors[op->in[1]] : NULL;
-			const struct mo_tensor *cc = op->n_in > 2 && op->in[2] >= 0 ? &im->tp->tensors[op->in[2]] : NULL;
-			if (!a || !b || !cc || !a->shape_known || !b->shape_known || !cc->shape_known ||
-			    a->rank != 2 || b->rank != 2 || cc->rank != 2 ||
-			    cc->dims[0] != a->dims[p->trans_a ? 1 : 0] ||
-			    cc->dims[1] != b->dims[p->trans_b ? 0 : 1])
-				return "Gemm before opset 7: C is not (M, N) and broadcast is not 1";
-		}
-		return NULL;
+		return gemm_params(im, op, n);
 	case MO_OP_POW: {
 		const struct mo_tensor *e = param(im, n, 1);
 		if (!e || !e->fvals || e->n_vals != 1)
@@ -529,24 +646,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		return NULL;
 	}
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
-		p->keepdims = (int)attr_int(n, "keepdims", 1);
-		p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
-		/* ONNX Runtime keeps dims only for keepdims == 1: other values are
-		 * read differently by different readers */
-		if (!flag01(p->keepdims) || !flag01(p->noop_with_empty_axes))
-			return "keepdims or noop_with_empty_axes is neither 0 nor 1";
-		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
-						: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
-		if (c == -2)
-			return "the axes are not a constant";
-		p->n_axes = c > 0 ? c : 0;
-		if (p->n_axes == 0 && !p->noop_with_empty_axes) {
-			for (int d = 0; d < rank; d++)
-				p->axes[d] = d;
-			p->n_axes = rank;
-		}
-		normalize_axes(p, rank);
-		return NULL;
+		return reduce_params(im, op, n, rank);
 	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
 		p->axes[0] = attr_int(n, "axis", -1);
 		p->n_axes = 1;
@@ -606,32 +706,8 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 				memcpy((int64_t *)p->sizes, tmp, (size_t)c * sizeof *tmp);
 		}
 		return NULL;
-	case MO_OP_SLICE: {
-		int64_t st[MO_MAX_RANK], en[MO_MAX_RANK], ax[MO_MAX_RANK], sp[MO_MAX_RANK];
-		int ns, ne, na, nsp;
-		if (opset >= 10) {
-			ns = param_ints(im, n, 1, st, MO_MAX_RANK);
-			ne = param_ints(im, n, 2, en, MO_MAX_RANK);
-			na = param_ints(im, n, 3, ax, MO_MAX_RANK);
-			nsp = param_ints(im, n, 4, sp, MO_MAX_RANK);
-		} else {
-			ns = attr_ints(n, "starts", st, MO_MAX_RANK);
-			ne = attr_ints(n, "ends", en, MO_MAX_RANK);
-			na = attr_ints(n, "axes", ax, MO_MAX_RANK);
-			nsp = -1;
-		}
-		if (ns < 0 || ne != ns || na == -2 || nsp == -2 || (na >= 0 && na != ns) ||
-		    (nsp >= 0 && nsp != ns))
-			return "the slice bounds are not constants";
-		p->n_axes = ns;
-		for (int i = 0; i < ns; i++) {
-			p->axes[i] = na >= 0 ? ax[i] : i;
-			p->starts[i] = st[i];
-			p->ends[i] = en[i];
-			p->steps[i] = nsp >= 0 ? sp[i] : 1;
-		}
-		return NULL;
-	}
+	case MO_OP_SLICE:
+		return slice_params(im, op, n);
 #define ACTIVATION_PARAMS(X, name, onnx, flops, f, a, b, g)                  \
 	case MO_OP_##name:                                                   \
 		p->alpha = attr_float(n, "alpha", a);                        \
@@ -645,42 +721,10 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		if (!attr(n, "to") || mo_onnx_dtype_size(p->to) == 0)
 			return "Cast to no known type";
 		return NULL;
-	case MO_OP_GELU: {
-		/* bytes, not a C string: compared with its length */
-		const Onnx__AttributeProto *a = attr(n, "approximate");
-		const char *ap = a && a->has_s ? (const char *)a->s.data : "none";
-		size_t al = a && a->has_s ? a->s.len : 4;
-		if (!((al == 4 && memcmp(ap, "none", 4) == 0) ||
-		      (al == 4 && memcmp(ap, "tanh", 4) == 0)))
-			return "Gelu's approximate is neither 'none' nor 'tanh'";
-		p->approximate = memcmp(ap, "tanh", 4) == 0 ? MO_GELU_TANH : MO_GELU_NONE;
-		return NULL;
-	}
+	case MO_OP_GELU:
+		return gelu_params(op, n);
 	case MO_OP_CLIP:
-		if (opset < 11)
-			return NULL;
-		/* op->param_in keeps the given bounds only: a max alone would be
-		 * read as the min */
-		if (n->n_input > 2 && !*str(n->input[1]) && *str(n->input[2]))
-			return "Clip with a max bound only is not modelled";
-		/* the bounds are params, like Pow's exponent: a kernel op
-		 * carries them without the program's constants */
-		for (size_t i = 1; i < 3; i++)
-			if (i < n->n_input && *str(n->input[i])) {
-				const struct mo_tensor *t = param(im, n, i);
-				if (!t || !t->fvals)
-					return "the clip bounds are not constants";
-				if (t->n_vals != 1)
-					return "a clip bound is not a scalar";
-				double b = t->fvals[0];
-				if (isnan(b) || (isinf(b) && (b < 0) != (i == 1)))
-					return "a clip bound is NaN or cuts everything off";
-				if (isinf(b)) /* no bound on that side */
-					continue;
-				*(i == 1 ? &p->clip_min : &p->clip_max) = b;
-				*(i == 1 ? &p->has_clip_min : &p->has_clip_max) = true;
-			}
-		return NULL;
+		return clip_params(im, op, n);
 	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV:
 		if (opset < 7)
 			return legacy_broadcast(im, op, n);
@@ -922,209 +966,314 @@ static bool elementwise_int(const char *ty, const int64_t *e, int n, int64_t *y)
 	return false;
 }
 
-/* Integer constant folding of shape arithmetic. Returns true when the node's
- * output values were computed (the node then needs no TP op). */
+/* ---- integer constant folding of shape arithmetic ----
+ *
+ * What exporters compute shapes and masks with, folded when every operand
+ * is a small integer constant: one table, FOLDERS, names the ONNX ops and
+ * the function that folds each. A folder writes y's values into c->v
+ * (c->nv of them); false when it cannot fold this node. */
+
+struct fold {
+	struct mo_tp *tp;
+	const Onnx__NodeProto *n;
+	const struct mo_tp_op *op;
+	const char *ty;
+	struct mo_tensor *y;
+	const struct mo_tensor *a; /* the first operand */
+	int64_t v[MAX_FOLD];
+	size_t nv;
+};
+
+/* Shape (start, end) and Size of a tensor of known shape. */
+static bool fold_shape(struct fold *c)
+{
+	const struct mo_tensor *a = c->a;
+	if (!a->shape_known)
+		return false;
+	c->y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+	if (strcmp(c->ty, "Size") == 0) {
+		c->v[c->nv++] = (int64_t)mo_tensor_numel(a);
+		mo_tensor_set_shape(c->y, 0, NULL);
+		return true;
+	}
+	int64_t s = attr_int(c->n, "start", 0), e = attr_int(c->n, "end", a->rank);
+	if (s < 0)
+		s += a->rank;
+	if (e < 0)
+		e += a->rank;
+	s = s < 0 ? 0 : s > a->rank ? a->rank : s;
+	e = e < s ? s : e > a->rank ? a->rank : e;
+	for (int64_t d = s; d < e; d++)
+		c->v[c->nv++] = a->dims[d];
+	int64_t dims[1] = { (int64_t)c->nv };
+	mo_tensor_set_shape(c->y, 1, dims);
+	return true;
+}
+
+/* ConstantOfShape: the TorchScript exporter's Expand shapes are
+ * ConstantOfShape, Equal and Where over small integer constants. */
+static bool fold_constant_of_shape(struct fold *c)
+{
+	const Onnx__AttributeProto *at = attr(c->n, "value");
+	int64_t fill = 0;
+	int32_t dt = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+	if (at && at->t) {
+		double f;
+		dt = at->t->data_type;
+		if (!mo_onnx_tensor_doubles(c->tp->model, at->t, 1, 0, 1, &f))
+			return false;
+		fill = saturate_int64(f);
+	}
+	/* (opaque_shape gave y its shape: any rank) */
+	if (!is_intlike(dt) || !c->y->shape_known || mo_tensor_numel(c->y) > MAX_FOLD)
+		return false;
+	for (c->nv = 0; c->nv < mo_tensor_numel(c->y); c->nv++)
+		c->v[c->nv] = fill;
+	return true;
+}
+
+/* Expand and GatherElements of small integer tables: token type ids and
+ * position buffers. (Expand's shape operand is a parameter of its op: y
+ * has the shape.) */
+static bool fold_expand_gather_elements(struct fold *c)
+{
+	const struct mo_tensor *a = c->a, *y = c->y;
+	bool ge = c->ty[0] == 'G';
+	if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+	    c->op->n_in != (ge ? 2 : 1) || !a->ivals || a->n_vals != mo_tensor_numel(a))
+		return false;
+	const struct mo_tensor *b = ge ? &c->tp->tensors[c->op->in[1]] : NULL;
+	if (ge && (!b->ivals || b->n_vals != mo_tensor_numel(b) || b->rank != a->rank))
+		return false;
+	int64_t axis = ge ? attr_int(c->n, "axis", 0) : 0;
+	if (axis < 0)
+		axis += a->rank;
+	if (axis < 0 || (ge && axis >= a->rank))
+		return false;
+	for (c->nv = 0; c->nv < mo_tensor_numel(y); c->nv++) {
+		size_t i = c->nv;
+		if (!ge) {
+			c->v[i] = a->ivals[bcast_index(a, y, i)];
+			continue;
+		}
+		/* y's coordinates, with the axis's one read from the indices */
+		size_t at = 0, stride = 1, rest = i;
+		for (int d = y->rank - 1; d >= 0; d--) {
+			int64_t k = (int64_t)(rest % (uint64_t)y->dims[d]);
+			rest /= (uint64_t)y->dims[d];
+			if (d == axis) {
+				k = b->ivals[i];
+				if (k < 0)
+					k += a->dims[d];
+				if (k < 0 || k >= a->dims[d])
+					return false;
+			} else if (k >= a->dims[d]) {
+				return false;
+			}
+			at += (size_t)k * stride;
+			stride *= (size_t)a->dims[d];
+		}
+		c->v[i] = a->ivals[at];
+	}
+	return true;
+}
+
+static bool fold_range(struct fold *c)
+{
+	const struct mo_tensor *y = c->y;
+	if (!y->shape_known || y->rank != 1 || y->dims[0] > MAX_FOLD || !is_int(y->dtype))
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (c->op->n_in != 3 || !c->tp->tensors[c->op->in[i]].ivals)
+			return false;
+	int64_t start = c->tp->tensors[c->op->in[0]].ivals[0];
+	int64_t delta = c->tp->tensors[c->op->in[2]].ivals[0];
+	for (c->nv = 0; c->nv < (size_t)y->dims[0]; c->nv++)
+		c->v[c->nv] = start + (int64_t)c->nv * delta; /* within limit: no overflow */
+	return true;
+}
+
+/* Elementwise over small integer (and boolean) values with numpy's
+ * broadcasting (elementwise_int): masks and shape arithmetic. */
+static bool fold_elementwise(struct fold *c)
+{
+	const struct mo_tensor *y = c->y;
+	const struct mo_tp_op *op = c->op;
+	if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+	    op->n_in > 3)
+		return false;
+	for (int i = 0; i < op->n_in; i++) {
+		const struct mo_tensor *t = op->in[i] >= 0 ? &c->tp->tensors[op->in[i]] : NULL;
+		if (!t || !t->ivals || !t->shape_known || t->n_vals != mo_tensor_numel(t))
+			return false;
+	}
+	size_t ny = mo_tensor_numel(y);
+	for (c->nv = 0; c->nv < ny; c->nv++) {
+		int64_t e[3];
+		for (int k = 0; k < op->n_in; k++) {
+			const struct mo_tensor *t = &c->tp->tensors[op->in[k]];
+			e[k] = t->ivals[bcast_index(t, y, c->nv)];
+		}
+		if (!elementwise_int(c->ty, e, op->n_in, &c->v[c->nv]))
+			return false;
+	}
+	return true;
+}
+
+/* The folders below run with every operand an integer constant and y a
+ * small integer tensor of known shape, and must give all of y. */
+
+/* Identity, Reshape, Squeeze, Unsqueeze, Flatten, Cast: the values as
+ * they are. */
+static bool fold_copy(struct fold *c)
+{
+	size_t ny = mo_tensor_numel(c->y);
+	if (c->a->n_vals != ny)
+		return false;
+	memcpy(c->v, c->a->ivals, ny * sizeof *c->v);
+	c->nv = ny;
+	return true;
+}
+
+static bool fold_concat(struct fold *c)
+{
+	if (c->y->rank != 1)
+		return false;
+	for (int i = 0; i < c->op->n_in; i++) {
+		const struct mo_tensor *t = &c->tp->tensors[c->op->in[i]];
+		if (c->nv + t->n_vals > MAX_FOLD)
+			return false;
+		memcpy(c->v + c->nv, t->ivals, t->n_vals * sizeof *c->v);
+		c->nv += t->n_vals;
+	}
+	return true;
+}
+
+static bool fold_gather(struct fold *c)
+{
+	const struct mo_tensor *a = c->a, *idx = &c->tp->tensors[c->op->in[1]];
+	if (a->rank != 1 || c->op->p.axes[0] != 0)
+		return false;
+	for (size_t i = 0; i < idx->n_vals; i++) {
+		int64_t k = idx->ivals[i] < 0 ? idx->ivals[i] + (int64_t)a->n_vals : idx->ivals[i];
+		if (k < 0 || k >= (int64_t)a->n_vals || c->nv >= MAX_FOLD)
+			return false;
+		c->v[c->nv++] = a->ivals[k];
+	}
+	return true;
+}
+
+static bool fold_slice(struct fold *c)
+{
+	const struct mo_tensor *a = c->a;
+	const struct mo_op_params *p = &c->op->p;
+	if (a->rank != 1 || p->n_axes != 1 || c->y->rank != 1)
+		return false;
+	int64_t s = p->starts[0], st = p->steps[0], len = c->y->dims[0];
+	int64_t nn = (int64_t)a->n_vals;
+	if (s < 0)
+		s += nn;
+	s = st > 0 ? (s < 0 ? 0 : s > nn ? nn : s) : (s < 0 ? 0 : s > nn - 1 ? nn - 1 : s);
+	for (int64_t i = 0; i < len; i++)
+		c->v[c->nv++] = a->ivals[s + i * st];
+	return true;
+}
+
+/* Add, Sub, Mul, Div (flooring, as ONNX's integer Div) of same-size
+ * operands or a scalar. */
+static bool fold_arith(struct fold *c)
+{
+	const struct mo_tensor *a = c->a, *b = &c->tp->tensors[c->op->in[1]];
+	size_t ny = mo_tensor_numel(c->y);
+	if ((a->n_vals != ny && a->n_vals != 1) || (b->n_vals != ny && b->n_vals != 1))
+		return false;
+	for (size_t i = 0; i < ny; i++) {
+		int64_t x = a->ivals[a->n_vals == 1 ? 0 : i];
+		int64_t z = b->ivals[b->n_vals == 1 ? 0 : i];
+		switch (c->ty[0]) {
+		case 'A': c->v[i] = x + z; break;
+		case 'S': c->v[i] = x - z; break;
+		case 'M': c->v[i] = x * z; break;
+		default:
+			if (z == 0)
+				return false;
+			c->v[i] = x / z;
+			if ((x % z != 0) && ((x < 0) != (z < 0)))
+				c->v[i]--; /* ONNX integer Div floors */
+		}
+	}
+	c->nv = ny;
+	return true;
+}
+
+static const char *const fold_shape_ops[] = { "Shape", "Size", NULL };
+static const char *const fold_cos_ops[] = { "ConstantOfShape", NULL };
+static const char *const fold_table_ops[] = { "Expand", "GatherElements", NULL };
+static const char *const fold_range_ops[] = { "Range", NULL };
+static const char *const fold_int_ops[] = { "Mod", "Max", "Min", "Where", "Not", "Neg", "Abs",
+					    NULL };
+static const char *const fold_copy_ops[] = { "Identity", "Reshape", "Squeeze", "Unsqueeze",
+					     "Flatten", "Cast", NULL };
+static const char *const fold_concat_ops[] = { "Concat", NULL };
+static const char *const fold_gather_ops[] = { "Gather", NULL };
+static const char *const fold_slice_ops[] = { "Slice", NULL };
+static const char *const fold_arith_ops[] = { "Add", "Sub", "Mul", "Div", NULL };
+
+/* ONNX ops -> their folder; `constant_operands`: every operand must be an
+ * integer constant and the folder must give all of y (a small integer
+ * tensor of known shape), checked before and after it runs. */
+static const struct {
+	const char *const *ops;
+	bool (*fold)(struct fold *c);
+	bool constant_operands;
+} FOLDERS[] = {
+	{ fold_shape_ops, fold_shape, false },
+	{ fold_cos_ops, fold_constant_of_shape, false },
+	{ fold_table_ops, fold_expand_gather_elements, false },
+	{ fold_range_ops, fold_range, false },
+	{ compare_ops, fold_elementwise, false },
+	{ fold_int_ops, fold_elementwise, false },
+	{ fold_copy_ops, fold_copy, true },
+	{ fold_concat_ops, fold_concat, true },
+	{ fold_gather_ops, fold_gather, true },
+	{ fold_slice_ops, fold_slice, true },
+	{ fold_arith_ops, fold_arith, true },
+};
+
+/* Folds the node when FOLDERS has its op and its operands allow: true when
+ * its output's values were computed (the node then needs no TP op). */
 static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
 	struct mo_tp *tp = im->tp;
-	const char *ty = str(n->op_type);
 	if (n->n_output != 1 || op->n_out != 1 || op->out[0] < 0 ||
 	    (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0))
 		return false;
-	struct mo_tensor *y = &tp->tensors[op->out[0]];
-	int64_t v[MAX_FOLD];
-	size_t nv = 0;
-	const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &tp->tensors[op->in[0]] : NULL;
-	if (!a)
+	if (op->n_in < 1 || op->in[0] < 0)
 		return false;
-	if (strcmp(ty, "Shape") == 0 || strcmp(ty, "Size") == 0) {
-		if (!a->shape_known)
-			return false;
-		if (ty[1] == 'i') {
-			v[0] = (int64_t)mo_tensor_numel(a);
-			nv = 1;
-			y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-			mo_tensor_set_shape(y, 0, NULL);
-		} else {
-			int64_t s = attr_int(n, "start", 0), e = attr_int(n, "end", a->rank);
-			if (s < 0)
-				s += a->rank;
-			if (e < 0)
-				e += a->rank;
-			s = s < 0 ? 0 : s > a->rank ? a->rank : s;
-			e = e < s ? s : e > a->rank ? a->rank : e;
-			for (int64_t d = s; d < e; d++)
-				v[nv++] = a->dims[d];
-			int64_t dims[1] = { (int64_t)nv };
-			y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-			mo_tensor_set_shape(y, 1, dims);
-		}
-	} else if (strcmp(ty, "ConstantOfShape") == 0) {
-		/* the TorchScript exporter's Expand shapes: ConstantOfShape,
-		 * Equal and Where over small integer constants */
-		const Onnx__AttributeProto *at = attr(n, "value");
-		int64_t fill = 0;
-		int32_t dt = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-		if (at && at->t) {
-			double f;
-			dt = at->t->data_type;
-			if (!mo_onnx_tensor_doubles(tp->model, at->t, 1, 0, 1, &f))
-				return false;
-			fill = saturate_int64(f);
-		}
-		/* (opaque_shape gave y its shape: any rank) */
-		if (!is_intlike(dt) || !y->shape_known || mo_tensor_numel(y) > MAX_FOLD)
-			return false;
-		for (nv = 0; nv < mo_tensor_numel(y); nv++)
-			v[nv] = fill;
-	} else if (strcmp(ty, "Expand") == 0 || strcmp(ty, "GatherElements") == 0) {
-		/* token type ids and position buffers: small integer tables */
-		/* (Expand's shape operand is a parameter of its op: y has the shape) */
-		bool ge = ty[0] == 'G';
-		if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
-		    op->n_in != (ge ? 2 : 1) || !a->ivals || a->n_vals != mo_tensor_numel(a))
-			return false;
-		const struct mo_tensor *b = ge ? &tp->tensors[op->in[1]] : NULL;
-		if (ge && (!b->ivals || b->n_vals != mo_tensor_numel(b) || b->rank != a->rank))
-			return false;
-		int64_t axis = ge ? attr_int(n, "axis", 0) : 0;
-		if (axis < 0)
-			axis += a->rank;
-		if (axis < 0 || (ge && axis >= a->rank))
-			return false;
-		for (nv = 0; nv < mo_tensor_numel(y); nv++) {
-			if (!ge) {
-				v[nv] = a->ivals[bcast_index(a, y, nv)];
-				continue;
-			}
-			/* y's coordinates, with the axis's one read from the indices */
-			size_t at = 0, stride = 1, rest = nv;
-			for (int d = y->rank - 1; d >= 0; d--) {
-				int64_t c = (int64_t)(rest % (uint64_t)y->dims[d]);
-				rest /= (uint64_t)y->dims[d];
-				if (d == axis) {
-					c = b->ivals[nv];
-					if (c < 0)
-						c += a->dims[d];
-					if (c < 0 || c >= a->dims[d])
-						return false;
-				} else if (c >= a->dims[d]) {
-					return false;
-				}
-				at += (size_t)c * stride;
-				stride *= (size_t)a->dims[d];
-			}
-			v[nv] = a->ivals[at];
-		}
-	} else if (strcmp(ty, "Range") == 0) {
-		if (!y->shape_known || y->rank != 1 || y->dims[0] > MAX_FOLD || !is_int(y->dtype))
-			return false;
-		for (int i = 0; i < 3; i++)
-			if (op->n_in != 3 || !tp->tensors[op->in[i]].ivals)
-				return false;
-		int64_t start = tp->tensors[op->in[0]].ivals[0];
-		int64_t delta = tp->tensors[op->in[2]].ivals[0];
-		for (nv = 0; nv < (size_t)y->dims[0]; nv++)
-			v[nv] = start + (int64_t)nv * delta; /* within limit: no overflow */
-	} else if (one_of(ty, compare_ops) || one_of(ty, same_type_ops) || strcmp(ty, "Where") == 0 ||
-		   strcmp(ty, "Not") == 0 || strcmp(ty, "Neg") == 0 || strcmp(ty, "Abs") == 0) {
-		/* elementwise over small integer (and boolean) values, numpy's
-		 * broadcasting: masks and shape arithmetic */
-		if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
-		    op->n_in > 3 || strcmp(ty, "Sum") == 0 || strcmp(ty, "Mean") == 0)
-			return false;
-		for (int i = 0; i < op->n_in; i++) {
-			const struct mo_tensor *t = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
-			if (!t || !t->ivals || !t->shape_known || t->n_vals != mo_tensor_numel(t))
-				return false;
-		}
-		size_t ny = mo_tensor_numel(y);
-		for (nv = 0; nv < ny; nv++) {
-			int64_t e[3];
-			for (int k = 0; k < op->n_in; k++) {
-				const struct mo_tensor *t = &tp->tensors[op->in[k]];
-				e[k] = t->ivals[bcast_index(t, y, nv)];
-			}
-			if (!elementwise_int(ty, e, op->n_in, &v[nv]))
-				return false;
-		}
-	} else {
+	struct fold c = { .tp = tp, .n = n, .op = op, .ty = str(n->op_type),
+			  .y = &tp->tensors[op->out[0]], .a = &tp->tensors[op->in[0]] };
+	size_t row = 0, rows = sizeof FOLDERS / sizeof FOLDERS[0];
+	while (row < rows && !one_of(c.ty, FOLDERS[row].ops))
+		row++;
+	if (row == rows)
+		return false;
+	if (FOLDERS[row].constant_operands) {
 		for (int i = 0; i < op->n_in; i++)
 			if (op->in[i] >= 0 && !tp->tensors[op->in[i]].ivals)
 				return false;
-		if (!y->shape_known || !is_int(y->dtype) || mo_tensor_numel(y) > MAX_FOLD)
-			return false;
-		size_t ny = mo_tensor_numel(y);
-		if (strcmp(ty, "Identity") == 0 || strcmp(ty, "Reshape") == 0 ||
-		    strcmp(ty, "Squeeze") == 0 || strcmp(ty, "Unsqueeze") == 0 ||
-		    strcmp(ty, "Flatten") == 0 || strcmp(ty, "Cast") == 0) {
-			if (a->n_vals != ny)
-				return false;
-			memcpy(v, a->ivals, ny * sizeof *v);
-			nv = ny;
-		} else if (strcmp(ty, "Concat") == 0) {
-			if (y->rank != 1)
-				return false;
-			for (int i = 0; i < op->n_in; i++) {
-				const struct mo_tensor *t = &tp->tensors[op->in[i]];
-				if (nv + t->n_vals > MAX_FOLD)
-					return false;
-				memcpy(v + nv, t->ivals, t->n_vals * sizeof *v);
-				nv += t->n_vals;
-			}
-		} else if (strcmp(ty, "Gather") == 0) {
-			const struct mo_tensor *idx = &tp->tensors[op->in[1]];
-			if (a->rank != 1 || op->p.axes[0] != 0)
-				return false;
-			for (size_t i = 0; i < idx->n_vals; i++) {
-				int64_t k = idx->ivals[i] < 0 ? idx->ivals[i] + (int64_t)a->n_vals
-							      : idx->ivals[i];
-				if (k < 0 || k >= (int64_t)a->n_vals)
-					return false;
-				v[nv++] = a->ivals[k];
-			}
-		} else if (strcmp(ty, "Slice") == 0) {
-			if (a->rank != 1 || op->p.n_axes != 1 || y->rank != 1)
-				return false;
-			int64_t s = op->p.starts[0], st = op->p.steps[0], len = y->dims[0];
-			int64_t nn = (int64_t)a->n_vals;
-			if (s < 0)
-				s += nn;
-			s = st > 0 ? (s < 0 ? 0 : s > nn ? nn : s) : (s < 0 ? 0 : s > nn - 1 ? nn - 1 : s);
-			for (int64_t i = 0; i < len; i++)
-				v[nv++] = a->ivals[s + i * st];
-		} else if (strcmp(ty, "Add") == 0 || strcmp(ty, "Sub") == 0 ||
-			   strcmp(ty, "Mul") == 0 || strcmp(ty, "Div") == 0) {
-			const struct mo_tensor *b = &tp->tensors[op->in[1]];
-			if ((a->n_vals != ny && a->n_vals != 1) || (b->n_vals != ny && b->n_vals != 1))
-				return false;
-			for (size_t i = 0; i < ny; i++) {
-				int64_t x = a->ivals[a->n_vals == 1 ? 0 : i];
-				int64_t z = b->ivals[b->n_vals == 1 ? 0 : i];
-				switch (ty[0]) {
-				case 'A': v[i] = x + z; break;
-				case 'S': v[i] = x - z; break;
-				case 'M': v[i] = x * z; break;
-				default:
-					if (z == 0)
-						return false;
-					v[i] = x / z;
-					if ((x % z != 0) && ((x < 0) != (z < 0)))
-						v[i]--; /* ONNX integer Div floors */
-				}
-			}
-			nv = ny;
-		} else {
-			return false;
-		}
-		if (nv != ny)
+		if (!c.y->shape_known || !is_int(c.y->dtype) || mo_tensor_numel(c.y) > MAX_FOLD)
 			return false;
 	}
-	y->ivals = mo_arena_array(&tp->arena, nv ? nv : 1, sizeof *y->ivals);
+	if (!FOLDERS[row].fold(&c))
+		return false;
+	if (FOLDERS[row].constant_operands && c.nv != mo_tensor_numel(c.y))
+		return false;
+	struct mo_tensor *y = c.y;
+	y->ivals = mo_arena_array(&tp->arena, c.nv ? c.nv : 1, sizeof *y->ivals);
 	if (!y->ivals)
 		return false;
-	memcpy(y->ivals, v, nv * sizeof *v);
-	y->n_vals = nv;
+	memcpy(y->ivals, c.v, c.nv * sizeof *c.v);
+	y->n_vals = c.nv;
 	y->kind = MO_T_CONST;
 	return true;
 }
@@ -1621,14 +1770,6 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	}
 	*out = tp;
 	return MO_OK;
-}
-
-void mo_tp_free(struct mo_tp *tp)
-{
-	if (!tp)
-		return;
-	mo_arena_free(&tp->arena);
-	mo_free(tp);
 }
 
 /* ---- options ---- */

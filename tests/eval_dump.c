@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mo_import.h"
 #include "mo_verify.h"
 
 #define SEED 7

@@ -9,7 +9,7 @@ ties both to ORT.
 With --node DIR (ONNX's node tests), the one-op models of the activations
 (the op table's MO_ACTIVATION_LIST: every attribute default and given) and
 Mish and Swish models written here (the Debian test data predates them) are held to
-ORT the same way: the element formulas of importer/mo_elementwise.h are the
+ORT the same way: the element formulas of tp/mo_elementwise.h are the
 evaluator's and every generated kernel's."""
 import argparse
 import json

@@ -16,7 +16,7 @@ Proves, through the real command line and ONNX Runtime:
   functions, the original nodes, and give the original's outputs.
 
 The injected failures use the hidden hook MO_TEST_FILESET_FAULT=STAGE:MODE
-of cli/fuse_cmd.c (MODE fail: the step fails as on a full disk; kill: the
+of fuse/write.c (MODE fail: the step fails as on a full disk; kill: the
 process sends itself SIGKILL there).
 """
 import argparse
@@ -41,7 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
 
 CLI = None
-# every write step of cli/fuse_cmd.c's write-out, in order (its fault hook)
+# every write step of fuse/write.c's write-out, in order (its fault hook)
 STAGES = ["plugin", "manifest", "model", "rename-plugin", "rename-manifest", "rename-model",
           "cleanup"]
 

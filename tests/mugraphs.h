@@ -2,6 +2,7 @@
 #ifndef MUGRAPHS_H
 #define MUGRAPHS_H
 
+#include "mo_import.h"
 #include "mo_mugraph.h"
 
 /* A benchmark model of the `test_models` fixture (the folder named by

@@ -9,7 +9,7 @@
  * μGraph of one is refuted against the program of the other.
  *
  * The recipes below are the test's, not the tool's: the table in
- * importer/mo_tp.h is the source, and the first test fails when an op of it
+ * tp/mo_tp.h is the source, and the first test fails when an op of it
  * has no recipe here. */
 #include <math.h>
 #include <stdarg.h>

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mo_import.h"
 #include "mo_part.h"
 #include "mo_search.h"
 #include "search_int.h"

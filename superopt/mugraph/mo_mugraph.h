@@ -190,6 +190,9 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
 void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out);
 /* The same text as a malloc'd string (free it), or NULL when out of memory. */
 char *mo_mg_json(const struct mo_mugraph *mg);
+/* The same into a file: written whole to a temporary and renamed into place
+ * (d says why not, errno set). */
+enum mo_status mo_mg_write_json(const struct mo_mugraph *mg, const char *path, struct mo_diag *d);
 /* Rebuilds a μGraph from mo_mg_print_json's text. */
 enum mo_status mo_mg_from_json(const char *text, struct mo_mugraph **out, struct mo_diag *d);
 /* The μGraph for Graphviz: one cluster per graph-defined kernel. */

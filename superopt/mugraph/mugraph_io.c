@@ -536,6 +536,16 @@ char *mo_mg_json(const struct mo_mugraph *mg)
 	return text;
 }
 
+enum mo_status mo_mg_write_json(const struct mo_mugraph *mg, const char *path, struct mo_diag *d)
+{
+	struct mo_file mf;
+	enum mo_status st = mo_file_open(&mf, path, d);
+	if (st)
+		return st;
+	mo_mg_print_json(mg, mf.f);
+	return mo_file_commit(&mf, d);
+}
+
 /* The kernel (index into mg->ops) that makes kernel-level tensor t, or -1
  * for an input. */
 static int maker(const struct mo_mugraph *mg, int t)

@@ -55,13 +55,17 @@ struct mo_search_options {
 	int max_block_ops;   /* ops in a block graph, accumulators included */
 	enum mo_target target;
 	/* > 0: shared memory per block a kernel may plan for instead of the
-	 * target's (a variant for GPUs with less: fuse_cmd.c) */
+	 * target's (a variant for GPUs with less: fuse/variants.c) */
 	uint64_t smem_limit;
 	const struct mo_gpu *gpu; /* cost constants (NULL: the target's default) */
 	uint64_t seed;       /* of the verifier's trials */
 	/* progress lines (NULL: none) */
 	void (*progress)(void *ctx, const char *line);
 	void *progress_ctx;
+	/* warning lines: a cache entry ignored or removed, a safety net hit
+	 * (NULL: none) */
+	void (*warning)(void *ctx, const char *line);
+	void *warning_ctx;
 	/* the region's reference results for the full verdicts (mo_search sets
 	 * it; NULL: none kept) */
 	struct mo_ref_memo *memo;
@@ -171,5 +175,29 @@ bool mo_search_memory_fits(const struct mo_tp *prog, const struct mo_search_opti
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o,
 			 struct mo_search_result *r, struct mo_diag *d);
 void mo_search_result_free(struct mo_search_result *r);
+
+/* ---- the result cache (cache.c, DESIGN §9) ---- */
+
+/* The region's canonical hash (ops, parameters, operand positions, shapes,
+ * dtypes, weight names, constants, outputs, search limits): the cache key. */
+uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_options *o);
+
+/* The result cache's folder ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx),
+ * made if missing; false when there is none. */
+bool mo_search_cache_dir(char *buf, size_t len);
+
+/* The region's best μGraph: from the cache folder `cache` (NULL: none) when
+ * its entry is valid for the region and passes the verdict again, else by
+ * mo_search (then cached); an entry that is not gets one warning line and is
+ * replaced (or removed when the search finds nothing). *cached: it came
+ * from the cache. */
+enum mo_status mo_search_cached(const struct mo_tp *prog, const struct mo_search_options *o,
+				const char *cache, struct mo_search_result *r, bool *cached,
+				struct mo_diag *d);
+
+/* Removes the region's cache entry (its μGraph verified but its generated
+ * kernel did not pass), with a warning line saying why. */
+void mo_search_cache_drop(const struct mo_tp *prog, const struct mo_search_options *o,
+			  const char *cache, const char *why);
 
 #endif

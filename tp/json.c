@@ -1,5 +1,5 @@
 /* The tensor program as JSON (--dump-tp), and JSON string escaping. */
-#include "importer_int.h"
+#include "mo_tp.h"
 
 #include <inttypes.h>
 

@@ -1,5 +1,5 @@
 /* The op table and what every stage derives from it directly. */
-#include "importer_int.h"
+#include "mo_tp.h"
 
 #include <inttypes.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* mo_tp: the tensor program (DESIGN §3) and the importer that builds it from
- * an ONNX model.
+/* mo_tp: the tensor program (DESIGN §3) and the op table; the importer
+ * (importer/mo_import.h) builds one from an ONNX model.
  *
  * A tensor program is what the main ONNX graph computes at the kernel level:
  * ops from the one op table, each tensor with a dtype and (where it can be
@@ -41,7 +41,7 @@ enum mo_lax {
  * multiply-add is two; MatMul, Gemm and the reductions are counted by
  * mo_tp_op_flops from their shapes), and the position at which the search
  * tries the op as a unary block op (0: it does not). The schema row
- * (mo_op_schema) and the element formula (importer/mo_elementwise.h, or a
+ * (mo_op_schema) and the element formula (tp/mo_elementwise.h, or a
  * C operator) complete an op's description; test_optable checks that every
  * stage supports every row. Every table the tool keeps per op is sized by
  * MO_OP__COUNT, so an op missing from one fails the build. */
@@ -95,7 +95,7 @@ enum mo_lax {
 /* The activations: element-wise, one operand, attributes alpha, beta and
  * gamma (0 where the op has none; defaults as ONNX gives them), uninterpreted
  * in the field (their seed covers the attributes), and a formula
- * mo_<formula>(x, alpha, beta, gamma) in importer/mo_elementwise.h that the
+ * mo_<formula>(x, alpha, beta, gamma) in tp/mo_elementwise.h that the
  * evaluator and the generated kernels call; the search tries each (after
  * Gelu) as a unary block op with the program's attributes. Adding one is a row here, its
  * schema row (mo_op_schema), its formula and a recipe in test_optable.
@@ -261,28 +261,6 @@ struct mo_tp {
 	const char **warnings;
 };
 
-/* Binds symbolic dimensions and overrides input shapes. */
-struct mo_import_options {
-	int n_dims;
-	const char **dim_names;
-	int64_t *dim_values;
-	int n_input_shapes;
-	const char **input_shape_names;
-	int *input_shape_ranks;
-	int64_t (*input_shape_dims)[MO_MAX_RANK];
-};
-
-/* Parses "NAME=VALUE" and "NAME=2x4096" flag values into options (the
- * strings are referenced, not copied). */
-enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
-			     struct mo_diag *d);
-enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
-				     struct mo_diag *d);
-void mo_import_options_free(struct mo_import_options *o);
-
-enum mo_status mo_tp_import(const struct mo_model *m,
-			    const struct mo_import_options *opt,
-			    struct mo_tp **out, struct mo_diag *d);
 /* The value of a one-element weight or constant. */
 bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v);
 
@@ -302,6 +280,15 @@ bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why);
 
 /* a and b have the same rank and dims. */
 bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b);
+
+/* The reason mo_tp_infer gives for a shape too large to be a tensor: a
+ * corrupt or hostile model, reported as an error rather than made a
+ * boundary. */
+extern const char mo_why_absurd[];
+
+/* The output of op (its inputs' shapes known) is their numpy broadcast, of
+ * dtype; false with *why when they do not broadcast. */
+bool mo_tp_broadcast(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype, const char **why);
 
 /* Sets t's shape; false if the shape is absurd (negative or overflowing). */
 bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);

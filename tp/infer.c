@@ -1,5 +1,5 @@
 /* Shape and dtype inference for the ops of the op table. */
-#include "importer_int.h"
+#include "mo_tp.h"
 
 #include <string.h>
 

@@ -77,3 +77,11 @@ bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, doubl
 	}
 	return t->init && mo_onnx_tensor_doubles(tp->model, t->init, 1, 0, 1, v);
 }
+
+void mo_tp_free(struct mo_tp *tp)
+{
+	if (!tp)
+		return;
+	mo_arena_free(&tp->arena);
+	mo_free(tp);
+}

@@ -1,0 +1,470 @@
+/* The fuse pipeline's driver (mo_fuse_run): import and partition; search
+ * (or take from the cache and verify again) each region's best μGraph, and
+ * the parts of a region that does not fuse whole; build the plugin and
+ * float-check every generated CPU kernel against its region; write the set
+ * (write.c). A region that fails any step stays unfused, with a warning
+ * naming the reason. */
+#include "fuse_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A progress line of a stage under a region's (the search's, the plugin
+ * build's): indented. ctx: the run's options. */
+static void indented_line(void *ctx, const char *line)
+{
+	const struct mo_fuse_options *a = ctx;
+	fuse_progress(a, "  %s", line);
+}
+
+/* A warning of the plugin build, said once though the library may be built
+ * up to three times (the TensorRT glue fails the same way every time). */
+static void warning_once(void *ctx, const char *line)
+{
+	struct mo_fuse_state *f = ctx;
+	if (strcmp(f->last_warning, line) == 0)
+		return;
+	snprintf(f->last_warning, sizeof f->last_warning, "%s", line);
+	fuse_warn(f->a, "%s", line);
+}
+
+enum mo_status mo_fuse_dump_mugraph(const char *dir, const char *label,
+				    const struct mo_mugraph *mg, struct mo_diag *d)
+{
+	char path[1100];
+	snprintf(path, sizeof path, "%s/region_%s.json", dir, label);
+	return mo_mg_write_json(mg, path, d);
+}
+
+/* --dump-mugraph, said as a warning when it cannot be written. */
+static void dump_mugraph(const struct mo_fuse_options *a, const char *label,
+			 const struct mo_mugraph *mg)
+{
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_fuse_dump_mugraph(a->dump_dir, label, mg, &d))
+		fuse_warn(a, "%s", d.msg);
+}
+
+/* A stable op type: the region's canonical hash and its μGraph's text, so the
+ * same region fused the same way gets the same op in every model. */
+static void op_type_of(const struct mo_tp *prog, const struct mo_search_options *o,
+		       const struct mo_mugraph *mg, char *buf, size_t len)
+{
+	uint64_t h = mo_search_region_key(prog, o);
+	char *text = mo_mg_json(mg);
+	if (text)
+		h = mo_fnv(h, text, strlen(text));
+	free(text);
+	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
+}
+/* The regions of `tight` (the model partitioned under tighter limits) that
+ * lie inside rg, appended to rs as parts of unit `parent`; how many. Parts
+ * of a region and the other regions collapse acyclically together: a cycle
+ * through a part would be one through its whole region. */
+static int split_region(const struct mo_region *rg, const struct mo_partition *tight,
+			struct mo_fuse_region *rs, int parent)
+{
+	int n = 0;
+	for (int k = 0; k < tight->n_regions; k++) {
+		const struct mo_region *r = &tight->regions[k];
+		bool inside = r->n_ops < rg->n_ops;
+		for (int i = 0; inside && i < r->n_ops; i++) {
+			bool found = false;
+			for (int j = 0; j < rg->n_ops && !found; j++)
+				found = rg->ops[j] == r->ops[i];
+			inside = found;
+		}
+		if (inside) {
+			rs[n] = (struct mo_fuse_region){ .rg = r, .parent = parent, .part = n + 1 };
+			n++;
+		}
+	}
+	return n;
+}
+/* "3", or "3.2" for the second part of region 3. */
+const char *fuse_label(const struct mo_fuse_region *rs, int u, char *buf, size_t len)
+{
+	if (rs[u].parent < 0)
+		snprintf(buf, len, "%d", u + 1);
+	else
+		snprintf(buf, len, "%d.%d", rs[u].parent + 1, rs[u].part);
+	return buf;
+}
+/* A failure injected for the tests: MIRAGE_ONNX_TEST_FAIL=LABEL:STAGE (e.g.
+ * "2:codegen") makes that stage fail for region LABEL, the way a real
+ * failure there would, so that the tests can see it isolated. Stages:
+ * search, codegen, export. */
+bool fuse_injected_failure(const struct mo_fuse_region *rs, int u, const char *stage)
+{
+	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
+	char lb[32], want[80];
+	if (!e || !*e)
+		return false;
+	snprintf(want, sizeof want, "%s:%s", fuse_label(rs, u, lb, sizeof lb), stage);
+	return strcmp(e, want) == 0;
+}
+/* Stage 1 for region ri: its program, the search (or the cache), the
+ * variants and --profile. Fails only when out of memory (f->d says so);
+ * *nomem when the search ran out of memory (the region stays out). */
+static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem)
+{
+	const struct mo_fuse_options *a = f->a;
+	struct mo_fuse_region *s = &f->rs[ri];
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *tp = f->tp;
+	char lb[32];
+	struct mo_diag xd;
+	mo_diag_init(&xd);
+	*nomem = false;
+	if (mo_tp_region(tp, rg->ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
+			 rg->n_outputs, &s->prog, &xd)) {
+		if (xd.status == MO_ERR_NOMEM) {
+			*f->d = xd;
+			return MO_ERR_NOMEM;
+		}
+		snprintf(s->why, sizeof s->why, "cannot make the region a program: %.300s", xd.msg);
+		fuse_warn(a, "region %s stays unfused: %s",
+			  fuse_label(f->rs, ri, lb, sizeof lb), s->why);
+		return MO_OK;
+	}
+	struct mo_search_options o = *a->search;
+	o.progress = a->progress ? indented_line : NULL;
+	o.progress_ctx = (void *)a;
+	fuse_progress(a, "[%d/%d] region %s: %d ops (%s%s%s): searching, budget %.0f s",
+		      ri + 1, f->nu, fuse_label(f->rs, ri, lb, sizeof lb), rg->n_ops,
+		      tp->node_names[rg->nodes[0]], rg->n_nodes > 1 ? " .. " : "",
+		      rg->n_nodes > 1 ? tp->node_names[rg->nodes[rg->n_nodes - 1]] : "", o.budget_s);
+	const char *cache = f->use_cache ? f->cache : NULL;
+	struct mo_diag sd;
+	mo_diag_init(&sd);
+	if (fuse_injected_failure(f->rs, ri, "search")) {
+		snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
+	} else if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
+		/* a limit the user may want to raise: said as out of memory is */
+		fuse_warn(a, "region %s stays unfused: %s",
+			  fuse_label(f->rs, ri, lb, sizeof lb), s->why);
+	} else if (mo_search_cached(s->prog, &o, cache, &s->r, &s->cached, &sd)) {
+		*nomem = sd.status == MO_ERR_NOMEM;
+		if (*nomem) {
+			snprintf(s->why, sizeof s->why, "out of memory");
+			fuse_warn(a, "region %s stays unfused: out of memory",
+				  fuse_label(f->rs, ri, lb, sizeof lb));
+		} else
+			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
+	} else if (!s->r.best) {
+		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
+	} else {
+		s->fused = true;
+		mo_mg_output_dtypes(s->r.best, s->prog);
+		op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
+		if (a->profile)
+			fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
+		if (a->dump_dir)
+			dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
+		if (fuse_find_variants(s, a, &o, cache, f->d))
+			return MO_ERR_NOMEM;
+	}
+	return MO_OK;
+}
+/* Region ri did not fuse whole: its parts become regions of their own,
+ * after the others (the runs of ops the search found to fuse, else the
+ * regions of a tighter partition). Fails only when out of memory. */
+static enum mo_status split_unfused(struct mo_fuse_state *f, int ri, bool nomem)
+{
+	struct mo_fuse_region *s = &f->rs[ri];
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *tp = f->tp;
+	if (s->r.n_parts > 0) {
+		int *group = mo_malloc(sizeof *group * ((size_t)tp->n_ops + 1));
+		struct mo_diag pd;
+		mo_diag_init(&pd);
+		if (!group)
+			return mo_diag_nomem(f->d);
+		for (int v = 0; v < tp->n_ops; v++)
+			group[v] = -1;
+		for (int k = 0; k < rg->n_ops; k++)
+			group[rg->ops[k]] = s->r.part_of[k];
+		if (mo_part_groups(tp, group, &f->parts[ri], &pd))
+			f->parts[ri] = NULL;
+		mo_free(group);
+		int k = 0;
+		for (; f->parts[ri] && k < f->parts[ri]->n_regions; k++)
+			f->rs[f->nu + k] = (struct mo_fuse_region){ .rg = &f->parts[ri]->regions[k],
+								  .parent = ri, .part = k + 1 };
+		if (k > 0)
+			fuse_progress(f->a, "  fusing %d of its runs of ops as regions of their own", k);
+		s->split = k > 0;
+		f->nu += k;
+	} else if (rg->n_ops > 2 && !s->r.stats.time_limit && !nomem) {
+		if (!f->tight) {
+			struct mo_part_options po = *f->a->part;
+			po.max_ops = po.max_ops / 2 > 1 ? po.max_ops / 2 : 1;
+			po.max_matmul_chain = 1;
+			struct mo_diag pd;
+			mo_diag_init(&pd);
+			if (mo_part_run(tp, &po, &f->tight, &pd))
+				f->tight = NULL;
+		}
+		int k = f->tight ? split_region(rg, f->tight, f->rs + f->nu, ri) : 0;
+		if (k > 0)
+			fuse_progress(f->a, "  trying its %d parts", k);
+		s->split = k > 0;
+		f->nu += k;
+	}
+	return MO_OK;
+}
+/* Stage 1: search every region, then the parts of those that do not fuse
+ * whole. */
+static enum mo_status search_regions(struct mo_fuse_state *f)
+{
+	for (int ri = 0; ri < f->nu; ri++) {
+		struct mo_fuse_region *s = &f->rs[ri];
+		double t0 = mo_seconds();
+		bool nomem;
+		enum mo_status st = search_region(f, ri, &nomem);
+		if (st)
+			return st;
+		if (!s->prog)
+			continue;
+		s->seconds = mo_seconds() - t0;
+		fuse_progress(f->a, "  %s in %.1f s%s", s->fused ? "found a μGraph" : "stays unfused",
+			      s->seconds, s->cached ? " (from the cache, verified again)" : "");
+		if (!s->fused && s->parent < 0 && (st = split_unfused(f, ri, nomem)))
+			return st;
+	}
+	if (fuse_keep_exportable(f->m, f->a, f->tp, f->rs, f->nu))
+		return mo_diag_nomem(f->d);
+	return MO_OK;
+}
+/* Stage 2, one round: the plugin of the regions fused so far, built under
+ * f->so, each op's CPU kernel float-checked against its region. What fails
+ * is left out (*again: build once more without it); *built_none when no
+ * op could be built. */
+static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *built_none)
+{
+	const struct mo_fuse_options *a = f->a;
+	struct mo_fuse_region *rs = f->rs;
+	struct mo_cg_op *ops = f->ops;
+	struct mo_plugin_op_report *rep = f->rep;
+	char lb[32];
+	*again = *built_none = false;
+	int n = 0;
+	for (int ri = 0; ri < f->nu; ri++) {
+		if (!rs[ri].fused)
+			continue;
+		/* one op per distinct op type: identical regions share a kernel */
+		bool dup = false;
+		for (int k = 0; k < n && !dup; k++)
+			dup = strcmp(ops[k].name, rs[ri].op_type) == 0;
+		if (dup)
+			continue;
+		ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
+					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var };
+	}
+	if (n == 0) {
+		*built_none = true;
+		return MO_OK;
+	}
+	struct mo_plugin_options po = {
+		.cuda = a->cuda, .archs = a->archs, .sources_dir = a->keep_sources,
+		.cg = { .banner = a->banner, .target = a->search->target },
+		.progress = a->progress ? indented_line : NULL, .progress_ctx = (void *)a,
+		.warning = warning_once, .warning_ctx = f, .build_id = f->id,
+		.cpu_kernels = a->cpu_kernels,
+	};
+	mo_plugin_build_id(ops, n, &po, f->id);
+	fuse_progress(a, "building the plugin (build %s): %d fused op%s%s", f->id, n,
+		      n == 1 ? "" : "s", a->cuda ? ", CPU and CUDA kernels" : ", CPU kernels");
+	struct mo_diag bd;
+	mo_diag_init(&bd);
+	if (mo_plugin_build(ops, n, &po, f->so, rep, &bd) && bd.status != MO_ERR_UNSUPPORTED) {
+		*f->d = bd;
+		return bd.status;
+	}
+	for (int k = 0; k < n; k++) {
+		for (int ri = 0; ri < f->nu && rep[k].built; ri++)
+			if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name) &&
+			    fuse_injected_failure(rs, ri, "codegen")) {
+				rep[k].built = false;
+				snprintf(rep[k].why, sizeof rep[k].why, "injected failure (test)");
+			}
+		if (rep[k].built)
+			continue;
+		for (int ri = 0; ri < f->nu; ri++)
+			if (rs[ri].fused && !strcmp(rs[ri].op_type, ops[k].name)) {
+				rs[ri].fused = false;
+				snprintf(rs[ri].why, sizeof rs[ri].why, "code generation: %s", rep[k].why);
+				fuse_warn(a, "region %s stays unfused: %s",
+					  fuse_label(rs, ri, lb, sizeof lb), rs[ri].why);
+				if (rs[ri].cached) /* else every later run fails the same */
+					mo_search_cache_drop(rs[ri].prog, a->search, f->cache, rs[ri].why);
+			}
+	}
+	if (bd.status == MO_ERR_UNSUPPORTED) {
+		*built_none = true;
+		return MO_OK;
+	}
+	/* the float check of the generated CPU kernels */
+	struct mo_plugin_lib *lib;
+	if (mo_plugin_open(f->so, &lib, f->d))
+		return f->d->status;
+	for (int k = 0; k < n; k++) {
+		if (!rep[k].built)
+			continue;
+		for (int ri = 0; ri < f->nu; ri++) {
+			struct mo_fuse_region *s = &rs[ri];
+			if (!s->fused || strcmp(s->op_type, ops[k].name))
+				continue;
+			struct mo_diag cd;
+			mo_diag_init(&cd);
+			fuse_progress(a, "  checking %s against region %s", s->op_type,
+				      fuse_label(rs, ri, lb, sizeof lb));
+			if (mo_plugin_check_cpu(lib, &ops[k], s->prog, a->search->seed + 7, &s->check,
+						&cd) || !s->check.ok) {
+				s->fused = false;
+				snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
+					 "check: %.300s", cd.status ? cd.msg : s->check.detail);
+				fuse_warn(a, "region %s stays unfused: %s",
+					  fuse_label(rs, ri, lb, sizeof lb), s->why);
+				if (s->cached)
+					mo_search_cache_drop(s->prog, a->search, f->cache, s->why);
+				*again = true;
+			}
+			s->cuda = rep[k].cuda;
+			s->tensorrt = rep[k].tensorrt;
+		}
+	}
+	mo_plugin_close(lib);
+	return MO_OK;
+}
+/* Stage 2: generate, compile, check; what fails is left out and the rest
+ * built again (at most three rounds). The plugin is built and checked under
+ * a temporary name in OUT's folder; fuse_write_set gives it its name. */
+static enum mo_status build_plugin(struct mo_fuse_state *f)
+{
+	char so_dest[4200];
+	mo_fuse_beside(f->a->out_path, ".mirage.so", so_dest, sizeof so_dest);
+	int so_fd = mo_file_create_temp(so_dest, &f->so, f->d);
+	if (so_fd < 0)
+		return f->d->status;
+	close(so_fd);
+	for (int round = 0; round < 3; round++) {
+		bool again, none;
+		enum mo_status st = build_round(f, &again, &none);
+		if (st)
+			return st;
+		if (none)
+			break;
+		f->have_plugin = !again;
+		if (!again)
+			break;
+	}
+	return MO_OK;
+}
+/* Stage 3: the fused model, its plugin and manifest, written as one set.
+ */
+static enum mo_status write_fused(struct mo_fuse_state *f)
+{
+	int n_fused = 0, nf = 0;
+	enum mo_status st = MO_OK;
+	for (int ri = 0; ri < f->nu; ri++)
+		n_fused += f->rs[ri].fused;
+	if (n_fused == 0)
+		f->have_plugin = false;
+	struct mo_fused_node *fn = mo_calloc((size_t)n_fused + 1, sizeof *fn);
+	if (!fn)
+		return mo_diag_nomem(f->d);
+	for (int ri = 0; ri < f->nu; ri++) {
+		if (!f->rs[ri].fused)
+			continue;
+		char *name = mo_arena_alloc(&f->p->arena, 80);
+		if (!name || !fuse_fused_node_of(f->tp, f->rs, ri, name, 80, &fn[nf])) {
+			st = mo_diag_nomem(f->d);
+			break;
+		}
+		nf++;
+	}
+	f->report->decided = !st;
+	/* nothing fused: OUT is the model as it was, with nothing beside it */
+	struct fuse_file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
+			       .nf = nf };
+	if (!st)
+		st = fuse_write_set(f->m, f->a, f->tp, f->nu, f->rs, &fs, f->report, f->d);
+	for (int k = 0; k < nf; k++)
+		fuse_fused_node_free(&fn[k]);
+	mo_free(fn);
+	return st;
+}
+enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
+			   struct mo_fuse_report *rep, struct mo_diag *d)
+{
+	memset(rep, 0, sizeof *rep);
+	struct mo_fuse_state *f = mo_calloc(1, sizeof *f);
+	if (!f)
+		return mo_diag_nomem(d);
+	*f = (struct mo_fuse_state){ .m = m, .a = a, .d = d, .report = rep };
+	rep->state = f;
+	if (mo_tp_import(m, a->import, &f->tp, d))
+		return d->status;
+	rep->tp = f->tp;
+	for (int i = 0; i < f->tp->n_warnings && a->progress; i++)
+		fuse_warn(a, "%s", f->tp->warnings[i]);
+	if (mo_part_run(f->tp, a->part, &f->p, d))
+		return d->status;
+	/* --profile needs the runners-up, which a cached μGraph has not */
+	f->use_cache = !a->no_cache && !a->profile && mo_search_cache_dir(f->cache, sizeof f->cache);
+	size_t cap = (size_t)f->p->n_regions + (size_t)f->tp->n_ops + 1;
+	f->nu = f->p->n_regions;
+	f->rs = mo_calloc(cap, sizeof *f->rs);
+	f->parts = mo_calloc((size_t)f->p->n_regions + 1, sizeof *f->parts);
+	f->ops = mo_calloc(cap, sizeof *f->ops);
+	f->rep = mo_calloc(cap, sizeof *f->rep);
+	if (!f->rs || !f->ops || !f->rep || !f->parts)
+		return mo_diag_nomem(d);
+	rep->regions = f->rs;
+	for (int ri = 0; ri < f->nu; ri++)
+		f->rs[ri] = (struct mo_fuse_region){ .rg = &f->p->regions[ri], .parent = -1 };
+	enum mo_status st = search_regions(f);
+	rep->n_regions = f->nu;
+	if (!st)
+		st = build_plugin(f);
+	if (!st)
+		st = write_fused(f);
+	mo_file_discard_temp(-1, f->so); /* gone already when it became the plugin */
+	f->so = NULL;
+	return st;
+}
+
+void mo_fuse_report_free(struct mo_fuse_report *rep)
+{
+	struct mo_fuse_state *f = rep->state;
+	if (!f)
+		return;
+	mo_file_discard_temp(-1, f->so);
+	for (int ri = 0; f->rs && ri < f->nu; ri++) {
+		mo_search_result_free(&f->rs[ri].r);
+		for (int v = 0; v < f->rs[ri].n_var; v++)
+			mo_search_result_free(&f->rs[ri].var[v]);
+		mo_tp_free(f->rs[ri].prog);
+	}
+	mo_free(f->rs);
+	mo_free(f->ops);
+	mo_free(f->rep);
+	mo_part_free(f->tight);
+	for (int ri = 0; f->parts && f->p && ri < f->p->n_regions; ri++)
+		mo_part_free(f->parts[ri]);
+	mo_free(f->parts);
+	mo_part_free(f->p);
+	mo_tp_free(f->tp);
+	mo_free(f);
+	memset(rep, 0, sizeof *rep);
+}
+
+const char *mo_fuse_label(const struct mo_fuse_report *rep, int i, char *buf, size_t len)
+{
+	return fuse_label(rep->regions, i, buf, len);
+}

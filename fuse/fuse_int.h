@@ -1,0 +1,103 @@
+/* Private to fuse/: the state of one run, and what its files share. */
+#ifndef FUSE_INT_H
+#define FUSE_INT_H
+
+#include "mo_export.h"
+#include "mo_fuse.h"
+
+/* One run of the fuse pipeline: what its three stages share. */
+struct mo_fuse_state {
+	struct mo_model *m;
+	const struct mo_fuse_options *a;
+	struct mo_diag *d;
+	struct mo_fuse_report *report;
+	struct mo_tp *tp;
+	struct mo_partition *p;
+	struct mo_partition *tight; /* made when a region does not fuse whole */
+	/* the parts of region ri the search found, when it does not fuse whole */
+	struct mo_partition **parts;
+	/* every region, then the parts of those that do not fuse whole */
+	struct mo_fuse_region *rs;
+	int nu;
+	struct mo_cg_op *ops;
+	struct mo_plugin_op_report *rep;
+	char cache[1024];
+	bool use_cache;
+	bool no_gpu;             /* --profile found none */
+	char *so;                /* the plugin, under a temporary name */
+	char id[MO_PLUGIN_BUILD_ID_LEN + 1];
+	bool have_plugin;
+	char last_warning[512];  /* the build's, said once over all rounds */
+};
+
+/* A progress line (nothing with --quiet) and a warning line of the run. */
+#define fuse_progress(a, ...) mo_progressf((a)->progress, (a)->progress_ctx, __VA_ARGS__)
+#define fuse_warn(a, ...) mo_progressf((a)->warning, (a)->warning_ctx, __VA_ARGS__)
+
+/* ---- fuse.c ---- */
+
+/* "3", or "3.2" for the second part of region 3. */
+const char *fuse_label(const struct mo_fuse_region *rs, int u, char *buf, size_t len);
+
+/* A failure injected for the tests: MIRAGE_ONNX_TEST_FAIL=LABEL:STAGE (e.g.
+ * "2:codegen") makes that stage fail for region LABEL, the way a real
+ * failure there would, so that the tests can see it isolated. Stages:
+ * search, codegen, export. */
+bool fuse_injected_failure(const struct mo_fuse_region *rs, int u, const char *stage);
+
+/* ---- variants.c ---- */
+
+/* The GPUs the plugin runs on (mo_arch_gpus) and their shared memory per
+ * block, largest first; their number. */
+int fuse_built_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim);
+
+/* The variant of region s that a GPU with `limit` bytes runs: 0 its best
+ * μGraph, k its k-th variant; -1 none. */
+int fuse_variant_for(const struct mo_fuse_region *s, uint64_t limit);
+
+/* For each GPU built for that no μGraph of region s fits, the best μGraph
+ * that does: the same search, proof and cache with its shared memory as
+ * the limit. One that finds none leaves the GPU without (code generation
+ * then leaves the region unfused, saying so). */
+enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse_options *a,
+				  const struct mo_search_options *o, const char *cache,
+				  struct mo_diag *d);
+
+/* --profile: region s's best μGraph and its runners-up, built as the ops of
+ * one plugin beside OUT (a temporary, removed), each timed on the GPU by
+ * the plugin's MirageOnnxPluginProfile; the fastest becomes s->r.best. What
+ * cannot be timed leaves the cost model's choice, with a warning; no GPU
+ * at all is said once (*no_gpu) and ends profiling for the run. */
+void fuse_profile_region(struct mo_fuse_region *s, const struct mo_fuse_options *a,
+			 const char *lb, bool *no_gpu);
+
+/* ---- write.c ---- */
+
+const char *fuse_base_name(const char *p);
+
+/* The fused node of unit u (nodes, inputs and outputs allocated into f;
+ * name[name_len] its node name); false when out of memory. */
+bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int u,
+			char *name, size_t name_len, struct mo_fused_node *f);
+void fuse_fused_node_free(struct mo_fused_node *f);
+
+/* Leaves unfused, with the reason, every found unit whose μGraph does not
+ * export (see write.c). */
+enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_options *a,
+				    const struct mo_tp *tp, struct mo_fuse_region *rs, int nu);
+
+struct fuse_file_set {
+	const char *so_tmp;  /* the built, checked plugin; NULL when nothing is fused */
+	const char *id;      /* its build id */
+	const struct mo_fused_node *fn;
+	int nf;
+};
+
+/* Writes the set (write.c): OUT, and when something is fused its plugin and
+ * manifest, recorded in rep. */
+enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *a,
+			      const struct mo_tp *tp, int nu, const struct mo_fuse_region *rs,
+			      const struct fuse_file_set *fs, struct mo_fuse_report *rep,
+			      struct mo_diag *d);
+
+#endif

@@ -1,0 +1,111 @@
+/* mo_fuse: the fuse pipeline (DESIGN §3), `mirage-onnx MODEL -o OUT` without
+ * its command line. Partition; search (or take from the cache and verify
+ * again) each region's best μGraph; generate and compile the plugin; run
+ * every generated CPU kernel against the float evaluator of the region it
+ * replaces; write OUT, OUT's plugin and manifest as one set. A region that
+ * fails any step stays unfused, with a warning naming the reason, and the
+ * run goes on.
+ *
+ * The library prints nothing: progress and warnings are lines handed to the
+ * caller, and what happened to each region is in the report. */
+#ifndef MO_FUSE_H
+#define MO_FUSE_H
+
+#include "mo_import.h"
+#include "mo_part.h"
+#include "mo_plugin.h"
+#include "mo_search.h"
+
+struct mo_fuse_options {
+	const char *in_path, *out_path;
+	const struct mo_import_options *import;
+	const struct mo_part_options *part;
+	const struct mo_search_options *search;
+	bool no_cache;
+	bool cuda;                /* CUDA kernels too (nvcc found, not --no-cuda) */
+	const char *archs;        /* "80,90" */
+	const char *keep_sources; /* --keep-sources DIR, or NULL */
+	const char *dump_dir;     /* --dump-mugraph DIR, or NULL */
+	const char *banner;       /* the first line of every generated file */
+	bool cpu_kernels;         /* the plugin registers its CPU kernels by default */
+	/* --profile: time each region's best μGraph and its runners-up (the
+	 * search's options.alternatives) on the GPU and keep the fastest */
+	bool profile;
+	/* progress lines (NULL: none, --quiet) and warning lines (NULL: none;
+	 * the model's import warnings only with progress) */
+	void (*progress)(void *ctx, const char *line);
+	void *progress_ctx;
+	void (*warning)(void *ctx, const char *line);
+	void *warning_ctx;
+};
+/* μGraphs --profile times per region: the best and its runners-up */
+#define MO_FUSE_PROFILE_CANDIDATES 3
+
+/* A region of the partition, or a part of one the search could not fuse
+ * whole: a run of its ops the search found to fuse into one kernel, or,
+ * when it found none, a region of the model partitioned again with tighter
+ * limits (one MatMul per path, half the ops). Parts are not split again. */
+struct mo_fuse_region {
+	const struct mo_region *rg;
+	int parent;          /* the unit it is a part of, or -1 */
+	int part;            /* its number among the parent's parts (from 1) */
+	bool split;          /* not fused whole; its parts follow */
+	struct mo_tp *prog;
+	struct mo_search_result r;
+	bool cached;
+	bool fused;          /* so far; in the report: in the model written */
+	char op_type[40];
+	char why[400];       /* why not fused */
+	struct mo_plugin_check check;
+	bool cuda;
+	bool tensorrt;       /* with a TensorRT plugin in the library */
+	double seconds;
+	/* μGraphs for the GPUs built for whose shared memory r.best does not
+	 * fit, each needing less than the one before (mo_cg_op.variants) */
+	int n_var;
+	struct mo_search_result var[MO_CG_MAX_VARIANTS - 1];
+	const struct mo_mugraph *var_mg[MO_CG_MAX_VARIANTS - 1];
+	uint64_t var_limit[MO_CG_MAX_VARIANTS - 1]; /* what it was searched for */
+	/* --profile: the GPU, the μGraphs timed (0: none), each one's median
+	 * µs (-1: not timed; 0 the cost model's choice) and the one kept */
+	char profile_gpu[64];
+	int profile_n, profile_kept;
+	double profile_us[1 + MO_SEARCH_MAX_ALTERNATIVES];
+};
+
+/* What a run did. */
+struct mo_fuse_report {
+	const struct mo_tp *tp;   /* the model's program (NULL: not imported) */
+	/* every region, then the parts of those that do not fuse whole */
+	int n_regions;
+	struct mo_fuse_region *regions;
+	bool decided;             /* every region's outcome is final: the set was written,
+				   * or writing it was tried */
+	bool written;             /* OUT (and, when fused, its plugin and manifest) */
+	int n_fused;              /* fused nodes in OUT, parts included */
+	char plugin[4200], manifest[4200]; /* "" when nothing fused */
+	char domain[64];
+	struct mo_fuse_state *state; /* what the regions point into */
+};
+
+/* Runs the pipeline on m (which it edits: the export rewrites its graph)
+ * with `o`; *rep says what happened, free it with mo_fuse_report_free (also
+ * after a failure). MO_ERR_USAGE for options the model cannot take (a
+ * --dim it has no symbol for), MO_ERR_INPUT when the model cannot be
+ * imported or OUT written, MO_ERR_NOMEM; d says why. */
+enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *o,
+			   struct mo_fuse_report *rep, struct mo_diag *d);
+void mo_fuse_report_free(struct mo_fuse_report *rep);
+
+/* "3", or "3.2" for the second part of region 3. */
+const char *mo_fuse_label(const struct mo_fuse_report *rep, int i, char *buf, size_t len);
+
+/* --dump-mugraph: mg as DIR/region_LABEL.json (LABEL: "4", or "4.2" for a
+ * part), written whole and renamed into place. */
+enum mo_status mo_fuse_dump_mugraph(const char *dir, const char *label,
+				    const struct mo_mugraph *mg, struct mo_diag *d);
+
+/* OUT's companion file: "m.onnx" -> "m" + suffix (".mirage.<build>.so", ...). */
+void mo_fuse_beside(const char *out, const char *suffix, char *buf, size_t len);
+
+#endif

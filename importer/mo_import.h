@@ -1,0 +1,33 @@
+/* mo_import: the importer, an ONNX model's main graph as a tensor program
+ * (tp/mo_tp.h): one TP op per node of the op table, shapes inferred,
+ * integer shape arithmetic folded into constants, symbolic dimensions bound
+ * by --dim and input shapes overridden by --input-shape. */
+#ifndef MO_IMPORT_H
+#define MO_IMPORT_H
+
+#include "mo_tp.h"
+
+/* Binds symbolic dimensions and overrides input shapes. */
+struct mo_import_options {
+	int n_dims;
+	const char **dim_names;
+	int64_t *dim_values;
+	int n_input_shapes;
+	const char **input_shape_names;
+	int *input_shape_ranks;
+	int64_t (*input_shape_dims)[MO_MAX_RANK];
+};
+
+/* Parses "NAME=VALUE" and "NAME=2x4096" flag values into options (the
+ * strings are referenced, not copied). */
+enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
+			     struct mo_diag *d);
+enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
+				     struct mo_diag *d);
+void mo_import_options_free(struct mo_import_options *o);
+
+enum mo_status mo_tp_import(const struct mo_model *m,
+			    const struct mo_import_options *opt,
+			    struct mo_tp **out, struct mo_diag *d);
+
+#endif
