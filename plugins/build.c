@@ -574,85 +574,88 @@ static enum mo_status make_build_dir(const struct mo_plugin_options *o, char *di
 	return MO_OK;
 }
 
-enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct mo_plugin_options *o,
-			       const char *out_so, struct mo_plugin_op_report *rep, struct mo_diag *d)
+/* What goes into the link: the ops built (their identifiers, whether with
+ * CUDA) and every object file. */
+struct link_list {
+	char **idents;
+	bool *has_cuda;
+	struct mo_cg_op *built;
+	int nb;
+	char **objs; /* two per op, the op table, the ORT and TensorRT glue, the timer */
+	int no;
+};
+
+static bool link_list_init(struct link_list *L, int n)
 {
-	char dir[4096];
-	if (o->sources_dir && mkdir(o->sources_dir, 0755) != 0 && errno != EEXIST)
-		return mo_diag_set(d, MO_ERR_INPUT, "cannot make %s: %s", o->sources_dir,
-				   strerror(errno));
-	if (make_build_dir(o, dir, sizeof dir, d))
-		return d->status;
-	struct builder b = { .dir = dir, .cpu_kernels = o->cpu_kernels, .env = child_env(dir) };
-	enum mo_status st = MO_OK;
+	L->idents = mo_calloc((size_t)n + 1, sizeof *L->idents);
+	L->has_cuda = mo_calloc((size_t)n + 1, sizeof *L->has_cuda);
+	L->built = mo_calloc((size_t)n + 1, sizeof *L->built);
+	L->objs = mo_calloc(2 * (size_t)n + 4, sizeof *L->objs);
+	return L->idents && L->has_cuda && L->built && L->objs;
+}
+
+static void link_list_free(struct link_list *L, int n)
+{
+	for (int k = 0; L->idents && k < n; k++)
+		mo_free(L->idents[k]);
+	for (int k = 0; L->objs && k < 2 * n + 4; k++)
+		mo_free(L->objs[k]);
+	mo_free(L->idents);
+	mo_free(L->has_cuda);
+	mo_free(L->built);
+	mo_free(L->objs);
+}
+
+/* Each op's C (and with nvcc, CUDA) source, emitted and compiled; one that
+ * fails is left out, saying why in its report. Stops on a full disk. */
+static void compile_ops(struct builder *b, const struct mo_cg_op *ops, int n,
+			const struct mo_plugin_options *o, const char *cc, const char *nvcc,
+			struct link_list *L, struct mo_plugin_op_report *rep)
+{
 	char path[4200], obj[4200];
-	char **idents = NULL, **objs = NULL;
-	bool *has_cuda = NULL;
-	struct mo_cg_op *built = NULL;
-	if (!b.env) {
-		st = mo_diag_nomem(d);
-		goto out;
-	}
-	for (int i = 0; i < mo_runtime_n_files; i++) {
-		snprintf(path, sizeof path, "%s/%s", dir, mo_runtime_files[i].name);
-		if (mo_file_write_all(path, mo_runtime_files[i].data, mo_runtime_files[i].len, d)) {
-			st = d->status;
-			goto out;
-		}
-	}
-	const char *cc = find_cc(o);
-	const char *nvcc = o->cuda ? mo_plugin_find_nvcc(o) : NULL;
-	if (o->cuda && !nvcc) {
-		st = mo_diag_set(d, MO_ERR_INPUT, "nvcc not found (set NVCC or PATH, or build without CUDA)");
-		goto out;
-	}
-	idents = mo_calloc((size_t)n + 1, sizeof *idents);
-	has_cuda = mo_calloc((size_t)n + 1, sizeof *has_cuda);
-	built = mo_calloc((size_t)n + 1, sizeof *built);
-	/* two per op, the op table, the ORT and the TensorRT glue, the timer */
-	objs = mo_calloc(2 * (size_t)n + 4, sizeof *objs);
-	if (!idents || !has_cuda || !built || !objs) {
-		st = mo_diag_nomem(d);
-		goto free_lists;
-	}
-	int nb = 0, no = 0;
-	for (int i = 0; i < n && !b.disk; i++) {
+	for (int i = 0; i < n && !b->disk; i++) {
 		struct mo_plugin_op_report *r = &rep[i];
 		memset(r, 0, sizeof *r);
 		char ident[32];
 		snprintf(ident, sizeof ident, "mo_op%d", i);
 		progress(o, "compiling %s (%d/%d)%s", ops[i].name, i + 1, n, nvcc ? " for CPU and CUDA" : "");
-		snprintf(path, sizeof path, "%s/%s.c", dir, ident);
-		snprintf(obj, sizeof obj, "%s/%s.o", dir, ident);
-		if (!emit_file(&b, &ops[i], ident, false, o, path, r->why, sizeof r->why) ||
-		    !compile_c(&b, cc, path, obj, r->why, sizeof r->why))
+		snprintf(path, sizeof path, "%s/%s.c", b->dir, ident);
+		snprintf(obj, sizeof obj, "%s/%s.o", b->dir, ident);
+		if (!emit_file(b, &ops[i], ident, false, o, path, r->why, sizeof r->why) ||
+		    !compile_c(b, cc, path, obj, r->why, sizeof r->why))
 			continue;
 		char cobj[4200] = "";
 		if (nvcc) {
-			snprintf(path, sizeof path, "%s/%s.cu", dir, ident);
-			snprintf(cobj, sizeof cobj, "%s/%s.cu.o", dir, ident);
-			if (!emit_file(&b, &ops[i], ident, true, o, path, r->why, sizeof r->why) ||
-			    !compile_cuda(&b, nvcc, o->archs ? o->archs : "80,90", path, cobj, r->why,
+			snprintf(path, sizeof path, "%s/%s.cu", b->dir, ident);
+			snprintf(cobj, sizeof cobj, "%s/%s.cu.o", b->dir, ident);
+			if (!emit_file(b, &ops[i], ident, true, o, path, r->why, sizeof r->why) ||
+			    !compile_cuda(b, nvcc, o->archs ? o->archs : "80,90", path, cobj, r->why,
 					  sizeof r->why))
 				continue;
 		}
-		idents[nb] = mo_strdup(ident);
-		objs[no++] = mo_strdup(obj);
+		L->idents[L->nb] = mo_strdup(ident);
+		L->objs[L->no++] = mo_strdup(obj);
 		if (nvcc)
-			objs[no++] = mo_strdup(cobj);
-		has_cuda[nb] = nvcc != NULL;
-		built[nb++] = ops[i];
+			L->objs[L->no++] = mo_strdup(cobj);
+		L->has_cuda[L->nb] = nvcc != NULL;
+		L->built[L->nb++] = ops[i];
 		r->built = true;
 		r->cuda = nvcc != NULL;
 	}
-	if (b.disk)
-		goto disk_full;
-	if (nb == 0) {
-		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "no fused op could be built");
-		goto free_lists;
-	}
-	/* the op table and the glue */
-	snprintf(path, sizeof path, "%s/mo_ops.c", dir);
+}
+
+/* The op table of the ops built and the ORT glue (both required), the
+ * kernel timer and the TensorRT glue (both optional: a failure leaves only
+ * it out, with a warning). *trt: the TensorRT glue is in. A full disk
+ * returns MO_ERR_INPUT with b->disk set and d untouched. */
+static enum mo_status compile_glue(struct builder *b, const struct mo_cg_op *ops, int n,
+				   const struct mo_plugin_options *o, const char *cc,
+				   const char *nvcc, struct link_list *L, bool *trt,
+				   struct mo_diag *d)
+{
+	char path[4200], obj[4200];
+	*trt = false;
+	snprintf(path, sizeof path, "%s/mo_ops.c", b->dir);
 	char id[MO_PLUGIN_BUILD_ID_LEN + 1], domain[64];
 	if (o->build_id)
 		snprintf(id, sizeof id, "%s", o->build_id);
@@ -660,84 +663,81 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		mo_plugin_build_id(ops, n, o, id);
 	mo_plugin_domain_of(id, domain, sizeof domain);
 	struct mo_file table;
-	if (mo_file_open(&table, path, d)) {
-		st = d->status;
-		goto free_lists;
-	}
-	mo_cg_emit_table(built, (const char *const *)idents, has_cuda, nb, o->cg.banner, domain,
-			 table.f);
-	if (mo_file_commit(&table, d)) {
-		st = d->status;
-		goto free_lists;
-	}
+	if (mo_file_open(&table, path, d))
+		return d->status;
+	mo_cg_emit_table(L->built, (const char *const *)L->idents, L->has_cuda, L->nb,
+			 o->cg.banner, domain, table.f);
+	if (mo_file_commit(&table, d))
+		return d->status;
 	const char *fixed[] = { "mo_ops", "mo_ort_glue" };
 	for (int k = 0; k < 2; k++) {
 		char why[300];
-		snprintf(path, sizeof path, "%s/%s.c", dir, fixed[k]);
-		snprintf(obj, sizeof obj, "%s/%s.o", dir, fixed[k]);
-		if (!compile_c(&b, cc, path, obj, why, sizeof why)) {
-			if (b.disk)
-				goto disk_full;
-			st = mo_diag_set(d, MO_ERR_INTERNAL, "%s.c: %s", fixed[k], why);
-			goto free_lists;
-		}
-		objs[no++] = mo_strdup(obj);
+		snprintf(path, sizeof path, "%s/%s.c", b->dir, fixed[k]);
+		snprintf(obj, sizeof obj, "%s/%s.o", b->dir, fixed[k]);
+		if (!compile_c(b, cc, path, obj, why, sizeof why))
+			return b->disk ? MO_ERR_INPUT
+				       : mo_diag_set(d, MO_ERR_INTERNAL, "%s.c: %s", fixed[k], why);
+		L->objs[L->no++] = mo_strdup(obj);
 	}
 	/* The timer of the CUDA kernels (mo_profile.cpp, for --profile and
 	 * bench --provider cuda): optional, like the TensorRT glue */
 	if (nvcc) {
 		char why[300];
-		snprintf(path, sizeof path, "%s/mo_profile.cpp", dir);
-		snprintf(obj, sizeof obj, "%s/mo_profile.o", dir);
-		if (compile_host(&b, nvcc, NULL, path, obj, why, sizeof why))
-			objs[no++] = mo_strdup(obj);
-		else if (b.disk)
-			goto disk_full;
+		snprintf(path, sizeof path, "%s/mo_profile.cpp", b->dir);
+		snprintf(obj, sizeof obj, "%s/mo_profile.o", b->dir);
+		if (compile_host(b, nvcc, NULL, path, obj, why, sizeof why))
+			L->objs[L->no++] = mo_strdup(obj);
+		else if (b->disk)
+			return MO_ERR_INPUT;
 		else
 			warn(o, "the kernel timer (mo_profile.cpp) did not compile, so the plugin cannot "
 			     "be profiled: %s", why);
 	}
 	/* The TensorRT glue, for the ops with CUDA: only where TensorRT's
-	 * headers are, and optional, so that a failure leaves only it out. It
-	 * links no TensorRT library, and the libstdc++ it needs is linked for
-	 * the CUDA objects anyway. */
+	 * headers are. It links no TensorRT library, and the libstdc++ it
+	 * needs is linked for the CUDA objects anyway. */
 	const char *trt_include = nvcc ? mo_plugin_find_tensorrt(o) : NULL;
-	bool trt = false;
 	if (nvcc && !trt_include)
 		progress(o, "no TensorRT headers (MO_TENSORRT_INCLUDE, TENSORRT_ROOT): no TensorRT plugins");
 	if (trt_include) {
 		char why[300];
 		progress(o, "compiling the TensorRT glue (headers in %s)", trt_include);
-		snprintf(path, sizeof path, "%s/mo_trt_glue.cpp", dir);
-		snprintf(obj, sizeof obj, "%s/mo_trt_glue.o", dir);
-		trt = compile_host(&b, nvcc, trt_include, path, obj, why, sizeof why);
-		if (b.disk)
-			goto disk_full;
-		if (trt)
-			objs[no++] = mo_strdup(obj);
+		snprintf(path, sizeof path, "%s/mo_trt_glue.cpp", b->dir);
+		snprintf(obj, sizeof obj, "%s/mo_trt_glue.o", b->dir);
+		*trt = compile_host(b, nvcc, trt_include, path, obj, why, sizeof why);
+		if (b->disk)
+			return MO_ERR_INPUT;
+		if (*trt)
+			L->objs[L->no++] = mo_strdup(obj);
 		else
 			warn(o, "the TensorRT glue did not compile against %s, so the plugin has no "
 			     "TensorRT plugins: %s", trt_include, why);
 	}
-	/* linked inside the build folder, then copied beside out_so under a
-	 * fresh name and renamed: the linker never writes in OUT's folder */
+	return MO_OK;
+}
+
+/* Links every object inside the build folder, then copies the library
+ * beside out_so under a fresh name and renames it: the linker never writes
+ * in OUT's folder. A full disk: as compile_glue. */
+static enum mo_status link_plugin(struct builder *b, const struct mo_plugin_options *o,
+				  const char *cc, const char *nvcc, const struct link_list *L,
+				  const char *out_so, struct mo_diag *d)
+{
 	char so[4200], log[4200], libdir[4200];
-	snprintf(so, sizeof so, "%s/plugin.so", dir);
-	snprintf(log, sizeof log, "%s/link.log", dir);
+	snprintf(so, sizeof so, "%s/plugin.so", b->dir);
+	snprintf(log, sizeof log, "%s/link.log", b->dir);
 	/* every object: an op left off the line would still link (a shared
 	 * library may leave symbols undefined) and fail only when loaded */
-	char **argv = mo_calloc((size_t)no + 16, sizeof *argv);
-	if (!argv) {
-		st = mo_diag_nomem(d);
-		goto free_lists;
-	}
+	char **argv = mo_calloc((size_t)L->no + 16, sizeof *argv);
+	if (!argv)
+		return mo_diag_nomem(d);
 	int na = 0;
 	argv[na++] = (char *)cc;
 	argv[na++] = "-shared";
 	argv[na++] = "-o";
 	argv[na++] = so;
-	for (int k = 0; k < no; k++)
-		argv[na++] = objs[k];
+	for (int k = 0; k < L->no; k++)
+		argv[na++] = L->objs[k];
 	if (nvcc) {
 		cuda_libdir(nvcc, libdir, sizeof libdir);
 		argv[na++] = libdir;
@@ -751,36 +751,61 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 	argv[na++] = "-lm";
 	argv[na] = NULL;
 	progress(o, "linking %s", out_so);
-	bool linked = run_tool(&b, argv, log);
+	bool linked = run_tool(b, argv, log);
 	mo_free(argv);
 	if (!linked) {
-		if (b.disk)
-			goto disk_full;
+		if (b->disk)
+			return MO_ERR_INPUT;
 		char e[256];
-		first_error(b.out, e, sizeof e);
-		st = mo_diag_set(d, MO_ERR_INTERNAL, "linking the plugin failed: %s", e);
-		goto free_lists;
+		first_error(b->out, e, sizeof e);
+		return mo_diag_set(d, MO_ERR_INTERNAL, "linking the plugin failed: %s", e);
 	}
-	if (copy_file(so, out_so, d)) {
-		st = d->status;
-		goto free_lists;
+	return copy_file(so, out_so, d);
+}
+
+enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct mo_plugin_options *o,
+			       const char *out_so, struct mo_plugin_op_report *rep, struct mo_diag *d)
+{
+	char dir[4096];
+	if (o->sources_dir && mkdir(o->sources_dir, 0755) != 0 && errno != EEXIST)
+		return mo_diag_set(d, MO_ERR_INPUT, "cannot make %s: %s", o->sources_dir,
+				   strerror(errno));
+	if (make_build_dir(o, dir, sizeof dir, d))
+		return d->status;
+	struct builder b = { .dir = dir, .cpu_kernels = o->cpu_kernels, .env = child_env(dir) };
+	struct link_list L = { 0 };
+	enum mo_status st = MO_OK;
+	const char *cc = find_cc(o);
+	const char *nvcc = o->cuda ? mo_plugin_find_nvcc(o) : NULL;
+	bool trt = false;
+	if (!b.env) {
+		st = mo_diag_nomem(d);
+		goto out;
 	}
-	for (int i = 0; i < n; i++)
+	char path[4200];
+	for (int i = 0; i < mo_runtime_n_files && !st; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, mo_runtime_files[i].name);
+		st = mo_file_write_all(path, mo_runtime_files[i].data, mo_runtime_files[i].len, d);
+	}
+	if (!st && o->cuda && !nvcc)
+		st = mo_diag_set(d, MO_ERR_INPUT, "nvcc not found (set NVCC or PATH, or build without CUDA)");
+	if (!st && !link_list_init(&L, n))
+		st = mo_diag_nomem(d);
+	if (!st)
+		compile_ops(&b, ops, n, o, cc, nvcc, &L, rep);
+	if (!st && !b.disk && L.nb == 0)
+		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "no fused op could be built");
+	if (!st && !b.disk)
+		st = compile_glue(&b, ops, n, o, cc, nvcc, &L, &trt, d);
+	if (!st && !b.disk)
+		st = link_plugin(&b, o, cc, nvcc, &L, out_so, d);
+	if (b.disk) /* whichever step met it */
+		st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder "
+				 "%s: %s", dir, b.disk);
+	for (int i = 0; !st && i < n; i++)
 		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda;
-	goto free_lists;
-disk_full:
-	st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder %s: %s",
-			 dir, b.disk);
-free_lists:
-	for (int k = 0; idents && k < n; k++)
-		mo_free(idents[k]);
-	for (int k = 0; objs && k < 2 * n + 4; k++)
-		mo_free(objs[k]);
-	mo_free(idents);
-	mo_free(has_cuda);
-	mo_free(built);
-	mo_free(objs);
 out:
+	link_list_free(&L, n);
 	if (o->sources_dir)
 		keep_sources(dir, o);
 	free_child_env(b.env);

@@ -509,155 +509,155 @@ static void emit_matmul(struct gen *g, enum scope sc, const struct mo_tp *tp,
 		P(g, "#endif\n");
 }
 
-/* mm, off_stage: a block MatMul's tensor-core form (emit_matmul). */
-static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
-		    const struct buf *bufs, const struct mo_bg_mma *mm, uint64_t off_stage)
+/* ReduceSum, ReduceMean, ReduceMax: with a warp per output element in a
+ * block when there are at least 32 to reduce. */
+static void emit_reduce(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct buf *O = &bufs[op->out[0]];
+	uint64_t n = mo_tensor_numel(out);
+	char a[512];
+	const struct mo_tensor *X = &tp->tensors[op->in[0]];
+	bool red[MO_MAX_RANK] = { false };
+	for (int k = 0; k < op->p.n_axes; k++)
+		red[op->p.axes[k]] = true;
+	int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
+	strides(X, xs);
+	strides(out, os);
+	/* output flat index -> input base; reduced flat index -> offset */
+	uint64_t R = 1;
+	struct mo_tensor rt = { .rank = 0 };
+	int64_t rxs[MO_MAX_RANK];
+	for (int k = 0; k < X->rank; k++)
+		if (red[k]) {
+			rxs[rt.rank] = xs[k];
+			rt.dims[rt.rank++] = X->dims[k];
+			R *= (uint64_t)X->dims[k];
+		}
+	int64_t rs[MO_MAX_RANK];
+	strides(&rt, rs);
+	char base[512] = "0", roff[512] = "0";
+	size_t bl = 0, rl = 0;
+	for (int k = 0, od = 0, rd = 0; k < X->rank; k++) {
+		if (red[k]) {
+			rl += (size_t)snprintf(roff + rl, sizeof roff - (rl < sizeof roff ? rl : sizeof roff),
+					       "%s(r_ / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
+					       rl ? " + " : "", rs[rd], rt.dims[rd], rxs[rd]);
+			rd++;
+			if (op->p.keepdims)
+				od++;
+			continue;
+		}
+		bl += (size_t)snprintf(base + bl, sizeof base - (bl < sizeof base ? bl : sizeof base),
+				       "%s(i / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
+				       bl ? " + " : "", os[od], out->dims[od], xs[k]);
+		od++;
+	}
+	if (bl >= sizeof base || rl >= sizeof roff) {
+		unsupported(g, "reduction index too long");
+		return;
+	}
+	char idx[1100];
+	snprintf(idx, sizeof idx, "b_ + %s", roff);
+	load(a, sizeof a, &bufs[op->in[0]], idx);
+	bool mx = op->kind == MO_OP_REDUCE_MAX;
+	char step[700], fin[64];
+	snprintf(step, sizeof step, mx ? "mo_max(s_, %s)" : "s_ + %s", a);
+	snprintf(fin, sizeof fin, op->kind == MO_OP_REDUCE_MEAN ? "s_ / %" PRIu64 ".0f" : "s_", R);
+	if (sc == SC_BLOCK && R >= 32) {
+		/* a warp per output element, lanes over the reduced ones */
+		P(g, "for (mo_ix_t i = threadIdx.x / 32; i < %" PRIu64 "u; i += blockDim.x / 32) {\n",
+		  n);
+		P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+		P(g, "for (mo_ix_t r_ = threadIdx.x %% 32; r_ < %" PRIu64 "u; r_ += 32) s_ = %s;\n", R,
+		  step);
+		P(g, "for (int w_ = 16; w_ > 0; w_ >>= 1) { float o_ = __shfl_xor_sync(0xffffffffu, s_, w_); s_ = %s; }\n",
+		  mx ? "mo_max(s_, o_)" : "s_ + o_");
+		P(g, "if (threadIdx.x %% 32 == 0) {\n");
+		store(g, O, "i", fin);
+		P(g, "}\n}\n");
+	} else {
+		loop_open(g, sc, "i", n);
+		P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
+		P(g, "for (mo_ix_t r_ = 0; r_ < %" PRIu64 "u; r_++) s_ = %s;\n", R, step);
+		store(g, O, "i", fin);
+		P(g, "}\n");
+	}
+}
+
+/* Transpose: each output element read through the permuted strides. */
+static void emit_transpose(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			   const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct buf *O = &bufs[op->out[0]];
+	uint64_t n = mo_tensor_numel(out);
+	char a[512], ia[256];
+	const struct mo_tensor *X = &tp->tensors[op->in[0]];
+	int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
+	strides(X, xs);
+	strides(out, os);
+	size_t len = (size_t)snprintf(ia, sizeof ia, "(0");
+	for (int d = 0; d < out->rank && len < sizeof ia; d++)
+		len += (size_t)snprintf(ia + len, sizeof ia - len, " + (i / %" PRId64 "u %% %" PRId64
+					"u) * %" PRId64 "u", os[d], out->dims[d],
+					xs[op->p.axes[d]]);
+	if (len >= sizeof ia - 1) {
+		unsupported(g, "transpose index too long");
+		return;
+	}
+	strcat(ia, ")");
+	load(a, sizeof a, &bufs[op->in[0]], ia);
+	loop_open(g, sc, "i", n);
+	store(g, O, "i", a);
+	P(g, "}\n");
+}
+
+/* Concat: each element from the input whose range along the axis holds it. */
+static void emit_concat(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct buf *O = &bufs[op->out[0]];
+	uint64_t n = mo_tensor_numel(out);
+	char a[512], ia[256];
+	/* the input whose range along the axis holds the element */
+	int ax = (int)op->p.axes[0];
+	int64_t os[MO_MAX_RANK];
+	strides(out, os);
+	loop_open(g, sc, "i", n);
+	P(g, "mo_ix_t c_ = i / %" PRId64 "u %% %" PRId64 "u, o_ = i - c_ * %" PRId64 "u;\n",
+	  os[ax], out->dims[ax], os[ax]);
+	P(g, "float v_;\n");
+	int64_t at = 0;
+	for (int k = 0; k < op->n_in; k++) {
+		const struct mo_tensor *X = &tp->tensors[op->in[k]];
+		int64_t xs[MO_MAX_RANK];
+		strides(X, xs);
+		/* o_ without the axis coordinate, re-strided for X */
+		snprintf(ia, sizeof ia, "(o_ / %" PRId64 "u * %" PRId64 "u + o_ %% %" PRId64
+			 "u + (c_ - %" PRId64 "u) * %" PRId64 "u)", os[ax] * out->dims[ax],
+			 xs[ax] * X->dims[ax], os[ax], at, xs[ax]);
+		load(a, sizeof a, &bufs[op->in[k]], ia);
+		at += X->dims[ax];
+		if (k + 1 < op->n_in)
+			P(g, "%sif (c_ < %" PRId64 "u) v_ = %s;\n", k ? "else " : "", at, a);
+		else
+			P(g, "%sv_ = %s;\n", k ? "else " : "", a);
+	}
+	store(g, O, "i", "v_");
+	P(g, "}\n");
+}
+
+/* An element-wise op of one or two operands, broadcast (numpy's rules). */
+static void emit_elementwise(struct gen *g, enum scope sc, const struct mo_tp *tp,
+			     const struct mo_tp_op *op, const struct buf *bufs)
 {
 	const struct mo_tensor *out = &tp->tensors[op->out[0]];
 	const struct buf *O = &bufs[op->out[0]];
 	uint64_t n = mo_tensor_numel(out);
 	char a[512], b[512], ia[256], ib[256], e[1200];
-	if (op->n_out != 1) {
-		unsupported(g, "no code generation for %s (several outputs)",
-			    mo_op_table[op->kind].name);
-		return;
-	}
-	switch (op->kind) {
-	case MO_OP_MATMUL: case MO_OP_GEMM:
-		emit_matmul(g, sc, tp, op, bufs, mm, off_stage);
-		return;
-	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX: {
-		const struct mo_tensor *X = &tp->tensors[op->in[0]];
-		bool red[MO_MAX_RANK] = { false };
-		for (int k = 0; k < op->p.n_axes; k++)
-			red[op->p.axes[k]] = true;
-		int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
-		strides(X, xs);
-		strides(out, os);
-		/* output flat index -> input base; reduced flat index -> offset */
-		uint64_t R = 1;
-		struct mo_tensor rt = { .rank = 0 };
-		int64_t rxs[MO_MAX_RANK];
-		for (int k = 0; k < X->rank; k++)
-			if (red[k]) {
-				rxs[rt.rank] = xs[k];
-				rt.dims[rt.rank++] = X->dims[k];
-				R *= (uint64_t)X->dims[k];
-			}
-		int64_t rs[MO_MAX_RANK];
-		strides(&rt, rs);
-		char base[512] = "0", roff[512] = "0";
-		size_t bl = 0, rl = 0;
-		for (int k = 0, od = 0, rd = 0; k < X->rank; k++) {
-			if (red[k]) {
-				rl += (size_t)snprintf(roff + rl, sizeof roff - (rl < sizeof roff ? rl : sizeof roff),
-						       "%s(r_ / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
-						       rl ? " + " : "", rs[rd], rt.dims[rd], rxs[rd]);
-				rd++;
-				if (op->p.keepdims)
-					od++;
-				continue;
-			}
-			bl += (size_t)snprintf(base + bl, sizeof base - (bl < sizeof base ? bl : sizeof base),
-					       "%s(i / %" PRId64 "u %% %" PRId64 "u) * %" PRId64 "u",
-					       bl ? " + " : "", os[od], out->dims[od], xs[k]);
-			od++;
-		}
-		if (bl >= sizeof base || rl >= sizeof roff) {
-			unsupported(g, "reduction index too long");
-			return;
-		}
-		char idx[1100];
-		snprintf(idx, sizeof idx, "b_ + %s", roff);
-		load(a, sizeof a, &bufs[op->in[0]], idx);
-		bool mx = op->kind == MO_OP_REDUCE_MAX;
-		char step[700], fin[64];
-		snprintf(step, sizeof step, mx ? "mo_max(s_, %s)" : "s_ + %s", a);
-		snprintf(fin, sizeof fin, op->kind == MO_OP_REDUCE_MEAN ? "s_ / %" PRIu64 ".0f" : "s_", R);
-		if (sc == SC_BLOCK && R >= 32) {
-			/* a warp per output element, lanes over the reduced ones */
-			P(g, "for (mo_ix_t i = threadIdx.x / 32; i < %" PRIu64 "u; i += blockDim.x / 32) {\n",
-			  n);
-			P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
-			P(g, "for (mo_ix_t r_ = threadIdx.x %% 32; r_ < %" PRIu64 "u; r_ += 32) s_ = %s;\n", R,
-			  step);
-			P(g, "for (int w_ = 16; w_ > 0; w_ >>= 1) { float o_ = __shfl_xor_sync(0xffffffffu, s_, w_); s_ = %s; }\n",
-			  mx ? "mo_max(s_, o_)" : "s_ + o_");
-			P(g, "if (threadIdx.x %% 32 == 0) {\n");
-			store(g, O, "i", fin);
-			P(g, "}\n}\n");
-		} else {
-			loop_open(g, sc, "i", n);
-			P(g, "mo_ix_t b_ = %s;\nfloat s_ = %s;\n", base, mx ? "-INFINITY" : "0.0f");
-			P(g, "for (mo_ix_t r_ = 0; r_ < %" PRIu64 "u; r_++) s_ = %s;\n", R, step);
-			store(g, O, "i", fin);
-			P(g, "}\n");
-		}
-		return;
-	}
-	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: case MO_OP_SOFTMAX:
-		emit_normalize(g, sc, tp, op, bufs);
-		return;
-	case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN:
-		/* row-major: the same elements in the same order */
-		load(a, sizeof a, &bufs[op->in[0]], "i");
-		loop_open(g, sc, "i", n);
-		store(g, O, "i", a);
-		P(g, "}\n");
-		return;
-	case MO_OP_TRANSPOSE: {
-		const struct mo_tensor *X = &tp->tensors[op->in[0]];
-		int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK];
-		strides(X, xs);
-		strides(out, os);
-		size_t len = (size_t)snprintf(ia, sizeof ia, "(0");
-		for (int d = 0; d < out->rank && len < sizeof ia; d++)
-			len += (size_t)snprintf(ia + len, sizeof ia - len, " + (i / %" PRId64 "u %% %" PRId64
-						"u) * %" PRId64 "u", os[d], out->dims[d],
-						xs[op->p.axes[d]]);
-		if (len >= sizeof ia - 1) {
-			unsupported(g, "transpose index too long");
-			return;
-		}
-		strcat(ia, ")");
-		load(a, sizeof a, &bufs[op->in[0]], ia);
-		loop_open(g, sc, "i", n);
-		store(g, O, "i", a);
-		P(g, "}\n");
-		return;
-	}
-	case MO_OP_CONCAT: {
-		/* the input whose range along the axis holds the element */
-		int ax = (int)op->p.axes[0];
-		int64_t os[MO_MAX_RANK];
-		strides(out, os);
-		loop_open(g, sc, "i", n);
-		P(g, "mo_ix_t c_ = i / %" PRId64 "u %% %" PRId64 "u, o_ = i - c_ * %" PRId64 "u;\n",
-		  os[ax], out->dims[ax], os[ax]);
-		P(g, "float v_;\n");
-		int64_t at = 0;
-		for (int k = 0; k < op->n_in; k++) {
-			const struct mo_tensor *X = &tp->tensors[op->in[k]];
-			int64_t xs[MO_MAX_RANK];
-			strides(X, xs);
-			/* o_ without the axis coordinate, re-strided for X */
-			snprintf(ia, sizeof ia, "(o_ / %" PRId64 "u * %" PRId64 "u + o_ %% %" PRId64
-				 "u + (c_ - %" PRId64 "u) * %" PRId64 "u)", os[ax] * out->dims[ax],
-				 xs[ax] * X->dims[ax], os[ax], at, xs[ax]);
-			load(a, sizeof a, &bufs[op->in[k]], ia);
-			at += X->dims[ax];
-			if (k + 1 < op->n_in)
-				P(g, "%sif (c_ < %" PRId64 "u) v_ = %s;\n", k ? "else " : "", at, a);
-			else
-				P(g, "%sv_ = %s;\n", k ? "else " : "", a);
-		}
-		store(g, O, "i", "v_");
-		P(g, "}\n");
-		return;
-	}
-	default:
-		break;
-	}
 	if (!mo_op_elementwise(op->kind) && op->kind != MO_OP_CLIP) {
 		unsupported(g, "no code generation for %s", mo_op_table[op->kind].name);
 		return;
@@ -678,6 +678,46 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 	loop_open(g, sc, "i", n);
 	store(g, O, "i", e);
 	P(g, "}\n");
+}
+
+/* mm, off_stage: a block MatMul's tensor-core form (emit_matmul). */
+static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const struct mo_tp_op *op,
+		    const struct buf *bufs, const struct mo_bg_mma *mm, uint64_t off_stage)
+{
+	if (op->n_out != 1) {
+		unsupported(g, "no code generation for %s (several outputs)",
+			    mo_op_table[op->kind].name);
+		return;
+	}
+	switch (op->kind) {
+	case MO_OP_MATMUL: case MO_OP_GEMM:
+		emit_matmul(g, sc, tp, op, bufs, mm, off_stage);
+		return;
+	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
+		emit_reduce(g, sc, tp, op, bufs);
+		return;
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: case MO_OP_SOFTMAX:
+		emit_normalize(g, sc, tp, op, bufs);
+		return;
+	case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: {
+		/* row-major: the same elements in the same order */
+		char a[512];
+		load(a, sizeof a, &bufs[op->in[0]], "i");
+		loop_open(g, sc, "i", mo_tensor_numel(&tp->tensors[op->out[0]]));
+		store(g, &bufs[op->out[0]], "i", a);
+		P(g, "}\n");
+		return;
+	}
+	case MO_OP_TRANSPOSE:
+		emit_transpose(g, sc, tp, op, bufs);
+		return;
+	case MO_OP_CONCAT:
+		emit_concat(g, sc, tp, op, bufs);
+		return;
+	default:
+		emit_elementwise(g, sc, tp, op, bufs);
+		return;
+	}
 }
 
 /* ---- a graph-defined kernel ---- */

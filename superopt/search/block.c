@@ -1592,31 +1592,31 @@ bool mo_search_mg_valid(const struct mo_mugraph *mg, const struct mo_search_opti
 				why, why_len);
 }
 
-enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o_in,
-				    bool verify, struct mo_search_result *r, struct mo_diag *d)
+/* The target of a one-kernel search of prog: its expressions, the
+ * subexpression checker, the op kinds and constants, the output and
+ * reduction axes the schedules may use. *out NULL, with r->why, when prog
+ * has no one-kernel form to search for. */
+static enum mo_status target_new(const struct mo_tp *prog, const struct mo_search_options *o,
+				 struct mo_search_result *r, struct target **out,
+				 struct mo_diag *d)
 {
-	memset(r, 0, sizeof *r);
-	struct mo_search_options o = *o_in;
-	if (!o.gpu)
-		o.gpu = mo_gpu_of_target(o.target);
-	double t0 = mo_seconds();
+	enum mo_status st = MO_OK;
+	*out = NULL;
 	struct target *T = mo_calloc(1, sizeof *T);
 	if (!T)
 		return mo_diag_nomem(d);
 	T->tp = prog;
-	T->o = &o;
-	T->deadline = mo_search_safety_net(&o);
-	if (o.deadline > 0 && o.deadline < T->deadline)
-		T->deadline = o.deadline;
-	T->time_limit = o.time_limit;
+	T->o = o;
+	T->deadline = mo_search_safety_net(o);
+	if (o->deadline > 0 && o->deadline < T->deadline)
+		T->deadline = o->deadline;
+	T->time_limit = o->time_limit;
 	mo_ae_pool_init(&T->pool);
 	T->e = mo_calloc((size_t)prog->n_tensors + 1, sizeof *T->e);
 	if (!T->e || !axes_build(&T->ax, prog)) {
-		target_free(T);
-		mo_free(T);
-		return mo_diag_nomem(d);
+		st = mo_diag_nomem(d);
+		goto fail;
 	}
-	mo_cost_program(prog, o.gpu, &r->cost_unfused);
 	mo_ae_of_tp(&T->pool, prog, T->e);
 	T->n_out = prog->n_outputs > 8 ? 8 : prog->n_outputs;
 	bool ok = prog->n_outputs <= 8 && prog->n_outputs > 0;
@@ -1627,15 +1627,12 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	if (!ok) {
 		snprintf(r->why, sizeof r->why, "the region has an op without an abstract expression "
 			 "or too many outputs");
-		target_free(T);
-		mo_free(T);
-		return MO_OK;
+		goto fail;
 	}
 	T->sub = mo_subexpr_new(&T->pool, T->out_e, T->n_out);
 	if (!T->sub) {
-		target_free(T);
-		mo_free(T);
-		return mo_diag_set(d, MO_ERR_INTERNAL, "the subexpression checker could not start");
+		st = mo_diag_set(d, MO_ERR_INTERNAL, "the subexpression checker could not start");
+		goto fail;
 	}
 	kinds_of(T);
 	for (int c = 0; c < T->pool.n_consts && T->n_consts < 16; c++)
@@ -1661,34 +1658,28 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 				T->red_labels[T->n_red_labels++] = l;
 		}
 	}
-	struct run R = { .T = T, .pass = 1 };
-	pthread_mutex_init(&R.progress_lock, NULL);
-	pthread_mutex_init(&R.lock, NULL);
-	pthread_mutex_init(&R.check_lock, NULL);
-	pthread_cond_init(&R.changed, NULL);
-	mo_ref_memo_init(&R.own_rm, prog);
-	R.rm = &R.own_rm;
-	if (o.memo && o.memo->weights.leaf)
-		R.own_rm.shared_weights = &o.memo->weights; /* primed; outlives this search */
-	R.check_seed = o.seed;
-	if (o.memo && o.memo->ref == prog) {
-		/* the fast checks use the proof's first trial, whose results
-		 * the memo keeps, rather than another copy as large */
-		struct mo_equiv_options eo = mo_search_equiv_options(&o);
-		R.check_seed = mo_equiv_trial_seed(&eo, 0);
-		R.rm = o.memo;
-	}
-	R.classes = mo_calloc(256, sizeof *R.classes);
-	if (!R.classes) {
-		target_free(T);
-		mo_free(T);
-		return mo_diag_nomem(d);
-	}
+	*out = T;
+	return MO_OK;
+fail:
+	target_free(T);
+	mo_free(T);
+	return st;
+}
+
+/* The schedule classes of R's target (at most 256): up to three output
+ * axes on the grid, one other axis or none in the loop, each at a
+ * representative tile size; those that split the most axes first. */
+static bool schedule_classes(struct run *R)
+{
+	struct target *T = R->T;
+	R->classes = mo_calloc(256, sizeof *R->classes);
+	if (!R->classes)
+		return false;
 	int nl = T->n_out_labels;
-	for (int mask = 0; mask < (1 << nl) && R.n_classes < 256; mask++) {
+	for (int mask = 0; mask < (1 << nl) && R->n_classes < 256; mask++) {
 		if (__builtin_popcount((unsigned)mask) > 3)
 			continue;
-		for (int l = -1; l < T->n_red_labels && R.n_classes < 256; l++) {
+		for (int l = -1; l < T->n_red_labels && R->n_classes < 256; l++) {
 			struct sched S = { .loop_label = -1 };
 			bool fine = true;
 			for (int i = 0; i < nl; i++) {
@@ -1706,16 +1697,138 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 				fine &= S.loop_chunk > 0;
 			}
 			if (fine)
-				R.classes[R.n_classes++].rep = S;
+				R->classes[R->n_classes++].rep = S;
 		}
 	}
 	/* the classes that split the most axes first: they use the GPU best */
-	for (int i = 1; i < R.n_classes; i++)
-		for (int j = i; j > 0 && R.classes[j].rep.n_grid > R.classes[j - 1].rep.n_grid; j--) {
-			struct cls t = R.classes[j];
-			R.classes[j] = R.classes[j - 1];
-			R.classes[j - 1] = t;
+	for (int i = 1; i < R->n_classes; i++)
+		for (int j = i; j > 0 && R->classes[j].rep.n_grid > R->classes[j - 1].rep.n_grid; j--) {
+			struct cls t = R->classes[j];
+			R->classes[j] = R->classes[j - 1];
+			R->classes[j - 1] = t;
 		}
+	return true;
+}
+
+/* The fast checks' reference results: the proof's memo when it is prog's
+ * (its first trial's seed, whose results it keeps, rather than another
+ * copy as large), else R's own, sharing the memo's field weights. */
+static void run_init(struct run *R, struct target *T, const struct mo_search_options *o)
+{
+	*R = (struct run){ .T = T, .pass = 1 };
+	pthread_mutex_init(&R->progress_lock, NULL);
+	pthread_mutex_init(&R->lock, NULL);
+	pthread_mutex_init(&R->check_lock, NULL);
+	pthread_cond_init(&R->changed, NULL);
+	mo_ref_memo_init(&R->own_rm, T->tp);
+	R->rm = &R->own_rm;
+	if (o->memo && o->memo->weights.leaf)
+		R->own_rm.shared_weights = &o->memo->weights; /* primed; outlives this search */
+	R->check_seed = o->seed;
+	if (o->memo && o->memo->ref == T->tp) {
+		struct mo_equiv_options eo = mo_search_equiv_options(o);
+		R->check_seed = mo_equiv_trial_seed(&eo, 0);
+		R->rm = o->memo;
+	}
+}
+
+static void run_free(struct run *R)
+{
+	for (int c = 0; c < R->n_classes; c++) {
+		mo_free(R->classes[c].algos);
+		mo_free(R->classes[c].passed);
+	}
+	mo_free(R->classes);
+	pthread_mutex_destroy(&R->progress_lock);
+	pthread_mutex_destroy(&R->lock);
+	pthread_mutex_destroy(&R->check_lock);
+	pthread_cond_destroy(&R->changed);
+	mo_ref_memo_free(&R->own_rm);
+}
+
+/* r->best: the first of rk's μGraphs (cheapest first) estimated below the
+ * bar that passes the full verdict (with `verify`; without, the first as it
+ * is, MO_UNPROVEN), then up to o->alternatives runners-up; r->why when
+ * there is none. t_ranked: when the ranking ended (for the progress line). */
+static enum mo_status prove_best(const struct mo_tp *prog, const struct mo_search_options *o,
+				 bool verify, struct ranking *rk, double t_ranked,
+				 struct mo_search_result *r, struct mo_diag *d)
+{
+	enum mo_status st = MO_OK;
+	int tried = 0;
+	double slowest = -1; /* the estimate of the first not faster than the bar */
+	const char *what;
+	double bar = mo_search_bar(o, &r->cost_unfused, &what);
+	int alternatives = verify ? o->alternatives : 0;
+	if (alternatives > MO_SEARCH_MAX_ALTERNATIVES)
+		alternatives = MO_SEARCH_MAX_ALTERNATIVES;
+	for (int i = 0; i < rk->n && (!r->best || r->n_alt < alternatives) && !st; i++) {
+		struct mo_cost c;
+		mo_cost_mugraph(rk->top[i].mg, o->gpu, &c);
+		if (c.us >= bar) { /* not worth a proof */
+			if (slowest < 0)
+				slowest = c.us;
+			continue;
+		}
+		struct mo_equiv_report rep = { .verdict = MO_INCONCLUSIVE };
+		if (!verify) { /* the caller proves what it builds from this */
+			snprintf(rep.detail, sizeof rep.detail, "passed the fast check only");
+			rep.verdict = MO_UNPROVEN;
+		} else {
+			tried++;
+			st = mo_search_prove(rk->top[i].mg, prog, o, &rep, &r->stats, d);
+		}
+		if (!st && rep.verdict == (verify ? MO_EQUIVALENT : MO_UNPROVEN)) {
+			if (r->best) { /* a runner-up, for a caller that times them */
+				if (!r->alt && !(r->alt = mo_calloc((size_t)alternatives, sizeof *r->alt))) {
+					st = mo_diag_nomem(d);
+					break;
+				}
+				r->alt[r->n_alt++] = (struct mo_search_alt){ rk->top[i].mg, c, rep };
+			} else {
+				r->best = rk->top[i].mg;
+				r->verification = rep;
+				r->cost_best = c;
+			}
+			rk->top[i].mg = NULL;
+		}
+	}
+	if (tried)
+		mo_progressf(o->progress, o->progress_ctx, "  full verification of %d μGraph%s in "
+			     "%.1f s", tried, tried == 1 ? "" : "s", mo_seconds() - t_ranked);
+	if (!st && !r->best && !tried && slowest >= 0)
+		snprintf(r->why, sizeof r->why, "the best μGraph (%.1f µs) is not faster than %s "
+			 "(%.1f µs)", slowest, what, bar);
+	else if (!st && !r->best)
+		snprintf(r->why, sizeof r->why, "%s", rk->n ? "no candidate passed the full verification"
+					       : r->stats.time_limit ? "the run's time limit passed during its search"
+					       : r->stats.safety_net ? "the CPU-time safety net stopped it before a candidate was found"
+					       : r->stats.budget_hit ? "the budget ran out before a candidate was found"
+					       : "no single-kernel μGraph reaches the outputs");
+	return st;
+}
+
+enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_search_options *o_in,
+				    bool verify, struct mo_search_result *r, struct mo_diag *d)
+{
+	memset(r, 0, sizeof *r);
+	struct mo_search_options o = *o_in;
+	if (!o.gpu)
+		o.gpu = mo_gpu_of_target(o.target);
+	double t0 = mo_seconds();
+	mo_cost_program(prog, o.gpu, &r->cost_unfused);
+	struct target *T;
+	enum mo_status st = target_new(prog, &o, r, &T, d);
+	if (st || !T)
+		return st;
+	struct run R;
+	run_init(&R, T, &o);
+	if (!schedule_classes(&R)) {
+		run_free(&R);
+		target_free(T);
+		mo_free(T);
+		return mo_diag_nomem(d);
+	}
 	r->stats.schedules = R.n_classes;
 	int jobs = mo_search_jobs(&o);
 	if (jobs > R.n_classes)
@@ -1740,71 +1853,11 @@ enum mo_status mo_search_one_kernel(const struct mo_tp *prog, const struct mo_se
 	double t_ranked = mo_seconds();
 	mo_progressf(o.progress, o.progress_ctx, "  enumerated in %.1f s; ranked %d μGraphs by "
 		     "the cost model in %.1f s", t_enum - t0, rk.n, t_ranked - t_enum);
-	/* the best that passes the full verdict */
-	enum mo_status st = MO_OK;
-	int tried = 0;
-	double slowest = -1; /* the estimate of the first not faster than the bar */
-	const char *what;
-	double bar = mo_search_bar(&o, &r->cost_unfused, &what);
-	int alternatives = verify ? o.alternatives : 0;
-	if (alternatives > MO_SEARCH_MAX_ALTERNATIVES)
-		alternatives = MO_SEARCH_MAX_ALTERNATIVES;
-	for (int i = 0; i < rk.n && (!r->best || r->n_alt < alternatives) && !st; i++) {
-		struct mo_cost c;
-		mo_cost_mugraph(rk.top[i].mg, o.gpu, &c);
-		if (c.us >= bar) { /* not worth a proof */
-			if (slowest < 0)
-				slowest = c.us;
-			continue;
-		}
-		struct mo_equiv_report rep = { .verdict = MO_INCONCLUSIVE };
-		if (!verify) { /* the caller proves what it builds from this */
-			snprintf(rep.detail, sizeof rep.detail, "passed the fast check only");
-			rep.verdict = MO_UNPROVEN;
-		} else {
-			tried++;
-			st = mo_search_prove(rk.top[i].mg, prog, &o, &rep, &r->stats, d);
-		}
-		if (!st && rep.verdict == (verify ? MO_EQUIVALENT : MO_UNPROVEN)) {
-			if (r->best) { /* a runner-up, for a caller that times them */
-				if (!r->alt && !(r->alt = mo_calloc((size_t)alternatives, sizeof *r->alt))) {
-					st = mo_diag_nomem(d);
-					break;
-				}
-				r->alt[r->n_alt++] = (struct mo_search_alt){ rk.top[i].mg, c, rep };
-			} else {
-				r->best = rk.top[i].mg;
-				r->verification = rep;
-				r->cost_best = c;
-			}
-			rk.top[i].mg = NULL;
-		}
-	}
-	if (tried)
-		mo_progressf(o.progress, o.progress_ctx, "  full verification of %d μGraph%s in "
-			     "%.1f s", tried, tried == 1 ? "" : "s", mo_seconds() - t_ranked);
+	st = prove_best(prog, &o, verify, &rk, t_ranked, r, d);
 	for (int i = 0; i < rk.n; i++)
 		mo_mg_free(rk.top[i].mg);
-	if (!st && !r->best && !tried && slowest >= 0)
-		snprintf(r->why, sizeof r->why, "the best μGraph (%.1f µs) is not faster than %s "
-			 "(%.1f µs)", slowest, what, bar);
-	else if (!st && !r->best)
-		snprintf(r->why, sizeof r->why, "%s", rk.n ? "no candidate passed the full verification"
-					       : r->stats.time_limit ? "the run's time limit passed during its search"
-					       : r->stats.safety_net ? "the CPU-time safety net stopped it before a candidate was found"
-					       : r->stats.budget_hit ? "the budget ran out before a candidate was found"
-					       : "no single-kernel μGraph reaches the outputs");
 	mo_subexpr_get_stats(T->sub, &r->stats.subexpr);
-	for (int c = 0; c < R.n_classes; c++) {
-		mo_free(R.classes[c].algos);
-		mo_free(R.classes[c].passed);
-	}
-	mo_free(R.classes);
-	pthread_mutex_destroy(&R.progress_lock);
-	pthread_mutex_destroy(&R.lock);
-	pthread_mutex_destroy(&R.check_lock);
-	pthread_cond_destroy(&R.changed);
-	mo_ref_memo_free(&R.own_rm);
+	run_free(&R);
 	target_free(T);
 	mo_free(T);
 	r->stats.seconds = mo_seconds() - t0;
