@@ -236,6 +236,39 @@ static void split_loop_keeps_the_function(void **state)
 	test_program_free(&r);
 }
 
+/* An allocation that fails anywhere in an evaluation (of the program, or
+ * of a μGraph of it) makes it MO_ERR_NOMEM, never "unsupported": a caller
+ * tells a machine out of memory from a program the verifier cannot model. */
+static void eval_out_of_memory_is_nomem(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
+	for (int which = 0; which < 2; which++) {
+		int failed = 0;
+		for (unsigned long k = 1;; k++) {
+			struct mo_diag d;
+			mo_diag_init(&d);
+			struct mo_eval_result r;
+			mo_alloc_fail_after(k);
+			enum mo_status st = which ? mo_mg_eval(mg, p.tp, MO_EVAL_FF, 1, 1.0, &r, &d)
+						  : mo_eval(p.tp, MO_EVAL_FF, 1, &r, &d);
+			unsigned long made = mo_alloc_fail_after(0);
+			if (st == MO_OK) {
+				mo_eval_result_free(&r);
+				assert_true(made < k);
+				break;
+			}
+			if (st != MO_ERR_NOMEM)
+				fail_msg("allocation %lu failing gave %s: %s", k, mo_status_name(st), d.msg);
+			failed++;
+		}
+		assert_true(failed > 3);
+	}
+	mo_mg_free(mg);
+	test_program_free(&p);
+}
+
 /* The reference's results kept between verdicts (mo_ref_memo): the second
  * verdict against the same program evaluates it no more, gives the same
  * answer, and still refutes a wrong μGraph; another program ignores them. */
@@ -716,6 +749,7 @@ int main(void)
 		cmocka_unit_test(split_loop_keeps_the_function),
 		cmocka_unit_test(verdicts_share_the_reference),
 		cmocka_unit_test(quick_check_samples_blocks),
+		cmocka_unit_test(eval_out_of_memory_is_nomem),
 		cmocka_unit_test(json_round_trips),
 		cmocka_unit_test(validity_rules),
 		cmocka_unit_test(thread_graphs),

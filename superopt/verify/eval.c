@@ -127,7 +127,7 @@ static void *alloc_vals(struct ev *e, uint64_t n)
 {
 	void *p = mo_calloc(n ? n : 1, e->es);
 	if (!p)
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 	return p;
 }
 
@@ -189,6 +189,13 @@ static void convert_range(void *ctx, uint64_t begin, uint64_t end)
 			return;
 		}
 	}
+}
+
+const char mo_ev_nomem[] = "out of memory";
+
+enum mo_status mo_ev_status(const char *bad)
+{
+	return bad == mo_ev_nomem ? MO_ERR_NOMEM : MO_ERR_UNSUPPORTED;
 }
 
 uint64_t mo_eval_lazy_min = (uint64_t)1 << 20;
@@ -470,7 +477,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			continue;
 		offs[k] = mo_calloc(n ? n : 1, sizeof(uint64_t));
 		if (!offs[k]) {
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			goto done;
 		}
 		bcast_offsets(y, T(e, op->in[k]), offs[k]);
@@ -550,7 +557,7 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			uint64_t nb = numel(T(e, op->in[1]));
 			invB = mo_malloc(sizeof *invB * (nb ? nb : 1));
 			if (!invB) {
-				e->bad = "out of memory";
+				e->bad = mo_ev_nomem;
 				goto done;
 			}
 			for (uint64_t i = 0; i < nb; i++)
@@ -828,7 +835,7 @@ static bool rows_accumulate(struct ev *e, const void *a, int64_t sam, int64_t sa
 	if (r.bad_weight)
 		e->bad = "a weight's values cannot be read or are not finite";
 	else if (!r.ok)
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 	return r.ok && !r.bad_weight;
 }
 
@@ -865,7 +872,7 @@ static void matmul(struct ev *e, const struct mo_tp_op *op)
 	uint64_t nb = numel(&ybatch);
 	uint64_t *oa = mo_calloc(nb, sizeof *oa), *ob = mo_calloc(nb, sizeof *ob);
 	if (!oa || !ob) {
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 		goto done;
 	}
 	bcast_offsets(&ybatch, &abatch, oa);
@@ -898,7 +905,7 @@ static void matmul(struct ev *e, const struct mo_tp_op *op)
 		const struct mo_tensor *c = op->n_in > 2 && op->in[2] >= 0 ? T(e, op->in[2]) : NULL;
 		uint64_t *oc = c ? mo_calloc(n, sizeof *oc) : NULL;
 		if (c && !oc) {
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			goto done;
 		}
 		if (c)
@@ -963,7 +970,7 @@ static void *reduce(struct ev *e, const void *xv, const struct mo_tensor *x,
 	uint64_t n = numel(x), gs;
 	uint64_t *g = mo_calloc(n ? n : 1, sizeof *g);
 	if (!g) {
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 		return NULL;
 	}
 	uint64_t ng = groups_of(x, axes, n_axes, g, &gs);
@@ -1078,7 +1085,7 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 	go_s = sc ? mo_calloc(n, sizeof *go_s) : NULL;
 	go_b = bi ? mo_calloc(n, sizeof *go_b) : NULL;
 	if ((sc && !go_s) || (bi && !go_b)) {
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 		goto done;
 	}
 	if (sc)
@@ -1089,7 +1096,7 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 	uint64_t gs;
 	g = mo_calloc(n ? n : 1, sizeof *g);
 	if (!g) {
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 		goto done;
 	}
 	groups_of(x, axes, na, g, &gs);
@@ -1104,7 +1111,7 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 		double *sq = mo_calloc(n ? n : 1, sizeof *sq);
 		if (!sq) {
 			mo_free(mean);
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			goto done;
 		}
 		for (uint64_t i = 0; i < n; i++) {
@@ -1136,7 +1143,7 @@ static void norm(struct ev *e, const struct mo_tp_op *op)
 		ff *sq = mo_calloc(n ? n : 1, sizeof *sq);
 		if (!sq) {
 			mo_free(mean);
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			goto done;
 		}
 		for (uint64_t i = 0; i < n; i++) {
@@ -1190,7 +1197,7 @@ static void layout(struct ev *e, const struct mo_tp_op *op)
 		uint64_t n = numel(y);
 		uint64_t *src = mo_calloc(n ? n : 1, sizeof *src);
 		if (!src) {
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			return;
 		}
 		int64_t xs[MO_MAX_RANK], idx[MO_MAX_RANK] = { 0 };
@@ -1322,7 +1329,7 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 	uint64_t n = numel(vt);
 	uint64_t *o = mo_calloc(n ? n : 1, sizeof *o);
 	if (!o) {
-		e->bad = "out of memory";
+		e->bad = mo_ev_nomem;
 		return;
 	}
 	bcast_offsets(vt, mt, o);
@@ -1342,7 +1349,7 @@ void mo_ev_rescale_into(struct ev *e, void *acc, const void *v, const struct mo_
 		ff *A = acc, *fv = mo_calloc(2 * nm + 1, sizeof *fv), *fa = fv + nm;
 		const ff *V = v, *M = m, *M0 = old_max, *M1 = new_max;
 		if (!fv) {
-			e->bad = "out of memory";
+			e->bad = mo_ev_nomem;
 			mo_free(o);
 			return;
 		}
@@ -1599,7 +1606,7 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 		}
 		mo_ev_run_op(&e, op);
 		if (e.bad) {
-			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "node '%s' (%s): %s", name,
+			st = mo_diag_set(d, mo_ev_status(e.bad), "node '%s' (%s): %s", name,
 					 mo_onnx_proto(tp->model)->graph->node[op->node]->op_type, e.bad);
 			break;
 		}
@@ -1613,7 +1620,7 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 	}
 	mo_free(last);
 	if (!st && e.bad)
-		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "%s", e.bad);
+		st = mo_diag_set(d, mo_ev_status(e.bad), "%s", e.bad);
 	if (!st) {
 		out->n_outputs = tp->n_outputs;
 		out->values = mo_calloc((size_t)tp->n_outputs + 1, sizeof *out->values);

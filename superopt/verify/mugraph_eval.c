@@ -163,7 +163,7 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 	void **newmax = mo_calloc((size_t)bg->n_accums + 1, sizeof *newmax);
 	bool keep[MO_MG_MAX] = { false };
 	if (!be.vals || !be.borrowed || !acc || !runmax || !newmax) {
-		be.bad = "out of memory";
+		be.bad = mo_ev_nomem;
 		goto out;
 	}
 	/* constants once, for every block */
@@ -180,10 +180,10 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 			runmax[a] = mo_calloc(nm, be.es);
 			newmax[a] = mo_calloc(nm, be.es);
 			if (!runmax[a] || !newmax[a])
-				be.bad = "out of memory";
+				be.bad = mo_ev_nomem;
 		}
 		if (!acc[a])
-			be.bad = "out of memory";
+			be.bad = mo_ev_nomem;
 	}
 	for (uint64_t lin = b0; lin < b1 && !be.bad; lin++) {
 		if (J->only && !J->only[lin])
@@ -199,7 +199,7 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 				const struct mo_tensor *tile = &body->tensors[x->tile];
 				be.vals[x->tile] = mo_calloc(mo_tensor_numel(tile) + 1, be.es);
 				if (!be.vals[x->tile]) {
-					be.bad = "out of memory";
+					be.bad = mo_ev_nomem;
 					break;
 				}
 				if (ke->lazy && ke->lazy[x->tensor]) {
@@ -410,8 +410,8 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			continue;
 		}
 		if (!re.vals[r] && !mo_ev_load_leaf(&re, r)) {
-			st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "input '%s': %s", t->name,
-					 re.bad ? re.bad : "no value");
+			st = mo_diag_set(d, re.bad ? mo_ev_status(re.bad) : MO_ERR_UNSUPPORTED,
+					 "input '%s': %s", t->name, re.bad ? re.bad : "no value");
 			break;
 		}
 		ke.vals[k] = re.vals[r];
@@ -436,7 +436,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			int t = op->bg->savers[s].tensor;
 			ke.vals[t] = mo_calloc(mo_tensor_numel(&mg->kg.tensors[t]) + 1, es);
 			if (!ke.vals[t])
-				ke.bad = "out of memory";
+				ke.bad = mo_ev_nomem;
 		}
 		if (ke.bad)
 			break;
@@ -449,10 +449,10 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 				int t = bg->savers[s].tensor;
 				marks[t] = mo_calloc(mo_tensor_numel(&mg->kg.tensors[t]) + 1, 1);
 				if (!marks[t])
-					ke.bad = "out of memory";
+					ke.bad = mo_ev_nomem;
 			}
 			if (!only) {
-				ke.bad = "out of memory";
+				ke.bad = mo_ev_nomem;
 				break;
 			}
 			/* first a block whose coordinates differ across grid dims
@@ -481,7 +481,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 		}
 	}
 	if (!st && ke.bad)
-		st = mo_diag_set(d, MO_ERR_UNSUPPORTED, "μGraph: %s", ke.bad);
+		st = mo_diag_set(d, mo_ev_status(ke.bad), "μGraph: %s", ke.bad);
 	if (!st) {
 		out->n_outputs = mg->kg.n_outputs;
 		out->values = mo_calloc((size_t)out->n_outputs + 1, sizeof *out->values);
@@ -523,11 +523,12 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 		out->div_by_zero = ke.div0;
 	}
 out:
+	/* (either array may be missing when an allocation failed) */
 	for (int i = 0; ke.vals && i < mg->kg.n_tensors; i++)
-		if (!ke.borrowed[i])
+		if (!ke.borrowed || !ke.borrowed[i])
 			mo_free(ke.vals[i]);
 	for (int i = 0; re.vals && i < ref->n_tensors; i++)
-		if (!re.borrowed[i])
+		if (!re.borrowed || !re.borrowed[i])
 			mo_free(re.vals[i]);
 	for (int i = 0; marks && i < mg->kg.n_tensors; i++)
 		mo_free(marks[i]);

@@ -19,7 +19,8 @@ struct ev {
 	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */
 	struct mo_diag *d;
 	bool div0;
-	const char *bad; /* why the walk stopped (not Lax, unsupported, ...) */
+	const char *bad; /* why the walk stopped (not Lax, unsupported, ...;
+			  * mo_ev_nomem: out of memory) */
 	bool tiles;    /* a block graph's body: float results are fp32 tiles */
 	/* per tensor (NULL: none is): the weight of lazy_tp it is, read from
 	 * the model's own bytes tile by tile by the MatMuls (and block graph
@@ -27,6 +28,12 @@ struct ev {
 	const struct mo_tensor **lazy;
 	const struct mo_tp *lazy_tp;
 };
+
+/* e->bad when an allocation failed: the walk's status is then
+ * MO_ERR_NOMEM (mo_ev_status), not MO_ERR_UNSUPPORTED, so that a caller
+ * tells a program the verifier cannot model from a machine out of memory. */
+extern const char mo_ev_nomem[];
+enum mo_status mo_ev_status(const char *bad);
 
 /* Weights of at least this many elements that only MatMuls (as their second
  * operand) and block graph iterators read stay lazy (a variable so that a
