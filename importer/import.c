@@ -613,6 +613,24 @@ static const char *clip_params(struct importer *im, struct mo_tp_op *op,
 	return NULL;
 }
 
+/* The params of a node read through an alias (mo_op_aliases), which made
+ * op the op of the table it is. */
+static const char *alias_params(struct importer *im, struct mo_tp_op *op)
+{
+	switch (op->kind) {
+	case MO_OP_CAST: { /* CastLike: the element type of its target_type */
+		const struct mo_tensor *like = op->n_params == 1 ? &im->tp->tensors[op->param_in[0]]
+								 : NULL;
+		op->p.to = like ? like->dtype : 0;
+		if (mo_onnx_dtype_size(op->p.to) == 0)
+			return "CastLike to no known type";
+		return NULL;
+	}
+	default:
+		return "no parameters are read for this alias";
+	}
+}
+
 /* Reads the op's attributes and constant parameters into op->p. Returns a
  * reason when the op cannot be an in-table op (it becomes a boundary). */
 static const char *parse_params(struct importer *im, struct mo_tp_op *op,
@@ -1213,7 +1231,7 @@ static const char *const fold_range_ops[] = { "Range", NULL };
 static const char *const fold_int_ops[] = { "Mod", "Max", "Min", "Where", "Not", "Neg", "Abs",
 					    NULL };
 static const char *const fold_copy_ops[] = { "Identity", "Reshape", "Squeeze", "Unsqueeze",
-					     "Flatten", "Cast", NULL };
+					     "Flatten", "Cast", "CastLike", NULL };
 static const char *const fold_concat_ops[] = { "Concat", NULL };
 static const char *const fold_gather_ops[] = { "Gather", NULL };
 static const char *const fold_slice_ops[] = { "Slice", NULL };
@@ -1345,9 +1363,14 @@ static enum mo_status import_node(struct importer *im, int ni)
 		return import_constant(im, n, ni);
 
 	struct mo_tp_op op = { .node = ni, .kind = mo_op_lookup(n->domain, ty) };
-	if (has_subgraph(n))
+	const struct mo_op_alias *alias = NULL;
+	if (op.kind == MO_OP_OPAQUE && (alias = mo_op_alias_lookup(n->domain, ty)))
+		op.kind = alias->kind;
+	if (has_subgraph(n)) {
 		op.kind = MO_OP_OPAQUE;
-	unsigned pmask = param_mask(op.kind, tp->opset);
+		alias = NULL;
+	}
+	unsigned pmask = alias ? alias->params : param_mask(op.kind, tp->opset);
 	struct mo_arena *ar = &tp->arena;
 	op.in = mo_arena_array(ar, n->n_input + 1, sizeof(int));
 	op.param_in = mo_arena_array(ar, n->n_input + 1, sizeof(int));
@@ -1412,8 +1435,10 @@ static enum mo_status import_node(struct importer *im, int ni)
 	int rank = x0 && x0->shape_known ? x0->rank : 0;
 	const char *why = NULL;
 	char schema_why[300];
-	enum mo_schema_fit fit = mo_op_check_node(op.kind, n, tp->opset, schema_why,
-						  sizeof schema_why);
+	enum mo_schema_fit fit = alias ? mo_op_check_alias(alias, n, tp->opset, schema_why,
+							   sizeof schema_why)
+				       : mo_op_check_node(op.kind, n, tp->opset, schema_why,
+							  sizeof schema_why);
 	if (fit == MO_SCHEMA_INVALID)
 		return mo_diag_set(im->d, MO_ERR_INPUT, "%s: invalid model: node '%s': %s",
 				   mo_onnx_name(tp->model), tp->node_names[ni], schema_why);
@@ -1426,7 +1451,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (!why)
 			return nomem(im);
 	} else if (op.kind != MO_OP_OPAQUE) {
-		why = parse_params(im, &op, n, rank);
+		why = alias ? alias_params(im, &op) : parse_params(im, &op, n, rank);
 		if (tp->arena.failed)
 			return nomem(im);
 		if (!why && !mo_tp_infer(tp, &op, &why) && why == mo_why_absurd)
@@ -1470,7 +1495,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 					   mo_onnx_dtype_name(dt), mo_onnx_dtype_name(ti));
 		dt = ti;
 	}
-	const struct mo_op_schema *sc = &mo_op_schema[op.kind];
+	const struct mo_op_schema *sc = alias ? &alias->schema : &mo_op_schema[op.kind];
 	if (op.kind != MO_OP_OPAQUE && !off_schema && dt &&
 	    ((sc->f32_only && dt != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) ||
 	     (sc->bf16_since && dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 &&

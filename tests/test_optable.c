@@ -635,6 +635,85 @@ static void type_constraints(void **state)
 	}
 }
 
+/* A one-node model: x (fp32 [2, 3]) and, for CastLike, like (of dtype
+ * like_dt) into op; y declared of out_dt. */
+static struct mo_tp *cast_model(struct tmodel *t, const char *op, int32_t like_dt, int32_t to,
+				int32_t out_dt)
+{
+	tm_init(t);
+	t->opset.version = 19;
+	int64_t dims[2] = { 2, 3 }, one[1] = { 1 };
+	tm_input(t, &t->graph, "x", 2, dims);
+	bool like = like_dt != 0;
+	if (like) {
+		tm_input(t, &t->graph, "like", 1, one);
+		t->graph.input[1]->type->tensor_type->elem_type = like_dt;
+	}
+	Onnx__NodeProto *n = tm_node(t, &t->graph, op, "n",
+				     (const char *[]){ "x", like ? "like" : NULL, NULL },
+				     (const char *[]){ "y", NULL });
+	if (!like) {
+		struct attr a = AI("to", to);
+		add_attr(t, n, &a);
+	}
+	tm_output(t, &t->graph, "y");
+	t->graph.output[0]->type->tensor_type->elem_type = out_dt;
+	struct mo_model *m = load_packed(t, op);
+	struct mo_tp *tp = NULL;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_tp_import(m, NULL, &tp, &d))
+		fail_msg("%s: %s", op, d.msg);
+	return tp; /* (the model lives as long as the program: freed with t) */
+}
+
+/* An alias (mo_op_aliases) is the op of the table it names: CastLike(x,
+ * like) imports as one Cast to like's type, with like a parameter, not an
+ * operand, and both evaluators give it the values of that Cast (and other
+ * values for another target type). */
+static void aliases_are_their_ops(void **state)
+{
+	(void)state;
+	int n = 0;
+	for (const struct mo_op_alias *a = mo_op_aliases; a->onnx; a++, n++)
+		if (strcmp(a->onnx, "CastLike") != 0)
+			fail_msg("alias %s has no case in aliases_are_their_ops", a->onnx);
+	assert_int_equal(n, 1);
+	const int32_t F16 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
+		      BF16 = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+	struct tmodel ta, tb, tc;
+	struct mo_tp *like = cast_model(&ta, "CastLike", F16, 0, F16);
+	struct mo_tp *cast = cast_model(&tb, "Cast", 0, F16, F16);
+	struct mo_tp *other = cast_model(&tc, "CastLike", BF16, 0, BF16);
+	assert_int_equal(like->n_ops, 1);
+	const struct mo_tp_op *op = &like->ops[0];
+	assert_int_equal(op->kind, MO_OP_CAST);
+	assert_int_equal(op->p.to, F16);
+	assert_int_equal(op->n_in, 1);
+	assert_int_equal(op->n_params, 1);
+	assert_int_equal(like->tensors[op->out[0]].dtype, F16);
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		assert_true(same_field_values(like, cast, seed));
+		assert_false(same_field_values(like, other, seed));
+	}
+	struct mo_eval_result ra, rb;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_eval(like, MO_EVAL_FLOAT, 5, &ra, &d), MO_OK);
+	assert_int_equal(mo_eval(cast, MO_EVAL_FLOAT, 5, &rb, &d), MO_OK);
+	assert_memory_equal(ra.values[0], rb.values[0], sizeof(double) * ra.counts[0]);
+	mo_eval_result_free(&ra);
+	mo_eval_result_free(&rb);
+	struct mo_tp *tps[3] = { like, cast, other };
+	struct tmodel *ts[3] = { &ta, &tb, &tc };
+	for (int k = 0; k < 3; k++) {
+		struct mo_model *m = (struct mo_model *)tps[k]->model;
+		mo_tp_free(tps[k]);
+		mo_onnx_free(m);
+		tm_free(ts[k]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -644,6 +723,7 @@ int main(void)
 		cmocka_unit_test(attributes_make_different_field_functions),
 		cmocka_unit_test(the_search_keeps_the_programs_attributes),
 		cmocka_unit_test(type_constraints),
+		cmocka_unit_test(aliases_are_their_ops),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

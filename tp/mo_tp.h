@@ -172,6 +172,23 @@ enum mo_op mo_op_lookup(const char *domain, const char *op_type);
 /* Whether node fits kind's row at opset; why not in buf. */
 enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node,
 				    int64_t opset, char *buf, size_t len);
+
+/* ONNX ops read as an op of the table: the node becomes one TP op of
+ * `kind` (nothing downstream knows it was spelled otherwise), checked
+ * against its own schema row; `params` (bit i) are the inputs that are
+ * parameters, not data. CastLike is a Cast to its second operand's element
+ * type. A new alias needs its row in mo_op_aliases and its parameters in
+ * the importer's alias_params. */
+struct mo_op_alias {
+	const char *onnx;
+	enum mo_op kind;
+	unsigned params;
+	struct mo_op_schema schema;
+};
+extern const struct mo_op_alias mo_op_aliases[]; /* ends with onnx NULL */
+const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type);
+enum mo_schema_fit mo_op_check_alias(const struct mo_op_alias *a, const Onnx__NodeProto *node,
+				     int64_t opset, char *buf, size_t len);
 const char *mo_lax_name(enum mo_lax lax);
 /* Each output element depends only on the same (broadcast) element of each
  * operand: the ops a thread graph may hold. */

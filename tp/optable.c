@@ -116,13 +116,10 @@ static bool attr_value_matches(const Onnx__AttributeProto *a)
 	}
 }
 
-enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n,
-				    int64_t opset, char *buf, size_t len)
+/* Whether node n fits schema row s of the op called `name` at opset. */
+static enum mo_schema_fit check_row(const struct mo_op_schema *s, const char *name,
+				    const Onnx__NodeProto *n, int64_t opset, char *buf, size_t len)
 {
-	if (kind == MO_OP_OPAQUE || kind == MO_OP__COUNT)
-		return MO_SCHEMA_FITS;
-	const struct mo_op_schema *s = &mo_op_schema[kind];
-	const char *name = mo_op_table[kind].name;
 	if (opset > MO_ONNX_OPSET_MAX) {
 		snprintf(buf, len, "opset %" PRId64 " is newer than the tool knows (%d)",
 			 opset, MO_ONNX_OPSET_MAX);
@@ -195,6 +192,38 @@ enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n,
 		}
 	}
 	return MO_SCHEMA_FITS;
+}
+
+enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *n,
+				    int64_t opset, char *buf, size_t len)
+{
+	if (kind == MO_OP_OPAQUE || kind == MO_OP__COUNT)
+		return MO_SCHEMA_FITS;
+	return check_row(&mo_op_schema[kind], mo_op_table[kind].name, n, opset, buf, len);
+}
+
+const struct mo_op_alias mo_op_aliases[] = {
+	/* CastLike(input, target_type): Cast to target_type's element type */
+	{ "CastLike", MO_OP_CAST, 1u << 1,
+	  { 15, 15, 2, 2, 0, 0, 0, 1, 1, { AT("saturate", INT, 19, 0),
+					   AT("round_mode", STRING, 24, 0) }, .bf16_since = 15 } },
+	{ NULL, MO_OP_OPAQUE, 0, { 0 } },
+};
+
+const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type)
+{
+	if (domain && *domain && strcmp(domain, "ai.onnx") != 0)
+		return NULL;
+	for (const struct mo_op_alias *a = mo_op_aliases; a->onnx; a++)
+		if (strcmp(a->onnx, op_type) == 0)
+			return a;
+	return NULL;
+}
+
+enum mo_schema_fit mo_op_check_alias(const struct mo_op_alias *a, const Onnx__NodeProto *n,
+				     int64_t opset, char *buf, size_t len)
+{
+	return check_row(&a->schema, a->onnx, n, opset, buf, len);
 }
 
 const char *mo_lax_name(enum mo_lax lax)
