@@ -11,7 +11,7 @@ static void progress_line(void *ctx, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
-static void warning_line(void *ctx, const char *line)
+void cli_warning_line(void *ctx, const char *line)
 {
 	(void)ctx;
 	fprintf(stderr, "mirage-onnx: warning: %s\n", line);
@@ -62,7 +62,7 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 			struct mo_diag *d)
 {
 	o->progress = quiet ? NULL : progress_line;
-	o->warning = warning_line;
+	o->warning = cli_warning_line;
 	fflush(stdout);
 	struct mo_fuse_report rep;
 	enum mo_status st = mo_fuse_run(m, o, &rep, d);

@@ -4,6 +4,10 @@
 
 #include "mo_fuse.h"
 
+/* A warning line of a stage (the search's cache and safety net, the fuse
+ * pipeline) on stderr, as every warning of the tool is said. */
+void cli_warning_line(void *ctx, const char *line);
+
 /* Runs it, printing progress (unless quiet) and warnings to stderr, the
  * region table and what was written to stdout; d says why it failed. */
 enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,

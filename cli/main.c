@@ -133,13 +133,6 @@ static const char usage_text[] =
 	"  2  usage error: unknown flag, missing argument, a value out of its range\n"
 	"  3  internal error or out of memory\n";
 
-/* A warning of a stage (the search's cache, its safety net): one line. */
-static void warning_line(void *ctx, const char *line)
-{
-	(void)ctx;
-	fprintf(stderr, "mirage-onnx: warning: %s\n", line);
-}
-
 static int exit_for(enum mo_status s)
 {
 	switch (s) {
@@ -550,7 +543,7 @@ int main(int argc, char **argv)
 		f_time_limit = { "--time-limit", 1e-6, 1e7, false },
 		f_memory_limit = { "--memory-limit", 1e-3, 1e6, false };
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
-	cli.search.warning = warning_line;
+	cli.search.warning = cli_warning_line;
 	int c;
 	struct mo_diag d;
 	mo_diag_init(&d);
