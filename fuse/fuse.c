@@ -49,17 +49,13 @@ static void dump_mugraph(const struct mo_fuse_options *a, const char *label,
 		fuse_warn(a, "%s", d.msg);
 }
 
-/* A stable op type: the region's canonical hash and its μGraph's text, so the
- * same region fused the same way gets the same op in every model. */
+/* A stable op type: the region's canonical hash and its μGraph's text under
+ * canonical names, so the same region fused the same way gets the same op in
+ * every model, and identical layers of one model share one op. */
 static void op_type_of(const struct mo_tp *prog, const struct mo_search_options *o,
 		       const struct mo_mugraph *mg, char *buf, size_t len)
 {
-	uint64_t h = mo_search_region_key(prog, o);
-	char *text = mo_mg_json(mg);
-	if (text)
-		h = mo_fnv(h, text, strlen(text));
-	free(text);
-	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
+	snprintf(buf, len, "MirageFused_%016" PRIx64, mo_search_mugraph_key(prog, o, mg));
 }
 /* The regions of `tight` (the model partitioned under tighter limits) that
  * lie inside rg, appended to rs as parts of unit `parent`; how many. Parts
@@ -107,6 +103,57 @@ bool fuse_injected_failure(const struct mo_fuse_region *rs, int u, const char *s
 	snprintf(want, sizeof want, "%s:%s", fuse_label(rs, u, lb, sizeof lb), stage);
 	return strcmp(e, want) == 0;
 }
+/* An earlier unit whose search settled and whose program has unit ri's key
+ * (an identical layer); -1 when none. */
+static int identical_before(const struct mo_fuse_state *f, int ri)
+{
+	const struct mo_fuse_region *s = &f->rs[ri];
+	for (int j = 0; j < ri; j++) {
+		const struct mo_fuse_region *e = &f->rs[j];
+		if (e->settled && e->key == s->key && e->prog->n_ops == s->prog->n_ops)
+			return j;
+	}
+	return -1;
+}
+
+/* Unit ri is identical to unit j (the same program but for names and
+ * weights): j's μGraph, named as ri's tensors and verified again with ri's
+ * weights; or, when j found none, j's finding and its runs of ops, each then
+ * searched and verified as a region of its own (a region left unfused is
+ * never wrong). False when j's μGraph does not verify here (then ri is
+ * searched). */
+static bool reuse_identical(struct mo_fuse_state *f, int ri, int j,
+			    const struct mo_search_options *o)
+{
+	struct mo_fuse_region *s = &f->rs[ri];
+	const struct mo_fuse_region *e = &f->rs[j];
+	char lb[32], why[320];
+	fuse_label(f->rs, j, lb, sizeof lb);
+	if (e->r.best) {
+		if (mo_search_reuse(s->prog, o, e->r.best, e->prog, &s->r, why, sizeof why)) {
+			fuse_progress(f->a, "  identical to region %s: its μGraph, verified again", lb);
+			s->same_as = j + 1;
+			return true;
+		}
+		fuse_progress(f->a, "  identical to region %s, whose μGraph is not one for it (%s): "
+			      "searching", lb, why);
+		return false;
+	}
+	memset(&s->r, 0, sizeof s->r);
+	memcpy(s->r.why, e->r.why, sizeof s->r.why); /* j < ri: apart */
+	if (e->r.n_parts > 0) {
+		s->r.part_of = mo_malloc(sizeof *s->r.part_of * (size_t)s->prog->n_ops);
+		if (s->r.part_of) {
+			memcpy(s->r.part_of, e->r.part_of, sizeof *s->r.part_of * (size_t)s->prog->n_ops);
+			s->r.n_parts = e->r.n_parts;
+		}
+	}
+	fuse_progress(f->a, "  identical to region %s, which no μGraph fuses whole: not searched "
+		      "again", lb);
+	s->same_as = j + 1;
+	return true;
+}
+
 /* Stage 1 for region ri: its program, the search (or the cache), the
  * variants and --profile. Fails only when out of memory (f->d says so);
  * *nomem when the search ran out of memory (the region stays out). */
@@ -141,12 +188,20 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	const char *cache = f->use_cache ? f->cache : NULL;
 	struct mo_diag sd;
 	mo_diag_init(&sd);
+	int j = -1;
 	if (fuse_injected_failure(f->rs, ri, "search")) {
 		snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
-	} else if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
+		return MO_OK;
+	}
+	if (!mo_search_memory_fits(s->prog, &o, s->why, sizeof s->why)) {
 		/* a limit the user may want to raise: said as out of memory is */
 		fuse_warn(a, "region %s stays unfused: %s",
 			  fuse_label(f->rs, ri, lb, sizeof lb), s->why);
+		return MO_OK;
+	}
+	s->key = mo_search_region_key(s->prog, &o);
+	if ((j = identical_before(f, ri)) >= 0 && reuse_identical(f, ri, j, &o)) {
+		s->settled = true;
 	} else if (mo_search_cached(s->prog, &o, cache, &s->r, &s->cached, &sd)) {
 		*nomem = sd.status == MO_ERR_NOMEM;
 		if (*nomem) {
@@ -155,19 +210,23 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 				  fuse_label(f->rs, ri, lb, sizeof lb));
 		} else
 			snprintf(s->why, sizeof s->why, "search failed: %.300s", sd.msg);
-	} else if (!s->r.best) {
-		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
+		return MO_OK;
 	} else {
-		s->fused = true;
-		mo_mg_output_dtypes(s->r.best, s->prog);
-		op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
-		if (a->profile)
-			fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
-		if (a->dump_dir)
-			dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
-		if (fuse_find_variants(s, a, &o, cache, f->d))
-			return MO_ERR_NOMEM;
+		s->settled = !s->r.stats.safety_net && !s->r.stats.time_limit;
 	}
+	if (!s->r.best) {
+		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
+		return MO_OK;
+	}
+	s->fused = true;
+	mo_mg_output_dtypes(s->r.best, s->prog);
+	op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
+	if (a->profile)
+		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
+	if (a->dump_dir)
+		dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
+	if (fuse_find_variants(s, a, &o, cache, f->d))
+		return MO_ERR_NOMEM;
 	return MO_OK;
 }
 /* Region ri did not fuse whole: its parts become regions of their own,
@@ -323,7 +382,11 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 			mo_diag_init(&cd);
 			fuse_progress(a, "  checking %s against region %s", s->op_type,
 				      fuse_label(rs, ri, lb, sizeof lb));
-			if (mo_plugin_check_cpu(lib, &ops[k], s->prog, a->search->seed + 7, &s->check,
+			/* the op's kernels, bound by the names of this region's μGraph
+			 * (regions sharing an op are identical but for names) */
+			struct mo_cg_op mine = { .name = ops[k].name, .mg = s->r.best,
+						 .variants = s->var_mg, .n_variants = s->n_var };
+			if (mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7, &s->check,
 						&cd) || !s->check.ok) {
 				s->fused = false;
 				snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "

@@ -53,6 +53,10 @@ struct mo_fuse_region {
 	struct mo_tp *prog;
 	struct mo_search_result r;
 	bool cached;
+	uint64_t key;        /* its program's (mo_search_region_key) */
+	bool settled;        /* searched to the end: neither a limit nor a
+			      * failure decided its outcome */
+	int same_as;         /* 1 + the identical unit whose search it reused */
 	bool fused;          /* so far; in the report: in the model written */
 	char op_type[40];
 	char why[400];       /* why not fused */

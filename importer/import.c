@@ -851,6 +851,12 @@ static const char *const compare_ops[] = { "Equal", "Less", "Greater", "LessOrEq
 					   "GreaterOrEqual", "And", "Or", "Xor", NULL };
 static const char *const same_type_ops[] = { "Mod", "Max", "Min", "Sum", "Mean", NULL };
 static const char *const bool_unary_ops[] = { "Not", "IsNaN", "IsInf", NULL };
+/* ops outside the op table whose output has their first input's shape and
+ * element type (ONNX's propagateShapeAndTypeFromFirstInput) */
+static const char *const like_first_ops[] = {
+	"Floor", "Ceil", "Round", "Sign", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh",
+	"Asinh", "Acosh", "Atanh", "BitwiseNot", "Shrink", "LpNormalization", "Hardmax",
+	"LRN", "CumSum", "Trilu", NULL };
 
 /* The shape and dtype of the output of an op outside the op table, by its
  * ONNX shape rule, for those exporters write around shapes and masks (the
@@ -877,10 +883,10 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 	} else if (one_of(ty, same_type_ops)) {
 		mo_tp_broadcast(tp, op, a->dtype, &why);
 	} else if (one_of(ty, bool_unary_ops) || strcmp(ty, "CastLike") == 0 ||
-		   strcmp(ty, "Trilu") == 0) {
+		   one_of(ty, like_first_ops)) {
 		y->dtype = strcmp(ty, "CastLike") == 0
 			   ? (op->n_in == 2 ? tp->tensors[op->in[1]].dtype : 0)
-			   : strcmp(ty, "Trilu") == 0 ? a->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+			   : one_of(ty, like_first_ops) ? a->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 		if (y->dtype)
 			mo_tensor_set_shape(y, a->rank, a->dims);
 	} else if (strcmp(ty, "GatherElements") == 0) {

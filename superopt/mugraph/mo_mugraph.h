@@ -130,6 +130,13 @@ int mo_mg_kernel(struct mo_mugraph *mg, enum mo_op kind, int n_in, const int *in
 /* Names a kernel tensor as a program output (stored in the dtype its
  * producer computes, no longer fp32 as between kernels). */
 void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name);
+/* Renames the μGraph's inputs and outputs: to(ctx, name) gives a name's new
+ * one, NULL for a name it does not know. False when one is unknown or out of
+ * memory (then some may be renamed: the caller drops the μGraph). The cache
+ * keeps a μGraph under names that are the same for regions that differ in
+ * names alone, and gives it the names of the region it is read for. */
+bool mo_mg_rename(struct mo_mugraph *mg, const char *(*to)(void *ctx, const char *name),
+		  void *ctx);
 /* Gives each output the dtype of the program's output of the same name: a
  * fused node declares, and its kernels store, exactly the types of the
  * tensors it replaces (an fp16 region may end in a Cast to fp32). */

@@ -208,6 +208,26 @@ void mo_mg_output(struct mo_mugraph *mg, int tensor, const char *name)
 	mg->kg.outputs[mg->kg.n_outputs++] = tensor;
 }
 
+bool mo_mg_rename(struct mo_mugraph *mg, const char *(*to)(void *ctx, const char *name),
+		  void *ctx)
+{
+	for (int i = 0; i < mg->kg.n_tensors; i++) {
+		struct mo_tensor *t = &mg->kg.tensors[i];
+		if (t->kind != MO_T_INPUT && !t->is_graph_output)
+			continue;
+		const char *name = to(ctx, t->name);
+		const char *copy = name ? mo_arena_strdup(&mg->arena, name) : NULL;
+		if (!copy)
+			return false;
+		/* the INPUT and OUTPUT steps share the tensor's string */
+		for (int k = 0; k < mg->n_steps; k++)
+			if (mg->steps[k].name == t->name)
+				mg->steps[k].name = copy;
+		t->name = copy;
+	}
+	return true;
+}
+
 void mo_mg_output_dtypes(struct mo_mugraph *mg, const struct mo_tp *prog)
 {
 	for (int i = 0; i < mg->kg.n_outputs; i++) {

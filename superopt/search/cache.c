@@ -10,47 +10,193 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Numbers the tensors prog's ops read and make, 1.., in the order the ops
+ * first name them (each op's operands, then its results): the same numbers
+ * for two regions that differ in tensor names alone, such as one layer of a
+ * model and the next. num has prog->n_tensors entries, 0 for a tensor no op
+ * names. Returns how many are numbered. */
+static int canon_numbers(const struct mo_tp *prog, int *num)
+{
+	int next = 0;
+	memset(num, 0, sizeof *num * (size_t)prog->n_tensors);
+	for (int k = 0; k < prog->n_ops; k++) {
+		const struct mo_tp_op *op = &prog->ops[k];
+		for (int i = 0; i < op->n_in + op->n_out; i++) {
+			int t = i < op->n_in ? op->in[i] : op->out[i - op->n_in];
+			if (t >= 0 && !num[t])
+				num[t] = ++next;
+		}
+	}
+	return next;
+}
+
+/* Values in a key: a scalar constant's or weight's are part of a region's
+ * key (a norm's epsilon, a scale: what a μGraph may hold as a constant of
+ * its own); a larger one's are not (a μGraph reads it as an input, bound to
+ * whichever the region has, and is verified with it). A fused op's key also
+ * holds the values of the constants its function body holds, up to
+ * OP_KEY_MAX_VALUES elements, else their names. */
+#define OP_KEY_MAX_VALUES 4096
+
+/* h with x's values when it has at most max elements; h itself when not. */
+static uint64_t hash_values(uint64_t h, const struct mo_tp *prog, const struct mo_tensor *x,
+			    uint64_t max)
+{
+	uint64_t n = mo_tensor_numel(x);
+	if (!x->shape_known || n > max)
+		return h;
+	if (x->fvals)
+		return mo_fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
+	if (x->ivals)
+		return mo_fnv(h, x->ivals, sizeof *x->ivals * x->n_vals);
+	double *v = x->init ? mo_malloc(sizeof *v * (size_t)(n + 1)) : NULL;
+	if (v && mo_onnx_tensor_doubles(prog->model, x->init, n, 0, n, v))
+		h = mo_fnv(mo_fnv(h, "v", 1), v, sizeof *v * n);
+	mo_free(v);
+	return h;
+}
+
 /* The region's canonical hash: ops, their parameters and operand positions,
- * tensor shapes and dtypes, input names, constants, and the search limits. */
+ * the kinds, dtypes and shapes of the tensors they read and make, small
+ * constants' values, which tensors are outputs, and the search limits. No
+ * name: identical layers of a model share a key (and so a cache entry). */
 uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_options *o)
 {
 	uint64_t h = MO_FNV_OFFSET;
-	int *num = calloc((size_t)tp->n_tensors + 1, sizeof *num);
-	int next = 1;
+	int *num = mo_calloc((size_t)tp->n_tensors + 1, sizeof *num);
+	bool *seen = mo_calloc((size_t)tp->n_tensors + 1, sizeof *seen);
+	if (!num || !seen) { /* a key of its own: never a wrong hit */
+		mo_free(num);
+		mo_free(seen);
+		return mo_fnv(h, &tp, sizeof tp);
+	}
+	canon_numbers(tp, num);
 	for (int k = 0; k < tp->n_ops; k++) {
 		const struct mo_tp_op *op = &tp->ops[k];
 		h = mo_fnv(h, &op->kind, sizeof op->kind);
 		struct mo_op_params p = op->p;
 		p.sizes = NULL;
 		h = mo_fnv(h, &p, sizeof p);
-		for (int i = 0; i < op->n_in; i++) {
-			int t = op->in[i];
+		if (op->p.sizes && op->p.n_sizes > 0)
+			h = mo_fnv(h, op->p.sizes, sizeof *op->p.sizes * (size_t)op->p.n_sizes);
+		h = mo_fnv(h, &op->n_in, sizeof op->n_in);
+		for (int i = 0; i < op->n_in + op->n_out; i++) {
+			int t = i < op->n_in ? op->in[i] : op->out[i - op->n_in];
+			h = mo_fnv(h, t >= 0 ? &num[t] : &t, sizeof t);
 			if (t < 0)
 				continue;
 			const struct mo_tensor *x = &tp->tensors[t];
-			if (num && !num[t]) {
-				num[t] = next++;
-				if (x->kind != MO_T_VALUE)
-					h = mo_fnv(h, x->name, strlen(x->name));
-				if (x->fvals)
-					h = mo_fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
+			if (!seen[t]) {
+				seen[t] = true;
+				h = mo_fnv(h, &x->kind, sizeof x->kind);
+				if (x->kind != MO_T_VALUE && x->kind != MO_T_INPUT)
+					h = hash_values(h, tp, x, 1);
 			}
-			h = mo_fnv(h, num ? &num[t] : &t, sizeof t);
 			h = mo_fnv(h, &x->dtype, sizeof x->dtype);
+			h = mo_fnv(h, &x->rank, sizeof x->rank);
 			h = mo_fnv(h, x->dims, sizeof x->dims[0] * (size_t)x->rank);
 		}
 	}
-	for (int j = 0; j < tp->n_outputs; j++) {
-		const char *n = tp->tensors[tp->outputs[j]].name;
-		h = mo_fnv(h, n, strlen(n));
-	}
+	for (int j = 0; j < tp->n_outputs; j++)
+		h = mo_fnv(h, &num[tp->outputs[j]], sizeof num[0]);
 	h = mo_fnv(h, &o->target, sizeof o->target);
 	h = mo_fnv(h, &o->max_block_ops, sizeof o->max_block_ops);
 	h = mo_fnv(h, &o->max_kernel_ops, sizeof o->max_kernel_ops);
 	if (o->smem_limit) /* a variant for a GPU with less shared memory */
 		h = mo_fnv(h, &o->smem_limit, sizeof o->smem_limit);
-	free(num);
+	mo_free(num);
+	mo_free(seen);
 	return h;
+}
+
+/* ---- canonical names: a μGraph found for one region, for another ---- */
+
+/* The names of one region's numbered tensors (index: canon_numbers' number),
+ * or "c<number>", the names a cache entry is written with. */
+struct names {
+	const struct mo_tp *prog;
+	int *num;
+	int n;
+	const char **name;
+	char (*canon)[16];
+};
+
+static bool names_init(struct names *m, const struct mo_tp *prog)
+{
+	memset(m, 0, sizeof *m);
+	m->prog = prog;
+	m->num = mo_calloc((size_t)prog->n_tensors + 1, sizeof *m->num);
+	if (!m->num)
+		return false;
+	m->n = canon_numbers(prog, m->num);
+	m->name = mo_calloc((size_t)m->n + 1, sizeof *m->name);
+	m->canon = mo_calloc((size_t)m->n + 1, sizeof *m->canon);
+	if (!m->name || !m->canon)
+		return false;
+	for (int t = 0; t < prog->n_tensors; t++)
+		if (m->num[t])
+			m->name[m->num[t] - 1] = prog->tensors[t].name;
+	for (int c = 0; c < m->n; c++)
+		snprintf(m->canon[c], sizeof m->canon[c], "c%d", c + 1);
+	return true;
+}
+
+static void names_free(struct names *m)
+{
+	mo_free(m->num);
+	mo_free((void *)m->name);
+	mo_free(m->canon);
+}
+
+/* A pair of namings: a name of `from` to the same tensor's in `to`. A
+ * NULL side means the canonical names. */
+struct renaming {
+	const struct names *from, *to;
+};
+
+static const char *rename_one(void *ctx, const char *name)
+{
+	const struct renaming *r = ctx;
+	const struct names *f = r->from ? r->from : r->to, *t = r->to ? r->to : r->from;
+	int c = -1;
+	for (int i = 0; i < f->n && c < 0; i++)
+		if (!strcmp(r->from ? f->name[i] : f->canon[i], name))
+			c = i;
+	if (c < 0 || c >= t->n)
+		return NULL;
+	return r->to ? t->name[c] : t->canon[c];
+}
+
+static bool rename_mg(struct mo_mugraph *mg, const struct names *from, const struct names *to)
+{
+	struct renaming r = { from, to };
+	return mo_mg_rename(mg, rename_one, &r);
+}
+
+/* A copy of mg (found for `from`) named as region `to`'s tensors: through
+ * its JSON, with the canonical names in between. NULL with why. */
+static struct mo_mugraph *copy_for(const struct mo_mugraph *mg, const struct mo_tp *from,
+				   const struct mo_tp *to, char *why, size_t why_len)
+{
+	struct names nf = { 0 }, nt = { 0 };
+	struct mo_mugraph *copy = NULL;
+	char *text = NULL;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	snprintf(why, why_len, "out of memory");
+	if (names_init(&nf, from) && names_init(&nt, to) && (text = mo_mg_json(mg))) {
+		if (mo_mg_from_json(text, &copy, &d))
+			snprintf(why, why_len, "%.300s", d.msg);
+		else if (!rename_mg(copy, &nf, &nt)) {
+			snprintf(why, why_len, "its tensors are not the region's");
+			mo_mg_free(copy);
+			copy = NULL;
+		}
+	}
+	free(text);
+	names_free(&nf);
+	names_free(&nt);
+	return copy;
 }
 
 bool mo_search_cache_dir(char *buf, size_t len)
@@ -241,6 +387,113 @@ enum mo_status mo_search_cached(const struct mo_tp *prog, const struct mo_search
 	return mo_diag_nomem(d);
 }
 
+/* Adopts mg (named as prog's tensors) as prog's best when it fits the
+ * region and passes the full verdict again: the cache is never trusted.
+ * Else frees it and says why. */
+static bool reverify(struct mo_mugraph *mg, const struct mo_tp *prog,
+		     const struct mo_search_options *o, struct mo_search_result *r, char *why,
+		     size_t why_len)
+{
+	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
+	eo.seed = o->seed;
+	struct mo_diag quiet;
+	mo_diag_init(&quiet);
+	if (entry_fits(mg, prog, why, why_len) && mo_search_mg_valid(mg, o, why, why_len)) {
+		if (mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet))
+			snprintf(why, why_len, "it cannot be verified: %.200s", quiet.msg);
+		else if (r->verification.verdict != MO_EQUIVALENT)
+			snprintf(why, why_len, "it is not equivalent to the region");
+		else {
+			r->best = mg;
+			mo_cost_mugraph(mg, gpu, &r->cost_best);
+			mo_cost_program(prog, gpu, &r->cost_unfused);
+			return true;
+		}
+		memset(&r->verification, 0, sizeof r->verification);
+	}
+	mo_mg_free(mg);
+	return false;
+}
+
+bool mo_search_reuse(const struct mo_tp *prog, const struct mo_search_options *o,
+		     const struct mo_mugraph *found, const struct mo_tp *found_for,
+		     struct mo_search_result *r, char *why, size_t why_len)
+{
+	memset(r, 0, sizeof *r);
+	if (mo_search_region_key(prog, o) != mo_search_region_key(found_for, o)) {
+		snprintf(why, why_len, "the regions differ");
+		return false;
+	}
+	struct mo_mugraph *mg = copy_for(found, found_for, prog, why, why_len);
+	return mg && reverify(mg, prog, o, r, why, why_len);
+}
+
+/* Whether a kernel-graph input of mg is named `name`. */
+static bool reads(const struct mo_mugraph *mg, const char *name)
+{
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		if (!strcmp(mg->kg.tensors[mg->kg.inputs[i]].name, name))
+			return true;
+	return false;
+}
+
+uint64_t mo_search_mugraph_key(const struct mo_tp *prog, const struct mo_search_options *o,
+			       const struct mo_mugraph *mg)
+{
+	uint64_t h = mo_search_region_key(prog, o);
+	struct names n = { 0 };
+	struct mo_mugraph *copy = NULL;
+	char *text = mo_mg_json(mg), *canon = NULL;
+	struct mo_diag ignored;
+	mo_diag_init(&ignored);
+	if (text && names_init(&n, prog) && !mo_mg_from_json(text, &copy, &ignored) &&
+	    rename_mg(copy, &n, NULL) && (canon = mo_mg_json(copy)))
+		h = mo_fnv(h, canon, strlen(canon));
+	else /* a type of its own */
+		h = mo_fnv(h, &mg, sizeof mg);
+	/* What a fused op's function body holds as constants (the weights and
+	 * constants the region reads that are not the op's inputs, its ops'
+	 * constant operands): the same op type only with the same ones, by
+	 * value when small, else by name. */
+	for (int k = 0; k < prog->n_ops; k++) {
+		const struct mo_tp_op *op = &prog->ops[k];
+		for (int i = 0; i < op->n_in + op->n_params; i++) {
+			int t = i < op->n_in ? op->in[i] : op->param_in[i - op->n_in];
+			if (t < 0)
+				continue;
+			const struct mo_tensor *x = &prog->tensors[t];
+			if (x->kind == MO_T_VALUE || x->kind == MO_T_INPUT || reads(mg, x->name))
+				continue;
+			uint64_t before = h;
+			h = hash_values(h, prog, x, OP_KEY_MAX_VALUES);
+			if (h == before)
+				h = mo_fnv(h, x->name, strlen(x->name));
+		}
+	}
+	mo_mg_free(copy);
+	free(text);
+	free(canon);
+	names_free(&n);
+	return h;
+}
+
+/* Writes mg (found for prog) as a cache entry, under the canonical names. */
+static void cache_store(const struct mo_mugraph *mg, const struct mo_tp *prog, const char *path)
+{
+	struct names n = { 0 };
+	struct mo_mugraph *copy = NULL;
+	char *text = mo_mg_json(mg);
+	struct mo_diag ignored; /* a cache entry is optional */
+	mo_diag_init(&ignored);
+	if (text && names_init(&n, prog) && !mo_mg_from_json(text, &copy, &ignored) &&
+	    rename_mg(copy, &n, NULL))
+		(void)mo_mg_write_json(copy, path, &ignored);
+	mo_mg_free(copy);
+	free(text);
+	names_free(&n);
+}
+
 static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				   const char *cache, struct mo_search_result *r, bool *cached,
 				   struct mo_diag *d)
@@ -248,7 +501,6 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 	memset(r, 0, sizeof *r);
 	*cached = false;
 	char path[1100];
-	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
 	if ((o->time_limit > 0 && mo_seconds() > o->time_limit) ||
 	    !mo_search_memory_fits(prog, o, r->why, sizeof r->why))
 		cache = NULL; /* past the run's time limit or its memory: mo_search says so */
@@ -256,26 +508,17 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 		cache_path(prog, o, cache, path, sizeof path);
 		char why[320];
 		struct mo_mugraph *mg = cache_load(path, why, sizeof why);
-		struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;
-		eo.seed = o->seed;
-		struct mo_diag quiet;
-		mo_diag_init(&quiet);
-		if (mg && entry_fits(mg, prog, why, sizeof why) &&
-		    mo_search_mg_valid(mg, o, why, sizeof why)) {
-			if (mo_mg_equiv(mg, prog, &eo, &r->verification, &quiet))
-				snprintf(why, sizeof why, "it cannot be verified: %.200s", quiet.msg);
-			else if (r->verification.verdict != MO_EQUIVALENT)
-				snprintf(why, sizeof why, "it is not equivalent to the region");
-			else {
-				r->best = mg; /* re-verified: the cache is never trusted */
-				*cached = true;
-				mo_cost_mugraph(mg, gpu, &r->cost_best);
-				mo_cost_program(prog, gpu, &r->cost_unfused);
-				return MO_OK;
-			}
-			memset(&r->verification, 0, sizeof r->verification);
+		struct names n = { 0 };
+		if (mg && !(names_init(&n, prog) && rename_mg(mg, NULL, &n))) {
+			snprintf(why, sizeof why, "its tensors are not the region's");
+			mo_mg_free(mg);
+			mg = NULL;
 		}
-		mo_mg_free(mg);
+		names_free(&n);
+		if (mg && reverify(mg, prog, o, r, why, sizeof why)) {
+			*cached = true;
+			return MO_OK;
+		}
 		if (why[0]) {
 			for (char *c = why; *c; c++) /* one line */
 				if (*c == '\n' || *c == '\r')
@@ -292,10 +535,8 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 			     "found depends on timing and is not cached",
 			prog->n_ops > 0 && prog->node_names && prog->ops[0].node >= 0
 				? prog->node_names[prog->ops[0].node] : "?", prog->n_ops);
-	struct mo_diag ignored; /* a cache entry is optional */
-	mo_diag_init(&ignored);
 	if (!st && r->best && cache && !r->stats.safety_net && mo_alloc_failures() == failures)
-		(void)mo_mg_write_json(r->best, path, &ignored);
+		cache_store(r->best, prog, path);
 	else if (!st && cache)
 		remove(path); /* an invalid entry is not read again */
 	return st;

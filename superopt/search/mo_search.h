@@ -178,8 +178,10 @@ void mo_search_result_free(struct mo_search_result *r);
 
 /* ---- the result cache (cache.c, DESIGN §9) ---- */
 
-/* The region's canonical hash (ops, parameters, operand positions, shapes,
- * dtypes, weight names, constants, outputs, search limits): the cache key. */
+/* The region's canonical hash (ops, parameters, operand positions, the
+ * kinds, dtypes and shapes of its tensors, small constants' values, which
+ * are outputs, the search limits; no names): the cache key, the same for
+ * identical layers of a model. */
 uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_options *o);
 
 /* The result cache's folder ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx),
@@ -194,6 +196,21 @@ bool mo_search_cache_dir(char *buf, size_t len);
 enum mo_status mo_search_cached(const struct mo_tp *prog, const struct mo_search_options *o,
 				const char *cache, struct mo_search_result *r, bool *cached,
 				struct mo_diag *d);
+
+/* The key of mg as the fused op of region prog: the region's key, mg's
+ * JSON under canonical names and the constants the op's function body
+ * holds. Identical layers get the same key, and so share one custom op
+ * type and its kernels. */
+uint64_t mo_search_mugraph_key(const struct mo_tp *prog, const struct mo_search_options *o,
+			       const struct mo_mugraph *mg);
+
+/* A μGraph `found` for region found_for, for region prog of the same key
+ * (an identical layer): a copy named as prog's tensors, adopted as r->best
+ * when it fits prog and passes the full verdict again (r->verification).
+ * False with why when it does not (r then holds nothing). */
+bool mo_search_reuse(const struct mo_tp *prog, const struct mo_search_options *o,
+		     const struct mo_mugraph *found, const struct mo_tp *found_for,
+		     struct mo_search_result *r, char *why, size_t why_len);
 
 /* Removes the region's cache entry (its μGraph verified but its generated
  * kernel did not pass), with a warning line saying why. */

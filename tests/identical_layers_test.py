@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Identical layers are searched once (issue 24, goals).
+
+A model of three RMSNorm + projection layers, each with its own weights and
+tensor names, separated by an op outside the op table (so each layer is a
+region of its own); the third layer's norm has another epsilon. Fused with
+a result cache:
+- the second layer reuses the first's μGraph (named as its own tensors and
+  verified again: "identical to region 1"), the third is searched (its
+  epsilon differs, so does its key);
+- the cache holds one entry per distinct layer, not per layer;
+- the first two layers' fused nodes share one op type (one kernel), the
+  third has its own;
+- the fused model matches ONNX Runtime with its plugin and without it (each
+  fused op's function body, shared by the layers of that type, must compute
+  with each layer's own weights);
+- the same model with every tensor and node renamed finds every region in
+  the cache (the key holds no name) and matches too.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fuse_models_test import fileset, session  # noqa: E402
+
+CLI = None
+H = 16
+
+
+def layers_model(prefix=""):
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    x = prefix + "x"
+    for i, eps in enumerate((1e-6, 1e-6, 1e-5)):
+        p = f"{prefix}l{i}_"
+        inits += [numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), p + "w"),
+                  numpy_helper.from_array(rng.uniform(0.5, 1.5, H).astype(np.float32), p + "g"),
+                  numpy_helper.from_array(np.array(2.0, np.float32), p + "two"),
+                  numpy_helper.from_array(np.array(eps, np.float32), p + "eps")]
+        step = [("Pow", [x, p + "two"]), ("ReduceMean", None), ("Add", [None, p + "eps"]),
+                ("Sqrt", None), ("Div", [x, None]), ("Mul", [None, p + "g"]),
+                ("MatMul", [None, p + "w"]), ("Floor", None)]
+        prev = x
+        for k, (op, ins) in enumerate(step):
+            out = f"{p}t{k}"
+            ins = [prev if n is None else n for n in (ins or [None])]
+            kw = {"axes": [-1]} if op == "ReduceMean" else {}
+            nodes.append(helper.make_node(op, ins, [out], name=f"{p}n{k}", **kw))
+            prev = out
+        x = prev
+    graph = helper.make_graph(
+        nodes, "layers", [helper.make_tensor_value_info(prefix + "x", TensorProto.FLOAT, [4, H])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4, H])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+class IdenticalLayers(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="mo_layers_")
+        self.dir = self.tmp.name
+        self.env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(self.dir, "cache"))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def fuse(self, model, name):
+        src = os.path.join(self.dir, name + ".onnx")
+        out = os.path.join(self.dir, name + ".fused.onnx")
+        onnx.save(model, src)
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--budget", "20", "--seed", "3"],
+                           capture_output=True, text=True, timeout=1200, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        fused = [n for n in onnx.load(out).graph.node if n.domain.startswith("mirage_onnx")]
+        self.assertEqual(len(fused), 3, r.stdout)
+        x = {model.graph.input[0].name: np.random.default_rng(1).standard_normal(
+            (4, H)).astype(np.float32)}
+        want = session(src).run(None, x)[0]
+        plugin, _ = fileset(out)
+        for label, got in (("with its plugin", session(out, plugin).run(None, x)[0]),
+                           ("without its plugin", session(out).run(None, x)[0])):
+            # Floor after each layer: an ulp may move a value across an integer
+            close = np.abs(got - want) <= 1 + 1e-6
+            self.assertTrue(close.all() and np.mean(got == want) > 0.95,
+                            f"{label}: {np.mean(got == want):.2f} equal")
+        return r.stdout + r.stderr, [n.op_type for n in fused]
+
+    def test_identical_layers_search_once_and_share_an_op(self):
+        out, types = self.fuse(layers_model(), "layers")
+        self.assertIn("identical to region 1: its μGraph, verified again", out)
+        self.assertNotIn("identical to region 2", out)
+        self.assertEqual(types[0], types[1], "identical layers share one op type")
+        self.assertNotEqual(types[0], types[2], "another epsilon is another op")
+        self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache"))), 2)
+        # every name changed: every region found in the cache
+        out, renamed = self.fuse(layers_model("other/"), "renamed")
+        self.assertEqual(out.count("(from the cache, verified again)"), 2, out)
+        self.assertEqual(renamed, types)
+        self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache"))), 2)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    a, rest = ap.parse_known_args()
+    CLI = a.cli
+    unittest.main(argv=[sys.argv[0]] + rest)
