@@ -291,7 +291,8 @@ static enum mo_status search_regions(struct mo_fuse_state *f)
 			continue;
 		s->seconds = mo_seconds() - t0;
 		fuse_progress(f->a, "  %s in %.1f s%s", s->fused ? "found a μGraph" : "stays unfused",
-			      s->seconds, s->cached ? " (from the cache, verified again)" : "");
+			      s->seconds, !s->cached ? "" : s->fused ? " (from the cache, verified again)"
+			      : " (the cache's finding for this budget)");
 		if (!s->fused && s->parent < 0 && (st = split_unfused(f, ri, nomem)))
 			return st;
 	}

@@ -494,6 +494,112 @@ static void cache_store(const struct mo_mugraph *mg, const struct mo_tp *prog, c
 	names_free(&n);
 }
 
+/* ---- entries saying that a search found nothing ----
+ * "<key>.none": a search of the region with some budget found no μGraph,
+ * and which runs of its ops fuse on their own. Read only for a search with
+ * at most that budget (a larger one may find more), never for a search the
+ * safety net or the time limit stopped; parsed strictly, since the folder
+ * is the user's. Lines: the header, "budget S", "parts N P0 .. P(n_ops-1)"
+ * and "why TEXT". */
+#define NONE_HEADER "mirage-onnx search: no μGraph"
+#define NONE_MAX_BYTES (1u << 20)
+
+static void none_path(const char *path, char *out, size_t len)
+{
+	snprintf(out, len, "%.*s.none", (int)(strlen(path) - strlen(".json")), path);
+}
+
+static void none_store(const struct mo_search_result *r, const struct mo_tp *prog,
+		       const struct mo_search_options *o, const char *path)
+{
+	char np[1200];
+	none_path(path, np, sizeof np);
+	struct mo_file mf;
+	struct mo_diag ignored;
+	mo_diag_init(&ignored);
+	if (mo_file_open(&mf, np, &ignored))
+		return;
+	fprintf(mf.f, "%s\nbudget %.17g\nparts %d", NONE_HEADER, o->budget_s, r->n_parts);
+	for (int k = 0; k < prog->n_ops; k++)
+		fprintf(mf.f, " %d", r->n_parts > 0 && r->part_of ? r->part_of[k] : -1);
+	fputs("\nwhy ", mf.f);
+	for (const char *c = r->why; *c; c++) /* one line */
+		fputc(*c == '\n' || *c == '\r' ? ' ' : *c, mf.f);
+	fputc('\n', mf.f);
+	(void)mo_file_commit(&mf, &ignored);
+}
+
+/* A long from *p (then past it and one space), within [lo, hi]. */
+static bool none_int(const char **p, long lo, long hi, long *v)
+{
+	char *end;
+	errno = 0;
+	*v = strtol(*p, &end, 10);
+	if (end == *p || errno || *v < lo || *v > hi || (*end != ' ' && *end != '\n'))
+		return false;
+	*p = end + (*end == ' ');
+	return true;
+}
+
+/* The entry at np for prog searched with o: true with r filled (why, the
+ * runs of ops) when it is valid and its budget at least o's; false with why
+ * set when it is invalid, empty when there is none or its budget is less. */
+static bool none_load(const char *np, const struct mo_tp *prog, const struct mo_search_options *o,
+		      struct mo_search_result *r, char *why, size_t why_len)
+{
+	why[0] = 0;
+	FILE *f = fopen(np, "rb");
+	if (!f)
+		return false;
+	char *text = mo_malloc(NONE_MAX_BYTES + 1);
+	size_t len = text ? fread(text, 1, NONE_MAX_BYTES + 1, f) : 0;
+	fclose(f);
+	if (!text || len > NONE_MAX_BYTES || memchr(text, 0, len)) {
+		snprintf(why, why_len, "%s", text ? "not an entry" : "out of memory reading it");
+		mo_free(text);
+		return false;
+	}
+	text[len] = 0;
+	const char *p = text;
+	double budget = 0;
+	long n_parts = 0, v;
+	int *part_of = mo_malloc(sizeof *part_of * ((size_t)prog->n_ops + 1));
+	bool ok = part_of && !strncmp(p, NONE_HEADER "\nbudget ", strlen(NONE_HEADER) + 8);
+	if (ok) {
+		char *end;
+		p += strlen(NONE_HEADER) + 8;
+		budget = strtod(p, &end);
+		ok = end != p && *end == '\n' && budget >= 0 && budget <= 1e9;
+		p = end + 1;
+	}
+	ok = ok && !strncmp(p, "parts ", 6);
+	p += ok ? 6 : 0;
+	ok = ok && none_int(&p, 0, prog->n_ops, &n_parts);
+	for (int k = 0; ok && k < prog->n_ops; k++) {
+		ok = none_int(&p, -1, n_parts - 1, &v);
+		if (ok)
+			part_of[k] = (int)v;
+	}
+	ok = ok && *p == '\n' && !strncmp(p + 1, "why ", 4);
+	const char *w = ok ? p + 5 : NULL, *nl = w ? strchr(w, '\n') : NULL;
+	ok = ok && nl && nl[1] == 0 && nl > w;
+	if (!ok) {
+		snprintf(why, why_len, "not an entry for this region");
+	} else if (o->budget_s <= budget) {
+		memset(r, 0, sizeof *r);
+		snprintf(r->why, sizeof r->why, "%.*s", (int)(nl - w), w);
+		r->n_parts = (int)n_parts;
+		r->part_of = n_parts > 0 ? part_of : NULL;
+		if (n_parts > 0)
+			part_of = NULL;
+	} else {
+		ok = false; /* searched with less: search again */
+	}
+	mo_free(part_of);
+	mo_free(text);
+	return ok;
+}
+
 static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_search_options *o,
 				   const char *cache, struct mo_search_result *r, bool *cached,
 				   struct mo_diag *d)
@@ -515,16 +621,27 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 			mg = NULL;
 		}
 		names_free(&n);
-		if (mg && reverify(mg, prog, o, r, why, sizeof why)) {
+		bool entry = mg != NULL; /* reverify frees a μGraph it does not adopt */
+		if (entry && reverify(mg, prog, o, r, why, sizeof why)) {
 			*cached = true;
 			return MO_OK;
+		}
+		char np[1200];
+		const char *said = path;
+		none_path(path, np, sizeof np);
+		if (!entry && !why[0]) { /* no μGraph entry: one saying none was found? */
+			if (none_load(np, prog, o, r, why, sizeof why)) {
+				*cached = true;
+				return MO_OK;
+			}
+			said = np;
 		}
 		if (why[0]) {
 			for (char *c = why; *c; c++) /* one line */
 				if (*c == '\n' || *c == '\r')
 					*c = ' ';
 			mo_progressf(o->warning, o->warning_ctx, "cache entry %s ignored (%s); "
-				     "searching again", path, why);
+				     "searching again", said, why);
 		}
 	}
 	unsigned long failures = mo_alloc_failures();
@@ -535,9 +652,18 @@ static enum mo_status find_mugraph(const struct mo_tp *prog, const struct mo_sea
 			     "found depends on timing and is not cached",
 			prog->n_ops > 0 && prog->node_names && prog->ops[0].node >= 0
 				? prog->node_names[prog->ops[0].node] : "?", prog->n_ops);
-	if (!st && r->best && cache && !r->stats.safety_net && mo_alloc_failures() == failures)
-		cache_store(r->best, prog, path);
-	else if (!st && cache)
+	if (!st && cache) {
+		char np[1200];
+		cache_path(prog, o, cache, path, sizeof path);
+		none_path(path, np, sizeof np);
+		bool whole = !r->stats.safety_net && !r->stats.time_limit &&
+			     mo_alloc_failures() == failures;
 		remove(path); /* an invalid entry is not read again */
+		remove(np);
+		if (whole && r->best)
+			cache_store(r->best, prog, path);
+		else if (whole)
+			none_store(r, prog, o, path);
+	}
 	return st;
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Identical layers are searched once (issue 24, goals).
+"""A region is searched once (issue 24, goals): identical layers of a model
+share one search, and a search that found nothing is not run again.
 
+Identical layers:
 A model of three RMSNorm + projection layers, each with its own weights and
 tensor names, separated by an op outside the op table (so each layer is a
 region of its own); the third layer's norm has another epsilon. Fused with
@@ -16,6 +18,11 @@ a result cache:
   with each layer's own weights);
 - the same model with every tensor and node renamed finds every region in
   the cache (the key holds no name) and matches too.
+
+A search that found nothing (a Transpose, Reshape and MatMul no μGraph
+beats) is stored as such with its budget: the next run with that budget or
+less takes the finding, one with more searches again; a corrupt entry of
+that kind gets one warning and a search, never a crash.
 """
 import argparse
 import os
@@ -104,6 +111,72 @@ class IdenticalLayers(unittest.TestCase):
         self.assertEqual(out.count("(from the cache, verified again)"), 2, out)
         self.assertEqual(renamed, types)
         self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache"))), 2)
+
+
+    def test_a_search_that_found_nothing_is_not_run_again(self):
+        w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64))
+                                    .astype(np.float32), "W")
+        shape = numpy_helper.from_array(np.array([2, 8, 64], np.int64), "shape")
+        nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1, 3]),
+                 helper.make_node("Reshape", ["xt", "shape"], ["xr"]),
+                 helper.make_node("MatMul", ["xr", "W"], ["y"])]
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8, 16])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 64])], [w, shape])
+        src = os.path.join(self.dir, "nothing.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                    ir_version=8), src)
+        cache = os.path.join(self.dir, "cache")
+
+        def run(budget):
+            r = subprocess.run([CLI, src, "-o", os.path.join(self.dir, "nothing.fused.onnx"),
+                                "--no-cuda", "--budget", str(budget)],
+                               capture_output=True, text=True, timeout=600, env=self.env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("unfused", r.stdout)
+            return r.stderr, [l for l in r.stderr.splitlines() if "cache entry" in l]
+
+        took = "(the cache's finding for this budget)"
+        err, warned = run(5)
+        self.assertNotIn(took, err)
+        (entry,) = os.listdir(cache)
+        self.assertTrue(entry.endswith(".none"), entry)
+        entry = os.path.join(cache, entry)
+        with open(entry) as f:
+            original = f.read()
+        err, warned = run(5)
+        self.assertIn(took, err)
+        self.assertEqual(warned, [])
+        err, warned = run(3)
+        self.assertIn(took, err)
+        err, warned = run(8)  # more budget: searched again, stored with it
+        self.assertNotIn(took, err)
+        with open(entry) as f:
+            self.assertIn("budget 8\n", f.read())
+        lines = original.split("\n")
+        mutants = {
+            "empty": "",
+            "header": original.replace("no μGraph", "a μGraph", 1),
+            "budget": original.replace(lines[1], "budget nan"),
+            "negative budget": original.replace(lines[1], "budget -1"),
+            "part out of range": original.replace(lines[2], lines[2] + " 7"),
+            "too few parts": original.replace(lines[2], lines[2].rsplit(" ", 1)[0]),
+            "part index": original.replace(lines[2], "parts 1 5 -1 -1"),
+            "huge count": original.replace(lines[2], "parts 99999999999999999999"),
+            "no why": "\n".join(lines[:3]) + "\n",
+            "trailing": original + "x",
+            "nul": original.replace("why", "w\0y"),
+        }
+        for label, text in mutants.items():
+            with self.subTest(mutant=label):
+                with open(entry, "w") as f:
+                    f.write(text)
+                err, warned = run(5)
+                self.assertNotIn(took, err)
+                self.assertEqual(len(warned), 1, err)
+                self.assertIn("ignored", warned[0])
+                with open(entry) as f:  # replaced by the search's own
+                    self.assertEqual(f.read(), original)
 
 
 if __name__ == "__main__":
