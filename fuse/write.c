@@ -114,6 +114,9 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 		}
 		fprintf(f, "], \"fused\": %s, \"split_into_parts\": %s", s->fused ? "true" : "false",
 			s->split ? "true" : "false");
+		if (s->same_as) /* its search was that region's (an identical layer) */
+			fprintf(f, ", \"identical_to\": \"%s\"",
+				fuse_label(rs, s->same_as - 1, lb, sizeof lb));
 		if (s->fused) {
 			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s, \"tensorrt\": %s", s->op_type,
 				s->cuda ? "true" : "false", s->tensorrt ? "true" : "false");

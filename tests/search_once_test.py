@@ -25,6 +25,7 @@ less takes the finding, one with more searches again; a corrupt entry of
 that kind gets one warning and a search, never a crash.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -97,6 +98,7 @@ class IdenticalLayers(unittest.TestCase):
             close = np.abs(got - want) <= 1 + 1e-6
             self.assertTrue(close.all() and np.mean(got == want) > 0.95,
                             f"{label}: {np.mean(got == want):.2f} equal")
+        self.manifest = json.load(open(fileset(out)[1]))
         return r.stdout + r.stderr, [n.op_type for n in fused]
 
     def test_identical_layers_search_once_and_share_an_op(self):
@@ -105,6 +107,8 @@ class IdenticalLayers(unittest.TestCase):
         self.assertNotIn("identical to region 2", out)
         self.assertEqual(types[0], types[1], "identical layers share one op type")
         self.assertNotEqual(types[0], types[2], "another epsilon is another op")
+        said = [r.get("identical_to") for r in self.manifest["regions"]]
+        self.assertEqual(said, [None, "1", None])
         self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache"))), 2)
         # every name changed: every region found in the cache
         out, renamed = self.fuse(layers_model("other/"), "renamed")
