@@ -1302,6 +1302,67 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
 	return true;
 }
 
+/* ---- float constants ----
+ * What ONNX Runtime's constant folding computes in floating point from
+ * constants: a Cast or CastLike of a constant (an integer from shapes, or a
+ * float) to a float type, and + - * / Sqrt Neg Reciprocal of float
+ * constants, each result rounded to its type as the op rounds it (computed
+ * in double and rounded once, which is exact for these ops). A scale
+ * 1/sqrt(head size) computed from a shape, or an exponent or epsilon given
+ * as CastLike(2, x), becomes a constant a region holds. */
+static const char *const fold_float_ops[] = { "Cast", "CastLike", "Add", "Sub", "Mul", "Div",
+					      "Sqrt", "Neg", "Reciprocal", NULL };
+
+static double value_at(const struct mo_tensor *t, size_t i)
+{
+	return t->fvals ? t->fvals[i] : (double)t->ivals[i];
+}
+
+static bool fold_float(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	const char *ty = str(n->op_type);
+	if (n->n_output != 1 || op->n_out != 1 || op->out[0] < 0 || op->n_in < 1 ||
+	    op->n_in > 2 || !one_of(ty, fold_float_ops) ||
+	    (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0))
+		return false;
+	struct mo_tensor *y = &tp->tensors[op->out[0]];
+	size_t ny = mo_tensor_numel(y);
+	if (!y->shape_known || !is_float(y->dtype) || ny > MAX_FOLD)
+		return false;
+	const struct mo_tensor *x[2] = { NULL, NULL };
+	for (int i = 0; i < op->n_in; i++) {
+		x[i] = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
+		if (!x[i] || !x[i]->shape_known || !(x[i]->fvals || (op->kind == MO_OP_CAST && x[i]->ivals)) ||
+		    x[i]->n_vals != mo_tensor_numel(x[i]))
+			return false;
+	}
+	double *v = mo_arena_array(&tp->arena, ny ? ny : 1, sizeof *v);
+	if (!v)
+		return false;
+	for (size_t i = 0; i < ny; i++) {
+		double a = value_at(x[0], bcast_index(x[0], y, i));
+		double b = x[1] ? value_at(x[1], bcast_index(x[1], y, i)) : 0;
+		double r;
+		switch (op->kind) {
+		case MO_OP_ADD: r = a + b; break;
+		case MO_OP_SUB: r = a - b; break;
+		case MO_OP_MUL: r = a * b; break;
+		case MO_OP_DIV: r = a / b; break;
+		case MO_OP_SQRT: r = sqrt(a); break;
+		case MO_OP_NEG: r = -a; break;
+		case MO_OP_RECIPROCAL: r = 1 / a; break;
+		case MO_OP_CAST: r = a; break;
+		default: return false;
+		}
+		v[i] = mo_dtype_round(r, y->dtype);
+	}
+	y->fvals = v;
+	y->n_vals = ny;
+	y->kind = MO_T_CONST;
+	return true;
+}
+
 static enum mo_status import_constant(struct importer *im, const Onnx__NodeProto *n,
 				      int node_index)
 {
@@ -1481,7 +1542,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 			im->unbound[op.out[i]] = unbound;
 	if (!off_schema && op.kind == MO_OP_OPAQUE)
 		opaque_shape(im, n, &op);
-	if (!off_schema && fold(im, n, &op)) {
+	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op))) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
 	}

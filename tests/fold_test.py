@@ -141,6 +141,42 @@ class Folding(unittest.TestCase):
         self.assertNotIn("values", t["pos"])
         self.assertEqual(t["Y"]["shape"], [1, 1000])
 
+    def test_float_constants_fold_in_their_type(self):
+        """A scale 1/sqrt(head size) computed from a shape and an exponent
+        given as CastLike(2.0, x), in fp16: folded (as ONNX Runtime's constant
+        folding does) to the values the reference evaluator gives in fp16,
+        and the ops they feed land in a region (Pow with a constant
+        exponent)."""
+        n = h.make_node
+        F16 = TensorProto.FLOAT16
+        m = mo_testlib.model(
+            [n("Shape", ["X"], ["shape"]),
+             n("Gather", ["shape", "two_i"], ["hs"], axis=0),
+             n("Cast", ["hs"], ["hsf"], to=F16),
+             n("Sqrt", ["hsf"], ["root"]),
+             n("Reciprocal", ["root"], ["scale"]),
+             n("Div", ["third", "root"], ["odd"]),
+             n("CastLike", ["two_d", "X"], ["two"]),
+             n("Pow", ["X", "two"], ["sq"], name="pow"),
+             n("Mul", ["sq", "scale"], ["Y0"], name="scale_it"),
+             n("Add", ["Y0", "odd"], ["Y"], name="shift")],
+            [vi("X", ["batch", "seq", H], F16)],
+            [vi("Y", ["batch", "seq", H], F16)] +
+            [vi(k, [], F16) for k in ("scale", "odd", "two")],
+            [const("two_i", 2, np.int64), const("two_d", 2.0, np.float64),
+             const("third", np.float16(1 / 3), np.float16)], opset=17)
+        onnx.save(m, self.path)
+        tp = json.loads(self.run_cli("--dump-tp"))
+        tensors = {t["name"]: t for t in tp["tensors"]}
+        x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float16)
+        ref = ReferenceEvaluator(m).run(None, {"X": x})
+        for k, name in enumerate(("scale", "odd", "two"), start=1):
+            self.assertEqual(tensors[name]["kind"], "constant", name)
+            self.assertEqual(tensors[name]["values"], [float(ref[k])], name)
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"pow", "scale_it", "shift"}, inside, j)
+
 
 if __name__ == "__main__":
     mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)

@@ -1,6 +1,7 @@
 /* Shape and dtype inference for the ops of the op table. */
 #include "mo_tp.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Beyond this a "shape" is a corrupt or hostile model, not a tensor. */
@@ -572,4 +573,31 @@ bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 	}
 	*why = "not in the op table";
 	return false;
+}
+
+/* x rounded to nearest-even on a grid of `bits` significant bits, with the
+ * spacing of the smallest normal's binade below it (subnormals): the value
+ * an fp16 (11, -13, 65504) or bf16 (8, -125, FLT_MAX's bf16) tensor holds.
+ * Beyond the largest finite value `max` it is infinite, as IEEE rounding
+ * makes it (a Cast to fp16 of 70000 is inf in ONNX Runtime). */
+static double round_to(double x, int bits, int min_exp, double max)
+{
+	if (x == 0 || !isfinite(x))
+		return x;
+	int ex;
+	frexp(x, &ex);
+	double q = ldexp(1.0, (ex < min_exp ? min_exp : ex) - bits);
+	double r = nearbyint(x / q) * q;
+	return fabs(r) > max ? copysign(INFINITY, x) : r;
+}
+
+double mo_dtype_round(double x, int32_t dtype)
+{
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
+		return round_to(x, 11, -13, 65504.0);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		return round_to(x, 8, -125, 0x1.fep127);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+		return (double)(float)x;
+	return x;
 }

@@ -1,6 +1,8 @@
 /* The tensor program as JSON (--dump-tp), and JSON string escaping. */
 #include "mo_tp.h"
 
+#include <math.h>
+
 #include <inttypes.h>
 
 /* The length of the well-formed UTF-8 sequence at c (RFC 3629: no overlong
@@ -104,6 +106,17 @@ void mo_tp_print_json(const struct mo_tp *tp, FILE *out)
 			fputs(", \"values\": [", out);
 			for (size_t k = 0; k < t->n_vals; k++)
 				fprintf(out, "%s%" PRId64, k ? ", " : "", t->ivals[k]);
+			fputc(']', out);
+		} else if (t->fvals) { /* a small float one (not finite: a string) */
+			fputs(", \"values\": [", out);
+			for (size_t k = 0; k < t->n_vals; k++) {
+				double v = t->fvals[k];
+				if (isfinite(v))
+					fprintf(out, "%s%.17g", k ? ", " : "", v);
+				else
+					fprintf(out, "%s\"%s\"", k ? ", " : "",
+						isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+			}
 			fputc(']', out);
 		}
 		fputc('}', out);

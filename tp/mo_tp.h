@@ -310,6 +310,11 @@ bool mo_tp_broadcast(struct mo_tp *tp, struct mo_tp_op *op, int32_t dtype, const
 /* Sets t's shape; false if the shape is absurd (negative or overflowing). */
 bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);
 
+/* x as a tensor of dtype holds it: rounded to nearest-even to float32,
+ * float16 or bfloat16 (subnormals, and overflow to infinity, as IEEE
+ * rounding gives them); x itself for double and other types. */
+double mo_dtype_round(double x, int32_t dtype);
+
 /* Number of elements, 0 if the shape is unknown. */
 uint64_t mo_tensor_numel(const struct mo_tensor *t);
 uint64_t mo_tensor_bytes(const struct mo_tensor *t);

@@ -280,38 +280,11 @@ double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
 	return (double)(h >> 11) * 0x1p-52 - 1.0; /* uniform in [-1, 1) */
 }
 
-/* x rounded to nearest-even on a grid of `bits` significant bits, with the
- * spacing of the smallest normal's binade below it (subnormals): the value
- * an fp16 (11, -13, 65504) or bf16 (8, -125, FLT_MAX's bf16) tensor holds.
- * Beyond the largest finite value `max` it is infinite, as IEEE rounding
- * makes it (a Cast to fp16 of 70000 is inf in ONNX Runtime). */
-static double round_to(double x, int bits, int min_exp, double max)
-{
-	if (x == 0 || !isfinite(x))
-		return x;
-	int ex;
-	frexp(x, &ex);
-	double q = ldexp(1.0, (ex < min_exp ? min_exp : ex) - bits);
-	double r = nearbyint(x / q) * q;
-	return fabs(r) > max ? copysign(INFINITY, x) : r;
-}
-
-double mo_ev_round(double x, int32_t dtype)
-{
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
-		return round_to(x, 11, -13, 65504.0);
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
-		return round_to(x, 8, -125, 0x1.fep127);
-	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-		return (double)(float)x;
-	return x;
-}
-
 /* A float input's value as its tensor holds it: an fp16 input can only hold
  * fp16 values, and the kernels that read it get those. */
 static double as_stored(double x, int32_t dtype)
 {
-	return mo_ev_round(x, dtype);
+	return mo_dtype_round(x, dtype);
 }
 
 /* Significant bits of a float dtype (0: not a float dtype). */
@@ -1385,7 +1358,7 @@ static void rounding_cast(struct ev *e, const struct mo_tp_op *op)
 		const double *A = e->vals[op->in[0]];
 		double *Y = out;
 		for (uint64_t i = 0; i < n; i++)
-			Y[i] = mo_ev_round(A[i], to);
+			Y[i] = mo_dtype_round(A[i], to);
 		return;
 	}
 	const ff *A = e->vals[op->in[0]];
@@ -1412,7 +1385,7 @@ static void round_results(struct ev *e, const struct mo_tp_op *op)
 				v[i] = (double)(float)v[i];
 		else if (float_bits(dt) && dt != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
 			for (uint64_t i = 0; i < n; i++)
-				v[i] = mo_ev_round(v[i], dt);
+				v[i] = mo_dtype_round(v[i], dt);
 	}
 }
 

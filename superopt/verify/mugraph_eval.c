@@ -429,7 +429,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			int32_t dt = storage_dtype(mg, ref, t);
 			for (uint64_t i = 0; domain == MO_EVAL_FLOAT && !ke.bad && v &&
 					     i < mo_tensor_numel(&mg->kg.tensors[t]); i++)
-				v[i] = mo_ev_round(v[i], dt);
+				v[i] = mo_dtype_round(v[i], dt);
 			continue;
 		}
 		for (int s = 0; s < op->bg->n_savers; s++) {
@@ -477,7 +477,7 @@ static enum mo_status mg_eval(const struct mo_mugraph *mg, const struct mo_tp *r
 			int32_t dt = storage_dtype(mg, ref, t);
 			double *v = ke.vals[t];
 			for (uint64_t i = 0; i < mo_tensor_numel(&mg->kg.tensors[t]); i++)
-				v[i] = mo_ev_round(v[i], dt);
+				v[i] = mo_dtype_round(v[i], dt);
 		}
 	}
 	if (!st && ke.bad)

@@ -54,10 +54,6 @@ extern uint64_t mo_eval_lazy_loads;
 /* vals[] of a lazy tensor: not NULL (it has a value), never read as one */
 extern char mo_ev_lazy_mark;
 
-/* x as a tensor of `dtype` holds it: rounded to nearest-even, infinite past
- * the largest finite value (fp32, fp16, bf16; other dtypes unchanged). */
-double mo_ev_round(double x, int32_t dtype);
-
 /* The unit roundoff of a float dtype (2^-24 for fp32), 0 for others. */
 double mo_ev_unit_roundoff(int32_t dtype);
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""ONNX's expanded node tests (the function bodies of ONNX's composite ops,
+as its authors wrote them, from the onnx package the project pins): per
+family, the share of ops the tool puts in regions, without preprocessing
+(issue 24's goal: at least 85% over the families it lists).
+
+  .venv/bin/python bench/node_tests.py --cli build/cli/mirage-onnx [--fuse]
+      [--only REGEX] [--budget S] [--jobs N]
+
+--list-regions on every model; with --fuse each model is also fused (CPU
+kernels registered in ONNX Runtime, --cpu-kernels, so the fused ops run
+their generated kernels) and its outputs compared with the stored ones.
+Prints one row per family and the totals: cases, those the tool refuses
+(with the reason below the table; cases of opsets 27 and 28, newer than
+ONNX Runtime 1.30 and the tool read, are refused), ops in the cases it
+reads, those the importer folds into constants (Constant nodes, shape
+arithmetic, casts of constants: they leave no op), and the share of the ops
+in regions, of all and of those left after folding (the measure of ONNX
+Runtime's constant folding followed by the partition). Nothing here is
+timed.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import onnx
+
+# the families issue 24 lists (name prefixes of the expanded cases)
+ISSUE_FAMILIES = (
+    "attention", "castlike", "celu", "elu", "gelu", "group_normalization", "hardsigmoid",
+    "hardswish", "instancenorm", "layer_normalization", "leakyrelu", "logsoftmax", "mish",
+    "mvn", "prelu", "reduce_l2", "reduce_log_sum_exp", "reduce_sum_square", "rms_normalization",
+    "rotary_embedding", "selu", "softmax", "softplus", "softsign", "swish", "thresholdedrelu",
+    "greater", "less", "equal")
+
+
+def family(name):
+    n = name[len("test_"):-len("_expanded")]
+    best = ""
+    for f in ISSUE_FAMILIES:
+        if (n == f or n.startswith(f + "_")) and len(f) > len(best):
+            best = f
+    return best or re.split(r"_\d|_", n)[0] + " (other)"
+
+
+def cases(only):
+    from onnx.backend.test.case import node
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # some generators overflow on purpose
+        found = node.collect_testcases()
+    return [c for c in found if c.name.endswith("_expanded") and (not only or re.search(only, c.name))]
+
+
+def regions(cli, path):
+    r = subprocess.run([cli, path, "--list-regions", "--json"], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode:
+        return None, (r.stderr.strip().splitlines() or ["?"])[-1]
+    return json.loads(r.stdout), ""
+
+
+def fuse_and_compare(cli, c, path, out, budget, jobs):
+    import onnxruntime as ort
+    r = subprocess.run([cli, "-q", path, "-o", out, "--no-cuda", "--cpu-kernels", "--budget",
+                        str(budget), "--jobs", str(jobs)], capture_output=True, text=True,
+                       timeout=1800)
+    if r.returncode:
+        return "fuse failed", 0
+    meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+    fused = sum(1 for n in onnx.load(out).graph.node if n.domain.startswith("mirage_onnx"))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if "mirage.plugin" in meta:
+        so.register_custom_ops_library(os.path.join(os.path.dirname(out), meta["mirage.plugin"]))
+    try:
+        s = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 (ONNX Runtime's CPU lacks some types)
+        return "ORT cannot run it: " + str(e).splitlines()[0][:60], fused
+    m = c.model
+    for ins, outs in c.data_sets:
+        feed = {i.name: x for i, x in zip(m.graph.input, ins)}
+        got = s.run(None, feed)
+        for g, w in zip(got, outs):
+            if g.shape != w.shape:
+                return "WRONG SHAPE", fused
+            if w.dtype.kind == "f" or w.dtype.kind == "V":
+                g64, w64 = g.astype(np.float64), w.astype(np.float64)
+                ok = np.allclose(g64, w64, rtol=1e-2, atol=1e-3, equal_nan=True)
+            else:
+                ok = np.array_equal(g, w)
+            if not ok:
+                return "DIFFERS", fused
+    return "matches", fused
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--only", help="a regex the case names must match")
+    ap.add_argument("--fuse", action="store_true", help="also fuse and compare outputs")
+    ap.add_argument("--budget", type=float, default=2)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    rows = collections.OrderedDict()
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="mo_nodes_") as tmp:
+        todo = cases(a.only)
+        for k, c in enumerate(todo):
+            f = family(c.name)
+            row = rows.setdefault(f, collections.Counter())
+            path = os.path.join(tmp, c.name + ".onnx")
+            onnx.save(c.model, path)
+            doc, err = regions(a.cli, path)
+            row["cases"] += 1
+            if doc is None:
+                row["refused"] += 1
+                failures.append(f"{c.name}: {err}")
+                continue
+            row["ops"] += len(c.model.graph.node)
+            row["in"] += sum(len(g["nodes"]) for g in doc["regions"])
+            row["out"] += len(doc["unfused"])
+            row["regions"] += len(doc["regions"])
+            if a.fuse:
+                print(f"[{k + 1}/{len(todo)}] {c.name}", file=sys.stderr, flush=True)
+                verdict, fused = fuse_and_compare(a.cli, c, path,
+                                                  os.path.join(tmp, c.name + ".fused.onnx"),
+                                                  a.budget, a.jobs)
+                row["fused"] += fused
+                row[verdict if verdict in ("matches", "DIFFERS", "WRONG SHAPE", "fuse failed")
+                    else "ORT cannot"] += 1
+                if verdict not in ("matches",) and not verdict.startswith("ORT cannot"):
+                    failures.append(f"{c.name}: {verdict}")
+    head = (f"{'family':28} {'cases':>5} {'refused':>7} {'ops':>6} {'folded':>6} {'in regions':>10}"
+            f" {'of unfolded':>11}")
+    if a.fuse:
+        head += f" {'fused ops':>9} {'match':>5} {'ORT cannot':>10} {'wrong':>5}"
+    print(head)
+    totals = {"issue 24 families": collections.Counter(), "all": collections.Counter()}
+    for f, r in sorted(rows.items(), key=lambda kv: (kv[0].endswith("(other)"), kv[0])):
+        for t in ("issue 24 families", "all") if not f.endswith("(other)") else ("all",):
+            totals[t].update(r)
+    for f, r in list(sorted(rows.items(), key=lambda kv: (kv[0].endswith("(other)"), kv[0]))) + \
+            list(totals.items()):
+        if not r["cases"]:
+            continue
+        folded = r["ops"] - r["in"] - r["out"]
+        line = (f"{f:28} {r['cases']:5d} {r['refused']:7d} {r['ops']:6d} {folded:6d}"
+                f" {100.0 * r['in'] / max(r['ops'], 1):9.0f}%"
+                f" {100.0 * r['in'] / max(r['ops'] - folded, 1):10.0f}%")
+        if a.fuse:
+            line += (f" {r['fused']:9d} {r['matches']:5d} {r['ORT cannot']:10d}"
+                     f" {r['DIFFERS'] + r['WRONG SHAPE'] + r['fuse failed']:5d}")
+        print(line)
+    for x in failures:
+        print("  " + x)
+    return 1 if any("DIFFERS" in x or "WRONG" in x or "fuse failed" in x for x in failures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
