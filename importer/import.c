@@ -626,6 +626,8 @@ static const char *alias_params(struct importer *im, struct mo_tp_op *op)
 			return "CastLike to no known type";
 		return NULL;
 	}
+	case MO_OP_ADD: /* Sum of two: Add's broadcasting, no parameter */
+		return NULL;
 	default:
 		return "no parameters are read for this alias";
 	}
@@ -1310,7 +1312,7 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
  * in double and rounded once, which is exact for these ops). A scale
  * 1/sqrt(head size) computed from a shape, or an exponent or epsilon given
  * as CastLike(2, x), becomes a constant a region holds. */
-static const char *const fold_float_ops[] = { "Cast", "CastLike", "Add", "Sub", "Mul", "Div",
+static const char *const fold_float_ops[] = { "Cast", "CastLike", "Add", "Sum", "Sub", "Mul", "Div",
 					      "Sqrt", "Neg", "Reciprocal", NULL };
 
 static double value_at(const struct mo_tensor *t, size_t i)
@@ -1431,8 +1433,11 @@ static enum mo_status import_node(struct importer *im, int ni)
 
 	struct mo_tp_op op = { .node = ni, .kind = mo_op_lookup(n->domain, ty) };
 	const struct mo_op_alias *alias = NULL;
-	if (op.kind == MO_OP_OPAQUE && (alias = mo_op_alias_lookup(n->domain, ty)))
+	if (op.kind == MO_OP_OPAQUE && (alias = mo_op_alias_lookup(n->domain, ty)) &&
+	    (!alias->n_in || alias->n_in == n->n_input))
 		op.kind = alias->kind;
+	else
+		alias = NULL;
 	if (has_subgraph(n)) {
 		op.kind = MO_OP_OPAQUE;
 		alias = NULL;

@@ -177,13 +177,15 @@ enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node
  * `kind` (nothing downstream knows it was spelled otherwise), checked
  * against its own schema row; `params` (bit i) are the inputs that are
  * parameters, not data. CastLike is a Cast to its second operand's element
- * type. A new alias needs its row in mo_op_aliases and its parameters in
+ * type; Sum of two operands is their Add. A new alias needs its row in mo_op_aliases and its parameters in
  * the importer's alias_params. */
 struct mo_op_alias {
 	const char *onnx;
 	enum mo_op kind;
 	unsigned params;
 	struct mo_op_schema schema;
+	uint8_t n_in; /* it is that op only with this many inputs (0: any);
+		       * a node with another count is outside the table */
 };
 extern const struct mo_op_alias mo_op_aliases[]; /* ends with onnx NULL */
 const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type);

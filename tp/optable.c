@@ -206,8 +206,12 @@ const struct mo_op_alias mo_op_aliases[] = {
 	/* CastLike(input, target_type): Cast to target_type's element type */
 	{ "CastLike", MO_OP_CAST, 1u << 1,
 	  { 15, 15, 2, 2, 0, 0, 0, 1, 1, { AT("saturate", INT, 19, 0),
-					   AT("round_mode", STRING, 24, 0) }, .bf16_since = 15 } },
-	{ NULL, MO_OP_OPAQUE, 0, { 0 } },
+					   AT("round_mode", STRING, 24, 0) }, .bf16_since = 15 }, 0 },
+	/* Sum(a, b): their Add (numpy broadcasting from opset 8; 1 or 3 and more
+	 * operands stay outside the table) */
+	{ "Sum", MO_OP_ADD, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
+	  .n_in = 2 },
+	{ NULL, MO_OP_OPAQUE, 0, { 0 }, 0 },
 };
 
 const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type)
