@@ -860,6 +860,53 @@ static const char *const like_first_ops[] = {
 	"Asinh", "Acosh", "Atanh", "BitwiseNot", "Shrink", "LpNormalization", "Hardmax",
 	"LRN", "CumSum", "Trilu", NULL };
 
+/* Pad's output shape: each padded axis grows by its begin and end pads
+ * (negative ones crop), from the pads input (the attribute before opset
+ * 11) and, from opset 18, the axes input; false when they are not known
+ * constants or make a negative size. */
+static bool pad_shape(struct mo_tp *tp, const Onnx__NodeProto *n, const struct mo_tp_op *op,
+		      const struct mo_tensor *a, int64_t *dims)
+{
+	const int64_t *pads = NULL;
+	size_t n_pads = 0;
+	if (tp->opset < 11) {
+		const Onnx__AttributeProto *at = attr(n, "pads");
+		if (!at)
+			return false;
+		pads = at->ints;
+		n_pads = at->n_ints;
+	} else if (op->n_in >= 2 && op->in[1] >= 0 && tp->tensors[op->in[1]].ivals) {
+		pads = tp->tensors[op->in[1]].ivals;
+		n_pads = tp->tensors[op->in[1]].n_vals;
+	}
+	int axes[MO_MAX_RANK], n_axes = a->rank;
+	for (int d = 0; d < a->rank; d++)
+		axes[d] = d;
+	if (op->n_in >= 4 && op->in[3] >= 0) {
+		const struct mo_tensor *ax = &tp->tensors[op->in[3]];
+		if (!ax->ivals || ax->n_vals > (size_t)a->rank)
+			return false;
+		n_axes = (int)ax->n_vals;
+		for (int k = 0; k < n_axes; k++) {
+			int64_t d = ax->ivals[k] < 0 ? ax->ivals[k] + a->rank : ax->ivals[k];
+			if (d < 0 || d >= a->rank)
+				return false;
+			axes[k] = (int)d;
+		}
+	}
+	if (!pads || n_pads != 2 * (size_t)n_axes)
+		return false;
+	memcpy(dims, a->dims, sizeof *dims * (size_t)a->rank);
+	for (int k = 0; k < n_axes; k++) {
+		int64_t d;
+		if (__builtin_add_overflow(dims[axes[k]], pads[k], &d) ||
+		    __builtin_add_overflow(d, pads[k + n_axes], &d) || d < 0)
+			return false;
+		dims[axes[k]] = d;
+	}
+	return true;
+}
+
 /* The shape and dtype of the output of an op outside the op table, by its
  * ONNX shape rule, for those exporters write around shapes and masks (the
  * op stays out of regions; what reads it learns its shape). Range and
@@ -874,8 +921,11 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 	struct mo_tensor *y = &tp->tensors[op->out[0]];
 	if (y->shape_known)
 		return;
+	/* (only Pad's optional inputs may be left out: constant_value, axes) */
+	bool pad = strcmp(ty, "Pad") == 0;
 	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i] < 0 || !tp->tensors[op->in[i]].shape_known)
+		if ((op->in[i] < 0 && !(pad && i >= 2)) ||
+		    (op->in[i] >= 0 && !tp->tensors[op->in[i]].shape_known))
 			return;
 	const struct mo_tensor *a = &tp->tensors[op->in[0]];
 	const char *why = NULL;
@@ -891,6 +941,12 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			   : one_of(ty, like_first_ops) ? a->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 		if (y->dtype)
 			mo_tensor_set_shape(y, a->rank, a->dims);
+	} else if (pad) {
+		int64_t dims[MO_MAX_RANK];
+		if (pad_shape(tp, n, op, a, dims)) {
+			y->dtype = a->dtype;
+			mo_tensor_set_shape(y, a->rank, dims);
+		}
 	} else if (strcmp(ty, "GatherElements") == 0) {
 		if (op->n_in != 2)
 			return;

@@ -177,6 +177,28 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"pow", "scale_it", "shift"}, inside, j)
 
+    def test_pad_gives_its_output_shape(self):
+        """Pad is outside the op table; its output shape (pads from a
+        constant, axes at opset 18) is ONNX's, so
+        the MatMul after it lands in a region."""
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("Pad", ["X", "pads", "", "axes"], ["P"]),
+             n("MatMul", ["P", "W"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y"], name="square")],
+            [vi("X", ["batch", "seq", H])], [vi("Y", ["batch", "seq2", 4])],
+            [const("pads", [1, 2, 0, 1], np.int64), const("axes", [1, -1], np.int64),
+             mo_testlib.rng_weight("W", [H + 3, 4], 1)], opset=18)
+        onnx.save(m, self.path)
+        tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
+        x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
+        want = ReferenceEvaluator(m).run(None, {"X": x})[0]
+        self.assertEqual(tensors["P"]["shape"], [B, S + 1, H + 3])
+        self.assertEqual(tensors["Y"]["shape"], list(want.shape))
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square"}, inside, j)
+
 
 if __name__ == "__main__":
     mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)
