@@ -283,7 +283,9 @@ def main():
         print(f"wrote {a.svg}")
         return
     vi = value_infos(model)
-    nodes = {n.op_type: n for n in model.graph.node if n.domain == man.get("domain")}
+    # a region's fused node is named <op type>_region<label>; identical
+    # regions (the layers of a model) share an op type, not a node
+    nodes = {n.name: n for n in model.graph.node if n.domain == man.get("domain")}
     fused = [r for r in regions if r.get("fused")]
     if a.region is not None and not any(str(r.get("region")) == a.region for r in regions):
         raise Failure(f"no region {a.region} in {man_name}")
@@ -304,10 +306,11 @@ def main():
                        f"{why}")
             continue
         op = r.get("op_type", "?")
-        node = nodes.get(op)
-        out.append(f"region {r.get('region')}: fused as {op}"
+        node = nodes.get(f"{op}_region{r.get('region')}")
+        same = f", the op of region {r['identical_to']}" if r.get("identical_to") else ""
+        out.append(f"region {r.get('region')}: fused as {op}{same}"
                    + (f" (node {node.name})" if node is not None else " (no node of it in "
-                      "the model: identical regions share one op type)"))
+                      "the model)"))
         out.append(f"  replaces {len(nodes_of)} nodes: {shown}")
         if node is not None:
             for what, names in (("inputs", node.input), ("outputs", node.output)):

@@ -12,7 +12,8 @@ a result cache:
   epsilon differs, so does its key);
 - the cache holds one entry per distinct layer, not per layer;
 - the first two layers' fused nodes share one op type (one kernel), the
-  third has its own;
+  third has its own; the manifest and `show` say which region's op each
+  is, `show` with each region's own node;
 - the fused model matches ONNX Runtime with its plugin and without it (each
   fused op's function body, shared by the layers of that type, must compute
   with each layer's own weights);
@@ -109,6 +110,15 @@ class IdenticalLayers(unittest.TestCase):
         self.assertNotEqual(types[0], types[2], "another epsilon is another op")
         said = [r.get("identical_to") for r in self.manifest["regions"]]
         self.assertEqual(said, [None, "1", None])
+        # show: each region with its own node (a shared op type, not node)
+        r = subprocess.run([CLI, "show", os.path.join(self.dir, "layers.fused.onnx")],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(self.env, MIRAGE_ONNX_PYTHON=sys.executable))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        shown = r.stdout.split("\nregion ")
+        self.assertIn("the op of region 1", shown[2])
+        self.assertIn("inputs: l1_w", shown[2])
+        self.assertIn("inputs: l0_w", shown[1])
         self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache"))), 2)
         # every name changed: every region found in the cache
         out, renamed = self.fuse(layers_model("other/"), "renamed")
