@@ -90,14 +90,16 @@ class Show(unittest.TestCase):
         fused = [r for r in regions if r["fused"]]
         self.assertTrue(fused)
         self.assertIn("%d of %d regions fused" % (len(fused), len(regions)), p.stdout)
-        node_names = {n.op_type: n.name for n in onnx.load(self.fused).graph.node}
+        node_names = {n.name for n in onnx.load(self.fused).graph.node}
         for r in regions:
             self.assertIn("region %s: " % r["region"], p.stdout)
             if not r["fused"]:
                 continue
             part = p.stdout.split("region %s: " % r["region"], 1)[1].split("\nregion ", 1)[0]
-            self.assertIn("fused as %s (node %s)" % (r["op_type"], node_names[r["op_type"]]),
-                          part)
+            node = "%s_region%s" % (r["op_type"], r["region"])
+            self.assertIn(node, node_names)
+            same = ", the op of region %s" % r["identical_to"] if "identical_to" in r else ""
+            self.assertIn("fused as %s%s (node %s)" % (r["op_type"], same, node), part)
             self.assertIn("replaces %d nodes" % len(r["nodes"]), part)
             v = r["verification"]
             self.assertIn("verified: %d finite-field trials" % v["trials"], part)
