@@ -99,7 +99,8 @@ class IdenticalLayers(unittest.TestCase):
             close = np.abs(got - want) <= 1 + 1e-6
             self.assertTrue(close.all() and np.mean(got == want) > 0.95,
                             f"{label}: {np.mean(got == want):.2f} equal")
-        self.manifest = json.load(open(fileset(out)[1]))
+        with open(fileset(out)[1]) as f:
+            self.manifest = json.load(f)
         return r.stdout + r.stderr, [n.op_type for n in fused]
 
     def test_identical_layers_search_once_and_share_an_op(self):
