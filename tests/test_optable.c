@@ -637,6 +637,19 @@ static void type_constraints(void **state)
 
 /* A one-node model: x (fp32 [2, 3]) and, for CastLike, like (of dtype
  * like_dt) into op; y declared of out_dt. */
+/* t's model, imported (the model lives as long as the program: freed with
+ * mo_onnx_free, then t). */
+static struct mo_tp *import_tm(struct tmodel *t, const char *op)
+{
+	struct mo_model *m = load_packed(t, op);
+	struct mo_tp *tp = NULL;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_tp_import(m, NULL, &tp, &d))
+		fail_msg("%s: %s", op, d.msg);
+	return tp;
+}
+
 static struct mo_tp *cast_model(struct tmodel *t, const char *op, int32_t like_dt, int32_t to,
 				int32_t out_dt)
 {
@@ -658,13 +671,7 @@ static struct mo_tp *cast_model(struct tmodel *t, const char *op, int32_t like_d
 	}
 	tm_output(t, &t->graph, "y");
 	t->graph.output[0]->type->tensor_type->elem_type = out_dt;
-	struct mo_model *m = load_packed(t, op);
-	struct mo_tp *tp = NULL;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_tp_import(m, NULL, &tp, &d))
-		fail_msg("%s: %s", op, d.msg);
-	return tp; /* (the model lives as long as the program: freed with t) */
+	return import_tm(t, op);
 }
 
 /* A model of `op` over n of the inputs x [2, 3], y [3] and z [2, 3]
@@ -681,13 +688,7 @@ static struct mo_tp *nary_model(struct tmodel *t, const char *op, int n)
 	in[n] = NULL;
 	tm_node(t, &t->graph, op, "n", in, (const char *[]){ "out", NULL });
 	tm_output(t, &t->graph, "out");
-	struct mo_model *m = load_packed(t, op);
-	struct mo_tp *tp = NULL;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_tp_import(m, NULL, &tp, &d))
-		fail_msg("%s: %s", op, d.msg);
-	return tp;
+	return import_tm(t, op);
 }
 
 static void free_models(struct mo_tp **tps, struct tmodel *ts, int n)
