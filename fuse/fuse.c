@@ -52,10 +52,13 @@ static void dump_mugraph(const struct mo_fuse_options *a, const char *label,
 /* A stable op type: the region's canonical hash and its μGraph's text under
  * canonical names, so the same region fused the same way gets the same op in
  * every model, and identical layers of one model share one op. */
-static void op_type_of(const struct mo_tp *prog, const struct mo_search_options *o,
-		       const struct mo_mugraph *mg, char *buf, size_t len)
+static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_options *o,
+		       char *buf, size_t len)
 {
-	snprintf(buf, len, "MirageFused_%016" PRIx64, mo_search_mugraph_key(prog, o, mg));
+	uint64_t h = mo_search_mugraph_key(s->prog, o, s->r.best);
+	for (int i = 0; i < s->n_var; i++) /* the variants are compiled with it */
+		h = mo_mix64(h ^ mo_search_mugraph_key(s->prog, o, s->var_mg[i]));
+	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
 /* The regions of `tight` (the model partitioned under tighter limits) that
  * lie inside rg, appended to rs as parts of unit `parent`; how many. Parts
@@ -220,13 +223,13 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	}
 	s->fused = true;
 	mo_mg_output_dtypes(s->r.best, s->prog);
-	op_type_of(s->prog, &o, s->r.best, s->op_type, sizeof s->op_type);
 	if (a->profile)
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
 	if (a->dump_dir)
 		dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
 	if (fuse_find_variants(s, a, &o, cache, f->d))
 		return MO_ERR_NOMEM;
+	op_type_of(s, &o, s->op_type, sizeof s->op_type);
 	return MO_OK;
 }
 /* Region ri did not fuse whole: its parts become regions of their own,
