@@ -24,6 +24,9 @@ A search that found nothing (a Transpose, Reshape and MatMul no μGraph
 beats) is stored as such with its budget: the next run with that budget or
 less takes the finding, one with more searches again; a corrupt entry of
 that kind gets one warning and a search, never a crash.
+
+A region of a model with more weights than the abstract expressions have
+leaves (a deep model) is searched like any other.
 """
 import argparse
 import json
@@ -192,6 +195,23 @@ class IdenticalLayers(unittest.TestCase):
                 self.assertIn("ignored", warned[0])
                 with open(entry) as f:  # replaced by the search's own
                     self.assertEqual(f.read(), original)
+
+    def test_a_region_of_a_model_with_many_weights_is_searched(self):
+        """A region's program numbers the whole model's tensors; the search
+        gave every weight of the model an abstract-expression leaf, and past
+        256 (a 32-layer model's) none was left for the region's own: every
+        region of a deep model stayed unfused."""
+        m = layers_model()
+        for i in range(300):  # the weights of the other layers of a deep model
+            m.graph.initializer.append(numpy_helper.from_array(
+                np.full((2, 2), i, np.float32), f"other_layer_{i}"))
+        src = os.path.join(self.dir, "deep.onnx")
+        onnx.save(m, src)
+        r = subprocess.run([CLI, src, "--search-only", "--json", "--no-cache", "--budget", "20"],
+                           capture_output=True, text=True, timeout=1200)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        regions = json.loads(r.stdout)["regions"]
+        self.assertEqual([g["fused"] for g in regions], [True] * 3, regions)
 
 
 if __name__ == "__main__":

@@ -367,18 +367,25 @@ int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp
 
 void mo_ae_of_tp(struct mo_ae_pool *p, const struct mo_tp *tp, int *e)
 {
-	for (int i = 0; i < tp->n_tensors; i++) {
-		const struct mo_tensor *t = &tp->tensors[i];
+	for (int i = 0; i < tp->n_tensors; i++)
 		e[i] = -1;
-		double v;
-		if (mo_tp_scalar_value(tp, t, &v))
-			e[i] = mo_ae_const(p, v); /* a scalar weight is a constant */
-		else if (t->kind != MO_T_VALUE)
-			e[i] = mo_ae_var(p, t->name);
-	}
 	for (int k = 0; k < tp->n_ops; k++) {
 		const struct mo_tp_op *op = &tp->ops[k];
 		int in[8] = { -1, -1, -1, -1, -1, -1, -1, -1 };
+		/* a leaf for each input, weight and constant the ops read: a
+		 * region's program keeps the whole model's tensors, and the pool
+		 * holds 256 leaves (a 32-layer model has more weights) */
+		for (int i = 0; i < op->n_in; i++) {
+			int x = op->in[i];
+			const struct mo_tensor *t = x >= 0 ? &tp->tensors[x] : NULL;
+			double v;
+			if (!t || e[x] >= 0 || t->kind == MO_T_VALUE)
+				continue;
+			if (mo_tp_scalar_value(tp, t, &v))
+				e[x] = mo_ae_const(p, v); /* a scalar weight is a constant */
+			else
+				e[x] = mo_ae_var(p, t->name);
+		}
 		for (int i = 0; i < op->n_in && i < 8; i++)
 			in[i] = op->in[i] >= 0 ? e[op->in[i]] : -1;
 		int r = mo_ae_of_op(p, tp, op, in);

@@ -65,9 +65,10 @@ void mo_ae_print(struct mo_ae_pool *p, int id, FILE *out);
 int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp_op *op,
 		const int *in);
 
-/* The expression of every tensor of a program: inputs, weights and
- * non-scalar constants are VAR leaves by name, scalar constants CONST
- * leaves. e[i] for tensor i (-1 where none). */
+/* The expression of every tensor a program's ops read or make: the inputs,
+ * weights and non-scalar constants they read are VAR leaves by name,
+ * scalar constants CONST leaves. e[i] for tensor i (-1 where none, and for
+ * the tensors no op reads: a region's program numbers the whole model's). */
 void mo_ae_of_tp(struct mo_ae_pool *p, const struct mo_tp *tp, int *e);
 
 /* ---- the subexpression check ---- */
