@@ -934,11 +934,13 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			mo_tp_broadcast(tp, op, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, &why);
 	} else if (one_of(ty, same_type_ops)) {
 		mo_tp_broadcast(tp, op, a->dtype, &why);
-	} else if (one_of(ty, bool_unary_ops) || strcmp(ty, "CastLike") == 0 ||
-		   one_of(ty, like_first_ops)) {
+	} else if (one_of(ty, like_first_ops)) {
+		y->dtype = a->dtype;
+		mo_tensor_set_shape(y, a->rank, a->dims);
+	} else if (one_of(ty, bool_unary_ops) || strcmp(ty, "CastLike") == 0) {
 		y->dtype = strcmp(ty, "CastLike") == 0
 			   ? (op->n_in == 2 ? tp->tensors[op->in[1]].dtype : 0)
-			   : one_of(ty, like_first_ops) ? a->dtype : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+			   : ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 		if (y->dtype)
 			mo_tensor_set_shape(y, a->rank, a->dims);
 	} else if (pad) {

@@ -38,22 +38,28 @@ static int canon_numbers(const struct mo_tp *prog, int *num)
  * OP_KEY_MAX_VALUES elements, else their names. */
 #define OP_KEY_MAX_VALUES 4096
 
-/* h with x's values when it has at most max elements; h itself when not. */
-static uint64_t hash_values(uint64_t h, const struct mo_tp *prog, const struct mo_tensor *x,
-			    uint64_t max)
+/* Adds x's values to *h when it has at most max elements (and they can be
+ * read); false when it does not. */
+static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_tensor *x,
+			uint64_t max)
 {
 	uint64_t n = mo_tensor_numel(x);
 	if (!x->shape_known || n > max)
-		return h;
-	if (x->fvals)
-		return mo_fnv(h, x->fvals, sizeof *x->fvals * x->n_vals);
-	if (x->ivals)
-		return mo_fnv(h, x->ivals, sizeof *x->ivals * x->n_vals);
+		return false;
+	if (x->fvals) {
+		*h = mo_fnv(*h, x->fvals, sizeof *x->fvals * x->n_vals);
+		return true;
+	}
+	if (x->ivals) {
+		*h = mo_fnv(*h, x->ivals, sizeof *x->ivals * x->n_vals);
+		return true;
+	}
 	double *v = x->init ? mo_malloc(sizeof *v * (size_t)(n + 1)) : NULL;
-	if (v && mo_onnx_tensor_doubles(prog->model, x->init, n, 0, n, v))
-		h = mo_fnv(mo_fnv(h, "v", 1), v, sizeof *v * n);
+	bool read = v && mo_onnx_tensor_doubles(prog->model, x->init, n, 0, n, v);
+	if (read)
+		*h = mo_fnv(mo_fnv(*h, "v", 1), v, sizeof *v * n);
 	mo_free(v);
-	return h;
+	return read;
 }
 
 /* The region's canonical hash: ops, their parameters and operand positions,
@@ -64,13 +70,10 @@ uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_opt
 {
 	uint64_t h = MO_FNV_OFFSET;
 	int *num = mo_calloc((size_t)tp->n_tensors + 1, sizeof *num);
-	bool *seen = mo_calloc((size_t)tp->n_tensors + 1, sizeof *seen);
-	if (!num || !seen) { /* a key of its own: never a wrong hit */
-		mo_free(num);
-		mo_free(seen);
+	if (!num) /* a key of its own: never a wrong hit */
 		return mo_fnv(h, &tp, sizeof tp);
-	}
 	canon_numbers(tp, num);
+	int described = 0; /* the walk meets tensors in their numbers' order */
 	for (int k = 0; k < tp->n_ops; k++) {
 		const struct mo_tp_op *op = &tp->ops[k];
 		h = mo_fnv(h, &op->kind, sizeof op->kind);
@@ -86,11 +89,11 @@ uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_opt
 			if (t < 0)
 				continue;
 			const struct mo_tensor *x = &tp->tensors[t];
-			if (!seen[t]) {
-				seen[t] = true;
+			if (num[t] > described) { /* first met */
+				described = num[t];
 				h = mo_fnv(h, &x->kind, sizeof x->kind);
 				if (x->kind != MO_T_VALUE && x->kind != MO_T_INPUT)
-					h = hash_values(h, tp, x, 1);
+					(void)hash_values(&h, tp, x, 1);
 			}
 			h = mo_fnv(h, &x->dtype, sizeof x->dtype);
 			h = mo_fnv(h, &x->rank, sizeof x->rank);
@@ -105,7 +108,6 @@ uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_opt
 	if (o->smem_limit) /* a variant for a GPU with less shared memory */
 		h = mo_fnv(h, &o->smem_limit, sizeof o->smem_limit);
 	mo_free(num);
-	mo_free(seen);
 	return h;
 }
 
@@ -173,27 +175,38 @@ static bool rename_mg(struct mo_mugraph *mg, const struct names *from, const str
 	return mo_mg_rename(mg, rename_one, &r);
 }
 
-/* A copy of mg (found for `from`) named as region `to`'s tensors: through
- * its JSON, with the canonical names in between. NULL with why. */
+/* A copy of mg, its tensors renamed from one naming to another (NULL: the
+ * canonical names), through its JSON; NULL with why. */
+static struct mo_mugraph *renamed_copy(const struct mo_mugraph *mg, const struct names *from,
+				       const struct names *to, char *why, size_t why_len)
+{
+	struct mo_mugraph *copy = NULL;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	char *text = mo_mg_json(mg);
+	snprintf(why, why_len, "out of memory");
+	if (text && mo_mg_from_json(text, &copy, &d))
+		snprintf(why, why_len, "%.300s", d.msg);
+	else if (copy && !rename_mg(copy, from, to)) {
+		snprintf(why, why_len, "its tensors are not the region's");
+		mo_mg_free(copy);
+		copy = NULL;
+	}
+	free(text);
+	return copy;
+}
+
+/* A copy of mg (found for region `from`) named as region `to`'s tensors;
+ * NULL with why. */
 static struct mo_mugraph *copy_for(const struct mo_mugraph *mg, const struct mo_tp *from,
 				   const struct mo_tp *to, char *why, size_t why_len)
 {
 	struct names nf = { 0 }, nt = { 0 };
 	struct mo_mugraph *copy = NULL;
-	char *text = NULL;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	snprintf(why, why_len, "out of memory");
-	if (names_init(&nf, from) && names_init(&nt, to) && (text = mo_mg_json(mg))) {
-		if (mo_mg_from_json(text, &copy, &d))
-			snprintf(why, why_len, "%.300s", d.msg);
-		else if (!rename_mg(copy, &nf, &nt)) {
-			snprintf(why, why_len, "its tensors are not the region's");
-			mo_mg_free(copy);
-			copy = NULL;
-		}
-	}
-	free(text);
+	if (names_init(&nf, from) && names_init(&nt, to))
+		copy = renamed_copy(mg, &nf, &nt, why, why_len);
+	else
+		snprintf(why, why_len, "out of memory");
 	names_free(&nf);
 	names_free(&nt);
 	return copy;
@@ -444,11 +457,9 @@ uint64_t mo_search_mugraph_key(const struct mo_tp *prog, const struct mo_search_
 	uint64_t h = mo_search_region_key(prog, o);
 	struct names n = { 0 };
 	struct mo_mugraph *copy = NULL;
-	char *text = mo_mg_json(mg), *canon = NULL;
-	struct mo_diag ignored;
-	mo_diag_init(&ignored);
-	if (text && names_init(&n, prog) && !mo_mg_from_json(text, &copy, &ignored) &&
-	    rename_mg(copy, &n, NULL) && (canon = mo_mg_json(copy)))
+	char *canon = NULL, why[320];
+	if (names_init(&n, prog) && (copy = renamed_copy(mg, &n, NULL, why, sizeof why)) &&
+	    (canon = mo_mg_json(copy)))
 		h = mo_fnv(h, canon, strlen(canon));
 	else /* a type of its own */
 		h = mo_fnv(h, &mg, sizeof mg);
@@ -465,14 +476,11 @@ uint64_t mo_search_mugraph_key(const struct mo_tp *prog, const struct mo_search_
 			const struct mo_tensor *x = &prog->tensors[t];
 			if (x->kind == MO_T_VALUE || x->kind == MO_T_INPUT || reads(mg, x->name))
 				continue;
-			uint64_t before = h;
-			h = hash_values(h, prog, x, OP_KEY_MAX_VALUES);
-			if (h == before)
+			if (!hash_values(&h, prog, x, OP_KEY_MAX_VALUES))
 				h = mo_fnv(h, x->name, strlen(x->name));
 		}
 	}
 	mo_mg_free(copy);
-	free(text);
 	free(canon);
 	names_free(&n);
 	return h;
@@ -483,14 +491,12 @@ static void cache_store(const struct mo_mugraph *mg, const struct mo_tp *prog, c
 {
 	struct names n = { 0 };
 	struct mo_mugraph *copy = NULL;
-	char *text = mo_mg_json(mg);
+	char why[320];
 	struct mo_diag ignored; /* a cache entry is optional */
 	mo_diag_init(&ignored);
-	if (text && names_init(&n, prog) && !mo_mg_from_json(text, &copy, &ignored) &&
-	    rename_mg(copy, &n, NULL))
+	if (names_init(&n, prog) && (copy = renamed_copy(mg, &n, NULL, why, sizeof why)))
 		(void)mo_mg_write_json(copy, path, &ignored);
 	mo_mg_free(copy);
-	free(text);
 	names_free(&n);
 }
 
