@@ -70,7 +70,7 @@ static const char bench_usage[] =
 	"  --threads N     ONNX Runtime's intra-op threads, 0 to 256 (default 0: its\n"
 	"                  own choice)\n"
 	"  --seed N        seed of the random inputs, 0 to 4294967295 (default 0)\n"
-	"  --dim NAME=N    the size of symbolic dimension NAME, 1 to 2147483648 (as\n"
+	"  --dim NAME=N    the size of symbolic dimension NAME, 0 to 2147483648 (as\n"
 	"                  when fusing; repeatable). Default: the shapes FUSED was\n"
 	"                  made for (its mirage.input_shapes), else 1. Token-id\n"
 	"                  inputs get ids within their embedding's rows, masks ones,\n"
@@ -128,9 +128,9 @@ static int bench(int argc, char **argv, const char **dims)
 			break;
 		case OPT_DIM: {
 			const char *eq = strchr(optarg, '=');
-			static const struct cli_num_flag size = { "--dim", 1, 2147483648.0, true };
+			static const struct cli_num_flag size = { "--dim", 0, 2147483648.0, true };
 			if (!eq || eq == optarg || !cli_parse_num(eq + 1, &size, &v)) {
-				fprintf(stderr, "%s: --dim needs NAME=N with N from 1 to 2147483648, "
+				fprintf(stderr, "%s: --dim needs NAME=N with N from 0 to 2147483648, "
 					"not '%s'\n", prog, optarg);
 				return 2;
 			}

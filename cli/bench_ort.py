@@ -8,6 +8,7 @@
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -148,19 +149,79 @@ def time_cuda_kernels(plugin, runs, warmup):
     return rows, gpu
 
 
+def dim_value(text, dims):
+    """The value of a dim_param under dims: a symbol, or an expression over
+    symbols and integers with + - * // % and parentheses, as the tool reads
+    them (tp/mo_dimexpr.h); None when a symbol is unbound or the text is not
+    such an expression."""
+    if text in dims:
+        return dims[text]
+    toks = re.findall(r"\s*([A-Za-z_][A-Za-z0-9_.]*|[0-9]+|//|[-+*%()]|\S)", text)
+    pos = 0
+
+    def peek():
+        return toks[pos] if pos < len(toks) else None
+
+    def factor():
+        nonlocal pos
+        t = peek()
+        pos += 1
+        if t == "(":
+            v = expr()
+            if peek() != ")":
+                raise ValueError(text)
+            pos += 1
+            return v
+        if t is not None and t.isdigit():
+            return int(t)
+        if t is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", t):
+            if t not in dims:
+                raise KeyError(t)
+            return dims[t]
+        raise ValueError(text)
+
+    def term():
+        nonlocal pos
+        v = factor()
+        while peek() in ("*", "//", "%"):
+            op = peek()
+            pos += 1
+            w = factor()
+            v = v * w if op == "*" else v // w if op == "//" else v % w
+        return v
+
+    def expr():
+        nonlocal pos
+        v = term()
+        while peek() in ("+", "-"):
+            op = peek()
+            pos += 1
+            w = term()
+            v = v + w if op == "+" else v - w
+        return v
+
+    try:
+        v = expr()
+        return v if pos == len(toks) and v >= 0 else None
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+
+
 def input_shape(i, dims, made_for):
-    """An input's shape to feed: its static dims; a symbolic one from --dim,
-    else from the shape the fused model was made for, else 1."""
+    """An input's shape to feed: its static dims; a symbolic one from --dim
+    (a derived one, such as 'past + seq', computed from its symbols), else
+    from the shape the fused model was made for, else 1."""
     made = made_for.get(i.name)
     if not (isinstance(made, list) and len(made) == len(i.shape)):
         made = None
     shape = []
     for k, d in enumerate(i.shape):
+        v = dim_value(d, dims) if isinstance(d, str) else None
         if isinstance(d, int) and d > 0:
             shape.append(d)
-        elif isinstance(d, str) and d in dims:
-            shape.append(dims[d])
-        elif made is not None and isinstance(made[k], int) and made[k] > 0:
+        elif v is not None:
+            shape.append(v)
+        elif made is not None and isinstance(made[k], int) and made[k] >= 0:
             shape.append(made[k])
         else:
             shape.append(1)
@@ -398,6 +459,14 @@ def main():
     original = onnx.load(a.model, load_external_data=False)
     rng = np.random.default_rng(a.seed)
     feeds = {}
+    # the symbols the fused model was made for, where --dim does not give them
+    for i in s0.get_inputs():
+        made = made_for.get(i.name)
+        if isinstance(made, list) and len(made) == len(i.shape):
+            for d, n in zip(i.shape, made):
+                if (isinstance(d, str) and isinstance(n, int) and n >= 0
+                        and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", d)):
+                    dims.setdefault(d, n)
     for i in s0.get_inputs():
         shape = input_shape(i, dims, made_for)
         dt = np_of.get(i.type)

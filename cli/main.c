@@ -88,7 +88,10 @@ static const char usage_text[] =
 	"      --dump-tp      print the imported tensor program (every tensor's dtype\n"
 	"                     and shape, the values of small integer constants,\n"
 	"                     folded ones too, every op's class) as JSON and nothing else\n"
-	"      --dim NAME=N   bind the symbolic dimension NAME to N, 1 to 2^31 (repeatable)\n"
+	"      --dim NAME=N   bind the symbolic dimension NAME to N, 0 to 2^31 (repeatable;\n"
+	"                     a derived one such as 'past + seq' follows from its\n"
+	"                     symbols, or, bound by its text, gives the one unbound;\n"
+	"                     a name the model lacks or two values for one is an error)\n"
 	"      --input-shape NAME=2x4096\n"
 	"                     give input NAME this shape, sizes 0 to 2^31 (repeatable)\n"
 	"      --max-region-ops N\n"
@@ -340,7 +343,7 @@ static const char *dims_usage(bool dim, const char *arg)
 	static char msg[400];
 	snprintf(msg, sizeof msg, "%s needs %s with %s from %d to %lld, not '%.200s'",
 		 dim ? "--dim" : "--input-shape", dim ? "NAME=N" : "NAME=2x4096",
-		 dim ? "N" : "sizes", dim ? 1 : 0, (long long)MAX_DIM_ARG, arg);
+		 dim ? "N" : "sizes", 0, (long long)MAX_DIM_ARG, arg);
 	return msg;
 }
 
@@ -360,7 +363,7 @@ static const char equiv_usage[] =
 	"  --seed N        seed of the random inputs, 0 to 10^15 (default 1)\n"
 	"  --rtol X, --atol X\n"
 	"                  tolerance of the float check, 0 to 1e9 (default 1e-4, 1e-5)\n"
-	"  --dim NAME=N    bind a symbolic dimension in both models, N from 1 to 2^31\n"
+	"  --dim NAME=N    bind a symbolic dimension in both models, N from 0 to 2^31\n"
 	"                  (repeatable)\n"
 	"  -h, --help      print this help\n"
 	"\n"

@@ -1,5 +1,6 @@
 /* ModelProto -> tensor program. */
 #include "mo_import.h"
+#include "symbols.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +18,7 @@ struct importer {
 	const Onnx__GraphProto *g;
 	struct mo_strmap names; /* tensor name -> index */
 	struct mo_strmap vinfo; /* name -> value_info index (see vinfo_at) */
+	struct mo_symtab syms;  /* the symbolic dimensions and their values */
 	struct mo_diag *d;
 	int cap_tensors;
 	/* Per tensor: its shape may depend on a graph input's unknown shape
@@ -157,7 +159,7 @@ static enum mo_status nomem(struct importer *im)
 
 /* Shape from a TypeProto, binding symbolic dims; false if unknown. */
 static bool shape_from_type(struct importer *im, const Onnx__TypeProto *ty,
-			    struct mo_tensor *t, const char **unbound)
+			    struct mo_tensor *t)
 {
 	if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
 		return false;
@@ -175,18 +177,8 @@ static bool shape_from_type(struct importer *im, const Onnx__TypeProto *ty,
 		}
 		const char *param = dim->value_case ==
 			ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? str(dim->dim_param) : "";
-		bool bound = false;
-		for (int k = 0; im->opt && k < im->opt->n_dims; k++) {
-			if (*param && strcmp(im->opt->dim_names[k], param) == 0) {
-				dims[i] = im->opt->dim_values[k];
-				bound = true;
-			}
-		}
-		if (!bound) {
-			if (unbound)
-				*unbound = *param ? param : "?";
+		if (!*param || mo_symtab_dim(&im->syms, param, &dims[i]) != MO_DIMEXPR_VALUE)
 			return false;
-		}
 	}
 	return mo_tensor_set_shape(t, (int)tt->shape->n_dim, dims) ||
 	       (t->shape_known = false);
@@ -243,6 +235,8 @@ static enum mo_status import_graph_io(struct importer *im)
 	struct mo_tp *tp = im->tp;
 	const Onnx__GraphProto *g = im->g;
 	int had;
+	if (mo_symtab_bind(&im->syms, g, im->opt, im->d))
+		return im->d->status;
 	for (size_t i = 0; i < g->n_value_info; i++)
 		if (!mo_strmap_put(&im->vinfo, str(g->value_info[i]->name), (int)i, &had))
 			return nomem(im);
@@ -296,8 +290,7 @@ static enum mo_status import_graph_io(struct importer *im)
 			return mo_diag_set(im->d, MO_ERR_INPUT,
 					   "%s: input '%s' declares an absurd shape",
 					   mo_onnx_name(tp->model), t->name);
-		const char *unbound = NULL;
-		bool known = shape_from_type(im, v->type, t, &unbound);
+		bool known = shape_from_type(im, v->type, t);
 		for (int o = 0; im->opt && o < im->opt->n_input_shapes; o++) {
 			if (strcmp(im->opt->input_shape_names[o], t->name) == 0) {
 				if (!mo_tensor_set_shape(t, im->opt->input_shape_ranks[o],
@@ -308,12 +301,13 @@ static enum mo_status import_graph_io(struct importer *im)
 			}
 		}
 		im->unbound[k] = !known;
-		if (!known && unbound &&
-		    add_warning(im, "input '%s' has the symbolic dimension '%s'; bind it "
-				"with --dim %s=N (ops that depend on it are not fused)",
-				t->name, unbound, unbound))
-			return im->d->status;
 	}
+	const char *unbound = mo_symtab_unbound(&im->syms, g, im->opt);
+	if (tp->arena.failed)
+		return nomem(im);
+	if (unbound && add_warning(im, "unbound symbolic dimensions: %s (ops that depend "
+				   "on them are not fused)", unbound))
+		return im->d->status;
 	for (int o = 0; im->opt && o < im->opt->n_input_shapes; o++) {
 		int k = find(im, im->opt->input_shape_names[o]);
 		if (k < 0 || tp->tensors[k].kind != MO_T_INPUT)
@@ -1658,7 +1652,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		struct mo_tensor *t = &tp->tensors[op.out[i]];
 		const int *v = mo_strmap_get(&im->vinfo, t->name);
 		if (v)
-			shape_from_type(im, vinfo_at(im, *v)->type, t, NULL);
+			shape_from_type(im, vinfo_at(im, *v)->type, t);
 	}
 	classify(tp, &op);
 	if (why)
@@ -1877,7 +1871,7 @@ static enum mo_status record_consumers(struct importer *im)
 		/* a graph output's declared shape fills what inference left open */
 		struct mo_tensor *x = &tp->tensors[t];
 		if (!x->shape_known)
-			shape_from_type(im, g->output[i]->type, x, NULL);
+			shape_from_type(im, g->output[i]->type, x);
 	}
 	return MO_OK;
 }
@@ -1893,7 +1887,7 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	mo_arena_init(&tp->arena);
 	tp->model = m;
 	const Onnx__ModelProto *p = mo_onnx_proto(m);
-	struct importer im = { .tp = tp, .opt = opt, .g = p->graph, .d = d };
+	struct importer im = { .tp = tp, .opt = opt, .g = p->graph, .d = d, .syms.tp = tp };
 	tp->opset = default_opset(p);
 	tp->n_nodes = (int)im.g->n_node;
 	size_t nn = (size_t)tp->n_nodes + 1;
@@ -1919,6 +1913,7 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	mo_free(order);
 	mo_strmap_free(&im.names);
 	mo_strmap_free(&im.vinfo);
+	mo_symtab_free(&im.syms);
 	if (st) {
 		mo_tp_free(tp);
 		return st;
@@ -1977,8 +1972,8 @@ enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 {
 	const char *eq = strchr(arg, '=');
 	int64_t v;
-	if (!eq || eq == arg || !parse_i64(eq + 1, eq + strlen(eq), &v) || v <= 0)
-		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=VALUE with VALUE > 0", arg);
+	if (!eq || eq == arg || !parse_i64(eq + 1, eq + strlen(eq), &v))
+		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=VALUE with VALUE >= 0", arg);
 	char *name = mo_malloc((size_t)(eq - arg) + 1);
 	if (!name || !grow_options(o, 0)) {
 		mo_free(name);

@@ -10,10 +10,15 @@ exporters:
 - "dynamo": torch.onnx.export(..., dynamo=True), the torch.export-based one;
 - "ts": torch.onnx.export(..., dynamo=False), the TorchScript one;
 - "optimum": Hugging Face Optimum's exporter (optimum.exporters.onnx), the
-  one most deployment pipelines call, from the same weights saved locally.
+  one most deployment pipelines call, from the same weights saved locally;
+- "optimum_past": the same with a KV cache (task text-generation-with-past,
+  decoders only): past_key_values.N.key/value inputs of
+  [batch_size, kv_heads, past_sequence_length, head_dim], an attention mask of
+  [batch_size, past_sequence_length + sequence_length], present.N.* outputs.
 
 Inputs are token ids and an attention mask with symbolic batch and sequence
-dimensions; the decoders return logits without a KV cache. The .onnx files
+dimensions; the decoders return logits, without a KV cache but for
+"optimum_past". The .onnx files
 are committed, so the tests need neither PyTorch nor network. Made with
 torch 2.15, onnxscript 0.7.2 and onnx 1.23.2; transformers 5.23 for the torch
 exporters (4.57's mask functions do not trace in TorchScript) and 4.57.6 for
@@ -21,11 +26,12 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
 < 4.58). To make them again:
 
     python3 -m venv /work/tv
-    /work/tv/bin/pip install torch onnx onnxscript optimum-onnx     # transformers 4.57
+    /work/tv/bin/pip install torch onnx onnxscript optimum-onnx onnxruntime  # transformers 4.57
     /work/tv/bin/pip install --target /work/t5 transformers==5.23.0
     PYTHONPATH=/work/t5 /work/tv/bin/python models/export_whole.py --out tests/data/whole \
         --exporters dynamo,ts
-    /work/tv/bin/python models/export_whole.py --out tests/data/whole --exporters optimum
+    /work/tv/bin/python models/export_whole.py --out tests/data/whole \
+        --exporters optimum,optimum_past
 """
 import argparse
 import os
@@ -110,12 +116,14 @@ def export_torch(model, task, path, dynamo):
         torch.onnx.export(w, args, path, dynamo=dynamo, external_data=False, **kw)
 
 
-def export_optimum(model, task, path):
+def export_optimum(model, task, path, past=False):
     from optimum.exporters.onnx import main_export
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
+        model.config.use_cache = past
         model.save_pretrained(src)
-        main_export(src, output=dst, task=task, no_post_process=True, do_validation=False,
+        main_export(src, output=dst, task=task + ("-with-past" if past else ""),
+                    no_post_process=True, do_validation=False,
                     device="cpu")
         shutil.copyfile(os.path.join(dst, "model.onnx"), path)
 
@@ -135,8 +143,10 @@ def main():
             model = make_model(arch, config, task)
             path = os.path.join(a.out, f"{arch}_{exporter}.onnx")
             try:
-                if exporter == "optimum":
-                    export_optimum(model, task, path)
+                if exporter == "optimum_past" and task != "text-generation":
+                    continue
+                if exporter.startswith("optimum"):
+                    export_optimum(model, task, path, past=exporter == "optimum_past")
                 else:
                     export_torch(model, task, path, dynamo=exporter == "dynamo")
             except Exception as e:  # one architecture's failure is reported, not fatal

@@ -55,8 +55,28 @@ static void tensor_items(const struct mo_tp *tp, const int *ts, int n, char (*bu
 	}
 }
 
+/* The symbolic dimensions of the inputs and their values: "batch_size = 2
+ * (--dim), past = unbound". */
+static void print_symbols(const struct mo_tp *tp, FILE *out)
+{
+	const char *lead = "symbols    ";
+	for (int i = 0; i < tp->n_syms; i++) {
+		const struct mo_tp_sym *s = &tp->syms[i];
+		if (!s->in_input && !s->whole_text)
+			continue;
+		if (s->bound)
+			fprintf(out, "%s%s = %" PRId64 " (%s)", lead, s->name, s->value, s->how);
+		else
+			fprintf(out, "%s%s unbound", lead, s->name);
+		lead = "\n           ";
+	}
+	if (*lead == '\n')
+		fputc('\n', out);
+}
+
 void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *out)
 {
+	print_symbols(tp, out);
 	int in_regions = 0, fusable = 0;
 	for (int i = 0; i < tp->n_ops; i++) {
 		in_regions += p->op_region[i] >= 0;
@@ -200,6 +220,22 @@ void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p, FI
 		mo_json_string(out, tp->ops[i].note ? tp->ops[i].note
 				    : tp->ops[i].n_out > 1 ? "several outputs: a μGraph op makes one"
 				    : "nothing to fuse it with");
+		fputc('}', out);
+	}
+	fputs("],\n\"symbols\": [", out);
+	for (int i = 0, first = 1; i < tp->n_syms; i++) {
+		const struct mo_tp_sym *s = &tp->syms[i];
+		if (!s->in_input && !s->whole_text)
+			continue;
+		fputs(first ? "\n  {\"name\": " : ",\n  {\"name\": ", out);
+		first = 0;
+		mo_json_string(out, s->name);
+		if (s->bound) {
+			fprintf(out, ", \"value\": %" PRId64 ", \"how\": ", s->value);
+			mo_json_string(out, s->how);
+		} else {
+			fputs(", \"value\": null", out);
+		}
 		fputc('}', out);
 	}
 	fputs("]}\n", out);

@@ -40,13 +40,22 @@ SANITIZED = ("llama_dynamo",)
 
 
 def symbolic_dims(model):
-    """The dim_params of the graph inputs, in order of first use."""
+    """The symbols of the graph inputs' dims, in order of first use (a
+    derived dim such as 'past_sequence_length + sequence_length' follows from
+    them)."""
     seen = []
     for i in model.graph.input:
         for d in i.type.tensor_type.shape.dim:
-            if d.dim_param and d.dim_param not in seen:
+            if d.dim_param and "+" not in d.dim_param and d.dim_param not in seen:
                 seen.append(d.dim_param)
     return seen
+
+
+def dim_size(d, sizes):
+    """A dim's size: static, a symbol's, or a sum of symbols'."""
+    if not d.dim_param:
+        return d.dim_value
+    return sum(sizes[s.strip()] for s in d.dim_param.split("+"))
 
 
 def dim_flags(model):
@@ -77,15 +86,18 @@ def vocabulary(model):
 
 def feeds(model, sizes, seed):
     """Valid inputs: ids within the vocabulary, masks of ones, positions
-    0..n-1, token types 0."""
+    past..past+n-1, token types 0, a KV cache of random values."""
     rng = np.random.default_rng(seed)
     vocab = vocabulary(model)
     out = {}
     for i in model.graph.input:
-        shape = [sizes.get(d.dim_param, d.dim_value) for d in i.type.tensor_type.shape.dim]
+        shape = [dim_size(d, sizes) for d in i.type.tensor_type.shape.dim]
         n = i.name
-        if "position" in n:
-            out[n] = np.broadcast_to(np.arange(shape[-1]), shape).astype(np.int64)
+        if n.startswith("past_key_values"):  # a KV cache: any floats
+            out[n] = rng.standard_normal(shape).astype(np.float32)
+        elif "position" in n:  # after the past ones
+            past = sizes.get("past_sequence_length", 0)
+            out[n] = np.broadcast_to(np.arange(shape[-1]) + past, shape).astype(np.int64)
         elif "token_type" in n:
             out[n] = np.zeros(shape, np.int64)
         elif "mask" in n:

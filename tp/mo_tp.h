@@ -265,6 +265,19 @@ struct mo_tp_op {
 	const char *note;  /* why the op is a boundary, if it is one */
 };
 
+/* A symbolic dimension of the graph's inputs (tp/mo_dimexpr.h) and how the
+ * importer bound it; also a whole derived dim_param ("past + seq") that
+ * --dim bound by its text. */
+struct mo_tp_sym {
+	const char *name;
+	bool bound;
+	bool whole_text;    /* a derived dim_param bound by its text */
+	bool in_input;      /* a graph input's dims name it */
+	int64_t value;
+	const char *how;    /* "--dim", "--input-shape ids", "'a + b' = 13" */
+	const char *inputs; /* the inputs whose dims name it: "ids, mask" */
+};
+
 struct mo_tp {
 	struct mo_arena arena;
 	const struct mo_model *model;
@@ -278,6 +291,8 @@ struct mo_tp {
 	int *inputs, *outputs;      /* graph inputs (not weights) and outputs */
 	int n_warnings;
 	const char **warnings;
+	int n_syms;
+	struct mo_tp_sym *syms;     /* in the order the inputs name them */
 };
 
 /* The value of a one-element weight or constant. */
