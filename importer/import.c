@@ -412,6 +412,7 @@ static unsigned param_mask(enum mo_op k, int64_t opset)
 	case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN: case MO_OP_GATHER:
 	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 	MO_ACTIVATION_CASES
+	MO_LOGIC_CASES
 	case MO_OP_OPAQUE: case MO_OP__COUNT:
 		return 0;
 	}
@@ -747,6 +748,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	case MO_OP_EXP: case MO_OP_SIGMOID: case MO_OP_IDENTITY: case MO_OP_RELU:
 	case MO_OP_ERF: case MO_OP_TANH: case MO_OP_WHERE: case MO_OP_MAX:
 	case MO_OP_MIN: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	MO_LOGIC_CASES
 	case MO_OP_OPAQUE: case MO_OP__COUNT:
 		return NULL;
 	}
@@ -781,7 +783,12 @@ static void classify(struct mo_tp *tp, struct mo_tp_op *op)
 			op->note = "an input's shape is unknown";
 			goto boundary;
 		}
-		if (!is_float(t->dtype) && !(op->kind == MO_OP_WHERE && i == 0)) {
+		/* bool: Where's condition, what Not, And, Or read, a Cast's
+		 * operand (to 0 or 1) */
+		bool as_bool = (op->kind == MO_OP_WHERE && i == 0) ||
+			       mo_op_reads_bool(op->kind) || op->kind == MO_OP_CAST;
+		if (!is_float(t->dtype) &&
+		    !(as_bool && t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)) {
 			op->note = "computes on non-float tensors";
 			goto boundary;
 		}
@@ -790,7 +797,10 @@ static void classify(struct mo_tp *tp, struct mo_tp_op *op)
 		if (op->out[i] < 0)
 			continue;
 		const struct mo_tensor *t = &tp->tensors[op->out[i]];
-		if (!t->shape_known || !is_float(t->dtype)) {
+		bool out_ok = mo_op_makes_bool(op->kind)
+				      ? t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL
+				      : is_float(t->dtype);
+		if (!t->shape_known || !out_ok) {
 			op->note = !t->shape_known ? "an output's shape is unknown"
 						   : "produces non-float tensors";
 			goto boundary;

@@ -875,14 +875,24 @@ static const struct mo_tensor *ref_tensor(const struct mo_tp *ref, const char *n
 	return NULL;
 }
 
+/* Bytes of an element of the kernels' storage of dtype: fp32, fp16, bf16,
+ * and bool (a byte of 0 or 1). */
+static size_t storage_size(int32_t dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4
+	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2;
+}
+
 /* n doubles into a buffer of the dtype's storage. */
 static void *to_storage(const double *v, uint64_t n, int32_t dtype)
 {
-	size_t es = dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 2;
+	size_t es = storage_size(dtype);
 	void *p = mo_malloc(n * es + 1);
 	for (uint64_t i = 0; p && i < n; i++) {
 		float f = (float)v[i];
-		if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+		if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+			((uint8_t *)p)[i] = v[i] != 0;
+		else if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
 			((float *)p)[i] = f;
 		else if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
 			((uint16_t *)p)[i] = mo_float_to_half(f);
@@ -897,7 +907,7 @@ static void *to_storage(const double *v, uint64_t n, int32_t dtype)
 static void *weight_storage(const struct mo_tp *ref, const struct mo_tensor *r, uint64_t n,
 			    int32_t dtype, bool *ok)
 {
-	size_t es = dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 2;
+	size_t es = storage_size(dtype);
 	char *p = mo_malloc(n * es + 1);
 	double chunk[1024];
 	*ok = true;
@@ -924,6 +934,8 @@ static double from_storage(const void *p, uint64_t i, int32_t dtype)
 		return ((const float *)p)[i];
 	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)
 		return mo_half_to_float(((const uint16_t *)p)[i]);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+		return ((const uint8_t *)p)[i];
 	return mo_bf16_to_float(((const uint16_t *)p)[i]);
 }
 
@@ -959,7 +971,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 			 * kernel reads (little-endian fp32, fp16, bf16), else
 			 * converted a chunk at a time; never a copy as doubles */
 			const uint8_t *raw = NULL;
-			size_t len = 0, es = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 2;
+			size_t len = 0, es = storage_size(t->dtype);
 			struct mo_diag scratch;
 			mo_diag_init(&scratch);
 			bool ok = true;
@@ -985,7 +997,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 		bool ok = r != NULL;
 		if (ok && r->kind == MO_T_INPUT) {
 			for (uint64_t k = 0; k < n; k++)
-				vals[k] = mo_eval_float_input(t->name, k, seed);
+				vals[k] = mo_eval_input_as(t->name, k, seed, 1.0, t->dtype);
 		} else if (ok && r->init) {
 			ok = mo_onnx_tensor_doubles(ref->model, r->init, n, 0, n, vals);
 		} else if (ok && r->fvals && r->n_vals == n) {

@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum ctype { CT_F32, CT_F16, CT_BF16 };
+/* storage types; bool is 0 or 1 in a byte, and 0.0f or 1.0f in tiles */
+enum ctype { CT_F32, CT_F16, CT_BF16, CT_BOOL };
 
-static const char *const ctype_c[] = { "float", "uint16_t", "uint16_t" };
+static const char *const ctype_c[] = { "float", "uint16_t", "uint16_t", "uint8_t" };
 
 static bool ctype_of(int32_t dtype, enum ctype *ct)
 {
@@ -26,6 +27,7 @@ static bool ctype_of(int32_t dtype, enum ctype *ct)
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *ct = CT_F32; return true;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *ct = CT_F16; return true;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: *ct = CT_BF16; return true;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *ct = CT_BOOL; return true;
 	default: return false;
 	}
 }
@@ -160,6 +162,8 @@ static void load(char *s, size_t n, const struct buf *b, const char *idx)
 		k = snprintf(s, n, "mo_h2f(%s[%s])", b->name, idx);
 	else if (b->ct == CT_BF16)
 		k = snprintf(s, n, "mo_bf2f(%s[%s])", b->name, idx);
+	else if (b->ct == CT_BOOL)
+		k = snprintf(s, n, "(float)%s[%s]", b->name, idx);
 	else
 		k = snprintf(s, n, "%s[%s]", b->name, idx);
 	if (k < 0 || (size_t)k >= n)
@@ -172,6 +176,8 @@ static void store(struct gen *g, const struct buf *b, const char *idx, const cha
 		P(g, "%s[%s] = mo_f2h(%s);\n", b->name, idx, val);
 	else if (b->ct == CT_BF16)
 		P(g, "%s[%s] = mo_f2bf(%s);\n", b->name, idx, val);
+	else if (b->ct == CT_BOOL)
+		P(g, "%s[%s] = (uint8_t)(%s != 0.0f);\n", b->name, idx, val);
 	else
 		P(g, "%s[%s] = %s;\n", b->name, idx, val);
 }
@@ -200,12 +206,24 @@ static void loop_open(struct gen *g, enum scope sc, const char *var, uint64_t n)
 
 /* ---- ops ---- */
 
-/* The float expression of an element-wise op on operand expressions a, b. */
+/* The float expression of an element-wise op on operand expressions x[0..3)
+ * (a bool is 0.0f or 1.0f). */
 static bool elementwise_expr(struct gen *g, const struct mo_tp *tp, const struct mo_tp_op *op,
-			     const char *a, const char *b, char *s, size_t n)
+			     char (*x)[512], char *s, size_t n)
 {
 	const struct mo_op_params *p = &op->p;
+	const char *a = x[0], *b = x[1];
 	switch (op->kind) {
+	case MO_OP_WHERE: snprintf(s, n, "(%s != 0.0f ? %s : %s)", a, b, x[2]); return true;
+	case MO_OP_LESS: snprintf(s, n, "(float)(%s < %s)", a, b); return true;
+	case MO_OP_LESS_EQUAL: snprintf(s, n, "(float)(%s <= %s)", a, b); return true;
+	case MO_OP_GREATER: snprintf(s, n, "(float)(%s > %s)", a, b); return true;
+	case MO_OP_GREATER_EQUAL: snprintf(s, n, "(float)(%s >= %s)", a, b); return true;
+	case MO_OP_EQUAL: snprintf(s, n, "(float)(%s == %s)", a, b); return true;
+	case MO_OP_NOT: snprintf(s, n, "(float)(%s == 0.0f)", a); return true;
+	case MO_OP_IS_NAN: snprintf(s, n, "(float)isnan(%s)", a); return true;
+	case MO_OP_AND: snprintf(s, n, "(float)(%s != 0.0f && %s != 0.0f)", a, b); return true;
+	case MO_OP_OR: snprintf(s, n, "(float)(%s != 0.0f || %s != 0.0f)", a, b); return true;
 	case MO_OP_ADD: snprintf(s, n, "(%s + %s)", a, b); return true;
 	case MO_OP_SUB:
 		if (mo_bg_sub_of_max(tp, op)) /* a row of masked scores: exp gives 0 */
@@ -657,23 +675,22 @@ static void emit_elementwise(struct gen *g, enum scope sc, const struct mo_tp *t
 	const struct mo_tensor *out = &tp->tensors[op->out[0]];
 	const struct buf *O = &bufs[op->out[0]];
 	uint64_t n = mo_tensor_numel(out);
-	char a[512], b[512], ia[256], ib[256], e[1200];
+	char x[3][512] = { "", "", "" }, idx[256], e[1800];
 	if (!mo_op_elementwise(op->kind) && op->kind != MO_OP_CLIP) {
 		unsupported(g, "no code generation for %s", mo_op_table[op->kind].name);
 		return;
 	}
-	if (op->n_in > 2) {
+	if (op->n_in > (op->kind == MO_OP_WHERE ? 3 : 2)) {
 		unsupported(g, "no code generation for %s (three operands)", mo_op_table[op->kind].name);
 		return;
 	}
-	bcast_index(ia, sizeof ia, &tp->tensors[op->in[0]], out, "i");
-	load(a, sizeof a, &bufs[op->in[0]], ia);
-	b[0] = 0;
-	if (op->n_in > 1 && op->in[1] >= 0) {
-		bcast_index(ib, sizeof ib, &tp->tensors[op->in[1]], out, "i");
-		load(b, sizeof b, &bufs[op->in[1]], ib);
+	for (int q = 0; q < op->n_in; q++) {
+		if (op->in[q] < 0)
+			continue;
+		bcast_index(idx, sizeof idx, &tp->tensors[op->in[q]], out, "i");
+		load(x[q], sizeof x[q], &bufs[op->in[q]], idx);
 	}
-	if (!elementwise_expr(g, tp, op, a, b, e, sizeof e))
+	if (!elementwise_expr(g, tp, op, x, e, sizeof e))
 		return;
 	loop_open(g, sc, "i", n);
 	store(g, O, "i", e);
@@ -857,8 +874,8 @@ static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_bloc
 	loop_open(g, sc, "i", mo_tensor_numel(shape));
 	for (int j = first; j <= last && !g->fail; j++) {
 		const struct mo_tp_op *op = &body->ops[j];
-		char x[2][512] = { "", "" }, idx[256], e[1200];
-		for (int q = 0; q < op->n_in && q < 2; q++) {
+		char x[3][512] = { "", "", "" }, idx[256], e[1800];
+		for (int q = 0; q < op->n_in && q < 3; q++) {
 			int t = op->in[q];
 			int prod = body->tensors[t].producer;
 			if (prod >= first && prod < j) {
@@ -868,7 +885,7 @@ static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_bloc
 				load(x[q], sizeof x[q], &pl->tiles[t], idx);
 			}
 		}
-		if (!elementwise_expr(g, body, op, x[0], x[1], e, sizeof e))
+		if (!elementwise_expr(g, body, op, x, e, sizeof e))
 			break;
 		int out = op->out[0];
 		P(g, "const float r%d = %s;\n", out, e);

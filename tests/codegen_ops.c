@@ -4,7 +4,7 @@
  *   codegen_ops SUITE_DIR
  *
  * For each SUITE_DIR/<case>/model.onnx whose program is one op over float
- * tensors of static shape, it builds the μGraph with that op as its single
+ * (or bool) tensors of static shape, it builds the μGraph with that op as its single
  * pre-defined kernel, generates and compiles its CPU kernel, and runs the
  * plugin's float check against the program (the evaluator is itself checked
  * against ONNX Runtime by float_evaluator_vs_onnxruntime). Ops the generator
@@ -22,10 +22,12 @@
 
 #define MIN_CHECKED 100
 
+/* float, and bool (comparisons, Not, And, Or, Where's condition) */
 static bool float_type(int32_t dt)
 {
 	return dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
-	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 }
 
 /* The one-op μGraph of a one-op program, or NULL when it is not one. */

@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 		uint64_t n = mo_tensor_numel(t);
 		double *v = malloc((n ? n : 1) * sizeof *v);
 		for (uint64_t i = 0; i < n; i++)
-			v[i] = mo_eval_float_input(t->name, i, SEED);
+			v[i] = mo_eval_input_as(t->name, i, SEED, 1.0, t->dtype);
 		write_f64(argv[2], k, "input", v, n, file, sizeof file);
 		free(v);
 		fprintf(man, "%s{\"name\": ", k ? ", " : "");

@@ -166,7 +166,19 @@ static const struct recipe recipes[] = {
 	{ .kind = MO_OP_CLIP, .op = "Clip", .opset = 17, .operands = "xcc", .rank = { 3 },
 	  .shape = { S3 }, .k = { { 0 }, F0(-0.5), F0(0.5) }, .vk = 2, .vk_value = -0.25 },
 	{ .kind = MO_OP_WHERE, .op = "Where", .opset = 17, .operands = "bxx",
-	  .rank = { 3, 3, 3 }, .shape = { S3, S3, S3 }, .not_emitted = true },
+	  .rank = { 3, 3, 3 }, .shape = { S3, S3, S3 } },
+	BINARY(MO_OP_LESS, "Less"),
+	BINARY(MO_OP_LESS_EQUAL, "LessOrEqual"),
+	BINARY(MO_OP_GREATER, "Greater"),
+	BINARY(MO_OP_GREATER_EQUAL, "GreaterOrEqual"),
+	BINARY(MO_OP_EQUAL, "Equal"),
+	UNARY(MO_OP_IS_NAN, "IsNaN"),
+	{ .kind = MO_OP_NOT, .op = "Not", .opset = 17, .operands = "b", .rank = { 3 },
+	  .shape = { S3 } },
+	{ .kind = MO_OP_AND, .op = "And", .opset = 17, .operands = "bb", .rank = { 3, 3 },
+	  .shape = { S3, S3 } },
+	{ .kind = MO_OP_OR, .op = "Or", .opset = 17, .operands = "bb", .rank = { 3, 3 },
+	  .shape = { S3, S3 } },
 	BINARY(MO_OP_MAX, "Max"),
 	BINARY(MO_OP_MIN, "Min"),
 	UNARY(MO_OP_ABS, "Abs"),
@@ -309,6 +321,9 @@ static struct mo_model *one_op_model(struct tmodel *t, const struct recipe *r, b
 	if (r->kind == MO_OP_CAST) /* declared as what it computes */
 		t->graph.output[0]->type->tensor_type->elem_type =
 			(int32_t)(variant ? r->va.i : r->a[0].i);
+	if (mo_op_makes_bool(r->kind))
+		t->graph.output[0]->type->tensor_type->elem_type =
+			ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 	return load_packed(t, r->op);
 }
 

@@ -540,6 +540,10 @@ bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 	case MO_OP_ADD: case MO_OP_SUB: case MO_OP_MUL: case MO_OP_DIV:
 	case MO_OP_POW: case MO_OP_MAX: case MO_OP_MIN:
 		return broadcast(tp, op, dt, why);
+	MO_LOGIC_CASES
+		return op->kind == MO_OP_NOT || op->kind == MO_OP_IS_NAN
+			       ? same_shape(tp, op, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, why)
+			       : broadcast(tp, op, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, why);
 	case MO_OP_WHERE:
 		if (!in(tp, op, 1)) {
 			*why = "Where without values";

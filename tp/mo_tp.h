@@ -88,6 +88,17 @@ enum mo_lax {
 	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 0)        \
 	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 0)        \
 	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	/* comparisons of float operands and logic on their results: a bool   \
+	 * tensor, held as 0 or 1 in float tiles (masks feeding a Where) */    \
+	X(LESS,        "Less",                UNINTERPRETED, 0, 1, 1, 0)        \
+	X(LESS_EQUAL,  "LessOrEqual",         UNINTERPRETED, 0, 1, 1, 0)        \
+	X(GREATER,     "Greater",             UNINTERPRETED, 0, 1, 1, 0)        \
+	X(GREATER_EQUAL, "GreaterOrEqual",    UNINTERPRETED, 0, 1, 1, 0)        \
+	X(EQUAL,       "Equal",               UNINTERPRETED, 0, 1, 1, 0)        \
+	X(NOT,         "Not",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(AND,         "And",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(OR,          "Or",                  UNINTERPRETED, 0, 1, 1, 0)        \
+	X(IS_NAN,      "IsNaN",               UNINTERPRETED, 0, 1, 1, 0)        \
 	MO_ACTIVATION_LIST(MO_ACTIVATION_AS_OP, X)                              \
 	X(GATHER,      "Gather",              NONE,          0, 0, 0, 0)        \
 	X(OPAQUE,      "",                    NONE,          0, 0, 0, 0)
@@ -115,6 +126,17 @@ enum mo_lax {
 	A(X, SWISH,        "Swish",           5, swish,            1,        0,   0)
 #define MO_ACTIVATION_AS_OP(X, name, onnx, flops, f, a, b, g) \
 	X(name, onnx, UNINTERPRETED, 0, 1, flops, 8)
+/* `case` of each op that makes a bool tensor: the comparisons and IsNaN
+ * (float operands), Not, And, Or (bool operands) */
+#define MO_LOGIC_CASES                                                  \
+	case MO_OP_LESS: case MO_OP_LESS_EQUAL: case MO_OP_GREATER:     \
+	case MO_OP_GREATER_EQUAL: case MO_OP_EQUAL: case MO_OP_NOT:     \
+	case MO_OP_AND: case MO_OP_OR: case MO_OP_IS_NAN:
+/* Whether op makes a bool tensor (MO_LOGIC_CASES); whether its operands
+ * are bool (Not, And, Or) rather than float. */
+bool mo_op_makes_bool(int op);
+bool mo_op_reads_bool(int op);
+
 /* `case MO_OP_<each activation>:` */
 #define MO_ACTIVATION_CASE(X, name, onnx, flops, f, a, b, g) case MO_OP_##name:
 #define MO_ACTIVATION_CASES MO_ACTIVATION_LIST(MO_ACTIVATION_CASE, _)

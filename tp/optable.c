@@ -74,6 +74,16 @@ const struct mo_op_schema mo_op_schema[MO_OP__COUNT] = {
 	[MO_OP_COS] = { 7, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_SIN] = { 7, 7, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_LOG] = UNARY,
+	/* before opset 7, a legacy broadcast attribute: not read */
+	[MO_OP_LESS] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_LESS_EQUAL] = { 12, 12, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_GREATER] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_GREATER_EQUAL] = { 12, 12, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_EQUAL] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_NOT] = { 1, 1, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_AND] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_OR] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } } },
+	[MO_OP_IS_NAN] = { 9, 9, 1, 1, 0, 0, 0, 1, 1, { { 0 } } },
 	[MO_OP_GATHER] = { 1, 7, 2, 2, 0, 0, 0, 1, 1, { AI("axis") } },
 	/* the activations: before opset 6 they had consumed_inputs */
 	[MO_OP_HARD_SIGMOID] = { 1, 6, 1, 1, 0, 0, 0, 1, 1, { AF("alpha"), AF("beta") }, 22 },
@@ -242,6 +252,21 @@ const char *mo_lax_name(enum mo_lax lax)
 	case MO_LAX_NONE: return "boundary";
 	}
 	return "?";
+}
+
+bool mo_op_makes_bool(int op)
+{
+	switch (op) {
+	MO_LOGIC_CASES
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool mo_op_reads_bool(int op)
+{
+	return op == MO_OP_NOT || op == MO_OP_AND || op == MO_OP_OR;
 }
 
 bool mo_op_elementwise(enum mo_op op)

@@ -353,7 +353,8 @@ int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp
 	case MO_OP_LOG:
 	MO_ACTIVATION_CASES
 		return fn(p, op->kind, a);
-	case MO_OP_MAX: case MO_OP_MIN: case MO_OP_WHERE: {
+	case MO_OP_MAX: case MO_OP_MIN: case MO_OP_WHERE:
+	MO_LOGIC_CASES {
 		int r = fn(p, op->kind, a);
 		for (int i = 1; i < op->n_in; i++)
 			r = mo_ae_make(p, MO_AE_ADD, r, fn(p, op->kind, in[i]), 0);

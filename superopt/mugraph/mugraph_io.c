@@ -447,6 +447,10 @@ static void arity(enum mo_op op, int *lo, int *hi)
 	case MO_OP_WHERE:
 		*lo = *hi = 3;
 		break;
+	case MO_OP_LESS: case MO_OP_LESS_EQUAL: case MO_OP_GREATER: case MO_OP_GREATER_EQUAL:
+	case MO_OP_EQUAL: case MO_OP_AND: case MO_OP_OR:
+		*lo = *hi = 2;
+		break;
 	case MO_OP_CLIP: case MO_OP_LAYER_NORM: case MO_OP_CONCAT:
 		*hi = 3;
 		break;
@@ -459,6 +463,7 @@ static void arity(enum mo_op op, int *lo, int *hi)
 	case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: case MO_OP_SLICE: case MO_OP_EXPAND:
 	case MO_OP_IDENTITY: case MO_OP_CAST: case MO_OP_RELU: case MO_OP_ERF: case MO_OP_GELU:
 	case MO_OP_TANH: case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
+	case MO_OP_NOT: case MO_OP_IS_NAN:
 	MO_ACTIVATION_CASES
 		break;
 	case MO_OP_SPLIT: case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:

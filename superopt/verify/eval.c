@@ -280,11 +280,15 @@ double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed)
 	return (double)(h >> 11) * 0x1p-52 - 1.0; /* uniform in [-1, 1) */
 }
 
-/* A float input's value as its tensor holds it: an fp16 input can only hold
+/* An input's value as its tensor holds it: an fp16 input can only hold
  * fp16 values, and the kernels that read it get those. */
-static double as_stored(double x, int32_t dtype)
+double mo_eval_input_as(const char *name, uint64_t index, uint64_t seed, double scale,
+			int32_t dtype)
 {
-	return mo_dtype_round(x, dtype);
+	double x = mo_eval_float_input(name, index, seed);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+		return x >= 0;
+	return mo_dtype_round(x * scale, dtype);
 }
 
 /* Significant bits of a float dtype (0: not a float dtype). */
@@ -380,8 +384,8 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 			if (e->dom == MO_EVAL_FF)
 				((ff *)v)[i] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
 			else
-				((double *)v)[i] = as_stored(mo_eval_float_input(t->name, i, e->seed)
-								 * e->scale, t->dtype);
+				((double *)v)[i] = mo_eval_input_as(t->name, i, e->seed, e->scale,
+								    t->dtype);
 		}
 		if (e->dom == MO_EVAL_FLOAT && e->masked && strcmp(t->name, e->masked) == 0)
 			causal_mask(t, v);
@@ -495,6 +499,16 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 			case MO_OP_MAX: r = mo_max(a, b); break;
 			case MO_OP_MIN: r = mo_min(a, b); break;
 			case MO_OP_WHERE: r = a != 0 ? b : c; break;
+			/* bool tensors hold 0 or 1 */
+			case MO_OP_LESS: r = a < b; break;
+			case MO_OP_LESS_EQUAL: r = a <= b; break;
+			case MO_OP_GREATER: r = a > b; break;
+			case MO_OP_GREATER_EQUAL: r = a >= b; break;
+			case MO_OP_EQUAL: r = a == b; break;
+			case MO_OP_NOT: r = a == 0; break;
+			case MO_OP_AND: r = a != 0 && b != 0; break;
+			case MO_OP_OR: r = a != 0 || b != 0; break;
+			case MO_OP_IS_NAN: r = isnan(a); break;
 			case MO_OP_NEG: r = -a; break;
 			case MO_OP_RECIPROCAL: r = 1 / a; break;
 			case MO_OP_SQRT: r = sqrt(a); break;
@@ -575,6 +589,20 @@ static void elementwise(struct ev *e, const struct mo_tp_op *op)
 				r = ff_symmetric(e, fn, a, b);
 				break;
 			case MO_OP_WHERE: r = ff_uf(e, fn, a, ff_uf(e, fn + 1, b, c)); break;
+			/* comparisons: fixed random functions of their operands;
+			 * a > b is b < a, and = ∧ ∨ do not depend on the order */
+			case MO_OP_LESS: case MO_OP_LESS_EQUAL:
+				r = ff_uf(e, fn, a, b);
+				break;
+			case MO_OP_GREATER:
+				r = ff_uf(e, (uint64_t)MO_OP_LESS * 0x100000001b3ull, b, a);
+				break;
+			case MO_OP_GREATER_EQUAL:
+				r = ff_uf(e, (uint64_t)MO_OP_LESS_EQUAL * 0x100000001b3ull, b, a);
+				break;
+			case MO_OP_EQUAL: case MO_OP_AND: case MO_OP_OR:
+				r = ff_symmetric(e, fn, a, b);
+				break;
 			default:
 				/* every other uninterpreted unary op (Sqrt, Relu, Erf,
 				 * the activations, ...) is a fixed random function of
@@ -1412,6 +1440,7 @@ static void run_op(struct ev *e, const struct mo_tp_op *op)
 	case MO_OP_TANH: case MO_OP_CLIP: case MO_OP_WHERE: case MO_OP_MAX: case MO_OP_MIN:
 	case MO_OP_ABS: case MO_OP_COS: case MO_OP_SIN: case MO_OP_LOG:
 	MO_ACTIVATION_CASES
+	MO_LOGIC_CASES
 		elementwise(e, op);
 		return;
 	case MO_OP_SOFTMAX:

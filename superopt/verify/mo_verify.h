@@ -68,6 +68,10 @@ enum mo_status mo_eval(const struct mo_tp *tp, enum mo_eval_domain domain, uint6
  * scaling): what mo_eval feeds a program, for tools that feed the same
  * values to another runtime. */
 double mo_eval_float_input(const char *name, uint64_t index, uint64_t seed);
+/* That value scaled, as an input of dtype holds it: rounded to a float
+ * dtype; for a bool, 1 where it is ≥ 0, else 0 (each about half the time). */
+double mo_eval_input_as(const char *name, uint64_t index, uint64_t seed, double scale,
+			int32_t dtype);
 
 /* Weights converted to the field once and reused by later evaluations of
  * the same program (they do not depend on the seed). */
