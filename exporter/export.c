@@ -814,6 +814,56 @@ static Onnx__NodeProto *constant_node(struct ex *x, const Onnx__TensorProto *t, 
 	return a->failed ? NULL : n;
 }
 
+/* A Constant node defining folded value c; NULL for a dtype it does not
+ * write (2-byte floats) or out of memory (a->failed). */
+static Onnx__NodeProto *folded_constant_node(struct ex *x, const struct mo_fused_const *c)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__TensorProto *t = mo_arena_alloc(a, sizeof *t);
+	int64_t *dims = mo_arena_array(a, (size_t)c->rank + 1, sizeof *dims);
+	if (!t || !dims)
+		return NULL;
+	onnx__tensor_proto__init(t);
+	t->has_data_type = 1;
+	t->data_type = c->dtype;
+	memcpy(dims, c->dims, (size_t)c->rank * sizeof *dims);
+	t->n_dims = (size_t)c->rank;
+	t->dims = dims;
+	size_t n = c->n;
+	switch (c->dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+		if (!c->fvals || !(t->float_data = mo_arena_array(a, n + 1, sizeof(float))))
+			return NULL;
+		for (size_t i = 0; i < n; i++)
+			t->float_data[i] = (float)c->fvals[i];
+		t->n_float_data = n;
+		break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+		if (!c->fvals || !(t->double_data = mo_arena_array(a, n + 1, sizeof(double))))
+			return NULL;
+		memcpy(t->double_data, c->fvals, n * sizeof(double));
+		t->n_double_data = n;
+		break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64:
+		if (!c->ivals || !(t->int64_data = mo_arena_array(a, n + 1, sizeof(int64_t))))
+			return NULL;
+		memcpy(t->int64_data, c->ivals, n * sizeof(int64_t));
+		t->n_int64_data = n;
+		break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL:
+		if (!c->ivals || !(t->int32_data = mo_arena_array(a, n + 1, sizeof(int32_t))))
+			return NULL;
+		for (size_t i = 0; i < n; i++)
+			t->int32_data[i] = c->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL
+						   ? c->ivals[i] != 0 : (int32_t)c->ivals[i];
+		t->n_int32_data = n;
+		break;
+	default:
+		return NULL;
+	}
+	return constant_node(x, t, c->name);
+}
+
 static bool is_formal_input(const struct mo_fused_node *f, const char *name)
 {
 	for (int i = 0; i < f->n_inputs; i++)
@@ -878,7 +928,13 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 				   !(g->node[v]->domain && *g->node[v]->domain)) {
 				c = g->node[v];
 			} else {
-				return MO_OK;
+				/* a value the importer folded */
+				for (int q = 0; q < f->n_consts && !c; q++)
+					if (strcmp(f->consts[q].name, n->input[i]) == 0 &&
+					    !(c = folded_constant_node(x, &f->consts[q])) && a->failed)
+						return nomem(x);
+				if (!c)
+					return MO_OK;
 			}
 			have[id] = true;
 			body[nb++] = c;

@@ -37,6 +37,19 @@
 #include "mo_base.h"
 #include "mo_onnx.h"
 
+/* A value the importer computed (a folded shape chain, a cast of a
+ * constant) that the replaced nodes read and no Constant node or
+ * initializer holds: the fused op's function body defines it. */
+struct mo_fused_const {
+	const char *name;
+	int32_t dtype;        /* float, double, int64, int32 or bool */
+	int rank;
+	const int64_t *dims;
+	size_t n;
+	const double *fvals;  /* float types */
+	const int64_t *ivals; /* integer and bool types */
+};
+
 struct mo_fused_node {
 	const char *op_type;  /* the custom op's name (stable, from the region's hash) */
 	const char *name;     /* the node's name (unique in the graph) */
@@ -45,6 +58,8 @@ struct mo_fused_node {
 	int n_inputs, n_outputs;
 	const char *const *inputs;  /* tensor names, in the custom op's order; "" = omitted */
 	const char *const *outputs; /* tensor names the replaced nodes made */
+	int n_consts;
+	const struct mo_fused_const *consts;
 };
 
 struct mo_export_options {

@@ -220,11 +220,43 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
 	for (int i = 0; i < mg->kg.n_outputs; i++)
 		outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
+	/* the folded values its ops read (each once), for its function body */
+	int nc = 0, cap = 0;
+	for (int i = 0; i < rg->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
+		cap += op->n_in + op->n_params;
+	}
+	struct mo_fused_const *consts = mo_calloc((size_t)cap + 1, sizeof *consts);
+	if (!consts) {
+		mo_free(nodes);
+		mo_free(ins);
+		mo_free(outs);
+		return false;
+	}
+	for (int i = 0; i < rg->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
+		for (int k = 0; k < op->n_in + op->n_params; k++) {
+			int t = k < op->n_in ? op->in[k] : op->param_in[k - op->n_in];
+			const struct mo_tensor *x = t >= 0 ? &tp->tensors[t] : NULL;
+			if (!x || x->kind != MO_T_CONST || x->init || !x->shape_known ||
+			    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x))
+				continue;
+			bool seen = false;
+			for (int q = 0; q < nc && !seen; q++)
+				seen = strcmp(consts[q].name, x->name) == 0;
+			if (!seen)
+				consts[nc++] = (struct mo_fused_const){
+					.name = x->name, .dtype = x->dtype, .rank = x->rank,
+					.dims = x->dims, .n = x->n_vals, .fvals = x->fvals,
+					.ivals = x->ivals };
+		}
+	}
 	char lb[32];
 	snprintf(name, name_len, "%s_region%s", rs[u].op_type, fuse_label(rs, u, lb, sizeof lb));
 	*f = (struct mo_fused_node){ .op_type = rs[u].op_type, .name = name, .n_nodes = nn,
 				     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
-				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs };
+				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs,
+				     .n_consts = nc, .consts = consts };
 	return true;
 }
 void fuse_fused_node_free(struct mo_fused_node *f)
@@ -232,6 +264,7 @@ void fuse_fused_node_free(struct mo_fused_node *f)
 	mo_free((void *)f->nodes);
 	mo_free((void *)f->inputs);
 	mo_free((void *)f->outputs);
+	mo_free((void *)f->consts);
 }
 /* Leaves unfused, with the reason, every found unit whose μGraph does not
  * fit the model: its interface differs from the region's, or the model

@@ -95,10 +95,10 @@ enum mo_lax {
 	X(GREATER,     "Greater",             UNINTERPRETED, 0, 1, 1, 0)        \
 	X(GREATER_EQUAL, "GreaterOrEqual",    UNINTERPRETED, 0, 1, 1, 0)        \
 	X(EQUAL,       "Equal",               UNINTERPRETED, 0, 1, 1, 0)        \
-	X(NOT,         "Not",                 UNINTERPRETED, 0, 1, 1, 0)        \
+	X(NOT,         "Not",                 UNINTERPRETED, 0, 1, 1, 9)        \
 	X(AND,         "And",                 UNINTERPRETED, 0, 1, 1, 0)        \
 	X(OR,          "Or",                  UNINTERPRETED, 0, 1, 1, 0)        \
-	X(IS_NAN,      "IsNaN",               UNINTERPRETED, 0, 1, 1, 0)        \
+	X(IS_NAN,      "IsNaN",               UNINTERPRETED, 0, 1, 1, 10)       \
 	MO_ACTIVATION_LIST(MO_ACTIVATION_AS_OP, X)                              \
 	X(GATHER,      "Gather",              NONE,          0, 0, 0, 0)        \
 	X(OPAQUE,      "",                    NONE,          0, 0, 0, 0)

@@ -235,7 +235,7 @@ static int64_t label_size(struct target *T, int label)
 
 struct step {
 	int kind;          /* enum mo_op, or OP_ACCUM; -1: an iterator; -2: a constant */
-	int in[2], n_in;
+	int in[3], n_in;   /* operand tiles; -2: the constant `value` (one at most) */
 	int input;         /* iterator: which program input (index into prog inputs) */
 	double value;      /* constant */
 	int axis;          /* ReduceSum's and a norm's axis */
@@ -275,8 +275,15 @@ struct state {
 
 static uint64_t rank_of(int kind, const int *in, int n_in, int param)
 {
-	int hi = n_in > 1 && in[1] > in[0] ? in[1] : in[0];
-	int lo = n_in > 1 && in[1] < in[0] ? in[1] : in[0];
+	int hi = in[0], lo = in[0];
+	for (int k = 1; k < n_in; k++) { /* over tiles: a constant (-2) is no tile */
+		if (in[k] < 0)
+			continue;
+		hi = in[k] > hi ? in[k] : hi;
+		lo = in[k] < lo ? in[k] : lo;
+	}
+	if (n_in == 3) /* Where: which operand is the condition, which the first value */
+		param = ((in[0] + 2) & 63) | (((in[1] + 2) & 63) << 6);
 	return ((uint64_t)(hi + 1) << 40) | ((uint64_t)kind << 24) | ((uint64_t)(lo + 1) << 12) |
 	       (uint64_t)(param & 0xfff);
 }
@@ -527,10 +534,10 @@ static void block_op_params(const struct target *T, int kind, int axis,
 	}
 }
 
-static int try_op(struct state *s, int kind, int a, int b, int axis, double cval)
+static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis, double cval)
 {
 	struct target *T = s->T;
-	int c = -1;
+	int c = -1, a = ins[0], b = n_in > 1 ? ins[1] : -1, w = n_in > 2 ? ins[2] : -1;
 	int saved_tensors = s->body.n_tensors;
 	if (kind == OP_ACCUM) {
 		int y = new_tile(s);
@@ -544,7 +551,7 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 		s->varies[y] = false;
 		return y;
 	}
-	if (b == -2) { /* a scalar constant operand */
+	if (b == -2 || w == -2) { /* a scalar constant operand */
 		c = new_tile(s);
 		if (c < 0)
 			return -1;
@@ -556,7 +563,10 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 		s->lab[c][0] = -1;
 		s->post[c] = false;
 		s->varies[c] = false;
-		b = c;
+		if (b == -2)
+			b = c;
+		else
+			w = c;
 	}
 	if (s->body.n_ops >= MAX_OPS) {
 		s->body.n_tensors = saved_tensors;
@@ -575,7 +585,8 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 	op->out = s->op_out[s->body.n_ops];
 	op->in[0] = a;
 	op->in[1] = b;
-	op->n_in = b >= 0 ? 2 : 1;
+	op->in[2] = w;
+	op->n_in = w >= 0 ? 3 : b >= 0 ? 2 : 1;
 	op->out[0] = y;
 	op->n_out = 1;
 	block_op_params(T, kind, axis, &op->p);
@@ -586,7 +597,7 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 		s->body.n_tensors = saved_tensors;
 		return -1;
 	}
-	int in[2] = { s->e[a], b >= 0 ? s->e[b] : -1 };
+	int in[3] = { s->e[a], b >= 0 ? s->e[b] : -1, w >= 0 ? s->e[w] : -1 };
 	int e = mo_ae_of_op(&T->pool, &s->body, op, in);
 	/* a tile computing what another tile already holds adds nothing */
 	for (int t = 0; t < y; t++) {
@@ -602,8 +613,8 @@ static int try_op(struct state *s, int kind, int a, int b, int axis, double cval
 		return -1;
 	}
 	s->e[y] = e;
-	s->post[y] = s->post[a] || (b >= 0 && s->post[b]);
-	s->varies[y] = s->varies[a] || (b >= 0 && s->varies[b]);
+	s->post[y] = s->post[a] || (b >= 0 && s->post[b]) || (w >= 0 && s->post[w]);
+	s->varies[y] = s->varies[a] || (b >= 0 && s->varies[b]) || (w >= 0 && s->varies[w]);
 	s->tensors[y].producer = s->body.n_ops;
 	s->body.n_ops++;
 	return y;
@@ -726,34 +737,44 @@ static bool budget_left(struct state *s)
 static void dfs(struct state *s);
 
 /* Tries one op; recurses when it is admissible. */
-static void branch(struct state *s, int kind, int a, int b, int axis, double cval, int param)
+/* Tries op `kind` over operand tiles ins[0..n_in) (-2: the constant cval)
+ * and searches on from there. */
+static void branch_n(struct state *s, int kind, const int *ins, int n_in, int axis, double cval,
+		     int param)
 {
-	int ins[2] = { a, b };
-	uint64_t r = rank_of(kind, ins, b >= 0 ? 2 : 1, param);
+	uint64_t r = rank_of(kind, ins, n_in, param);
 	if (r <= s->last_rank)
 		return;
 	int tiles = s->body.n_tensors, ops = s->body.n_ops;
-	int y = try_op(s, kind, a, b, axis, cval);
+	int y = try_op(s, kind, ins, n_in, axis, cval);
 	if (y < 0) {
 		undo(s, tiles, ops);
 		return;
 	}
 	uint64_t saved_rank = s->last_rank;
 	s->last_rank = r;
-	s->steps[s->n_steps++] = (struct step){ .kind = kind, .in = { a, b },
-						.n_in = b == -1 ? 1 : 2, .axis = axis, .value = cval };
-	s->uses[a]++;
-	if (b >= 0)
-		s->uses[b]++;
+	struct step *st = &s->steps[s->n_steps++];
+	*st = (struct step){ .kind = kind, .in = { ins[0], -1, -1 }, .n_in = n_in, .axis = axis,
+			     .value = cval };
+	for (int k = 0; k < n_in; k++) {
+		st->in[k] = ins[k];
+		if (ins[k] >= 0)
+			s->uses[ins[k]]++;
+	}
 	s->n_block_ops++;
 	dfs(s);
 	s->n_block_ops--;
-	s->uses[a]--;
-	if (b >= 0)
-		s->uses[b]--;
+	for (int k = 0; k < n_in; k++)
+		if (ins[k] >= 0)
+			s->uses[ins[k]]--;
 	s->n_steps--;
 	s->last_rank = saved_rank;
 	undo(s, tiles, ops);
+}
+
+static void branch(struct state *s, int kind, int a, int b, int axis, double cval, int param)
+{
+	branch_n(s, kind, (int[]){ a, b, -1 }, b == -1 ? 1 : 2, axis, cval, param);
 }
 
 static bool binary_ok(struct state *s, int a, int b)
@@ -783,8 +804,9 @@ static void dfs(struct state *s)
 	for (int t = 0; t < s->body.n_tensors; t++)
 		unused += s->uses[t] == 0 && s->tensors[t].kind != MO_T_CONST;
 	/* every tile but the saved ones must be read; an op reads at most two
-	 * unread tiles and makes one: the count falls by at most one per op */
-	if (unused > left + T->n_out) {
+	 * unread tiles (Where three) and makes one: the count falls by at most
+	 * one per op (two) */
+	if (unused > left * (T->kinds[MO_OP_WHERE] ? 2 : 1) + T->n_out) {
 		s->st.pruned_dead_end++;
 		return;
 	}
@@ -809,10 +831,28 @@ static void dfs(struct state *s)
 			    s->tensors[a].dims[s->tensors[a].rank - 1] > 1)
 				branch(s, norms[k], a, -1, s->tensors[a].rank - 1, 0, 0);
 		/* with a constant */
-		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD };
-		for (size_t k = 0; k < 3; k++)
+		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD, MO_OP_LESS,
+					      MO_OP_LESS_EQUAL, MO_OP_GREATER, MO_OP_GREATER_EQUAL,
+					      MO_OP_EQUAL };
+		for (size_t k = 0; k < sizeof with_c / sizeof with_c[0]; k++)
 			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts; c++)
 				branch(s, with_c[k], a, -2, 0, T->consts[c], 100 + c);
+		/* Where with condition a (a mask: a bool tile) over two tiles, or a
+		 * tile and a constant */
+		if (T->kinds[MO_OP_WHERE] &&
+		    s->tensors[a].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+			for (int x = -T->n_consts; x < n; x++)
+				for (int y = -T->n_consts; y < n; y++) {
+					if ((x < 0 && y < 0) || x == a || y == a ||
+					    (x >= 0 && s->tensors[x].kind == MO_T_CONST) ||
+					    (y >= 0 && s->tensors[y].kind == MO_T_CONST) ||
+					    (x >= 0 && !binary_ok(s, a, x)) || (y >= 0 && !binary_ok(s, a, y)))
+						continue;
+					int k = x < 0 ? -x - 1 : y < 0 ? -y - 1 : 0;
+					branch_n(s, MO_OP_WHERE,
+						 (int[]){ a, x < 0 ? -2 : x, y < 0 ? -2 : y }, 3, 0,
+						 T->consts[k], 0);
+				}
 		/* binary ops over two tiles */
 		for (int b = 0; b < n; b++) {
 			if (s->tensors[b].kind == MO_T_CONST || !binary_ok(s, a, b))
@@ -821,8 +861,17 @@ static void dfs(struct state *s)
 				branch(s, MO_OP_MATMUL, a, b, 0, 0, 0);
 			if (T->kinds[MO_OP_DIV] && a != b)
 				branch(s, MO_OP_DIV, a, b, 0, 0, 0);
+			static const int ordered[] = { MO_OP_LESS, MO_OP_LESS_EQUAL, MO_OP_GREATER,
+						       MO_OP_GREATER_EQUAL };
+			for (size_t k = 0; k < 4 && a != b; k++)
+				if (T->kinds[ordered[k]])
+					branch(s, ordered[k], a, b, 0, 0, 0);
 			if (b < a)
 				continue; /* commutative: one order */
+			static const int symmetric[] = { MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
+			for (size_t k = 0; k < 3 && a != b; k++)
+				if (T->kinds[symmetric[k]])
+					branch(s, symmetric[k], a, b, 0, 0, 0);
 			if (T->kinds[MO_OP_MUL])
 				branch(s, MO_OP_MUL, a, b, 0, 0, 0);
 			if (T->kinds[MO_OP_ADD] && a != b)
@@ -840,15 +889,18 @@ struct build_opts {
 	bool threads;   /* thread graphs over element-wise runs */
 };
 
-/* Does state tile t depend on tile from (both in the algorithm's numbering)? */
-static bool depends(const int *step_of_tile, const int *in0, const int *in1, int t, int from)
+/* Does state tile t depend on tile from (both in the algorithm's numbering)?
+ * in[k][t]: operand k of the step that made tile t, -1 for none. */
+static bool depends(const int *step_of_tile, int (*in)[MAX_TILES], int t, int from)
 {
 	if (t == from)
 		return true;
 	if (t < 0 || step_of_tile[t] < 0)
 		return false;
-	return depends(step_of_tile, in0, in1, in0[t], from) ||
-	       depends(step_of_tile, in0, in1, in1[t], from);
+	for (int k = 0; k < 3; k++)
+		if (depends(step_of_tile, in, in[k][t], from))
+			return true;
+	return false;
 }
 
 /* exp(a − max(a) over `axis`) when axis >= 0, else exp(a). */
@@ -881,18 +933,22 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 	struct mo_block_graph *bg = mo_mg_block(mg, grid_of(S, 0, T), grid_of(S, 1, T),
 						grid_of(S, 2, T), forloop);
 	/* the algorithm's tile numbering: which step made each tile, operands */
-	int tile_mg[MAX_TILES], step_of_tile[MAX_TILES], in0[MAX_TILES], in1[MAX_TILES];
+	int tile_mg[MAX_TILES], step_of_tile[MAX_TILES], in[3][MAX_TILES];
 	int nt = 0;
 	for (int i = 0; i < A->n_steps; i++) {
 		const struct step *st = &A->steps[i];
-		if (st->kind != -1 && st->n_in == 2 && st->in[1] == -2) { /* its constant */
+		bool konst = false;
+		for (int k = 0; st->kind != -1 && k < st->n_in; k++)
+			konst |= st->in[k] == -2;
+		if (konst) { /* its constant: the tile before its own */
 			step_of_tile[nt] = -1;
-			in0[nt] = in1[nt] = -1;
+			in[0][nt] = in[1][nt] = in[2][nt] = -1;
 			nt++;
 		}
 		step_of_tile[nt] = st->kind == -1 ? -1 : i;
-		in0[nt] = st->kind == -1 ? -1 : st->in[0];
-		in1[nt] = st->kind == -1 || st->n_in < 2 ? -1 : st->in[1] == -2 ? nt - 1 : st->in[1];
+		for (int k = 0; k < 3; k++)
+			in[k][nt] = st->kind == -1 || k >= st->n_in ? -1
+				    : st->in[k] == -2 ? nt - 1 : st->in[k];
 		nt++;
 	}
 	/* online softmax: each exp over a loop-varying tile whose result reaches
@@ -906,7 +962,7 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 				continue;
 			for (int x = 0; x < nt; x++)
 				if (step_of_tile[x] >= 0 && A->steps[step_of_tile[x]].kind == MO_OP_EXP &&
-				    depends(step_of_tile, in0, in1, in0[t], x))
+				    depends(step_of_tile, in, in[0][t], x))
 					exp_of_accum[t] = exp_of_accum[t] < 0 ? x : -2; /* two exps */
 		}
 	}
@@ -925,7 +981,7 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 			int ax = A->steps[step_of_tile[t]].axis;
 			for (int x = 0; x < nt; x++)
 				if (step_of_tile[x] >= 0 && A->steps[step_of_tile[x]].kind == MO_OP_EXP &&
-				    depends(step_of_tile, in0, in1, in0[t], x))
+				    depends(step_of_tile, in, in[0][t], x))
 					sum_axis_of_exp[x] = sum_axis_of_exp[x] == -1 || sum_axis_of_exp[x] == ax
 								   ? ax : -2;
 		}
@@ -939,13 +995,16 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 			tile_mg[nt++] = mo_bg_iter(mg, bg, kin[st->input], imap[0], imap[1], imap[2], fmap);
 			continue;
 		}
-		int a = tile_mg[st->in[0]], b = -1;
-		if (st->n_in == 2 && st->in[1] == -2) {
-			b = mo_bg_const(mg, bg, st->value);
-			tile_mg[nt++] = b;
-		} else if (st->n_in == 2) {
-			b = tile_mg[st->in[1]];
-		}
+		int ops[3] = { -1, -1, -1 };
+		for (int k = 0; k < st->n_in; k++)
+			if (st->in[k] == -2) {
+				ops[k] = mo_bg_const(mg, bg, st->value);
+				tile_mg[nt++] = ops[k];
+			}
+		for (int k = 0; k < st->n_in; k++)
+			if (st->in[k] != -2)
+				ops[k] = tile_mg[st->in[k]];
+		int a = ops[0];
 		int y;
 		if (st->kind == OP_ACCUM) {
 			int ex = exp_of_accum[nt];
@@ -973,8 +1032,7 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 		} else {
 			struct mo_op_params p;
 			block_op_params(T, st->kind, st->axis, &p);
-			int ops[2] = { a, b };
-			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, b >= 0 ? 2 : 1, ops, &p);
+			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, st->n_in, ops, &p);
 		}
 		tile_mg[nt++] = y;
 	}

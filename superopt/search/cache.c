@@ -62,13 +62,21 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
 	return read;
 }
 
+/* The search's generation: raised whenever the search can find what an
+ * earlier one could not (new block ops, a wider enumeration), so that an
+ * entry an older search wrote, above all its "found nothing", is not taken
+ * for this one's. 2: comparisons, logic and Where as block ops. */
+#define SEARCH_GENERATION 2u
+
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small
- * constants' values, which tensors are outputs, and the search limits. No
- * name: identical layers of a model share a key (and so a cache entry). */
+ * constants' values, which tensors are outputs, the search limits and its
+ * generation. No name: identical layers of a model share a key (and so a
+ * cache entry). */
 uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_options *o)
 {
-	uint64_t h = MO_FNV_OFFSET;
+	const unsigned generation = SEARCH_GENERATION;
+	uint64_t h = mo_fnv(MO_FNV_OFFSET, &generation, sizeof generation);
 	int *num = mo_calloc((size_t)tp->n_tensors + 1, sizeof *num);
 	if (!num) /* a key of its own: never a wrong hit */
 		return mo_fnv(h, &tp, sizeof tp);

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Masks inside regions (issue 24 §2): comparisons of float tensors
+(Less, LessOrEqual, Greater, GreaterOrEqual, Equal, IsNaN), Not/And/Or on
+their results, Where on them and Cast of a bool to float are ops of the
+table. A bool tensor is a byte of 0 or 1 in memory and 0.0f or 1.0f in a
+tile; the verifier models each comparison as a fixed random function of
+its operands (a > b as b < a).
+
+Each model here is fused with the plugin's CPU kernels and must match ONNX
+Runtime on inputs that take both sides of every comparison, with every op in
+a fused region: LeakyRelu and PRelu as ONNX's function bodies write them,
+and a chain of every comparison and logic op.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper as h
+
+import mo_testlib
+from mo_testlib import vi, const
+from fuse_models_test import fileset, session
+
+CLI = None
+B = TensorProto.BOOL
+
+
+def leaky_relu_body():
+    """LeakyRelu's function body (onnx/defs): Where(X < 0, alpha * X, X)."""
+    n = h.make_node
+    return mo_testlib.model(
+        [n("CastLike", ["alpha", "X"], ["a"], name="castlike"),
+         n("CastLike", ["zero", "X"], ["z"], name="castlike0"),
+         n("Less", ["X", "z"], ["neg"], name="less"),
+         n("Mul", ["a", "X"], ["ax"], name="mul"),
+         n("Where", ["neg", "ax", "X"], ["Y"], name="where")],
+        [vi("X", [4, 64])], [vi("Y", [4, 64])],
+        [const("alpha", 0.1), const("zero", 0.0)])
+
+
+def prelu_body():
+    n = h.make_node
+    return mo_testlib.model(
+        [n("Less", ["X", "zero"], ["neg"], name="less"),
+         n("Mul", ["slope", "X"], ["sx"], name="mul"),
+         n("Where", ["neg", "sx", "X"], ["Y"], name="where")],
+        [vi("X", [4, 64])], [vi("Y", [4, 64])],
+        [const("zero", 0.0), mo_testlib.rng_weight("slope", [64], 2)])
+
+
+def mask_select():
+    """Where(not(X < t) and X >= u, 2X, Z): a mask of two comparisons."""
+    n = h.make_node
+    return mo_testlib.model(
+        [n("Less", ["X", "t"], ["lt"], name="lt"),
+         n("GreaterOrEqual", ["X", "u"], ["ge"], name="ge"),
+         n("Not", ["lt"], ["nlt"], name="not"),
+         n("And", ["nlt", "ge"], ["m"], name="and"),
+         n("Mul", ["X", "two"], ["x2"], name="mul"),
+         n("Where", ["m", "x2", "Z"], ["Y"], name="where")],
+        [vi("X", [8, 32]), vi("Z", [8, 32])], [vi("Y", [8, 32])],
+        [const("t", -0.25), const("u", 0.5), const("two", 2.0)])
+
+
+def logic_chain():
+    """The other comparisons and logic ops, a Cast of a mask to float, and
+    a Where that replaces NaN; the mask is an output too (bool)."""
+    n = h.make_node
+    return mo_testlib.model(
+        [n("Greater", ["X", "Z"], ["gt"], name="gt"),
+         n("LessOrEqual", ["Z", "t"], ["le"], name="le"),
+         n("Or", ["gt", "le"], ["bor"], name="or"),
+         n("Equal", ["X", "Z"], ["eq"], name="eq"),
+         n("Or", ["bor", "eq"], ["mask"], name="or2"),
+         n("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT, name="cast"),
+         n("Mul", ["X", "mf"], ["xm"], name="mulmask"),
+         n("Div", ["xm", "Z"], ["q"], name="div"),
+         n("IsNaN", ["q"], ["nan"], name="isnan"),
+         n("Where", ["nan", "zero", "q"], ["Y"], name="wnan")],
+        [vi("X", [8, 32]), vi("Z", [8, 32])], [vi("Y", [8, 32]), vi("mask", [8, 32], B)],
+        [const("t", -0.25), const("zero", 0.0)])
+
+
+class Masks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="mo_masks_")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def fuse_and_compare(self, model, tag, feed, whole=True):
+        path = os.path.join(self.dir, f"{tag}.onnx")
+        out = os.path.join(self.dir, f"{tag}.fused.onnx")
+        onnx.save(model, path)
+        listed = subprocess.run([CLI, path, "--list-regions", "--json"], capture_output=True,
+                                text=True, timeout=300)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        doc = json.loads(listed.stdout)
+        self.assertEqual(doc["unfused"], [], f"{tag}: {doc['unfused']}")
+        r = subprocess.run([CLI, path, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "3"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plugin, manifest = fileset(out)
+        self.assertIsNotNone(plugin, f"{tag}: nothing fused\n{r.stdout}")
+        fused = onnx.load(out)
+        left = [n.op_type for n in fused.graph.node if not n.domain.startswith("mirage_onnx")]
+        if whole:
+            self.assertEqual(left, [], f"{tag}: ops left outside the fused ops\n{r.stdout}")
+        want = session(path).run(None, feed)
+        got = session(out, plugin).run(None, feed)
+        for k, (a, b) in enumerate(zip(want, got)):
+            self.assertEqual(a.dtype, b.dtype, f"{tag}: output {k}")
+            if a.dtype == np.bool_:
+                self.assertTrue(np.array_equal(a, b), f"{tag}: output {k}")
+            else:
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"{tag}: {k}")
+        return want
+
+    def test_leaky_relu_and_prelu_bodies_fuse(self):
+        x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+        for tag, m in (("leaky", leaky_relu_body()), ("prelu", prelu_body())):
+            with self.subTest(tag):
+                (y,) = self.fuse_and_compare(m, tag, {"X": x})
+                self.assertTrue((x < 0).any() and (x > 0).any())
+                self.assertFalse(np.array_equal(y, x))
+
+    def test_a_mask_of_comparisons_fuses_into_one_kernel(self):
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((8, 32)).astype(np.float32)
+        z = rng.standard_normal((8, 32)).astype(np.float32)
+        (y,) = self.fuse_and_compare(mask_select(), "select", {"X": x, "Z": z})
+        picked = y == 2 * x
+        self.assertTrue(picked.any() and not picked.all())
+
+    def test_every_comparison_and_logic_op_is_in_a_region_and_exact(self):
+        """Larger than one kernel's block ops: fused in parts, every op
+        inside a region, outputs (the bool mask too) exact."""
+        rng = np.random.default_rng(2)
+        x = rng.standard_normal((8, 32)).astype(np.float32)
+        z = rng.standard_normal((8, 32)).astype(np.float32)
+        z[0, :4] = 0.0  # x / 0: inf or NaN (0 / 0) where the mask lets x through
+        x[0, :2] = 0.0
+        x[1, :3] = z[1, :3]  # equal
+        y, mask = self.fuse_and_compare(logic_chain(), "chain", {"X": x, "Z": z}, whole=False)
+        self.assertTrue(mask.any() and not mask.all())
+
+
+if __name__ == "__main__":
+    mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)
