@@ -867,6 +867,8 @@ struct file_sink {
 static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
 	struct file_sink *s = (struct file_sink *)b;
+	if (len == 0) /* an empty bytes field: data may be NULL */
+		return;
 	if (!s->failed && fwrite(data, 1, len, s->f) != len)
 		s->failed = true;
 }
