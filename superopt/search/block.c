@@ -203,6 +203,11 @@ struct target {
 	int n_unary;             /* op table's order (search_unary) */
 	int n_consts;
 	double consts[16];
+	/* abstract expressions of what the program's comparisons, logic ops
+	 * and Wheres read: the only tiles those block ops are tried on (each
+	 * such op over any pair of tiles would swamp the enumeration) */
+	int n_logic_e;
+	int logic_e[32];
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
 	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
@@ -777,6 +782,16 @@ static void branch(struct state *s, int kind, int a, int b, int axis, double cva
 	branch_n(s, kind, (int[]){ a, b, -1 }, b == -1 ? 1 : 2, axis, cval, param);
 }
 
+/* Tile t is one the program's comparisons, logic ops or Wheres read (by
+ * its abstract expression). */
+static bool logic_operand(const struct state *s, int t)
+{
+	for (int k = 0; k < s->T->n_logic_e; k++)
+		if (s->T->logic_e[k] == s->e[t])
+			return true;
+	return false;
+}
+
 static bool binary_ok(struct state *s, int a, int b)
 {
 	/* after the loop, a loop-varying tile exists only through an accumulator */
@@ -804,9 +819,9 @@ static void dfs(struct state *s)
 	for (int t = 0; t < s->body.n_tensors; t++)
 		unused += s->uses[t] == 0 && s->tensors[t].kind != MO_T_CONST;
 	/* every tile but the saved ones must be read; an op reads at most two
-	 * unread tiles (Where three) and makes one: the count falls by at most
-	 * one per op (two) */
-	if (unused > left * (T->kinds[MO_OP_WHERE] ? 2 : 1) + T->n_out) {
+	 * unread tiles and makes one: the count falls by at most one per op
+	 * (a Where over three unread tiles is not searched for) */
+	if (unused > left + T->n_out) {
 		s->st.pruned_dead_end++;
 		return;
 	}
@@ -834,19 +849,22 @@ static void dfs(struct state *s)
 		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD, MO_OP_LESS,
 					      MO_OP_LESS_EQUAL, MO_OP_GREATER, MO_OP_GREATER_EQUAL,
 					      MO_OP_EQUAL };
+		bool logic_a = logic_operand(s, a);
 		for (size_t k = 0; k < sizeof with_c / sizeof with_c[0]; k++)
-			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts; c++)
+			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts &&
+					(k < 3 || logic_a); c++)
 				branch(s, with_c[k], a, -2, 0, T->consts[c], 100 + c);
 		/* Where with condition a (a mask: a bool tile) over two tiles, or a
 		 * tile and a constant */
-		if (T->kinds[MO_OP_WHERE] &&
+		if (T->kinds[MO_OP_WHERE] && logic_a &&
 		    s->tensors[a].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
 			for (int x = -T->n_consts; x < n; x++)
 				for (int y = -T->n_consts; y < n; y++) {
 					if ((x < 0 && y < 0) || x == a || y == a ||
-					    (x >= 0 && s->tensors[x].kind == MO_T_CONST) ||
-					    (y >= 0 && s->tensors[y].kind == MO_T_CONST) ||
-					    (x >= 0 && !binary_ok(s, a, x)) || (y >= 0 && !binary_ok(s, a, y)))
+					    (x >= 0 && (s->tensors[x].kind == MO_T_CONST ||
+							!logic_operand(s, x) || !binary_ok(s, a, x))) ||
+					    (y >= 0 && (s->tensors[y].kind == MO_T_CONST ||
+							!logic_operand(s, y) || !binary_ok(s, a, y))))
 						continue;
 					int k = x < 0 ? -x - 1 : y < 0 ? -y - 1 : 0;
 					branch_n(s, MO_OP_WHERE,
@@ -861,15 +879,16 @@ static void dfs(struct state *s)
 				branch(s, MO_OP_MATMUL, a, b, 0, 0, 0);
 			if (T->kinds[MO_OP_DIV] && a != b)
 				branch(s, MO_OP_DIV, a, b, 0, 0, 0);
+			bool logic_ab = logic_a && logic_operand(s, b);
 			static const int ordered[] = { MO_OP_LESS, MO_OP_LESS_EQUAL, MO_OP_GREATER,
 						       MO_OP_GREATER_EQUAL };
-			for (size_t k = 0; k < 4 && a != b; k++)
+			for (size_t k = 0; k < 4 && a != b && logic_ab; k++)
 				if (T->kinds[ordered[k]])
 					branch(s, ordered[k], a, b, 0, 0, 0);
 			if (b < a)
 				continue; /* commutative: one order */
 			static const int symmetric[] = { MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
-			for (size_t k = 0; k < 3 && a != b; k++)
+			for (size_t k = 0; k < 3 && a != b && logic_ab; k++)
 				if (T->kinds[symmetric[k]])
 					branch(s, symmetric[k], a, b, 0, 0, 0);
 			if (T->kinds[MO_OP_MUL])
@@ -1693,6 +1712,14 @@ static enum mo_status target_new(const struct mo_tp *prog, const struct mo_searc
 		goto fail;
 	}
 	kinds_of(T);
+	for (int i = 0; i < prog->n_ops; i++) {
+		const struct mo_tp_op *op = &prog->ops[i];
+		if (!mo_op_makes_bool(op->kind) && op->kind != MO_OP_WHERE)
+			continue;
+		for (int k = 0; k < op->n_in && T->n_logic_e < 32; k++)
+			if (op->in[k] >= 0 && T->e[op->in[k]] >= 0)
+				T->logic_e[T->n_logic_e++] = T->e[op->in[k]];
+	}
 	for (int c = 0; c < T->pool.n_consts && T->n_consts < 16; c++)
 		T->consts[T->n_consts++] = T->pool.const_values[c];
 
