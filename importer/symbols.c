@@ -365,12 +365,6 @@ enum mo_status mo_symtab_bind(struct mo_symtab *st, const Onnx__GraphProto *g,
 	return settle_all(st, g, o, d);
 }
 
-static bool ident_char(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       c == '_' || c == '.';
-}
-
 /* name with each ' written '\'' (inside single quotes) */
 static const char *shell_escaped(struct mo_arena *a, const char *name)
 {
@@ -433,10 +427,7 @@ const char *mo_symtab_unbound(struct mo_symtab *st, const Onnx__GraphProto *g,
 		list = list ? mo_arena_printf(&tp->arena, "%s, %s (%s)", list, s->name, str(s->inputs))
 			    : mo_arena_printf(&tp->arena, "%s (%s)", s->name, str(s->inputs));
 		/* the flag as a shell reads it: a name with other characters quoted */
-		bool plain = true;
-		for (const char *c = s->name; *c; c++)
-			plain &= ident_char(*c);
-		flags = plain ? mo_arena_printf(&tp->arena, "%s --dim %s=N", flags, s->name)
+		flags = mo_dimexpr_plain(s->name) ? mo_arena_printf(&tp->arena, "%s --dim %s=N", flags, s->name)
 			      : mo_arena_printf(&tp->arena, "%s --dim '%s=N'", flags,
 						shell_escaped(&tp->arena, s->name));
 		if (!list || !flags)

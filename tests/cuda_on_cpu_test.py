@@ -155,7 +155,7 @@ def simulated_plugin(src, work, arch, sanitize=None, cu_objs=None):
     return so
 
 
-ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 6e-2}
+ORT_TOLERANCE = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 6e-2, "bool": 0.0}
 
 
 def run_bf16(sess, feeds):
@@ -375,6 +375,24 @@ def activation_models(out):
     return models
 
 
+def mask_models(out):
+    """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
+    IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
+    tiles), LeakyRelu's and PRelu's function bodies."""
+    import onnx
+    import masks_test
+    os.makedirs(out, exist_ok=True)
+    models = []
+    for name, make in (("mask_leaky_relu", masks_test.leaky_relu_body),
+                       ("mask_prelu", masks_test.prelu_body),
+                       ("mask_select", masks_test.mask_select),
+                       ("mask_logic_chain", masks_test.logic_chain)):
+        path = os.path.join(out, name + ".onnx")
+        onnx.save(make(), path)
+        models.append((name, path))
+    return models
+
+
 def fuse(cli, model, out_dir):
     name = os.path.basename(model)[:-5]
     src = os.path.join(out_dir, "src_" + name)
@@ -478,7 +496,7 @@ def main():
         paths = {}
         if args.activations:
             d = os.path.join(work, "activations")
-            for name, path in activation_models(d):
+            for name, path in activation_models(d) + mask_models(d):
                 paths[name] = path
                 jobs.append((name, [None, 800, 900], "tiny"))
         if args.thirdparty and not args.sanitized:
@@ -525,7 +543,8 @@ def main():
             failures.append("no third-party model's kernel ran")
         if args.activations:  # one graph-defined kernel each, or the search lost them
             for name in paths:
-                if name.startswith("matmul_") and not any(r.split()[0] == name for r in rows):
+                if name.startswith(("matmul_", "mask_")) and \
+                        not any(r.split()[0] == name for r in rows):
                     failures.append("%s: no kernel ran (not fused?)" % name)
         if args.no_suite and args.mugraphs:
             # the hand-built attention graphs are a split-KV pair of kernels

@@ -7,9 +7,11 @@ tile; the verifier models each comparison as a fixed random function of
 its operands (a > b as b < a).
 
 Each model here is fused with the plugin's CPU kernels and must match ONNX
-Runtime on inputs that take both sides of every comparison, with every op in
-a fused region: LeakyRelu and PRelu as ONNX's function bodies write them,
-and a chain of every comparison and logic op.
+Runtime on inputs that take both sides of every comparison: LeakyRelu and
+PRelu as ONNX's function bodies write them and a two-comparison mask, every
+op inside fused ops; a chain of every comparison and logic op, every op in a
+region. cuda_on_cpu_test.py --activations runs the same models' generated
+CUDA through cudasim.
 """
 import json
 import os
@@ -131,7 +133,7 @@ class Masks(unittest.TestCase):
                 self.assertTrue((x < 0).any() and (x > 0).any())
                 self.assertFalse(np.array_equal(y, x))
 
-    def test_a_mask_of_comparisons_fuses_into_one_kernel(self):
+    def test_a_mask_of_comparisons_fuses_whole(self):
         rng = np.random.default_rng(1)
         x = rng.standard_normal((8, 32)).astype(np.float32)
         z = rng.standard_normal((8, 32)).astype(np.float32)

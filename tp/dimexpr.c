@@ -132,6 +132,14 @@ static bool read_all(struct reader *r, int64_t *v)
 	return !r->bad && r->s[r->pos] == '\0';
 }
 
+bool mo_dimexpr_plain(const char *s)
+{
+	for (; *s; s++)
+		if (!ident_char(*s))
+			return false;
+	return true;
+}
+
 bool mo_dimexpr_is_compound(const char *s)
 {
 	struct reader r = { .s = s };

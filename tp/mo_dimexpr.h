@@ -21,6 +21,10 @@ typedef bool (*mo_dim_lookup)(void *ctx, const char *name, size_t len, int64_t *
  * a single symbol and for text that does not parse (an opaque symbol). */
 bool mo_dimexpr_is_compound(const char *s);
 
+/* Whether every character of s is one a symbol may hold (letters, digits,
+ * '_', '.'): a name a shell or a report needs no quotes around. */
+bool mo_dimexpr_plain(const char *s);
+
 enum mo_dimexpr_result {
 	MO_DIMEXPR_VALUE,    /* *v is its value */
 	MO_DIMEXPR_UNBOUND,  /* a symbol in it has no value */

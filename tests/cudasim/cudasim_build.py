@@ -30,7 +30,8 @@ INCLUDE = os.path.join(HERE, "include")
 RUNTIME = os.path.join(HERE, "cudasim.cpp")
 RUNNER = os.path.join(HERE, "op_runner.cpp")
 
-DTYPES = {1: (np.float32, 4), 10: (np.float16, 2), 16: (np.uint16, 2)}
+# storage of each ONNX dtype the kernels take: bool is a byte of 0 or 1
+DTYPES = {1: (np.float32, 4), 10: (np.float16, 2), 16: (np.uint16, 2), 9: (np.uint8, 1)}
 
 
 @dataclass
@@ -179,12 +180,15 @@ def runner_cu_object(exe):
 
 
 def random_inputs(op, seed=0):
-    """Inputs in the op's storage dtypes, values of a normal distribution."""
+    """Inputs in the op's storage dtypes, values of a normal distribution
+    (a bool: 1 where that value is >= 0)."""
     rng = np.random.default_rng(seed)
     out = []
     for dt, dims in op.inputs:
         x = rng.standard_normal(dims).astype(np.float32)
-        if dt == 16:
+        if dt == 9:
+            x = (x >= 0).astype(np.uint8)
+        elif dt == 16:
             x = (x.view(np.uint32) + 0x8000 >> 16).astype(np.uint16)
         else:
             x = x.astype(DTYPES[dt][0])
@@ -231,7 +235,7 @@ def run_op(exe, op, inputs, which, work, env=None, timeout=600):
 
 
 def tolerance(dtype):
-    return {1: 2e-3, 10: 2e-2, 16: 6e-2}[dtype]
+    return {1: 2e-3, 10: 2e-2, 16: 6e-2, 9: 0.0}[dtype]
 
 
 def compare(op, ref, got):
