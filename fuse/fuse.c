@@ -58,6 +58,13 @@ static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_op
 	uint64_t h = mo_search_mugraph_key(s->prog, o, s->r.best);
 	for (int i = 0; i < s->n_var; i++) /* the variants are compiled with it */
 		h = mo_mix64(h ^ mo_search_mugraph_key(s->prog, o, s->var_mg[i]));
+	if (s->rows > 0) { /* served at any number of rows: another op */
+		h = mo_mix64(h ^ (uint64_t)s->rows);
+		for (int i = 0; i < s->r.best->kg.n_inputs; i++)
+			h = mo_mix64(h ^ (uint64_t)s->in_rows[i]);
+		for (int i = 0; i < s->r.best->kg.n_outputs; i++)
+			h = mo_mix64(h ^ (uint64_t)s->out_rows[i] << 8);
+	}
 	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
 /* The regions of `tight` (the model partitioned under tighter limits) that
@@ -181,6 +188,13 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 			  fuse_label(f->rs, ri, lb, sizeof lb), s->why);
 		return MO_OK;
 	}
+	if (fuse_dyn_unit(f, s, f->d))
+		return MO_ERR_NOMEM;
+	if (s->why[0]) {
+		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
+			  s->why);
+		return MO_OK;
+	}
 	struct mo_search_options o = *a->search;
 	o.progress = a->progress ? indented_line : NULL;
 	o.progress_ctx = (void *)a;
@@ -221,6 +235,10 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		return MO_OK;
 	}
+	if (fuse_dyn_op(f, s, f->d))
+		return MO_ERR_NOMEM;
+	if (s->why[0])
+		return MO_OK;
 	s->fused = true;
 	mo_mg_output_dtypes(s->r.best, s->prog);
 	if (a->profile)
@@ -326,7 +344,9 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 		if (dup)
 			continue;
 		ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
-					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var };
+					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var,
+					      .rows = rs[ri].rows, .in_rows = rs[ri].in_rows,
+					      .out_rows = rs[ri].out_rows };
 	}
 	if (n == 0) {
 		*built_none = true;
@@ -389,12 +409,28 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 			/* the op's kernels, bound by the names of this region's μGraph
 			 * (regions sharing an op are identical but for names) */
 			struct mo_cg_op mine = { .name = ops[k].name, .mg = s->r.best,
-						 .variants = s->var_mg, .n_variants = s->n_var };
-			if (mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7, &s->check,
-						&cd) || !s->check.ok) {
+						 .variants = s->var_mg, .n_variants = s->n_var,
+						 .rows = s->rows, .in_rows = s->in_rows,
+						 .out_rows = s->out_rows };
+			bool ok = !mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7,
+						       &s->check, &cd) && s->check.ok;
+			/* served at any number of rows: also at the probe's size (several
+			 * chunks and a partial one) and at the ones' (one padded row) */
+			struct mo_plugin_check *bad = ok ? NULL : &s->check;
+			if (ok && s->rows > 0 &&
+			    (mo_plugin_check_rows(lib, &mine, s->prog_probe, s->rows_probe,
+						  a->search->seed + 11, &s->check_probe, &cd) ||
+			     !s->check_probe.ok))
+				bad = &s->check_probe;
+			if (!bad && s->rows > 0 &&
+			    (mo_plugin_check_rows(lib, &mine, s->prog_one, s->rows_one,
+						  a->search->seed + 13, &s->check_one, &cd) ||
+			     !s->check_one.ok))
+				bad = &s->check_one;
+			if (bad) {
 				s->fused = false;
 				snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
-					 "check: %.300s", cd.status ? cd.msg : s->check.detail);
+					 "check: %.300s", cd.status ? cd.msg : bad->detail);
 				fuse_warn(a, "region %s stays unfused: %s",
 					  fuse_label(rs, ri, lb, sizeof lb), s->why);
 				if (s->cached)
@@ -475,11 +511,12 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		return mo_diag_nomem(d);
 	*f = (struct mo_fuse_state){ .m = m, .a = a, .d = d, .report = rep };
 	rep->state = f;
-	if (mo_tp_import(m, a->import, &f->tp, d))
+	if (fuse_dyn_import(f, d))
 		return d->status;
 	rep->tp = f->tp;
 	for (int i = 0; i < f->tp->n_warnings && a->progress; i++)
 		fuse_warn(a, "%s", f->tp->warnings[i]);
+	fuse_dyn_say(f);
 	if (mo_part_run(f->tp, a->part, &f->p, d))
 		return d->status;
 	/* --profile needs the runners-up, which a cached μGraph has not */
@@ -517,6 +554,10 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 		for (int v = 0; v < f->rs[ri].n_var; v++)
 			mo_search_result_free(&f->rs[ri].var[v]);
 		mo_tp_free(f->rs[ri].prog);
+		mo_tp_free(f->rs[ri].prog_probe);
+		mo_tp_free(f->rs[ri].prog_one);
+		mo_free(f->rs[ri].in_rows);
+		mo_free(f->rs[ri].out_rows);
 	}
 	mo_free(f->rs);
 	mo_free(f->ops);
@@ -527,6 +568,7 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 	mo_free(f->parts);
 	mo_part_free(f->p);
 	mo_tp_free(f->tp);
+	fuse_dyn_free(&f->dyn);
 	mo_free(f);
 	memset(rep, 0, sizeof *rep);
 }

@@ -5,6 +5,24 @@
 #include "mo_export.h"
 #include "mo_fuse.h"
 
+/* The sizes an unbound symbol takes: a batch (a name with "batch" in it) 1,
+ * 2 and 1, any other 16, 23 and 1 (dynamic.c). */
+#define FUSE_DYN_SEARCH_SIZE 16
+#define FUSE_DYN_PROBE_SIZE 23
+
+/* The model's unbound symbols and what they vary (dynamic.c). */
+struct fuse_dyn {
+	int n;                  /* unbound symbols (0: every dim static) */
+	const char **names;
+	int64_t (*values)[3];   /* at the search, the probe, the ones */
+	char desc[512];         /* "batch_size=1, sequence_length=16" */
+	char why[300];          /* why the fused model serves the search sizes only */
+	struct mo_tp *probe, *one; /* the model at the probe's and the ones' sizes */
+	int *lead;              /* per tensor: its leading dims that are rows (0:
+				 * static, -1: varies otherwise) */
+	int64_t (*rows)[3];     /* per tensor: its rows at the three sizes */
+};
+
 /* One run of the fuse pipeline: what its three stages share. */
 struct mo_fuse_state {
 	struct mo_model *m;
@@ -28,6 +46,7 @@ struct mo_fuse_state {
 	char id[MO_PLUGIN_BUILD_ID_LEN + 1];
 	bool have_plugin;
 	char last_warning[512];  /* the build's, said once over all rounds */
+	struct fuse_dyn dyn;
 };
 
 /* A progress line (nothing with --quiet) and a warning line of the run. */
@@ -44,6 +63,23 @@ const char *fuse_label(const struct mo_fuse_region *rs, int u, char *buf, size_t
  * failure there would, so that the tests can see it isolated. Stages:
  * search, codegen, export. */
 bool fuse_injected_failure(const struct mo_fuse_region *rs, int u, const char *stage);
+
+/* ---- dynamic.c ---- */
+
+/* Imports the model into f->tp: with its unbound symbols at the search
+ * sizes, and at the probe's and the ones' to find which tensors have rows;
+ * the ops whose tensors vary otherwise become boundaries. */
+enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d);
+/* One progress line (or warning) saying what the unbound dims became. */
+void fuse_dyn_say(struct mo_fuse_state *f);
+void fuse_dyn_free(struct fuse_dyn *y);
+/* Unit s's rows (s->rows, and its programs at the other sizes); s->why
+ * when it cannot serve every size. Fails only when out of memory. */
+enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			     struct mo_diag *d);
+/* The row dims of s's μGraph's inputs and outputs (s->in_rows, out_rows);
+ * s->why when they cannot be told. Fails only when out of memory. */
+enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d);
 
 /* ---- variants.c ---- */
 

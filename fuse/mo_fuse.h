@@ -75,6 +75,14 @@ struct mo_fuse_region {
 	char profile_gpu[64];
 	int profile_n, profile_kept;
 	double profile_us[1 + MO_SEARCH_MAX_ALTERNATIVES];
+	/* with unbound dims: 0 when its shapes are static, else the rows its
+	 * kernel runs at a time (the search sizes'), its rows at the probe's
+	 * and the ones' sizes, its program there, its μGraph's inputs' and
+	 * outputs' row dims, and the float checks of its kernel at those sizes */
+	int64_t rows, rows_probe, rows_one;
+	struct mo_tp *prog_probe, *prog_one;
+	int *in_rows, *out_rows;
+	struct mo_plugin_check check_probe, check_one;
 };
 
 /* What a run did. */

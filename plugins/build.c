@@ -803,7 +803,7 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder "
 				 "%s: %s", dir, b.disk);
 	for (int i = 0; !st && i < n; i++)
-		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda;
+		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda && ops[i].rows <= 0;
 out:
 	link_list_free(&L, n);
 	if (o->sources_dir)
@@ -939,9 +939,39 @@ static double from_storage(const void *p, uint64_t i, int32_t dtype)
 	return mo_bf16_to_float(((const uint16_t *)p)[i]);
 }
 
+/* Elements of kernel tensor t in a check: its own, or with rows (a check at
+ * another size) those of the tensor of ref with its name (0: none). */
+static uint64_t check_numel(const struct mo_tensor *t, const struct mo_tp *ref, int64_t rows)
+{
+	if (rows <= 0)
+		return mo_tensor_numel(t);
+	const struct mo_tensor *r = ref_tensor(ref, t->name);
+	return r && r->shape_known ? mo_tensor_numel(r) : 0;
+}
+
+static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+			       const struct mo_tp *ref, int64_t rows, uint64_t seed,
+			       struct mo_plugin_check *out, struct mo_diag *d);
+
 enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d)
+{
+	return check_op(lib, op, ref, 0, seed, out, d);
+}
+
+enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				    const struct mo_tp *ref, int64_t rows, uint64_t seed,
+				    struct mo_plugin_check *out, struct mo_diag *d)
+{
+	if (op->rows <= 0 || rows < 0)
+		return mo_diag_set(d, MO_ERR_INTERNAL, "op %s does not serve rows", op->name);
+	return check_op(lib, op, ref, rows, seed, out, d);
+}
+
+static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+			       const struct mo_tp *ref, int64_t rows, uint64_t seed,
+			       struct mo_plugin_check *out, struct mo_diag *d)
 {
 	memset(out, 0, sizeof *out);
 	const struct mo_plugin_op *po = NULL;
@@ -965,7 +995,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	for (int i = 0; i < kg->n_inputs && !st; i++) {
 		const struct mo_tensor *t = &kg->tensors[kg->inputs[i]];
 		const struct mo_tensor *r = ref_tensor(ref, t->name);
-		uint64_t n = mo_tensor_numel(t);
+		uint64_t n = check_numel(t, ref, rows);
 		if (r && r->init && r->kind != MO_T_INPUT) {
 			/* a weight: its own bytes when they are the storage the
 			 * kernel reads (little-endian fp32, fp16, bf16), else
@@ -1015,7 +1045,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 	}
 	for (int i = 0; i < kg->n_outputs && !st; i++) {
 		const struct mo_tensor *t = &kg->tensors[kg->outputs[i]];
-		if (!(outs[i] = mo_calloc(mo_tensor_numel(t) + 1, 4)))
+		if (!(outs[i] = mo_calloc(check_numel(t, ref, rows) + 1, 4)))
 			st = mo_diag_nomem(d);
 	}
 	if (st)
@@ -1029,6 +1059,8 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 		if (lib->checks[i].name && strcmp(lib->checks[i].name, op->name) == 0)
 			pc = &lib->checks[i];
 	out->ok = true;
+	if (rows > 0)
+		pc = NULL; /* the rows entry runs variant 0's default plan */
 	for (int run = 0; run < (pc ? 2 * pc->n_variants : 1) && out->ok; run++) {
 		int variant = run / 2, single = run % 2;
 		char err[256] = "", what[48] = "";
@@ -1036,9 +1068,14 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 			snprintf(what, sizeof what, "variant %d (%s-buffered): ", variant,
 				 single ? "single" : "double");
 		for (int i = 0; i < kg->n_outputs; i++)
-			memset(outs[i], 0, (mo_tensor_numel(&kg->tensors[kg->outputs[i]]) + 1) * 4);
+			memset(outs[i], 0, (check_numel(&kg->tensors[kg->outputs[i]], ref, rows) + 1) * 4);
 		int rc = pc ? pc->run((const void *const *)in, outs, variant, single, err, sizeof err)
-			    : po->cpu((const void *const *)in, outs, err, sizeof err);
+			 : rows > 0 ? (po->cpu_rows ? po->cpu_rows((const void *const *)in, outs, rows, err,
+								   sizeof err)
+					 : (snprintf(err, sizeof err, "no rows entry"), 1))
+				    : po->cpu((const void *const *)in, outs, err, sizeof err);
+		if (rows > 0)
+			snprintf(what, sizeof what, "at %lld rows: ", (long long)rows);
 		if (rc == -1 && pc)
 			continue; /* no such plan */
 		out->plans++;
@@ -1053,7 +1090,7 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 			for (int k = 0; k < ev.n_outputs && r < 0; k++)
 				if (strcmp(ev.names[k], t->name) == 0)
 					r = k;
-			if (r < 0 || ev.counts[r] != mo_tensor_numel(t)) {
+			if (r < 0 || ev.counts[r] != check_numel(t, ref, rows)) {
 				out->ok = false;
 				snprintf(out->detail, sizeof out->detail, "output '%s' is not the region's",
 					 t->name);

@@ -1171,7 +1171,7 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 /* ---- one fused op: its kernels and the function the glue calls ---- */
 
 static const char prelude_c[] =
-	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
 	"#include \"mo_plugin_abi.h\"\n#include \"mo_half.h\"\n\n"
 	"static inline float mo_h2f(uint16_t b) { return mo_half_to_float(b); }\n"
 	"static inline uint16_t mo_f2h(float f) { return mo_float_to_half(f); }\n"
@@ -1451,6 +1451,108 @@ static void emit_variant_args(struct gen *g, const struct mo_mugraph *m0, const 
 	}
 }
 
+/* Bytes of one row of kernel tensor t whose first `lead` dims are rows (0:
+ * not a row tensor); *rows_out gets the product of those dims. */
+static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out)
+{
+	uint64_t per = 1;
+	int64_t r = 1;
+	size_t es = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4
+		    : t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2;
+	for (int d = 0; d < t->rank; d++) {
+		if (d < lead)
+			r *= t->dims[d];
+		else
+			per *= (uint64_t)t->dims[d];
+	}
+	*rows_out = r;
+	return lead > 0 ? per * es : 0;
+}
+
+/* <ident>_rows / <ident>_cuda_rows: op on n_rows rows, op->rows at a time
+ * through the static entry; a last partial chunk goes through a zero-padded
+ * copy of its rows (one allocation, freed before returning). */
+static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char *ident, bool cuda)
+{
+	const struct mo_tp *kg = &op->mg->kg;
+	int ni = kg->n_inputs, no = kg->n_outputs;
+	uint64_t stage = 0;
+	int64_t r;
+	P(g, "/* any number of rows, %" PRId64 " at a time */\n", op->rows);
+	P(g, "static const size_t %s_irb[%d] = {", ident, ni > 0 ? ni : 1);
+	for (int i = 0; i < ni; i++) {
+		uint64_t b = row_bytes(&kg->tensors[kg->inputs[i]], op->in_rows[i], &r);
+		if (op->in_rows[i] > 0 && r != op->rows)
+			unsupported(g, "input %d has %" PRId64 " rows, not %" PRId64, i, r, op->rows);
+		stage += b * (uint64_t)op->rows;
+		P(g, "%s%" PRIu64, i ? ", " : " ", b);
+	}
+	P(g, "%s };\nstatic const size_t %s_orb[%d] = {", ni ? "" : " 0", ident, no);
+	for (int i = 0; i < no; i++) {
+		uint64_t b = row_bytes(&kg->tensors[kg->outputs[i]], op->out_rows[i], &r);
+		if (op->out_rows[i] <= 0 || r != op->rows)
+			unsupported(g, "output %d does not have %" PRId64 " rows", i, op->rows);
+		stage += b * (uint64_t)op->rows;
+		P(g, "%s%" PRIu64, i ? ", " : " ", b);
+	}
+	P(g, " };\n");
+	if (cuda)
+		P(g, "extern \"C\" int %s_cuda_rows(const void *const *in, void *const *out, "
+		  "int64_t n_rows, void *stream, char *err, size_t err_len)\n{\n"
+		  "cudaStream_t st = (cudaStream_t)stream;\ncudaError_t e = cudaSuccess;\n", ident);
+	else
+		P(g, "int %s_rows(const void *const *in, void *const *out, int64_t n_rows, char *err, "
+		  "size_t err_len)\n{\n", ident);
+	P(g, "const void *ci[%d];\nvoid *co[%d];\nunsigned char *stage = NULL, *sp;\n"
+	  "int rc = 0;\nfor (int64_t r = 0; r < n_rows && rc == 0; r += %" PRId64 ") {\n"
+	  "int64_t n = n_rows - r < %" PRId64 " ? n_rows - r : %" PRId64 ";\n",
+	  ni > 0 ? ni : 1, no, op->rows, op->rows, op->rows);
+	if (cuda)
+		P(g, "if (n < %" PRId64 " && !stage && (e = cudaMallocAsync((void **)&stage, "
+		  "%" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", op->rows, stage);
+	else
+		P(g, "if (n < %" PRId64 " && !stage && !(stage = (unsigned char *)malloc(%" PRIu64 "u))) {\n"
+		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n",
+		  op->rows, stage, op->name);
+	P(g, "sp = stage;\nfor (int i = 0; i < %d; i++) {\n"
+	  "const unsigned char *src = (const unsigned char *)in[i] + (size_t)r * %s_irb[i];\n"
+	  "if (!%s_irb[i]) { ci[i] = in[i]; continue; }\n"
+	  "if (n == %" PRId64 ") { ci[i] = src; continue; }\n", ni, ident, ident, op->rows);
+	if (cuda)
+		P(g, "if ((e = cudaMemcpyAsync(sp, src, (size_t)n * %s_irb[i], cudaMemcpyDeviceToDevice, st)) "
+		  "!= cudaSuccess ||\n(e = cudaMemsetAsync(sp + (size_t)n * %s_irb[i], 0, (size_t)(%" PRId64
+		  " - n) * %s_irb[i], st)) != cudaSuccess)\nbreak;\n", ident, ident, op->rows, ident);
+	else
+		P(g, "memcpy(sp, src, (size_t)n * %s_irb[i]);\nmemset(sp + (size_t)n * %s_irb[i], 0, "
+		  "(size_t)(%" PRId64 " - n) * %s_irb[i]);\n", ident, ident, op->rows, ident);
+	P(g, "ci[i] = sp;\nsp += (size_t)%" PRId64 " * %s_irb[i];\n}\n", op->rows, ident);
+	if (cuda)
+		P(g, "if (e != cudaSuccess)\nbreak;\n");
+	P(g, "for (int i = 0; i < %d; i++) {\n"
+	  "co[i] = n == %" PRId64 " ? (void *)((unsigned char *)out[i] + (size_t)r * %s_orb[i]) : (void *)sp;\n"
+	  "if (n < %" PRId64 ") sp += (size_t)%" PRId64 " * %s_orb[i];\n}\n",
+	  no, op->rows, ident, op->rows, op->rows, ident);
+	if (cuda)
+		P(g, "rc = %s_cuda(ci, co, stream, err, err_len);\n", ident);
+	else
+		P(g, "rc = %s_cpu(ci, co, err, err_len);\n", ident);
+	P(g, "for (int i = 0; rc == 0 && n < %" PRId64 " && i < %d; i++)\n", op->rows, no);
+	if (cuda)
+		P(g, "if ((e = cudaMemcpyAsync((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], "
+		  "(size_t)n * %s_orb[i], cudaMemcpyDeviceToDevice, st)) != cudaSuccess)\nbreak;\n"
+		  "if (e != cudaSuccess)\nbreak;\n}\n", ident, ident);
+	else
+		P(g, "memcpy((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], (size_t)n * %s_orb[i]);\n"
+		  "}\n", ident, ident);
+	if (cuda)
+		P(g, "if (stage) {\ncudaError_t f = cudaFreeAsync(stage, st);\nif (e == cudaSuccess) e = f;\n}\n"
+		  "if (e != cudaSuccess && rc == 0) {\n(void)cudaGetLastError();\n"
+		  "snprintf(err, err_len, \"%s: staging the last rows: %%s\", cudaGetErrorString(e));\n"
+		  "rc = 1;\n}\nreturn rc;\n}\n\n", op->name);
+	else
+		P(g, "free(stage);\nreturn rc;\n}\n\n");
+}
+
 enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
 			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
 			  struct mo_diag *d)
@@ -1575,6 +1677,8 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		P(&g, "int %s_cpu(const void *const *in, void *const *out, char *err, size_t err_len)\n{\n"
 		  "return %s_cpu_plan(in, out, 0, 0, err, err_len);\n}\n", ident, ident);
 	}
+	if (op->rows > 0)
+		emit_rows_entry(&g, op, ident, cuda);
 	if (g.fail) {
 		snprintf(why, why_len, "%s", g.fail);
 		return MO_ERR_UNSUPPORTED;
@@ -1605,6 +1709,20 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 		if (has_cuda[k])
 			fprintf(out, "int %s_cuda(const void *const *, void *const *, void *, char *, size_t);\n",
 				id);
+		if (ops[k].rows > 0) {
+			fprintf(out, "int %s_rows(const void *const *, void *const *, int64_t, char *, size_t);\n",
+				id);
+			if (has_cuda[k])
+				fprintf(out, "int %s_cuda_rows(const void *const *, void *const *, int64_t, void *, "
+					"char *, size_t);\n", id);
+			fprintf(out, "static const int %s_in_rows[] = {", id);
+			for (int i = 0; i < mg->kg.n_inputs; i++)
+				fprintf(out, "%s%d", i ? ", " : " ", ops[k].in_rows[i]);
+			fprintf(out, "%s };\nstatic const int %s_out_rows[] = {", mg->kg.n_inputs ? "" : " 0", id);
+			for (int i = 0; i < mg->kg.n_outputs; i++)
+				fprintf(out, "%s%d", i ? ", " : " ", ops[k].out_rows[i]);
+			fprintf(out, " };\n");
+		}
 		fprintf(out, "static const struct mo_plugin_tensor %s_in[] = {\n", id);
 		for (int i = 0; i < mg->kg.n_inputs; i++) {
 			fprintf(out, "\t");
@@ -1618,8 +1736,12 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 			fprintf(out, ",\n");
 		}
 		fprintf(out, "};\nstatic const struct mo_plugin_op %s_desc = { \"%s\", %d, %d, %s_in, %s_out, "
-			"%s_cpu, %s%s };\n\n", id, ops[k].name, mg->kg.n_inputs, mg->kg.n_outputs, id, id, id,
+			"%s_cpu, %s%s", id, ops[k].name, mg->kg.n_inputs, mg->kg.n_outputs, id, id, id,
 			has_cuda[k] ? id : "NULL", has_cuda[k] ? "_cuda" : "");
+		if (ops[k].rows > 0)
+			fprintf(out, ", %" PRId64 ", %s_in_rows, %s_out_rows, %s_rows, %s%s", ops[k].rows, id,
+				id, id, has_cuda[k] ? id : "NULL", has_cuda[k] ? "_cuda_rows" : "");
+		fprintf(out, " };\n\n");
 	}
 	fprintf(out, "const struct mo_plugin_op *const mo_plugin_ops[] = {\n");
 	for (int k = 0; k < n; k++)

@@ -30,6 +30,14 @@ struct mo_cg_op {
 	 * first that fits the GPU it finds. */
 	const struct mo_mugraph *const *variants;
 	int n_variants;
+	/* 0: static shapes. Else the op serves any number of rows, `rows` at a
+	 * time (mg's shapes hold that many): in_rows[i] (out_rows[i]) of kg
+	 * input (output) i are its leading dims that are rows (0: none; every
+	 * output has some). The generated <ident>_rows (C) and
+	 * <ident>_cuda_rows (CUDA) run chunks of `rows`, the last one through
+	 * a zero-padded copy (mo_plugin_abi.h). */
+	int64_t rows;
+	const int *in_rows, *out_rows;
 };
 
 struct mo_cg_options {
@@ -162,5 +170,11 @@ struct mo_plugin_check {
 enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d);
+/* The same for an op that serves rows (op->rows set), on `rows` rows: ref is
+ * the region at that size (the shapes of its inputs and outputs), run
+ * through the library's <ident>_rows, chunks, padding and all. */
+enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				    const struct mo_tp *ref, int64_t rows, uint64_t seed,
+				    struct mo_plugin_check *out, struct mo_diag *d);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mo_ort_abi.h"
 #include "mo_plugin_abi.h"
@@ -214,19 +215,32 @@ static void mo_ort_kernel_destroy(void *kernel)
 	free(kernel);
 }
 
-/* Checks input i against the op's static description. */
+/* The leading dims of input (output) i that are rows: 0 for a static op. */
+static int mo_ort_in_rows(const struct mo_plugin_op *op, size_t i)
+{
+	return op->rows > 0 && op->in_rows ? op->in_rows[i] : 0;
+}
+
+static int mo_ort_out_rows(const struct mo_plugin_op *op, size_t i)
+{
+	return op->rows > 0 && op->out_rows ? op->out_rows[i] : 0;
+}
+
+/* Checks input i against the op's description: its dtype and rank, its dims
+ * past the rows (all of them for a static op). dims gets its dims, *rows
+ * the product of its row dims (-1 when it has none). */
 static OrtStatus *mo_ort_check_input(const OrtApi *api, const struct mo_ort_op *o, size_t i,
-				     const OrtValue *v)
+				     const OrtValue *v, int64_t *dims, int64_t *rows)
 {
 	const struct mo_plugin_tensor *want = &o->op->in[i];
 	OrtTensorTypeAndShapeInfo *info = NULL;
 	enum ONNXTensorElementDataType dtype;
-	int64_t dims[MO_PLUGIN_MAX_RANK];
 	char want_s[MO_ORT_MSG_LEN / 4], got_s[MO_ORT_MSG_LEN / 4];
-	size_t rank;
+	size_t rank, lead = (size_t)mo_ort_in_rows(o->op, i);
 	int same;
 	OrtStatus *st;
 
+	*rows = -1;
 	if (!v)
 		return mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
 				     "mirage_onnx op '%s' (%s): input %zu is missing",
@@ -244,8 +258,17 @@ static OrtStatus *mo_ort_check_input(const OrtApi *api, const struct mo_ort_op *
 		return st;
 
 	same = (int32_t)dtype == want->dtype && rank == (size_t)want->rank;
-	for (size_t d = 0; same && d < rank; d++)
+	for (size_t d = lead; same && d < rank; d++)
 		same = dims[d] == want->dims[d];
+	if (same && lead > 0) {
+		*rows = 1;
+		for (size_t d = 0; d < lead; d++) {
+			if (dims[d] < 0 || (dims[d] > 0 && *rows > INT64_MAX / dims[d]))
+				same = 0;
+			else
+				*rows *= dims[d];
+		}
+	}
 	if (same)
 		return NULL;
 
@@ -254,12 +277,41 @@ static OrtStatus *mo_ort_check_input(const OrtApi *api, const struct mo_ort_op *
 		mo_ort_fmt_dims(got_s, sizeof(got_s), dims, rank);
 	else
 		snprintf(got_s, sizeof(got_s), "rank %zu", rank);
+	if (lead > 0)
+		return mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+				     "mirage_onnx op '%s' (%s): input %zu: expected %s %s with any "
+				     "sizes of its first %zu dims, got %s %s",
+				     o->op->name, mo_ort_where(o), i,
+				     mo_ort_dtype_name(want->dtype), want_s, lead,
+				     mo_ort_dtype_name((int32_t)dtype), got_s);
 	return mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
 			     "mirage_onnx op '%s' (%s): input %zu: expected %s %s, got %s %s "
 			     "(the fused kernel was generated for static shapes)",
 			     o->op->name, mo_ort_where(o), i,
 			     mo_ort_dtype_name(want->dtype), want_s,
 			     mo_ort_dtype_name((int32_t)dtype), got_s);
+}
+
+/* Output i's dims: its description's, with the leading row dims of the
+ * first input that has as many (in_dims: every input's dims), or the rows
+ * when it has one row dim. */
+static void mo_ort_out_dims(const struct mo_plugin_op *op, size_t i,
+			    const int64_t (*in_dims)[MO_PLUGIN_MAX_RANK], int64_t rows,
+			    int64_t *dims)
+{
+	const struct mo_plugin_tensor *t = &op->out[i];
+	int lead = mo_ort_out_rows(op, i);
+
+	memcpy(dims, t->dims, sizeof(t->dims));
+	if (lead == 0)
+		return;
+	for (size_t k = 0; k < (size_t)op->n_in; k++) {
+		if (mo_ort_in_rows(op, k) == lead) {
+			memcpy(dims, in_dims[k], (size_t)lead * sizeof(*dims));
+			return;
+		}
+	}
+	dims[0] = rows; /* one row dim (the generator ensures it) */
 }
 
 /* Gathers the tensors and runs the kernel; in/out have room for the op's
@@ -272,45 +324,71 @@ static OrtStatus *mo_ort_run(const struct mo_ort_kernel *k, OrtKernelContext *ct
 	const struct mo_plugin_op *op = o->op;
 	char err[MO_ORT_KERNEL_ERR_LEN];
 	void *stream = NULL;
-	OrtStatus *st;
+	int64_t rows = -1, in_rows;
+	size_t rows_from = 0;
+	int64_t (*in_dims)[MO_PLUGIN_MAX_RANK] = NULL;
+	int64_t out_dims[MO_PLUGIN_MAX_RANK];
+	OrtStatus *st = NULL;
 	int rc;
 
-	for (size_t i = 0; i < (size_t)op->n_in; i++) {
+	if (op->n_in > 0) {
+		in_dims = malloc((size_t)op->n_in * sizeof(*in_dims));
+		if (!in_dims)
+			return mo_ort_errorf(api, ORT_FAIL, "mirage_onnx op '%s' (%s): out of memory",
+					     op->name, mo_ort_where(o));
+	}
+	for (size_t i = 0; i < (size_t)op->n_in && !st; i++) {
 		const OrtValue *v = NULL;
 		void *p = NULL;
 
 		st = mo_ort_kernel_context_get_input(api, ctx, i, &v);
 		if (!st)
-			st = mo_ort_check_input(api, o, i, v);
+			st = mo_ort_check_input(api, o, i, v, in_dims[i], &in_rows);
+		if (!st && in_rows >= 0 && rows >= 0 && in_rows != rows)
+			st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+					   "mirage_onnx op '%s' (%s): input %zu has %lld rows, input "
+					   "%zu has %lld (the product of their first dims must agree)",
+					   op->name, mo_ort_where(o), i, (long long)in_rows, rows_from,
+					   (long long)rows);
+		if (!st && in_rows >= 0 && rows < 0) {
+			rows = in_rows;
+			rows_from = i;
+		}
 		/* GetTensorMutableData is the API-1 way to reach the data;
 		 * the kernel only reads through it (const in the ABI). */
 		if (!st)
 			st = mo_ort_get_tensor_mutable_data(api, (OrtValue *)v, &p);
-		if (st)
-			return st;
 		in[i] = p;
 	}
-	for (size_t i = 0; i < (size_t)op->n_out; i++) {
+	for (size_t i = 0; i < (size_t)op->n_out && !st; i++) {
 		const struct mo_plugin_tensor *t = &op->out[i];
 		OrtValue *v = NULL;
 
-		st = mo_ort_kernel_context_get_output(api, ctx, i, t->dims, (size_t)t->rank, &v);
+		mo_ort_out_dims(op, i, (const int64_t (*)[MO_PLUGIN_MAX_RANK])in_dims,
+				rows < 0 ? 0 : rows, out_dims);
+		st = mo_ort_kernel_context_get_output(api, ctx, i, out_dims, (size_t)t->rank, &v);
 		if (!st && !v)
-			return mo_ort_errorf(api, ORT_FAIL,
-					     "mirage_onnx op '%s' (%s): output %zu was not allocated",
-					     op->name, mo_ort_where(o), i);
+			st = mo_ort_errorf(api, ORT_FAIL,
+					   "mirage_onnx op '%s' (%s): output %zu was not allocated",
+					   op->name, mo_ort_where(o), i);
 		if (!st)
 			st = mo_ort_get_tensor_mutable_data(api, v, &out[i]);
-		if (st)
-			return st;
 	}
+	free(in_dims);
+	if (st)
+		return st;
 
 	err[0] = '\0';
 	if (o->cuda) {
 		st = mo_ort_kernel_context_get_gpu_compute_stream(api, ctx, &stream);
 		if (st)
 			return st;
-		rc = op->cuda(in, out, stream, err, sizeof(err));
+		if (op->rows > 0)
+			rc = op->cuda_rows(in, out, rows < 0 ? 0 : rows, stream, err, sizeof(err));
+		else
+			rc = op->cuda(in, out, stream, err, sizeof(err));
+	} else if (op->rows > 0) {
+		rc = op->cpu_rows(in, out, rows < 0 ? 0 : rows, err, sizeof(err));
 	} else {
 		rc = op->cpu(in, out, err, sizeof(err));
 	}
@@ -425,6 +503,19 @@ static int mo_ort_bad_op(void)
 			ok = op->in[j].rank >= 0 && op->in[j].rank <= MO_PLUGIN_MAX_RANK;
 		for (int j = 0; ok && j < op->n_out; j++)
 			ok = op->out[j].rank >= 0 && op->out[j].rank <= MO_PLUGIN_MAX_RANK;
+		if (ok && op->rows > 0)
+			ok = op->cpu_rows && (!op->cuda || op->cuda_rows) &&
+			     (op->n_in == 0 || op->in_rows) && op->out_rows;
+		for (int j = 0; ok && op->rows > 0 && j < op->n_in; j++)
+			ok = op->in_rows[j] >= 0 && op->in_rows[j] <= op->in[j].rank;
+		for (int j = 0; ok && op->rows > 0 && j < op->n_out; j++) {
+			int lead = op->out_rows[j], found = lead == 1;
+
+			ok = lead >= 1 && lead <= op->out[j].rank;
+			for (int k = 0; ok && !found && k < op->n_in; k++)
+				found = op->in_rows[k] == lead;
+			ok = ok && found;
+		}
 		if (!ok)
 			return i;
 	}
@@ -518,7 +609,7 @@ MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const Ort
 	if (bad >= 0)
 		return mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
 				     "mirage_onnx plugin: op %d of the generated table breaks "
-				     "mo_plugin_abi.h (name, CPU function, counts or ranks)", bad);
+				     "mo_plugin_abi.h (name, CPU function, counts, ranks or rows)", bad);
 	t = mo_ort_get_table();
 	if (!t)
 		return mo_ort_errorf(api, ORT_FAIL, "mirage_onnx plugin: out of memory");

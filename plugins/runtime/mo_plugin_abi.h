@@ -7,8 +7,10 @@
  * generated code also defines: MO_PLUGIN_DOMAIN_PREFIX "." and the build id,
  * so that the plugins of any number of fused models register side by side
  * and a model only finds the kernels of the build it was made for. Shapes are
- * static: the kernel checks its inputs against them and fails with a message
- * otherwise. This file is copied into every plugin's sources, so it depends
+ * static (the kernel checks its inputs against them and fails with a message
+ * otherwise), except the rows of an op with `rows` set: there the leading
+ * dims named by in_rows/out_rows may take any sizes whose product (the rows)
+ * agrees over every such tensor. This file is copied into every plugin's sources, so it depends
  * on nothing but the C standard library. */
 #ifndef MO_PLUGIN_ABI_H
 #define MO_PLUGIN_ABI_H
@@ -34,6 +36,11 @@ typedef int (*mo_plugin_cpu_fn)(const void *const *in, void *const *out, char *e
 				size_t err_len);
 typedef int (*mo_plugin_cuda_fn)(const void *const *in, void *const *out, void *stream,
 				 char *err, size_t err_len);
+/* The same on n_rows rows (any number, 0 too) of an op with `rows` set. */
+typedef int (*mo_plugin_cpu_rows_fn)(const void *const *in, void *const *out, int64_t n_rows,
+				     char *err, size_t err_len);
+typedef int (*mo_plugin_cuda_rows_fn)(const void *const *in, void *const *out, int64_t n_rows,
+				      void *stream, char *err, size_t err_len);
 
 struct mo_plugin_op {
 	const char *name; /* the node's op_type */
@@ -41,6 +48,16 @@ struct mo_plugin_op {
 	const struct mo_plugin_tensor *in, *out;
 	mo_plugin_cpu_fn cpu;
 	mo_plugin_cuda_fn cuda; /* NULL: the library was built without CUDA */
+	/* 0: static shapes, in/out exactly. Else the op serves any number of
+	 * rows, `rows` at a time (in/out describe that many): the leading
+	 * in_rows[i] (out_rows[i]) dims of input (output) i multiply to the
+	 * rows, 0 for a tensor without rows, passed whole; an output's leading
+	 * dims are those of the first input with as many row dims, or the rows
+	 * when it has one. cpu_rows/cuda_rows run the op on n rows. */
+	int64_t rows;
+	const int *in_rows, *out_rows;
+	mo_plugin_cpu_rows_fn cpu_rows;
+	mo_plugin_cuda_rows_fn cuda_rows; /* NULL without CUDA */
 };
 
 /* For mirage-onnx's own float check (MirageOnnxPluginCheckOps): runs op

@@ -482,6 +482,11 @@ mo_trt_registry mo_trt_make_registry() noexcept
 		const struct mo_plugin_op *op = mo_plugin_ops[i];
 		mo_trt_creator *c;
 
+		/* an op serving any number of rows is not a TensorRT plugin yet
+		 * (its output dims would be IExprBuilder expressions): TensorRT
+		 * builds its node's local function, the original ops */
+		if (op && op->rows > 0)
+			continue;
 		if (!mo_trt_op_ok(op)) {
 			/* a library built without CUDA has ops, but none
 			 * TensorRT could run; anything else breaks the ABI */

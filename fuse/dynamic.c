@@ -1,0 +1,386 @@
+/* Fusing a model whose symbolic dims are left unbound, so that the fused
+ * model serves every size (issue 25's first step: rows).
+ *
+ * The model is imported three times: at the search sizes (every unbound
+ * symbol 16, a batch 1), at the probe sizes (23, a batch 2) and with every
+ * such symbol 1. A tensor whose dims agree in all three is static. One
+ * whose dims differ only in a leading run has rows: the product of that run
+ * (batch × sequence for [batch, seq, hidden]). Anything else varies in a way
+ * a fused kernel cannot serve yet (an attention score's key length, a mask
+ * of past + sequence): its ops stay out of every region, saying so.
+ *
+ * A region whose row tensors all have the same rows in the three imports is
+ * searched at the search sizes; its kernel runs on any number of rows, that
+ * many at a time (the generated <op>_rows, the last chunk zero-padded): the
+ * rows of its outputs depend only on the same rows of its inputs when the
+ * region's function is row-parallel, which the plugin's float check shows
+ * at the probe's and the ones' sizes (several chunks and a partial one, and
+ * a single padded row) against the region evaluated at those sizes. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fuse_int.h"
+
+/* The values an unbound symbol takes at the search, the probe and the ones. */
+static void values_of(const char *name, int64_t v[3])
+{
+	bool batch = false;
+	for (const char *p = name; *p && !batch; p++)
+		batch = strncasecmp(p, "batch", 5) == 0;
+	v[0] = batch ? 1 : FUSE_DYN_SEARCH_SIZE;
+	v[1] = batch ? 2 : FUSE_DYN_PROBE_SIZE;
+	v[2] = 1;
+}
+
+/* Imports m with a's options plus `--dim name=v[which]` for every unbound
+ * symbol of the first import. */
+static enum mo_status import_at(struct mo_fuse_state *f, int which, struct mo_tp **out,
+				struct mo_diag *d)
+{
+	const struct mo_import_options *base = f->a->import;
+	struct fuse_dyn *y = &f->dyn;
+	struct mo_import_options o = base ? *base : (struct mo_import_options){ 0 };
+	int n = o.n_dims + y->n;
+	const char **names = mo_calloc((size_t)n + 1, sizeof *names);
+	int64_t *vals = mo_calloc((size_t)n + 1, sizeof *vals);
+	enum mo_status st;
+	if (!names || !vals) {
+		st = mo_diag_nomem(d);
+	} else {
+		for (int i = 0; i < o.n_dims; i++) {
+			names[i] = o.dim_names[i];
+			vals[i] = o.dim_values[i];
+		}
+		for (int i = 0; i < y->n; i++) {
+			names[o.n_dims + i] = y->names[i];
+			vals[o.n_dims + i] = y->values[i][which];
+		}
+		o.n_dims = n;
+		o.dim_names = names;
+		o.dim_values = vals;
+		st = mo_tp_import(f->m, &o, out, d);
+	}
+	mo_free(names);
+	mo_free(vals);
+	return st;
+}
+
+/* The three imports hold the same tensors and ops, in the same order. */
+/* The imports hold the same tensors in the same order (an op may fold to a
+ * constant at one size and not at another: ops are matched by the tensors
+ * they make). */
+static bool aligned(const struct mo_tp *a, const struct mo_tp *b)
+{
+	if (a->n_tensors != b->n_tensors)
+		return false;
+	for (int i = 0; i < a->n_tensors; i++)
+		if (strcmp(a->tensors[i].name, b->tensors[i].name))
+			return false;
+	return true;
+}
+
+static bool same_values(const struct mo_tensor *a, const struct mo_tensor *b)
+{
+	if (a->n_vals != b->n_vals || !a->ivals != !b->ivals || !a->fvals != !b->fvals)
+		return false;
+	if (a->ivals && memcmp(a->ivals, b->ivals, a->n_vals * sizeof *a->ivals))
+		return false;
+	return !a->fvals || !memcmp(a->fvals, b->fvals, a->n_vals * sizeof *a->fvals);
+}
+
+/* Tensor i's row dims (0 static, -1 neither) and their products. */
+static int classify(const struct mo_tp *const tps[3], int i, int64_t rows[3])
+{
+	const struct mo_tensor *t[3] = { &tps[0]->tensors[i], &tps[1]->tensors[i],
+					 &tps[2]->tensors[i] };
+	for (int k = 0; k < 3; k++)
+		if (!t[k]->shape_known || t[k]->rank != t[0]->rank)
+			return -1;
+	if (!same_values(t[0], t[1]) || !same_values(t[0], t[2]))
+		return -1; /* a value computed from the sizes */
+	int lead = 0;
+	for (int d = 0; d < t[0]->rank; d++)
+		if (t[0]->dims[d] != t[1]->dims[d] || t[0]->dims[d] != t[2]->dims[d])
+			lead = d + 1;
+	for (int k = 0; k < 3; k++) {
+		rows[k] = 1;
+		for (int d = 0; d < lead; d++)
+			rows[k] *= t[k]->dims[d];
+	}
+	return lead;
+}
+
+static const char note_varies[] =
+	"its shapes vary with the unbound dims other than in leading rows (a fused kernel "
+	"serves any number of rows; other dynamic dims not yet: bind them with --dim to fuse it)";
+
+/* Keeps out of every region the ops whose tensors vary other than in rows
+ * that agree: the partition never sees them as fusable. */
+static void exclude_ops(struct mo_fuse_state *f)
+{
+	struct fuse_dyn *y = &f->dyn;
+	for (int v = 0; v < f->tp->n_ops; v++) {
+		struct mo_tp_op *op = &f->tp->ops[v];
+		if (op->lax == MO_LAX_NONE)
+			continue;
+		bool ok = true, row_in = false, row_out = true;
+		int64_t *ref = NULL;
+		for (int j = 0; j < op->n_in + op->n_out && ok; j++) {
+			int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+			if (t < 0)
+				continue;
+			int lead = y->lead[t];
+			ok = lead >= 0;
+			if (lead > 0 && !ref)
+				ref = y->rows[t];
+			else if (lead > 0)
+				ok = !memcmp(ref, y->rows[t], sizeof y->rows[t]);
+			if (j < op->n_in)
+				row_in |= lead > 0;
+			else
+				row_out &= lead > 0;
+		}
+		if (ok && row_in && !row_out)
+			ok = false; /* reduces over its rows */
+		/* a constant folded into its parameters (a Reshape's target)
+		 * must not depend on the sizes */
+		for (int j = 0; j < op->n_params && ok; j++)
+			ok = op->param_in[j] < 0 || y->lead[op->param_in[j]] >= 0;
+		if (!ok) {
+			op->lax = MO_LAX_NONE;
+			op->note = note_varies;
+		}
+	}
+}
+
+enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d)
+{
+	struct fuse_dyn *y = &f->dyn;
+	struct mo_tp *first = NULL;
+	if (mo_tp_import(f->m, f->a->import, &first, d))
+		return d->status;
+	for (int i = 0; i < first->n_syms; i++)
+		y->n += !first->syms[i].bound;
+	if (y->n == 0) {
+		f->tp = first;
+		y->n = 0;
+		return MO_OK;
+	}
+	y->names = mo_calloc((size_t)y->n, sizeof *y->names);
+	y->values = mo_calloc((size_t)y->n, sizeof *y->values);
+	if (!y->names || !y->values) {
+		mo_tp_free(first);
+		return mo_diag_nomem(d);
+	}
+	int n = 0;
+	size_t at = 0;
+	for (int i = 0; i < first->n_syms; i++) {
+		if (first->syms[i].bound)
+			continue;
+		/* copied: first is freed before the names are done with */
+		y->names[n] = mo_strdup(first->syms[i].name);
+		if (!y->names[n]) {
+			mo_tp_free(first);
+			return mo_diag_nomem(d);
+		}
+		values_of(y->names[n], y->values[n]);
+		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
+				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64,
+				       n ? ", " : "", y->names[n], y->values[n][0]);
+		n++;
+	}
+	struct mo_tp *tps[3] = { 0 };
+	struct mo_diag xd;
+	for (int k = 0; k < 3 && !y->why[0]; k++) {
+		mo_diag_init(&xd);
+		if (import_at(f, k, &tps[k], &xd)) {
+			if (xd.status == MO_ERR_NOMEM) {
+				for (int j = 0; j < k; j++)
+					mo_tp_free(tps[j]);
+				mo_tp_free(first);
+				*d = xd;
+				return d->status;
+			}
+			snprintf(y->why, sizeof y->why, "the model does not import with its unbound "
+				 "dims at %s (%.200s)", k == 0 ? "the search sizes" : k == 1 ?
+				 "the probe sizes" : "1", xd.msg);
+		}
+	}
+	if (!y->why[0] && (!aligned(tps[0], tps[1]) || !aligned(tps[0], tps[2])))
+		snprintf(y->why, sizeof y->why, "the model's tensors differ between sizes");
+	if (y->why[0]) {
+		/* as imported: what depends on the unbound dims stays out */
+		for (int k = 0; k < 3; k++)
+			mo_tp_free(tps[k]);
+		f->tp = first;
+		return MO_OK;
+	}
+	mo_tp_free(first);
+	f->tp = tps[0];
+	y->probe = tps[1];
+	y->one = tps[2];
+	y->lead = mo_calloc((size_t)f->tp->n_tensors + 1, sizeof *y->lead);
+	y->rows = mo_calloc((size_t)f->tp->n_tensors + 1, sizeof *y->rows);
+	if (!y->lead || !y->rows)
+		return mo_diag_nomem(d);
+	const struct mo_tp *const c[3] = { tps[0], tps[1], tps[2] };
+	for (int i = 0; i < f->tp->n_tensors; i++)
+		y->lead[i] = classify(c, i, y->rows[i]);
+	exclude_ops(f);
+	return MO_OK;
+}
+
+void fuse_dyn_say(struct mo_fuse_state *f)
+{
+	struct fuse_dyn *y = &f->dyn;
+	if (y->why[0])
+		fuse_warn(f->a, "cannot fuse for every size: %s; what depends on the unbound dims "
+			  "stays unfused (bind them with --dim to fuse at one size)", y->why);
+	else if (y->n > 0)
+		fuse_progress(f->a, "dynamic dims %s (searched at these sizes); fused kernels serve "
+			      "any number of rows, other varying dims stay unfused", y->desc);
+}
+
+void fuse_dyn_free(struct fuse_dyn *y)
+{
+	for (int i = 0; y->names && i < y->n; i++)
+		mo_free((void *)y->names[i]);
+	mo_free(y->names);
+	mo_free(y->values);
+	mo_free(y->lead);
+	mo_free(y->rows);
+	mo_tp_free(y->probe);
+	mo_tp_free(y->one);
+	memset(y, 0, sizeof *y);
+}
+
+static int find_tensor(const struct mo_region *rg, const struct mo_tp *tp, const char *name,
+		       bool output)
+{
+	const int *v = output ? rg->outputs : rg->inputs;
+	int n = output ? rg->n_outputs : rg->n_inputs;
+	for (int i = 0; i < n; i++)
+		if (strcmp(tp->tensors[v[i]].name, name) == 0)
+			return v[i];
+	return -1;
+}
+
+/* Whether the first `lead` dims of tensors a and b agree in every import. */
+static bool same_lead(const struct fuse_dyn *y, const struct mo_tp *tp, int a, int b, int lead)
+{
+	const struct mo_tp *t[3] = { tp, y->probe, y->one };
+	for (int k = 0; k < 3; k++)
+		for (int d = 0; d < lead; d++)
+			if (t[k]->tensors[a].dims[d] != t[k]->tensors[b].dims[d])
+				return false;
+	return true;
+}
+
+enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
+{
+	const struct fuse_dyn *y = &f->dyn;
+	const struct mo_region *rg = s->rg;
+	const int64_t *ref = NULL;
+	if (!y->lead)
+		return MO_OK;
+	/* every tensor it touches: the ops' inputs and outputs */
+	for (int i = 0; i < rg->n_ops; i++) {
+		const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
+		for (int j = 0; j < op->n_in + op->n_out; j++) {
+			int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+			if (t < 0 || y->lead[t] <= 0)
+				continue;
+			if (!ref)
+				ref = y->rows[t];
+			else if (memcmp(ref, y->rows[t], sizeof y->rows[t])) {
+				snprintf(s->why, sizeof s->why, "its tensors have rows of two kinds (%" PRId64
+					 " and %" PRId64 " at the search sizes)", ref[0], y->rows[t][0]);
+				return MO_OK;
+			}
+		}
+	}
+	if (!ref)
+		return MO_OK; /* static: the same kernel at every size */
+	for (int i = 0; i < rg->n_outputs; i++) {
+		int t = rg->outputs[i], lead = y->lead[t], from = lead == 1 ? 0 : -1;
+		for (int k = 0; k < rg->n_inputs && from < 0; k++)
+			if (y->lead[rg->inputs[k]] == lead && same_lead(y, f->tp, rg->inputs[k], t, lead))
+				from = k;
+		for (int k = 0; k < rg->n_inputs && from < 0 && lead > 1; k++)
+			if (y->lead[rg->inputs[k]] == lead)
+				from = -2; /* the first such input has other leading dims */
+		if (lead <= 0 || from < 0) {
+			snprintf(s->why, sizeof s->why, "%s", lead <= 0
+				 ? "an output has no rows while its inputs have"
+				 : "an output's leading dims cannot be told from its inputs'");
+			return MO_OK;
+		}
+	}
+	s->rows = ref[0];
+	s->rows_probe = ref[1];
+	s->rows_one = ref[2];
+	struct mo_tp *at[2] = { y->probe, y->one }, **prog[2] = { &s->prog_probe, &s->prog_one };
+	int *ops = mo_calloc((size_t)rg->n_ops + 1, sizeof *ops);
+	if (!ops)
+		return mo_diag_nomem(d);
+	for (int k = 0; k < 2 && !s->why[0]; k++) {
+		/* its ops there: the producers of the same tensors */
+		for (int i = 0; i < rg->n_ops && !s->why[0]; i++) {
+			const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
+			int t = op->n_out > 0 ? op->out[0] : -1;
+			ops[i] = t >= 0 ? at[k]->tensors[t].producer : -1;
+			if (ops[i] < 0 || at[k]->ops[ops[i]].kind != op->kind)
+				snprintf(s->why, sizeof s->why, "its op making '%.100s' folds away at "
+					 "other sizes", t >= 0 ? f->tp->tensors[t].name : "?");
+		}
+		for (int i = 1; i < rg->n_ops; i++) /* topological there too */
+			for (int j = i; j > 0 && ops[j - 1] > ops[j]; j--) {
+				int x = ops[j];
+				ops[j] = ops[j - 1];
+				ops[j - 1] = x;
+			}
+		struct mo_diag xd;
+		mo_diag_init(&xd);
+		if (!s->why[0] && mo_tp_region(at[k], ops, rg->n_ops, rg->inputs, rg->n_inputs,
+					       rg->outputs, rg->n_outputs, prog[k], &xd)) {
+			if (xd.status == MO_ERR_NOMEM) {
+				mo_free(ops);
+				*d = xd;
+				return MO_ERR_NOMEM;
+			}
+			snprintf(s->why, sizeof s->why, "cannot make the region a program at other "
+				 "sizes: %.300s", xd.msg);
+		}
+	}
+	mo_free(ops);
+	return MO_OK;
+}
+
+enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
+{
+	if (s->rows <= 0 || !s->r.best || s->in_rows)
+		return MO_OK;
+	const struct mo_tp *kg = &s->r.best->kg;
+	s->in_rows = mo_calloc((size_t)kg->n_inputs + 1, sizeof *s->in_rows);
+	s->out_rows = mo_calloc((size_t)kg->n_outputs + 1, sizeof *s->out_rows);
+	if (!s->in_rows || !s->out_rows)
+		return mo_diag_nomem(d);
+	for (int i = 0; i < kg->n_inputs + kg->n_outputs; i++) {
+		bool out = i >= kg->n_inputs;
+		int kt = out ? kg->outputs[i - kg->n_inputs] : kg->inputs[i];
+		int t = find_tensor(s->rg, f->tp, kg->tensors[kt].name, out);
+		int lead = t >= 0 ? f->dyn.lead[t] : -1;
+		if (lead < 0 || (out && lead == 0)) {
+			snprintf(s->why, sizeof s->why, "the μGraph's %s '%.100s' is not the region's",
+				 out ? "output" : "input", kg->tensors[kt].name);
+			return MO_OK;
+		}
+		if (out)
+			s->out_rows[i - kg->n_inputs] = lead;
+		else
+			s->in_rows[i] = lead;
+	}
+	return MO_OK;
+}
