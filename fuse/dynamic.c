@@ -137,6 +137,10 @@ static void exclude_ops(struct mo_fuse_state *f)
 				ref = y->rows[t];
 			else if (lead > 0)
 				ok = !memcmp(ref, y->rows[t], sizeof y->rows[t]);
+			/* rows that run to the last dim are single elements: only
+			 * an element-wise op keeps them apart */
+			if (lead > 0 && lead == f->tp->tensors[t].rank && !mo_op_elementwise(op->kind))
+				ok = false;
 			if (j < op->n_in)
 				row_in |= lead > 0;
 			else
@@ -312,9 +316,9 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 			if (y->lead[rg->inputs[k]] == lead)
 				from = -2; /* the first such input has other leading dims */
 		if (lead <= 0 || from < 0) {
-			snprintf(s->why, sizeof s->why, "%s", lead <= 0
-				 ? "an output has no rows while its inputs have"
-				 : "an output's leading dims cannot be told from its inputs'");
+			snprintf(s->why, sizeof s->why, "%s '%.200s' %s", lead <= 0 ? "output" :
+				 "the leading dims of output", f->tp->tensors[t].name, lead <= 0
+				 ? "has no rows while other tensors have" : "cannot be told from its inputs'");
 			return MO_OK;
 		}
 	}

@@ -121,7 +121,7 @@ def simulated_plugin(src, work, arch, sanitize=None, cu_objs=None):
     os.makedirs(d, exist_ok=True)
     san = cb.san_flags(sanitize)
     objs = []
-    shim = ["#include <stddef.h>"]
+    shim = ["#include <stddef.h>\n#include <stdint.h>"]
     for op in cb.parse_ops(src):
         cu = os.path.join(src, "mo_op%d.cu" % op.index)
         if cu_objs and op.index in cu_objs:  # the runner's, compiled for this arch
@@ -136,6 +136,11 @@ def simulated_plugin(src, work, arch, sanitize=None, cu_objs=None):
                     "int single, char *err, size_t len) {{ (void)variant; (void)single; "
                     "return mo_op{0}_cuda(in, out, 0, err, len); }}"
                     .format(op.index))
+        if "_cuda_rows(" in open(cu).read():  # an op serving any number of rows
+            shim.append("int mo_op{0}_cuda_rows(const void *const *, void *const *, int64_t, "
+                        "void *, char *, size_t);\nint mo_op{0}_rows(const void *const *in, "
+                        "void *const *out, int64_t n, char *err, size_t len) {{ return "
+                        "mo_op{0}_cuda_rows(in, out, n, 0, err, len); }}".format(op.index))
     with open(os.path.join(d, "shim.c"), "w") as f:
         f.write("\n".join(shim) + "\n")
     for c in (os.path.join(d, "shim.c"), os.path.join(src, "mo_ops.c"),
@@ -182,6 +187,25 @@ def run_bf16(sess, feeds):
     return [o.view(ml_dtypes.bfloat16) for o in outs]
 
 
+def against_ort_rows(original, fused, plugin):
+    """For a model fused with its dims unbound (rows_test.py): ONNX Runtime
+    with the plugin at several (batch, seq): single rows through the padded
+    last chunk, several chunks and a partial one. None, or what differs."""
+    import numpy as np
+    sys.path.insert(0, HERE)
+    import fuse_models_test as fm
+    a, b = fm.session(original), fm.session(fused, plugin)
+    name = a.get_inputs()[0].name
+    rng = np.random.default_rng(3)
+    for batch, seq in ((1, 1), (2, 7), (3, 37)):
+        x = rng.standard_normal((batch, seq, a.get_inputs()[0].shape[-1])).astype(np.float32)
+        want, got = a.run(None, {name: x})[0], b.run(None, {name: x})[0]
+        err = float(np.max(np.abs(want - got)))
+        if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
+            return "at batch %d, seq %d: error %.3g" % (batch, seq, err)
+    return None
+
+
 def against_ort(original, fused, plugin):
     """None when ONNX Runtime with the simulated plugin on the fused model
     agrees with ONNX Runtime on the original (tests/fuse_models_test.py's
@@ -195,6 +219,8 @@ def against_ort(original, fused, plugin):
     bf16 = "_bf16" in os.path.basename(original)
     if bf16:
         original = original.replace("_bf16", "_fp32")
+    if os.path.basename(original).startswith("rows_"):
+        return against_ort_rows(original, fused, plugin)
     feeds = fm.random_inputs(onnx.load(original), 7)
     if bf16:  # the twin sees the inputs the bf16 model sees
         import ml_dtypes
@@ -390,6 +416,12 @@ def mask_models(out):
         path = os.path.join(out, name + ".onnx")
         onnx.save(make(), path)
         models.append((name, path))
+    # fused with its dims unbound: an op serving any number of rows, its
+    # CUDA entry (<op>_cuda_rows) staging the last partial chunk
+    import rows_test
+    path = os.path.join(out, "rows_norm_mlp.onnx")
+    onnx.save(rows_test.norm_mlp(), path)
+    models.append(("rows_norm_mlp", path))
     return models
 
 
@@ -543,7 +575,7 @@ def main():
             failures.append("no third-party model's kernel ran")
         if args.activations:  # one graph-defined kernel each, or the search lost them
             for name in paths:
-                if name.startswith(("matmul_", "mask_")) and \
+                if name.startswith(("matmul_", "mask_", "rows_")) and \
                         not any(r.split()[0] == name for r in rows):
                     failures.append("%s: no kernel ran (not fused?)" % name)
         if args.no_suite and args.mugraphs:

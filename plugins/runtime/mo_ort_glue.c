@@ -354,6 +354,18 @@ static OrtStatus *mo_ort_run(const struct mo_ort_kernel *k, OrtKernelContext *ct
 			rows = in_rows;
 			rows_from = i;
 		}
+		/* inputs with as many row dims have the same ones (as the
+		 * original ops would require of them) */
+		for (size_t j = 0; !st && in_rows >= 0 && j < i; j++) {
+			int lead = mo_ort_in_rows(op, i);
+
+			if (mo_ort_in_rows(op, j) == lead &&
+			    memcmp(in_dims[j], in_dims[i], (size_t)lead * sizeof(int64_t)) != 0)
+				st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+						   "mirage_onnx op '%s' (%s): inputs %zu and %zu differ in "
+						   "their first %d dims", op->name, mo_ort_where(o), j, i,
+						   lead);
+		}
 		/* GetTensorMutableData is the API-1 way to reach the data;
 		 * the kernel only reads through it (const in the ABI). */
 		if (!st)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""One fused model for every batch size and sequence length (issue 25):
+a model whose symbolic dims are left unbound (no --dim) is fused so that
+its kernels serve any number of rows (batch x sequence), and the fused model
+gives the original's outputs at every size tried, through the plugin's CPU
+kernels in ONNX Runtime.
+
+- A norm + gated MLP over x [batch, seq, D]: fused with its rows, checked at
+  (batch, seq) = (1, 1), (1, 16), (2, 7), (3, 37), (4, 100) and (0, 5); the
+  manifest records the rows per launch and the float checks at other sizes.
+- The committed Optimum Llama export with past key values
+  (models/export_whole.py): fused with no --dim, then a 16-token greedy
+  generation in ONNX Runtime from prompts of 1, 5 and 37 tokens at batch 1
+  and 3, the original and the fused model side by side: the same tokens,
+  and logits within tolerance at every step.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import onnx
+from onnx import helper as h
+
+import mo_testlib
+from mo_testlib import vi
+from fuse_models_test import fileset, session
+
+CLI = None
+MODELS = None
+D, F = 32, 64
+
+
+def norm_mlp():
+    """RMSNorm(x) -> gated MLP -> + x, over x [batch, seq, D]."""
+    n = h.make_node
+    rng = np.random.default_rng(5)
+
+    def w(name, shape):
+        return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
+    return mo_testlib.model(
+        [n("Mul", ["x", "x"], ["sq"], name="sq"),
+         n("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1, name="mean"),
+         n("Add", ["ms", "eps"], ["mse"], name="eps_add"),
+         n("Sqrt", ["mse"], ["rms"], name="sqrt"),
+         n("Div", ["x", "rms"], ["xn"], name="div"),
+         n("Mul", ["xn", "g"], ["xg"], name="gain"),
+         n("MatMul", ["xg", "w_gate"], ["gate"], name="gate"),
+         n("MatMul", ["xg", "w_up"], ["up"], name="up"),
+         n("Sigmoid", ["gate"], ["sg"], name="sigmoid"),
+         n("Mul", ["gate", "sg"], ["silu"], name="silu"),
+         n("Mul", ["silu", "up"], ["hmid"], name="gated"),
+         n("MatMul", ["hmid", "w_down"], ["down"], name="down"),
+         n("Add", ["down", "x"], ["y"], name="residual")],
+        [vi("x", ["batch", "seq", D])], [vi("y", ["batch", "seq", D])],
+        [mo_testlib.const("axes", [-1], np.int64), mo_testlib.const("eps", 1e-6),
+         mo_testlib.const("g", rng.uniform(0.5, 1.5, D)), w("w_gate", [D, F]),
+         w("w_up", [D, F]), w("w_down", [F, D])])
+
+
+def close(a, b, what, tc):
+    tc.assertEqual(a.shape, b.shape, what)
+    if a.size:
+        err = float(np.max(np.abs(a.astype(np.float64) - b)))
+        tc.assertLessEqual(err, 1e-4 + 1e-4 * float(np.max(np.abs(a))), what)
+
+
+class Rows(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="mo_rows_")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def fuse(self, model, tag, *flags):
+        out = os.path.join(self.dir, f"{tag}.onnx")
+        r = subprocess.run([CLI, model, "-o", out, "-q", "--no-cuda", "--cpu-kernels",
+                            "--no-cache", *flags],
+                           capture_output=True, text=True, timeout=1800)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plugin, manifest = fileset(out)
+        self.assertIsNotNone(plugin, f"{tag}: nothing fused: {r.stderr}")
+        with open(manifest) as f:
+            regions = json.load(f)["regions"]
+        rows = [g for g in regions if g["fused"] and "rows" in g]
+        self.assertTrue(rows, f"{tag}: no fused region serves rows")
+        for g in rows:
+            for c in g["rows"]["checked_at"]:
+                self.assertLessEqual(c["max_rel"], 1e-4, g["region"])
+        return out, plugin, regions
+
+    def test_a_norm_and_mlp_serve_every_batch_and_sequence(self):
+        src = os.path.join(self.dir, "norm_mlp.onnx")
+        onnx.save(norm_mlp(), src)
+        out, plugin, regions = self.fuse(src, "norm_mlp_fused")  # ~40 s: the whole layer
+        # every op of the layer is in a fused op serving rows
+        fused = {nd for g in regions if g["fused"] for nd in g["nodes"]}
+        self.assertEqual(len(fused), 13, regions)
+        self.assertEqual({g["rows"]["per_launch"] for g in regions if g["fused"]}, {16})
+        # the fused model still declares the symbolic dims
+        dims = [d.dim_param for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
+        self.assertEqual(dims[:2], ["batch", "seq"])
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(0)
+        for b, s in ((1, 1), (1, 16), (2, 7), (3, 37), (4, 100), (0, 5)):
+            x = rng.standard_normal((b, s, D)).astype(np.float32)
+            close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
+                  f"batch {b}, seq {s}", self)
+
+    def test_optimum_llama_generates_the_same_tokens(self):
+        path = os.path.join(MODELS, "llama_optimum_past.onnx")
+        out, plugin, regions = self.fuse(path, "llama_past", "--budget", "2")
+        model = onnx.load(path)
+        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
+        heads, hd = (kv[0].type.tensor_type.shape.dim[k].dim_value for k in (1, 3))
+        orig, fused = session(path), session(out, plugin)
+        rng = np.random.default_rng(1)
+        for batch in (1, 3):
+            for prompt in (1, 5, 37):
+                with self.subTest(batch=batch, prompt=prompt):
+                    ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
+                    self.generate(orig, fused, ids, kv, heads, hd, steps=16)
+
+    def generate(self, orig, fused, ids, kv, heads, hd, steps):
+        batch = ids.shape[0]
+        past = {i.name: np.zeros((batch, heads, 0, hd), np.float32) for i in kv}
+        state = [dict(past), dict(past)]
+        tokens = ids
+        pos = 0
+        for step in range(steps):
+            n = tokens.shape[1]
+            feed = {"input_ids": tokens,
+                    "attention_mask": np.ones((batch, pos + n), np.int64),
+                    "position_ids": np.broadcast_to(np.arange(pos, pos + n),
+                                                    (batch, n)).astype(np.int64)}
+            outs = []
+            for k, sess in enumerate((orig, fused)):
+                r = sess.run(None, {**feed, **state[k]})
+                names = [o.name for o in sess.get_outputs()]
+                state[k] = {nm.replace("present", "past_key_values"): v
+                            for nm, v in zip(names[1:], r[1:])}
+                outs.append(r[0])
+            close(outs[0], outs[1], f"step {step} logits", self)
+            want, got = outs[0][:, -1].argmax(-1), outs[1][:, -1].argmax(-1)
+            self.assertTrue(np.array_equal(want, got), f"step {step}: tokens {want} vs {got}")
+            tokens = want[:, None].astype(np.int64)
+            pos += n
+
+
+if __name__ == "__main__":
+    mo_testlib.unittest_main(globals(), paths=("cli", "models"), verbosity=1)
