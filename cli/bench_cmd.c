@@ -77,6 +77,13 @@ static const char bench_usage[] =
 	"                  position ids 0..n-1, token types 0\n"
 	"  --tolerance X   exit 1 when the largest error, relative to the largest\n"
 	"                  output magnitude, is over X (0 to 1e9)\n"
+	"  --generate N    also a greedy generation of N tokens (1 to 100000) for a\n"
+	"                  decoder with a KV cache (past_key_values.* inputs,\n"
+	"                  present.* outputs): from a prompt of the inputs' batch and\n"
+	"                  sequence sizes and an empty cache, both models side by\n"
+	"                  side, each step's logits compared; prints the median time\n"
+	"                  per generated token of each and whether the tokens agree\n"
+	"                  (exit 1 when they do not)\n"
 	"  -h, --help      print this help\n"
 	"\n"
 	"Python with onnxruntime, onnx and numpy runs the measurement:\n"
@@ -91,7 +98,7 @@ static const char prog[] = "mirage-onnx bench";
 static int bench(int argc, char **argv, const char **dims)
 {
 	enum { OPT_RUNS = 256, OPT_WARMUP, OPT_THREADS, OPT_SEED, OPT_TOLERANCE, OPT_PROVIDER,
-	       OPT_DIM };
+	       OPT_GENERATE, OPT_DIM };
 	static const struct option longopts[] = {
 		{ "runs", required_argument, NULL, OPT_RUNS },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
@@ -99,6 +106,7 @@ static int bench(int argc, char **argv, const char **dims)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
+		{ "generate", required_argument, NULL, OPT_GENERATE },
 		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -111,7 +119,7 @@ static int bench(int argc, char **argv, const char **dims)
 		{ "--seed", 0, 4294967295.0, true },
 		{ "--tolerance", 0, 1e9, false },
 	};
-	const char *given[6] = { NULL }; /* each flag's value, checked */
+	const char *given[7] = { NULL }; /* each flag's value, checked */
 	int n_dims = 0, c; /* dims[0..n_dims): each --dim, checked */
 	optind = 1;
 	opterr = 0;
@@ -126,6 +134,13 @@ static int bench(int argc, char **argv, const char **dims)
 				return cli_num_flag_error(prog, &nums[c - OPT_RUNS], optarg, 2);
 			given[c - OPT_RUNS] = optarg;
 			break;
+		case OPT_GENERATE: {
+			static const struct cli_num_flag tokens = { "--generate", 1, 100000, true };
+			if (!cli_parse_num(optarg, &tokens, &v))
+				return cli_num_flag_error(prog, &tokens, optarg, 2);
+			given[c - OPT_RUNS] = optarg;
+			break;
+		}
 		case OPT_DIM: {
 			const char *eq = strchr(optarg, '=');
 			static const struct cli_num_flag size = { "--dim", 0, 2147483648.0, true };
@@ -176,7 +191,7 @@ static int bench(int argc, char **argv, const char **dims)
 	if (!py || !*py)
 		py = "python3";
 	/* the script is text with a terminating NUL (embed.cmake adds one) */
-	char **args = calloc((size_t)(3 + 2 * 6 + 2 * n_dims + 4), sizeof *args);
+	char **args = calloc((size_t)(3 + 2 * 7 + 2 * n_dims + 4), sizeof *args);
 	if (!args) {
 		fprintf(stderr, "%s: out of memory\n", prog);
 		return 3;
@@ -185,9 +200,9 @@ static int bench(int argc, char **argv, const char **dims)
 	args[n++] = (char *)py;
 	args[n++] = "-c";
 	args[n++] = (char *)cli_scripts_files[0].data;
-	static const char *flags[6] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
-					"--provider" };
-	for (int k = 0; k < 6; k++)
+	static const char *flags[7] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
+					"--provider", "--generate" };
+	for (int k = 0; k < 7; k++)
 		if (given[k]) {
 			args[n++] = (char *)flags[k];
 			args[n++] = (char *)given[k];

@@ -341,6 +341,75 @@ def coverage(model, manifest, shapes, onnx, np):
     print(f"{f'; {unknown} MatMuls of unknown shape' if unknown else ''}")
 
 
+def generate(s0, s1, feeds, steps, paths, np):
+    """--generate: greedy decoding with a KV cache, the two models side by
+    side from the same prompt (feeds' input_ids) and an empty cache, each fed
+    its own tokens. Prints the prefill and the median per-token times and
+    whether the tokens agree; fails when they do not."""
+    ins = {i.name: i for i in s0.get_inputs()}
+    outs = [o.name for o in s0.get_outputs()]
+    past = [n for n in ins if n.startswith("past_key_values")]
+    present = [n for n in outs if n.startswith("present")]
+    logits = next((n for n in outs if not n.startswith("present")), None)
+    if "input_ids" not in ins or not past or not present or logits is None:
+        raise Failure("--generate needs a decoder with input_ids, past_key_values.* inputs "
+                      "and present.* outputs (an export with past key values)")
+    ids = feeds["input_ids"]
+    batch = ids.shape[0]
+    cache = {}
+    for n in past:  # the fed shape with its past dim 0: the first step's empty cache
+        shape = [0 if isinstance(d, str) and "past" in d else v
+                 for d, v in zip(ins[n].shape, feeds[n].shape)]
+        cache[n] = np.zeros(shape, feeds[n].dtype)
+    caches, tokens = [dict(cache), dict(cache)], [ids, ids]
+    times, pos, worst, differ = ([], []), 0, 0.0, None
+    for step in range(steps):
+        got = []
+        for k, (s, path) in enumerate(zip((s0, s1), paths)):
+            m = tokens[k].shape[1]
+            feed = {"input_ids": tokens[k], **caches[k]}
+            for n, i in ins.items():
+                if n in feed:
+                    continue
+                dt = feeds[n].dtype
+                if "mask" in n:
+                    feed[n] = np.ones((batch, pos + m), dt)
+                elif "position" in n:
+                    feed[n] = np.broadcast_to(np.arange(pos, pos + m), (batch, m)).astype(dt)
+                else:
+                    feed[n] = np.zeros((batch, m), dt)
+            start = time.perf_counter()
+            try:
+                r = s.run(None, feed)
+            except MemoryError:
+                raise
+            except Exception as e:
+                raise Failure(f"{path}: ONNX Runtime cannot run generation step {step}: "
+                              f"{first_line(e)}")
+            times[k].append(time.perf_counter() - start)
+            r = dict(zip(outs, r))
+            caches[k] = {n.replace("present", "past_key_values", 1): r[n] for n in present}
+            got.append(r[logits])
+        pos += tokens[0].shape[1]
+        a64, b64 = (np.asarray(x, np.float64) for x in got)
+        if a64.shape == b64.shape and a64.size:
+            worst = max(worst, float(np.max(np.abs(a64 - b64))) / max(float(np.max(np.abs(a64))), 1e-30))
+        nxt = [x[:, -1].argmax(-1)[:, None].astype(ids.dtype) for x in got]
+        if differ is None and not np.array_equal(nxt[0], nxt[1]):
+            differ = step
+        tokens = nxt
+    per = [statistics.median(t[1:]) * 1e3 if len(t) > 1 else t[0] * 1e3 for t in times]
+    print(f"\ngeneration: {steps} tokens from a prompt of {ids.shape[1]} at batch {batch} "
+          "(greedy, empty cache first)")
+    print(f"  prefill   original {times[0][0] * 1e3:10.3f} ms   fused {times[1][0] * 1e3:10.3f} ms")
+    print(f"  per token original {per[0]:10.3f} ms   fused {per[1]:10.3f} ms"
+          + (f"   ({per[0] / per[1]:.2f}x)" if per[1] > 0 else ""))
+    print(f"  largest logit error {worst:.3g} of the largest logit; tokens "
+          + ("the same at every step" if differ is None else f"differ from step {differ}"))
+    if differ is not None:
+        raise Failure(f"the generated tokens differ from step {differ}")
+
+
 def main():
     ap = Parser(prog=PROG, add_help=False)
     ap.add_argument("model")
@@ -351,6 +420,7 @@ def main():
     ap.add_argument("--seed", type=bounded(int, 0, 2**32 - 1, "--seed"), default=0)
     ap.add_argument("--threads", type=bounded(int, 0, 256, "--threads"), default=0)
     ap.add_argument("--tolerance", type=bounded(float, 0, 1e9, "--tolerance"), default=None)
+    ap.add_argument("--generate", type=bounded(int, 1, 100000, "--generate"), default=0)
     ap.add_argument("--dim", action="append", default=[])
     a = ap.parse_args()
     dims = {}
@@ -525,6 +595,8 @@ def main():
     if manifest:
         coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),
                  {n: list(v.shape) for n, v in feeds.items()}, onnx, np)
+    if a.generate:
+        generate(s0, s1, feeds, a.generate, (a.model, a.fused), np)
     if a.tolerance is not None and not worst <= a.tolerance:
         raise Failure(f"the largest error {worst:.3g} is over the tolerance {a.tolerance:g}")
 

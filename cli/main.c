@@ -16,6 +16,7 @@
 #include "bench_cmd.h"
 #include "show_cmd.h"
 #include "fuse_cmd.h"
+#include "mo_fuse.h"
 #include "mo_plugin.h"
 #include "search_cmd.h"
 #include "mo_verify.h"
@@ -204,13 +205,18 @@ static int write_text_file(const char *path,
 static int show_regions(const struct cli *cli, const struct mo_model *m, struct mo_diag *d)
 {
 	struct mo_tp *tp;
-	if (mo_tp_import(m, &cli->import, &tp, d)) {
+	char said[1024];
+	/* as the fuse sees it: unbound dims left symbolic (--dump-tp: as imported) */
+	if (cli->dump_tp ? mo_tp_import(m, &cli->import, &tp, d)
+			 : mo_fuse_import(m, &cli->import, &tp, said, sizeof said, d)) {
 		if (d->status == MO_ERR_USAGE)
 			return usage_error(d->msg, NULL);
 		return fail(d);
 	}
 	for (int i = 0; i < tp->n_warnings; i++)
 		fprintf(stderr, "mirage-onnx: warning: %s\n", tp->warnings[i]);
+	if (!cli->dump_tp && said[0])
+		fprintf(stderr, "mirage-onnx: note: %s\n", said);
 	if (cli->dump_tp) {
 		mo_tp_print_json(tp, stdout);
 		mo_tp_free(tp);

@@ -36,11 +36,10 @@ static void values_of(const char *name, int64_t v[3])
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
  * symbol of the first import. */
-static enum mo_status import_at(struct mo_fuse_state *f, int which, struct mo_tp **out,
+static enum mo_status import_at(const struct mo_model *m, const struct mo_import_options *base,
+				const struct fuse_dyn *y, int which, struct mo_tp **out,
 				struct mo_diag *d)
 {
-	const struct mo_import_options *base = f->a->import;
-	struct fuse_dyn *y = &f->dyn;
 	struct mo_import_options o = base ? *base : (struct mo_import_options){ 0 };
 	int n = o.n_dims + y->n;
 	const char **names = mo_calloc((size_t)n + 1, sizeof *names);
@@ -60,7 +59,7 @@ static enum mo_status import_at(struct mo_fuse_state *f, int which, struct mo_tp
 		o.n_dims = n;
 		o.dim_names = names;
 		o.dim_values = vals;
-		st = mo_tp_import(f->m, &o, out, d);
+		st = mo_tp_import(m, &o, out, d);
 	}
 	mo_free(names);
 	mo_free(vals);
@@ -112,17 +111,15 @@ static int classify(const struct mo_tp *const tps[3], int i, int64_t rows[3])
 	return lead;
 }
 
-static const char note_varies[] =
-	"its shapes vary with the unbound dims other than in leading rows (a fused kernel "
-	"serves any number of rows; other dynamic dims not yet: bind them with --dim to fuse it)";
+/* a fused kernel serves any number of rows; other dynamic dims not yet */
+static const char note_varies[] = "varies with unbound dims beyond leading rows (--dim fuses it)";
 
 /* Keeps out of every region the ops whose tensors vary other than in rows
  * that agree: the partition never sees them as fusable. */
-static void exclude_ops(struct mo_fuse_state *f)
+static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
 {
-	struct fuse_dyn *y = &f->dyn;
-	for (int v = 0; v < f->tp->n_ops; v++) {
-		struct mo_tp_op *op = &f->tp->ops[v];
+	for (int v = 0; v < tp->n_ops; v++) {
+		struct mo_tp_op *op = &tp->ops[v];
 		if (op->lax == MO_LAX_NONE)
 			continue;
 		bool ok = true, row_in = false, row_out = true;
@@ -139,7 +136,7 @@ static void exclude_ops(struct mo_fuse_state *f)
 				ok = !memcmp(ref, y->rows[t], sizeof y->rows[t]);
 			/* rows that run to the last dim are single elements: only
 			 * an element-wise op keeps them apart */
-			if (lead > 0 && lead == f->tp->tensors[t].rank && !mo_op_elementwise(op->kind))
+			if (lead > 0 && lead == tp->tensors[t].rank && !mo_op_elementwise(op->kind))
 				ok = false;
 			if (j < op->n_in)
 				row_in |= lead > 0;
@@ -159,17 +156,16 @@ static void exclude_ops(struct mo_fuse_state *f)
 	}
 }
 
-enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d)
+enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_options *o,
+			       struct fuse_dyn *y, struct mo_tp **tp, struct mo_diag *d)
 {
-	struct fuse_dyn *y = &f->dyn;
 	struct mo_tp *first = NULL;
-	if (mo_tp_import(f->m, f->a->import, &first, d))
+	if (mo_tp_import(m, o, &first, d))
 		return d->status;
 	for (int i = 0; i < first->n_syms; i++)
 		y->n += !first->syms[i].bound;
 	if (y->n == 0) {
-		f->tp = first;
-		y->n = 0;
+		*tp = first;
 		return MO_OK;
 	}
 	y->names = mo_calloc((size_t)y->n, sizeof *y->names);
@@ -177,6 +173,15 @@ enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d)
 	if (!y->names || !y->values) {
 		mo_tp_free(first);
 		return mo_diag_nomem(d);
+	}
+	/* the importer's warning lists them all, with the inputs naming them:
+	 * kept (without its advice to bind them) for the line saying what
+	 * they became */
+	for (int i = 0; i < first->n_warnings; i++) {
+		const char *w = first->warnings[i], *end = strstr(w, "; bind them with");
+		if (!strncmp(w, "unbound symbolic dimensions:", 28))
+			snprintf(y->listed, sizeof y->listed, "%.*s",
+				 (int)(end ? (size_t)(end - w) : strlen(w)), w);
 	}
 	int n = 0;
 	size_t at = 0;
@@ -199,7 +204,7 @@ enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d)
 	struct mo_diag xd;
 	for (int k = 0; k < 3 && !y->why[0]; k++) {
 		mo_diag_init(&xd);
-		if (import_at(f, k, &tps[k], &xd)) {
+		if (import_at(m, o, y, k, &tps[k], &xd)) {
 			if (xd.status == MO_ERR_NOMEM) {
 				for (int j = 0; j < k; j++)
 					mo_tp_free(tps[j]);
@@ -218,33 +223,46 @@ enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d)
 		/* as imported: what depends on the unbound dims stays out */
 		for (int k = 0; k < 3; k++)
 			mo_tp_free(tps[k]);
-		f->tp = first;
+		*tp = first;
 		return MO_OK;
 	}
 	mo_tp_free(first);
-	f->tp = tps[0];
+	*tp = tps[0];
+	/* what the symbols became, for --list-regions */
+	for (int i = 0; i < tps[0]->n_syms; i++)
+		for (int k = 0; k < y->n; k++)
+			if (!strcmp(tps[0]->syms[i].name, y->names[k]))
+				tps[0]->syms[i].how = "left symbolic; the size searched at";
 	y->probe = tps[1];
 	y->one = tps[2];
-	y->lead = mo_calloc((size_t)f->tp->n_tensors + 1, sizeof *y->lead);
-	y->rows = mo_calloc((size_t)f->tp->n_tensors + 1, sizeof *y->rows);
+	y->lead = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->lead);
+	y->rows = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->rows);
 	if (!y->lead || !y->rows)
-		return mo_diag_nomem(d);
+		return mo_diag_nomem(d); /* *tp and y are freed by the caller */
 	const struct mo_tp *const c[3] = { tps[0], tps[1], tps[2] };
-	for (int i = 0; i < f->tp->n_tensors; i++)
+	for (int i = 0; i < tps[0]->n_tensors; i++)
 		y->lead[i] = classify(c, i, y->rows[i]);
-	exclude_ops(f);
+	exclude_ops(tps[0], y);
 	return MO_OK;
 }
 
-void fuse_dyn_say(struct mo_fuse_state *f)
+bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len)
 {
-	struct fuse_dyn *y = &f->dyn;
+	char flags[256];
+	size_t at = 0;
+	flags[0] = '\0';
+	for (int i = 0; i < y->n && at < sizeof flags; i++)
+		at += (size_t)snprintf(flags + at, sizeof flags - at, "%s--dim %s=N", i ? " " : "",
+				       y->names[i]);
+	const char *listed = y->listed[0] ? y->listed : "unbound symbolic dimensions";
 	if (y->why[0])
-		fuse_warn(f->a, "cannot fuse for every size: %s; what depends on the unbound dims "
-			  "stays unfused (bind them with --dim to fuse at one size)", y->why);
+		snprintf(buf, len, "%s: cannot fuse for every size: %s; what depends on them stays "
+			 "unfused (%s fuses at one size)", listed, y->why, flags);
 	else if (y->n > 0)
-		fuse_progress(f->a, "dynamic dims %s (searched at these sizes); fused kernels serve "
-			      "any number of rows, other varying dims stay unfused", y->desc);
+		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
+			 "of rows (batch x sequence), ops that vary otherwise stay unfused (%s fuses "
+			 "at one size)", listed, y->desc, flags);
+	return y->n > 0;
 }
 
 void fuse_dyn_free(struct fuse_dyn *y)

@@ -494,7 +494,7 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 	f->report->decided = !st;
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
 	struct fuse_file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
-			       .nf = nf };
+			       .nf = nf, .dynamic = f->dyn.lead ? f->dyn.desc : NULL };
 	if (!st)
 		st = fuse_write_set(f->m, f->a, f->tp, f->nu, f->rs, &fs, f->report, f->d);
 	for (int k = 0; k < nf; k++)
@@ -511,12 +511,18 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		return mo_diag_nomem(d);
 	*f = (struct mo_fuse_state){ .m = m, .a = a, .d = d, .report = rep };
 	rep->state = f;
-	if (fuse_dyn_import(f, d))
+	if (fuse_dyn_import(m, a->import, &f->dyn, &f->tp, d))
 		return d->status;
 	rep->tp = f->tp;
 	for (int i = 0; i < f->tp->n_warnings && a->progress; i++)
 		fuse_warn(a, "%s", f->tp->warnings[i]);
-	fuse_dyn_say(f);
+	char said[1024];
+	if (fuse_dyn_said(&f->dyn, said, sizeof said)) {
+		if (f->dyn.why[0])
+			fuse_warn(a, "%s", said);
+		else
+			fuse_progress(a, "%s", said);
+	}
 	if (mo_part_run(f->tp, a->part, &f->p, d))
 		return d->status;
 	/* --profile needs the runners-up, which a cached μGraph has not */
@@ -571,6 +577,23 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 	fuse_dyn_free(&f->dyn);
 	mo_free(f);
 	memset(rep, 0, sizeof *rep);
+}
+
+enum mo_status mo_fuse_import(const struct mo_model *m, const struct mo_import_options *o,
+			      struct mo_tp **tp, char *said, size_t said_len, struct mo_diag *d)
+{
+	struct fuse_dyn y = { 0 };
+	*tp = NULL;
+	said[0] = '\0';
+	enum mo_status st = fuse_dyn_import(m, o, &y, tp, d);
+	if (st) {
+		mo_tp_free(*tp);
+		*tp = NULL;
+	} else {
+		fuse_dyn_said(&y, said, said_len);
+	}
+	fuse_dyn_free(&y);
+	return st;
 }
 
 const char *mo_fuse_label(const struct mo_fuse_report *rep, int i, char *buf, size_t len)

@@ -16,6 +16,7 @@ struct fuse_dyn {
 	const char **names;
 	int64_t (*values)[3];   /* at the search, the probe, the ones */
 	char desc[512];         /* "batch_size=1, sequence_length=16" */
+	char listed[1024];      /* the importer's list of them and the inputs naming them */
 	char why[300];          /* why the fused model serves the search sizes only */
 	struct mo_tp *probe, *one; /* the model at the probe's and the ones' sizes */
 	int *lead;              /* per tensor: its leading dims that are rows (0:
@@ -66,12 +67,14 @@ bool fuse_injected_failure(const struct mo_fuse_region *rs, int u, const char *s
 
 /* ---- dynamic.c ---- */
 
-/* Imports the model into f->tp: with its unbound symbols at the search
- * sizes, and at the probe's and the ones' to find which tensors have rows;
- * the ops whose tensors vary otherwise become boundaries. */
-enum mo_status fuse_dyn_import(struct mo_fuse_state *f, struct mo_diag *d);
-/* One progress line (or warning) saying what the unbound dims became. */
-void fuse_dyn_say(struct mo_fuse_state *f);
+/* Imports m with options o into *tp: with its unbound symbols at the search
+ * sizes, and at the probe's and the ones' to find which tensors have rows
+ * (y); the ops whose tensors vary otherwise become boundaries. On failure
+ * *tp (when set) and y are the caller's to free. */
+enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_options *o,
+			       struct fuse_dyn *y, struct mo_tp **tp, struct mo_diag *d);
+/* The line saying what the unbound dims became; false when there are none. */
+bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len);
 void fuse_dyn_free(struct fuse_dyn *y);
 /* Unit s's rows (s->rows, and its programs at the other sizes); s->why
  * when it cannot serve every size. Fails only when out of memory. */
@@ -127,6 +130,9 @@ struct fuse_file_set {
 	const char *id;      /* its build id */
 	const struct mo_fused_node *fn;
 	int nf;
+	/* the unbound dims and the sizes searched at ("batch=1, seq=16"), or
+	 * NULL when every dim is static */
+	const char *dynamic;
 };
 
 /* Writes the set (write.c): OUT, and when something is fused its plugin and

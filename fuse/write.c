@@ -91,10 +91,15 @@ static char *input_shapes_json(const struct mo_tp *tp)
 }
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
-			   const struct mo_fuse_region *rs, const struct mo_fuse_options *a)
+			   const struct mo_fuse_region *rs, const struct mo_fuse_options *a,
+			   const char *dynamic)
 {
 	fprintf(f, "{\n  \"model\": ");
 	mo_json_string(f, model);
+	if (dynamic) { /* dims left symbolic: the sizes the search ran at */
+		fprintf(f, ",\n  \"dynamic_dims_searched_at\": ");
+		mo_json_string(f, dynamic);
+	}
 	fprintf(f, ",\n  \"plugin\": ");
 	if (plugin)
 		mo_json_string(f, plugin);
@@ -474,7 +479,7 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 			goto undo;
 		FILE *f = fdopen(fd, "w");
 		bool ok = f && write_manifest(f, a->in_path, fuse_base_name(so), domain, fs->id, tp, nu, rs,
-					      a);
+					      a, fs->dynamic);
 		int e = errno;
 		if (f && fclose(f) != 0 && ok) {
 			ok = false;
