@@ -56,8 +56,12 @@ enum mo_status cli_search(const struct mo_model *m, const struct cli_search_args
 			  struct mo_diag *d)
 {
 	struct mo_tp *tp;
-	if (mo_tp_import(m, a->import, &tp, d))
+	char said[1024];
+	/* as the fuse sees it: unbound dims left symbolic, searched at a size */
+	if (mo_fuse_import(m, a->import, &tp, said, sizeof said, d))
 		return d->status;
+	if (said[0])
+		fprintf(stderr, "mirage-onnx: note: %s\n", said);
 	struct mo_partition *p;
 	if (mo_part_run(tp, a->part, &p, d)) {
 		mo_tp_free(tp);
