@@ -17,6 +17,8 @@
 #define F32 1
 #define F16 10
 #define BF16 16
+/* the fields of an op with static shapes after its kernels */
+#define STATIC_OP 0, NULL, NULL, NULL, NULL
 
 /* Stands in for the CUDA kernel of a library built with CUDA; in a CPU-only
  * onnxruntime it is registered but must never run. */
@@ -53,6 +55,7 @@ static int muladd_cpu(const void *const *in, void *const *out, char *err, size_t
 
 static const struct mo_plugin_op muladd = {
 	"MoTestMulAdd", 2, 1, muladd_in, muladd_out, muladd_cpu, cuda_must_not_run,
+	STATIC_OP,
 };
 
 /* MoTestNegTranspose: two outputs of different shapes from x [2,3]:
@@ -83,6 +86,7 @@ static int negt_cpu(const void *const *in, void *const *out, char *err, size_t e
 
 static const struct mo_plugin_op negt = {
 	"MoTestNegTranspose", 1, 2, negt_in, negt_out, negt_cpu, NULL,
+	STATIC_OP,
 };
 
 /* MoTestHalfMulAdd and MoTestBf16MulAdd: y = a * b + a computed in float and
@@ -112,6 +116,7 @@ static int hmuladd_cpu(const void *const *in, void *const *out, char *err, size_
 
 static const struct mo_plugin_op hmuladd = {
 	"MoTestHalfMulAdd", 2, 1, hmuladd_in, hmuladd_out, hmuladd_cpu, cuda_must_not_run,
+	STATIC_OP,
 };
 
 static const struct mo_plugin_tensor bmuladd_in[] = {
@@ -139,6 +144,7 @@ static int bmuladd_cpu(const void *const *in, void *const *out, char *err, size_
 
 static const struct mo_plugin_op bmuladd = {
 	"MoTestBf16MulAdd", 2, 1, bmuladd_in, bmuladd_out, bmuladd_cpu, NULL,
+	STATIC_OP,
 };
 
 /* MoTestFail: a kernel that reports an error, float32 [2] -> [2]. */
@@ -156,6 +162,7 @@ static int fail_cpu(const void *const *in, void *const *out, char *err, size_t e
 
 static const struct mo_plugin_op fail = {
 	"MoTestFail", 1, 1, fail_io, fail_io, fail_cpu, NULL,
+	STATIC_OP,
 };
 
 /* MoTestScalar: rank-0 in and out, y = 2x. */
@@ -173,10 +180,55 @@ static int scalar_cpu(const void *const *in, void *const *out, char *err, size_t
 
 static const struct mo_plugin_op scalar = {
 	"MoTestScalar", 1, 1, scalar_io, scalar_io, scalar_cpu, NULL,
+	STATIC_OP,
+};
+
+/* MoTestRows: an op serving any number of rows (4 a time), as generated
+ * for unbound dims: x [B, S, 3] and x2 [B, S, 3] (2 row dims), w [3]
+ * (none) -> y = x * w + x2 [B, S, 3] and s = the sum of each row of y,
+ * [B * S] (one row dim: the rows). */
+static const struct mo_plugin_tensor rows_in[] = {
+	{ F32, 3, { 1, 4, 3 } },
+	{ F32, 1, { 3 } },
+	{ F32, 3, { 1, 4, 3 } },
+};
+static const struct mo_plugin_tensor rows_out[] = {
+	{ F32, 3, { 1, 4, 3 } },
+	{ F32, 1, { 4 } },
+};
+static const int rows_in_rows[] = { 2, 0, 2 };
+static const int rows_out_rows[] = { 2, 1 };
+
+static int rows_run(const void *const *in, void *const *out, int64_t n, char *err,
+		    size_t err_len)
+{
+	const float *x = in[0], *w = in[1], *x2 = in[2];
+	float *y = out[0], *sum = out[1];
+
+	(void)err;
+	(void)err_len;
+	for (int64_t r = 0; r < n; r++) {
+		sum[r] = 0;
+		for (int k = 0; k < 3; k++) {
+			y[r * 3 + k] = x[r * 3 + k] * w[k] + x2[r * 3 + k];
+			sum[r] += y[r * 3 + k];
+		}
+	}
+	return 0;
+}
+
+static int rows_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	return rows_run(in, out, 4, err, err_len);
+}
+
+static const struct mo_plugin_op rows = {
+	"MoTestRows", 3, 2, rows_in, rows_out, rows_cpu, NULL,
+	4, rows_in_rows, rows_out_rows, rows_run, NULL,
 };
 
 const struct mo_plugin_op *const mo_plugin_ops[] = {
-	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar,
+	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar, &rows,
 };
 const int mo_plugin_n_ops = sizeof(mo_plugin_ops) / sizeof(mo_plugin_ops[0]);
 /* a generated table's domain carries its build id; this one, a fixed name */

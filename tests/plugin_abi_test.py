@@ -416,6 +416,33 @@ def run_ort_checks(lib):
     print("ok: a wrong input shape fails the run as ORT_INVALID_ARGUMENT (2) with the glue's "
           "message naming op, input and both shapes: %s" % msg[msg.find("mirage_onnx op"):])
 
+    # an op serving any number of rows: the rows from the leading dims,
+    # outputs shaped from the inputs', zero rows, the checks of the rest
+    # (the graph's dims are symbolic, so that ORT hands every shape to the glue)
+    sr = session(model("MoTestRows", [("x", F, ["B", "S", "D"]), ("w", F, ["W"]),
+                                      ("x2", F, ["B2", "S2", "D2"])],
+                       [("y", F, ["B", "S", 3]), ("s", F, ["R"])]))
+    w = small((3,))
+    for shape in ((1, 1, 3), (3, 5, 3), (2, 4, 3), (0, 7, 3)):
+        x, x2 = small(shape), small(shape)
+        y, sm = sr.run(None, {"x": x, "w": w, "x2": x2})
+        expect(y.shape == shape and np.array_equal(y, x * w + x2),
+               "MoTestRows y at %s: %s" % (shape, y.shape))
+        expect(sm.shape == (shape[0] * shape[1],) and np.array_equal(
+            sm, (x * w + x2).reshape(-1, 3).sum(-1)), "MoTestRows s at %s" % (shape,))
+    raises("InvalidArgument",
+           lambda: sr.run(None, {"x": small((2, 4, 2)), "w": w, "x2": small((2, 4, 3))}, quiet),
+           "input 0: expected float32 [1,4,3] with any sizes of its first 2 dims, "
+           "got float32 [2,4,2]")
+    raises("InvalidArgument",
+           lambda: sr.run(None, {"x": small((2, 4, 3)), "w": w, "x2": small((4, 2, 3))}, quiet),
+           "inputs 0 and 2 differ in their first 2 dims")
+    raises("InvalidArgument",
+           lambda: sr.run(None, {"x": small((2, 4, 3)), "w": small((4,)), "x2": small((2, 4, 3))},
+                          quiet), "input 1: expected float32 [3], got float32 [4]")
+    print("ok: an op serving rows takes any batch and sequence (0 too): outputs shaped from "
+          "the inputs' leading dims or the rows; other dims and disagreeing rows refused")
+
     sf = session(model("MoTestFail", [("x", F, [2])], [("y", F, [2])]))
     msg = raises("Fail", lambda: sf.run(None, {"x": np.zeros(2, np.float32)}, quiet),
                  "mirage_onnx op 'MoTestFail' (CPU kernel) failed: "
