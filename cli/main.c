@@ -99,6 +99,11 @@ static const char usage_text[] =
 	"                     (batch x sequence rows) gets a kernel that serves any\n"
 	"                     number of rows, checked at other sizes; ops that vary\n"
 	"                     otherwise (attention over the sequence) stay unfused\n"
+	"      --dynamic-size N\n"
+	"                     the size unbound dims other than a batch take in the\n"
+	"                     search, 1 to 65536 (default 16): ops serving rows run\n"
+	"                     that many rows a launch (more suits long prompts; the\n"
+	"                     last chunk is padded)\n"
 	"      --input-shape NAME=2x4096\n"
 	"                     give input NAME this shape, sizes 0 to 2^31 (repeatable)\n"
 	"      --max-region-ops N\n"
@@ -518,7 +523,7 @@ int main(int argc, char **argv)
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS,
 	       OPT_PROFILE };
-	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT }; /* apart, so that lists above can grow */
+	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE }; /* apart: lists above grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -535,6 +540,7 @@ int main(int argc, char **argv)
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
 		{ "memory-limit", required_argument, NULL, OPT_MEMORY_LIMIT },
+		{ "dynamic-size", required_argument, NULL, OPT_DYNAMIC_SIZE },
 		{ "jobs", required_argument, NULL, OPT_JOBS },
 		{ "max-kernel-ops", required_argument, NULL, OPT_MAX_KERNEL_OPS },
 		{ "max-block-ops", required_argument, NULL, OPT_MAX_BLOCK_OPS },
@@ -556,7 +562,8 @@ int main(int argc, char **argv)
 		f_kernel_ops = { "--max-kernel-ops", 1, 24, true },
 		f_block_ops = { "--max-block-ops", 1, 24, true }, f_seed = { "--seed", 0, 1e15, true },
 		f_time_limit = { "--time-limit", 1e-6, 1e7, false },
-		f_memory_limit = { "--memory-limit", 1e-3, 1e6, false };
+		f_memory_limit = { "--memory-limit", 1e-3, 1e6, false },
+		f_dynamic_size = { "--dynamic-size", 1, 65536, true };
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
 	cli.search.warning = cli_warning_line;
 	int c;
@@ -613,7 +620,8 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
-		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT: {
+		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT:
+		case OPT_DYNAMIC_SIZE: {
 			/* the flag's own name: argv[optind - 1] is the value when it came
 			 * as a word of its own */
 			const struct cli_num_flag *f =
@@ -621,7 +629,8 @@ int main(int argc, char **argv)
 				: c == OPT_JOBS ? &f_jobs : c == OPT_MAX_KERNEL_OPS ? &f_kernel_ops
 				: c == OPT_MAX_BLOCK_OPS ? &f_block_ops
 				: c == OPT_TIME_LIMIT ? &f_time_limit
-				: c == OPT_MEMORY_LIMIT ? &f_memory_limit : &f_seed;
+				: c == OPT_MEMORY_LIMIT ? &f_memory_limit
+				: c == OPT_DYNAMIC_SIZE ? &f_dynamic_size : &f_seed;
 			double v;
 			if (!cli_parse_num(optarg, f, &v)) {
 				mo_import_options_free(&cli.import);
@@ -636,6 +645,7 @@ int main(int argc, char **argv)
 			/* wall-clock seconds for the whole run, from now */
 			if (c == OPT_TIME_LIMIT) cli.search.time_limit = mo_seconds() + v;
 			if (c == OPT_MEMORY_LIMIT) cli.search.memory_limit = (uint64_t)(v * (1ull << 30));
+			if (c == OPT_DYNAMIC_SIZE) cli.import.dynamic_size = (int64_t)v;
 			break;
 		}
 		case OPT_TARGET:

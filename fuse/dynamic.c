@@ -23,14 +23,16 @@
 
 #include "fuse_int.h"
 
-/* The values an unbound symbol takes at the search, the probe and the ones. */
-static void values_of(const char *name, int64_t v[3])
+/* The values an unbound symbol takes at the search, the probe and the ones
+ * (size: --dynamic-size, 0 for the default). */
+static void values_of(const char *name, int64_t size, int64_t v[3])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
 		batch = strncasecmp(p, "batch", 5) == 0;
-	v[0] = batch ? 1 : FUSE_DYN_SEARCH_SIZE;
-	v[1] = batch ? 2 : FUSE_DYN_PROBE_SIZE;
+	size = size > 0 ? size : FUSE_DYN_SEARCH_SIZE;
+	v[0] = batch ? 1 : size;
+	v[1] = batch ? 2 : size + FUSE_DYN_PROBE_SIZE - FUSE_DYN_SEARCH_SIZE;
 	v[2] = 1;
 }
 
@@ -194,7 +196,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			mo_tp_free(first);
 			return mo_diag_nomem(d);
 		}
-		values_of(y->names[n], y->values[n]);
+		values_of(y->names[n], o ? o->dynamic_size : 0, y->values[n]);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
 				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64,
 				       n ? ", " : "", y->names[n], y->values[n][0]);

@@ -6,7 +6,8 @@
 #include "mo_fuse.h"
 
 /* The sizes an unbound symbol takes: a batch (a name with "batch" in it) 1,
- * 2 and 1, any other 16, 23 and 1 (dynamic.c). */
+ * 2 and 1, any other 16 (--dynamic-size N: N), 23 (N + 7) and 1
+ * (dynamic.c). */
 #define FUSE_DYN_SEARCH_SIZE 16
 #define FUSE_DYN_PROBE_SIZE 23
 

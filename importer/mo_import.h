@@ -16,6 +16,9 @@ struct mo_import_options {
 	const char **input_shape_names;
 	int *input_shape_ranks;
 	int64_t (*input_shape_dims)[MO_MAX_RANK];
+	/* not the importer's: the size the fuse gives unbound dims other than
+	 * a batch when it leaves them symbolic (fuse/dynamic.c; 0: 16) */
+	int64_t dynamic_size;
 };
 
 /* Parses "NAME=VALUE" and "NAME=2x4096" flag values into options (the

@@ -119,6 +119,21 @@ class Rows(unittest.TestCase):
             close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
                   f"batch {b}, seq {s}", self)
 
+    def test_the_size_searched_at_is_a_flag(self):
+        src = os.path.join(self.dir, "norm_mlp_size.onnx")
+        onnx.save(norm_mlp(), src)
+        for flags, seq in (([], 16), (["--dynamic-size", "64"], 64)):
+            r = subprocess.run([CLI, src, "--list-regions", "--json", *flags],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            syms = {x["name"]: x["value"] for x in json.loads(r.stdout)["symbols"]}
+            self.assertEqual(syms, {"batch": 1, "seq": seq})
+            self.assertIn(f"searched at batch=1, seq={seq}", r.stderr)
+        r = subprocess.run([CLI, src, "--list-regions", "--dynamic-size", "0"],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+
     def test_whole_exports_serve_every_size(self):
         """Exports by dynamo, TorchScript and Optimum fused with no --dim:
         at (batch, seq) = (1, 1), (2, 7), (3, 37) the fused model (CPU
