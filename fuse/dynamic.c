@@ -158,6 +158,13 @@ static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
 	}
 }
 
+/* A symbol an input's dims name that nothing binds (one only outputs or
+ * value_info name shapes nothing the fuse reads). */
+static bool unbound_input_symbol(const struct mo_tp_sym *s)
+{
+	return !s->bound && s->in_input && !s->whole_text;
+}
+
 enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_options *o,
 			       struct fuse_dyn *y, struct mo_tp **tp, struct mo_diag *d)
 {
@@ -165,7 +172,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	if (mo_tp_import(m, o, &first, d))
 		return d->status;
 	for (int i = 0; i < first->n_syms; i++)
-		y->n += !first->syms[i].bound;
+		y->n += unbound_input_symbol(&first->syms[i]);
 	if (y->n == 0) {
 		*tp = first;
 		return MO_OK;
@@ -188,7 +195,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	int n = 0;
 	size_t at = 0;
 	for (int i = 0; i < first->n_syms; i++) {
-		if (first->syms[i].bound)
+		if (!unbound_input_symbol(&first->syms[i]))
 			continue;
 		/* copied: first is freed before the names are done with */
 		y->names[n] = mo_strdup(first->syms[i].name);
