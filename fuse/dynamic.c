@@ -334,15 +334,15 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 	}
 	if (!ref)
 		return MO_OK; /* static: the same kernel at every size */
+	/* before the search, what fuse_dyn_op checks exactly after it: some
+	 * input has the leading dims of each output (or it has one, the rows) */
 	for (int i = 0; i < rg->n_outputs; i++) {
-		int t = rg->outputs[i], lead = y->lead[t], from = lead == 1 ? 0 : -1;
-		for (int k = 0; k < rg->n_inputs && from < 0; k++)
-			if (y->lead[rg->inputs[k]] == lead && same_lead(y, f->tp, rg->inputs[k], t, lead))
-				from = k;
-		for (int k = 0; k < rg->n_inputs && from < 0 && lead > 1; k++)
-			if (y->lead[rg->inputs[k]] == lead)
-				from = -2; /* the first such input has other leading dims */
-		if (lead <= 0 || from < 0) {
+		int t = rg->outputs[i], lead = y->lead[t];
+		bool found = lead == 1;
+		for (int k = 0; k < rg->n_inputs && !found; k++)
+			found = y->lead[rg->inputs[k]] == lead &&
+				same_lead(y, f->tp, rg->inputs[k], t, lead);
+		if (lead <= 0 || !found) {
 			snprintf(s->why, sizeof s->why, "%s '%.200s' %s", lead <= 0 ? "output" :
 				 "the leading dims of output", f->tp->tensors[t].name, lead <= 0
 				 ? "has no rows while other tensors have" : "cannot be told from its inputs'");
@@ -412,6 +412,26 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
 			s->out_rows[i - kg->n_inputs] = lead;
 		else
 			s->in_rows[i] = lead;
+	}
+	/* the glue gives an output the leading dims of the first input (in
+	 * the μGraph's order) with as many row dims, or the rows when it has
+	 * one: they must be the output's at every size */
+	for (int o = 0; o < kg->n_outputs; o++) {
+		int lead = s->out_rows[o], ot = find_tensor(s->rg, f->tp,
+							    kg->tensors[kg->outputs[o]].name, true);
+		int k = 0;
+		while (k < kg->n_inputs && s->in_rows[k] != lead)
+			k++;
+		bool ok = k < kg->n_inputs
+			? same_lead(&f->dyn, f->tp, find_tensor(s->rg, f->tp,
+								 kg->tensors[kg->inputs[k]].name, false),
+				    ot, lead)
+			: lead == 1;
+		if (!ok) {
+			snprintf(s->why, sizeof s->why, "the leading dims of output '%.200s' cannot be "
+				 "told from its inputs'", kg->tensors[kg->outputs[o]].name);
+			return MO_OK;
+		}
 	}
 	return MO_OK;
 }
