@@ -435,3 +435,121 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
 	}
 	return MO_OK;
 }
+
+/* One field trial of region s at size k (0: the probe's, 1: the ones'):
+ * the region there against s->prog run on each chunk of s->rows of its
+ * rows. *verdict: 1 every element agrees, 0 one differs (*where says it),
+ * -1 the trial says nothing (a division by zero). */
+static enum mo_status prove_trial(const struct mo_fuse_region *s, int k,
+				  uint64_t seed, const struct mo_eval_rows *proto,
+				  struct mo_eval_cache *cache, int *verdict, char *where,
+				  size_t where_len, struct mo_diag *d)
+{
+	const struct mo_tp *big = k ? s->prog_one : s->prog_probe;
+	int64_t n = k ? s->rows_one : s->rows_probe, r = s->rows;
+	struct mo_eval_result want = { 0 }, got = { 0 };
+	enum mo_status st = mo_eval_masked(big, MO_EVAL_FF, seed, 1.0, NULL, cache, &want, d);
+	*verdict = want.div_by_zero ? -1 : 1;
+	for (int64_t a = 0; !st && *verdict == 1 && a < n; a += r) {
+		struct mo_eval_rows w = *proto;
+		w.first = a;
+		w.valid = n - a < r ? n - a : r;
+		st = mo_eval_rows(s->prog, MO_EVAL_FF, seed, &w, cache, &got, d);
+		if (!st && got.div_by_zero)
+			*verdict = -1;
+		for (int o = 0; !st && *verdict == 1 && o < got.n_outputs; o++) {
+			int q = 0;
+			while (q < want.n_outputs && strcmp(want.names[q], got.names[o]))
+				q++;
+			uint64_t per = got.counts[o] / (uint64_t)r;
+			if (q == want.n_outputs || got.counts[o] % (uint64_t)r ||
+			    want.counts[q] != per * (uint64_t)n) {
+				st = mo_diag_set(d, MO_ERR_INTERNAL, "output '%s' of region %s has no rows "
+						 "at other sizes", got.names[o], s->op_type);
+				break;
+			}
+			const struct mo_ff *g = got.values[o], *x = want.values[q];
+			for (uint64_t e = 0; e < (uint64_t)w.valid * per; e++) {
+				const struct mo_ff *y = &x[(uint64_t)a * per + e];
+				if (g[e].p != y->p || g[e].q != y->q) {
+					*verdict = 0;
+					snprintf(where, where_len, "output '%.100s' row %lld", got.names[o],
+						 (long long)(a + (int64_t)(e / per)));
+					break;
+				}
+			}
+		}
+		mo_eval_result_free(&got);
+	}
+	mo_eval_result_free(&want);
+	return st;
+}
+
+enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      struct mo_diag *d)
+{
+	if (s->rows <= 0 || !s->fused)
+		return MO_OK;
+	const struct mo_region *rg = s->rg;
+	const char **names = mo_calloc((size_t)rg->n_inputs + 1, sizeof *names);
+	uint64_t *per = mo_calloc((size_t)rg->n_inputs + 1, sizeof *per);
+	struct mo_eval_rows proto = { .names = names, .per = per };
+	struct mo_eval_cache cache = { 0 };
+	enum mo_status st = MO_OK;
+	if (!names || !per) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int i = 0; i < rg->n_inputs; i++) {
+		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
+		if (f->dyn.lead[rg->inputs[i]] <= 0)
+			continue;
+		names[proto.n] = t->name;
+		per[proto.n++] = mo_tensor_numel(t) / (uint64_t)s->rows;
+	}
+	/* FUSE_DYN_TRIALS decisive trials at each size; a trial with a
+	 * division by zero says nothing and another seed is drawn */
+	uint64_t seed = f->a->search->seed ^ 0x726f777370726f76ull;
+	for (int k = 0; k < 2 && !st && s->fused; k++) {
+		int decided = 0, drawn = 0;
+		while (!st && s->fused && decided < FUSE_DYN_TRIALS && drawn < 4 * FUSE_DYN_TRIALS) {
+			int verdict;
+			char where[160] = "";
+			struct mo_diag xd;
+			mo_diag_init(&xd);
+			if (prove_trial(s, k, mo_mix64(seed + (uint64_t)drawn++), &proto, &cache,
+					&verdict, where, sizeof where, &xd)) {
+				if (xd.status == MO_ERR_NOMEM) {
+					*d = xd;
+					st = MO_ERR_NOMEM;
+					break;
+				}
+				/* cannot be evaluated: not proven */
+				snprintf(s->why, sizeof s->why, "its rows cannot be proven at other sizes: "
+					 "%.300s", xd.msg);
+				s->fused = false;
+				break;
+			}
+			if (verdict == 0) {
+				s->fused = false;
+				snprintf(s->why, sizeof s->why, "not row-parallel: at %lld rows, the region "
+					 "run %lld rows at a time differs from the region run whole over the "
+					 "finite field (%s)", (long long)(k ? s->rows_one : s->rows_probe),
+					 (long long)s->rows, where);
+			}
+			decided += verdict == 1;
+		}
+		if (!st && s->fused && decided < FUSE_DYN_TRIALS) {
+			s->fused = false;
+			snprintf(s->why, sizeof s->why, "its rows cannot be proven at %lld rows: every "
+				 "finite-field trial divided by zero", (long long)(k ? s->rows_one
+										: s->rows_probe));
+		}
+		s->rows_trials += decided;
+	}
+out:
+	mo_eval_cache_free(&cache);
+	mo_free(names);
+	mo_free(per);
+	return st;
+}

@@ -240,6 +240,13 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	if (s->why[0])
 		return MO_OK;
 	s->fused = true;
+	if (fuse_dyn_prove(f, s, f->d))
+		return MO_ERR_NOMEM;
+	if (!s->fused) {
+		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
+			  s->why);
+		return MO_OK;
+	}
 	mo_mg_output_dtypes(s->r.best, s->prog);
 	if (a->profile)
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);

@@ -10,6 +10,9 @@
  * (dynamic.c). */
 #define FUSE_DYN_SEARCH_SIZE 16
 #define FUSE_DYN_PROBE_SIZE 23
+/* decisive finite-field trials proving a region row-parallel at each of
+ * the probe's and the ones' sizes */
+#define FUSE_DYN_TRIALS 2
 
 /* The model's unbound symbols and what they vary (dynamic.c). */
 struct fuse_dyn {
@@ -84,6 +87,15 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s,
 /* The row dims of s's μGraph's inputs and outputs (s->in_rows, out_rows);
  * s->why when they cannot be told. Fails only when out of memory. */
 enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d);
+/* Proves over the finite field that fused region s serves any number of
+ * rows: at the probe's and the ones' sizes the region's outputs are, chunk
+ * by chunk of s->rows rows, the region at the search sizes (s->prog) run on
+ * those rows of its inputs, the last chunk padded with other values. With
+ * the μGraph proven equal to s->prog, that is what <op>_rows computes there.
+ * Leaves s unfused, with s->why, when a trial differs or none decides.
+ * Fails only when out of memory. */
+enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      struct mo_diag *d);
 
 /* ---- variants.c ---- */
 

@@ -83,6 +83,7 @@ struct mo_fuse_region {
 	struct mo_tp *prog_probe, *prog_one;
 	int *in_rows, *out_rows;
 	struct mo_plugin_check check_probe, check_one;
+	int rows_trials; /* finite-field trials proving it row-parallel there */
 };
 
 /* What a run did. */

@@ -142,10 +142,12 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 				fprintf(f, ",\n     \"cpu_kernel_check\": {\"max_rel\": %.3g, \"max_abs\": %.3g, "
 					"\"plans\": %d}", s->check.max_rel, s->check.max_abs, s->check.plans);
 			if (s->fused && s->rows > 0) /* served at any number of rows */
-				fprintf(f, ",\n     \"rows\": {\"per_launch\": %lld, \"checked_at\": "
-					"[{\"rows\": %lld, \"max_rel\": %.3g}, {\"rows\": %lld, \"max_rel\": "
-					"%.3g}]}", (long long)s->rows, (long long)s->rows_probe,
-					s->check_probe.max_rel, (long long)s->rows_one, s->check_one.max_rel);
+				fprintf(f, ",\n     \"rows\": {\"per_launch\": %lld, \"proven_at\": "
+					"[%lld, %lld], \"field_trials\": %d, \"checked_at\": [{\"rows\": %lld, "
+					"\"max_rel\": %.3g}, {\"rows\": %lld, \"max_rel\": %.3g}]}",
+					(long long)s->rows, (long long)s->rows_probe, (long long)s->rows_one,
+					s->rows_trials, (long long)s->rows_probe, s->check_probe.max_rel,
+					(long long)s->rows_one, s->check_one.max_rel);
 			if (s->profile_n) { /* us[0]: the cost model's choice */
 				fputs(",\n     \"profile\": {\"gpu\": ", f);
 				mo_json_string(f, s->profile_gpu);

@@ -16,6 +16,10 @@ kernels in ONNX Runtime.
   same of its own loop.
 - Exports by dynamo, TorchScript and Optimum (Llama, Qwen2, BERT, GPT-2),
   fused with no --dim: the original's outputs at three (batch, seq) sizes.
+- Every region serving rows is proven row-parallel over the finite field
+  at the probe's and the ones' sizes (the manifest's rows.proven_at); a
+  softmax over the sequence axis, one kind of rows but mixing them, is
+  refused by that proof and stays unfused.
 """
 import json
 import os
@@ -97,6 +101,11 @@ class Rows(unittest.TestCase):
         rows = [g for g in regions if g["fused"] and "rows" in g]
         self.assertTrue(rows, f"{tag}: no fused region serves rows")
         for g in rows:
+            # proven row-parallel over the field at both other sizes
+            # (FUSE_DYN_TRIALS each), then float-checked there
+            self.assertGreaterEqual(g["rows"]["field_trials"], 4, g["region"])
+            self.assertEqual(g["rows"]["proven_at"],
+                             [c["rows"] for c in g["rows"]["checked_at"]], g["region"])
             for c in g["rows"]["checked_at"]:
                 self.assertLessEqual(c["max_rel"], 1e-4, g["region"])
         return out, plugin, regions
@@ -118,6 +127,34 @@ class Rows(unittest.TestCase):
             x = rng.standard_normal((b, s, D)).astype(np.float32)
             close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
                   f"batch {b}, seq {s}", self)
+
+    def test_a_region_mixing_rows_stays_unfused(self):
+        """A softmax over the sequence axis keeps the rows' shape but mixes
+        them: its region has one kind of rows, is proven at the search
+        sizes, and is refused by the finite-field proof at other sizes
+        (its chunks of 16 rows are not the region run whole)."""
+        n = h.make_node
+        rng = np.random.default_rng(1)
+        src = os.path.join(self.dir, "mix_rows.onnx")
+        onnx.save(mo_testlib.model(
+            [n("MatMul", ["x", "w1"], ["a"], name="proj"),
+             n("Softmax", ["a"], ["p"], axis=1, name="softmax_seq"),
+             n("MatMul", ["p", "w2"], ["y"], name="out")],
+            [vi("x", ["batch", "seq", D])], [vi("y", ["batch", "seq", D])],
+            [mo_testlib.const("w1", rng.standard_normal((D, D)) / 6),
+             mo_testlib.const("w2", rng.standard_normal((D, D)) / 6)]), src)
+        out = os.path.join(self.dir, "mix_rows_fused.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--no-cache", "--budget", "5"],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("not row-parallel: at 46 rows, the region run 16 rows at a time "
+                      "differs from the region run whole over the finite field", r.stderr)
+        fused = onnx.load(out)
+        self.assertIn("softmax_seq", [nd.name for nd in fused.graph.node])
+        x = rng.standard_normal((2, 23, D)).astype(np.float32)
+        plugin, _ = fileset(out)
+        close(session(src).run(None, {"x": x})[0], session(out, plugin).run(None, {"x": x})[0],
+              "mixing rows", self)
 
     def test_the_size_searched_at_is_a_flag(self):
         src = os.path.join(self.dir, "norm_mlp_size.onnx")

@@ -378,14 +378,24 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 		return false;
 	e->vals[ti] = v;
 	if (t->kind == MO_T_INPUT) {
-		uint64_t hn = hash_str(t->name);
+		uint64_t hn = hash_str(t->name), per = 0, first = 0, valid = 0;
+		for (int k = 0; e->rows && k < e->rows->n && !per; k++)
+			if (strcmp(e->rows->names[k], t->name) == 0) {
+				per = e->rows->per[k];
+				first = (uint64_t)e->rows->first * per;
+				valid = (uint64_t)e->rows->valid * per;
+			}
 		for (uint64_t i = 0; i < n; i++) {
-			uint64_t h = h3(hn, i, e->seed);
+			/* a chunk's element i is the larger walk's first + i;
+			 * padding hashes apart from every element it has */
+			bool pad = per && i >= valid;
+			uint64_t at = per ? first + i : i;
+			uint64_t h = h3(pad ? ~hn : hn, at, e->seed);
 			if (e->dom == MO_EVAL_FF)
 				((ff *)v)[i] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
 			else
-				((double *)v)[i] = mo_eval_input_as(t->name, i, e->seed, e->scale,
-								    t->dtype);
+				((double *)v)[i] = pad ? 0 : mo_eval_input_as(t->name, at, e->seed,
+									      e->scale, t->dtype);
 		}
 		if (e->dom == MO_EVAL_FLOAT && e->masked && strcmp(t->name, e->masked) == 0)
 			causal_mask(t, v);
@@ -1546,10 +1556,32 @@ uint64_t mo_eval_working_set(const struct mo_tp *tp)
 	return peak;
 }
 
+static enum mo_status eval_walk(const struct mo_tp *tp, enum mo_eval_domain domain,
+				uint64_t seed, double scale, const char *masked,
+				const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
+				struct mo_eval_result *out, struct mo_diag *d);
+
 enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain,
 			      uint64_t seed, double scale, const char *masked,
 			      struct mo_eval_cache *cache, struct mo_eval_result *out,
 			      struct mo_diag *d)
+{
+	return eval_walk(tp, domain, seed, scale, masked, NULL, cache, out, d);
+}
+
+enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
+			    const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
+			    struct mo_eval_result *out, struct mo_diag *d)
+{
+	if (!rows || rows->first < 0 || rows->valid < 0 || rows->n < 0)
+		return mo_diag_set(d, MO_ERR_INTERNAL, "mo_eval_rows: a chunk of no rows");
+	return eval_walk(tp, domain, seed, 1.0, NULL, rows, cache, out, d);
+}
+
+static enum mo_status eval_walk(const struct mo_tp *tp, enum mo_eval_domain domain,
+				uint64_t seed, double scale, const char *masked,
+				const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
+				struct mo_eval_result *out, struct mo_diag *d)
 {
 	memset(out, 0, sizeof *out);
 	out->domain = domain;
@@ -1559,7 +1591,7 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 	}
 	/* another program's cache is only read (cached_weight) */
 	struct ev e = { .tp = tp, .dom = domain, .seed = seed, .f = mo_field_get(), .d = d,
-			.scale = scale, .cache = cache, .masked = masked,
+			.scale = scale, .cache = cache, .masked = masked, .rows = rows,
 			.es = domain == MO_EVAL_FLOAT ? sizeof(double) : sizeof(struct mo_ff) };
 	e.vals = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.vals);
 	e.borrowed = mo_calloc((size_t)tp->n_tensors + 1, sizeof *e.borrowed);

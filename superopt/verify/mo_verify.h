@@ -94,6 +94,24 @@ enum mo_status mo_eval_masked(const struct mo_tp *tp, enum mo_eval_domain domain
 			      struct mo_eval_cache *cache, struct mo_eval_result *out,
 			      struct mo_diag *d);
 
+/* A chunk of rows of a larger evaluation, for proving a program
+ * row-parallel: program A at R rows run on rows [first, first + R) of the
+ * inputs program B sees at N rows. An input named in `names` has `per[i]`
+ * elements a row: A's element k of it is B's element first * per + k while
+ * its row (k / per) is below `valid`, and past that (padding: the rows B
+ * does not have) a value of its own, drawn from another hash; an input not
+ * named is B's, whole. */
+struct mo_eval_rows {
+	int64_t first, valid;
+	int n;
+	const char *const *names;
+	const uint64_t *per;
+};
+/* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
+enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
+			    const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
+			    struct mo_eval_result *out, struct mo_diag *d);
+
 /* The most bytes of values a field walk of tp holds at once: its inputs and
  * the values of its ops, each freed after its last read (weights, converted
  * or read lazily, are not counted). UINT64_MAX when it cannot be counted. */

@@ -14,6 +14,7 @@ struct ev {
 	size_t es;     /* element size: sizeof(double) or sizeof(struct mo_ff) */
 	double scale;  /* of float inputs */
 	const char *masked; /* a float input given a causal mask of -inf, or NULL */
+	const struct mo_eval_rows *rows; /* inputs from a chunk of rows (mo_eval_rows), or NULL */
 	struct mo_eval_cache *cache;
 	void **vals;   /* per tensor */
 	bool *borrowed; /* vals[i] belongs to the cache, not to this walk */
