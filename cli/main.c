@@ -97,8 +97,14 @@ static const char usage_text[] =
 	"                     the search runs at batch 1 and 16 for the others, and\n"
 	"                     a region whose tensors vary only in their leading dims\n"
 	"                     (batch x sequence rows) gets a kernel that serves any\n"
-	"                     number of rows, checked at other sizes; ops that vary\n"
-	"                     otherwise (attention over the sequence) stay unfused\n"
+	"                     number of rows, proven and checked at other sizes; ops\n"
+	"                     that vary otherwise (attention over the sequence) stay\n"
+	"                     unfused\n"
+	"      --dim NAME=LO..HI\n"
+	"                     leave NAME symbolic, its sizes from LO to HI: the search\n"
+	"                     and the proofs take their sizes within (the search's\n"
+	"                     the default clamped into it), and a value another flag\n"
+	"                     binds it to must lie within; LO..LO binds it\n"
 	"      --dynamic-size N\n"
 	"                     the size unbound dims other than a batch take in the\n"
 	"                     search, 1 to 65536 (default 16): ops serving rows run\n"
@@ -342,11 +348,19 @@ static void warn_if_external_data_stays_behind(const struct mo_model *m,
  * or bytes overflows somewhere long before a model could be that large. */
 #define MAX_DIM_ARG ((int64_t)1 << 31)
 
-/* The sizes the last --dim (dim) or --input-shape added are within bounds. */
+/* The sizes the --dim (dim) or the last --input-shape added are within
+ * bounds. */
 static bool dims_in_range(const struct mo_import_options *o, bool dim)
 {
-	if (dim)
-		return o->dim_values[o->n_dims - 1] <= MAX_DIM_ARG;
+	if (dim) {
+		for (int i = 0; i < o->n_dims; i++)
+			if (o->dim_values[i] > MAX_DIM_ARG)
+				return false;
+		for (int i = 0; i < o->n_ranges; i++)
+			if (o->ranges[i][1] > MAX_DIM_ARG)
+				return false;
+		return true;
+	}
 	int k = o->n_input_shapes - 1;
 	for (int i = 0; i < o->input_shape_ranks[k]; i++)
 		if (o->input_shape_dims[k][i] > MAX_DIM_ARG)
@@ -359,8 +373,8 @@ static const char *dims_usage(bool dim, const char *arg)
 {
 	static char msg[400];
 	snprintf(msg, sizeof msg, "%s needs %s with %s from %d to %lld, not '%.200s'",
-		 dim ? "--dim" : "--input-shape", dim ? "NAME=N" : "NAME=2x4096",
-		 dim ? "N" : "sizes", 0, (long long)MAX_DIM_ARG, arg);
+		 dim ? "--dim" : "--input-shape", dim ? "NAME=N or NAME=LO..HI" : "NAME=2x4096",
+		 dim ? "N (LO <= HI)" : "sizes", 0, (long long)MAX_DIM_ARG, arg);
 	return msg;
 }
 
@@ -441,14 +455,20 @@ static int equiv_main(int argc, char **argv)
 			if (c == OPT_ATOL) opt.atol = v;
 			break;
 		case OPT_EDIM:
-			if (mo_tp_add_dim(&imp, optarg, &d) || !dims_in_range(&imp, true)) {
+			if (mo_tp_add_dim(&imp, optarg, &d) || !dims_in_range(&imp, true) ||
+			    imp.n_ranges) { /* equiv binds every dim */
 				if (d.status && d.status != MO_ERR_USAGE) {
 					rc = equiv_fail(&d, 3);
 					mo_import_options_free(&imp);
 					return rc;
 				}
 				mo_diag_init(&d);
-				mo_diag_set(&d, MO_ERR_USAGE, "%s", dims_usage(true, optarg));
+				if (imp.n_ranges)
+					mo_diag_set(&d, MO_ERR_USAGE, "--dim needs NAME=N, N from 0 to %lld, "
+						    "not the range '%.200s' (equiv binds every dim)",
+						    (long long)MAX_DIM_ARG, optarg);
+				else
+					mo_diag_set(&d, MO_ERR_USAGE, "%s", dims_usage(true, optarg));
 				goto usage;
 			}
 			break;

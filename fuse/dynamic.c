@@ -23,17 +23,25 @@
 
 #include "fuse_int.h"
 
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
 /* The values an unbound symbol takes at the search, the probe and the ones
- * (size: --dynamic-size, 0 for the default). */
-static void values_of(const char *name, int64_t size, int64_t v[3])
+ * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
+ * (lo < hi; 0, INT64_MAX without one): the probe differs from the search. */
+static void values_of(const char *name, int64_t size, int64_t lo, int64_t hi, int64_t v[3])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
 		batch = strncasecmp(p, "batch", 5) == 0;
 	size = size > 0 ? size : FUSE_DYN_SEARCH_SIZE;
-	v[0] = batch ? 1 : size;
-	v[1] = batch ? 2 : size + FUSE_DYN_PROBE_SIZE - FUSE_DYN_SEARCH_SIZE;
-	v[2] = 1;
+	v[0] = clamp(batch ? 1 : size, lo, hi);
+	v[1] = clamp(batch ? 2 : size + FUSE_DYN_PROBE_SIZE - FUSE_DYN_SEARCH_SIZE, lo, hi);
+	if (v[1] == v[0])
+		v[1] = v[0] < hi ? v[0] + 1 : v[0] - 1;
+	v[2] = clamp(1, lo, hi);
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
@@ -203,10 +211,15 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			mo_tp_free(first);
 			return mo_diag_nomem(d);
 		}
-		values_of(y->names[n], o ? o->dynamic_size : 0, y->values[n]);
+		int64_t lo = 0, hi = INT64_MAX;
+		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
+		values_of(y->names[n], o ? o->dynamic_size : 0, lo, hi, y->values[n]);
+		char within[64] = "";
+		if (ranged)
+			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
-				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64,
-				       n ? ", " : "", y->names[n], y->values[n][0]);
+				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64 "%s",
+				       n ? ", " : "", y->names[n], y->values[n][0], within);
 		n++;
 	}
 	struct mo_tp *tps[3] = { 0 };

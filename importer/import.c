@@ -1977,23 +1977,60 @@ static bool grow_options(struct mo_import_options *o, int dims_or_shapes)
 	return true;
 }
 
+static bool grow_ranges(struct mo_import_options *o)
+{
+	const char **n = mo_realloc(o->range_names, ((size_t)o->n_ranges + 1) * sizeof *n);
+	if (!n)
+		return false;
+	o->range_names = n;
+	int64_t(*r)[2] = mo_realloc(o->ranges, ((size_t)o->n_ranges + 1) * sizeof *r);
+	if (!r)
+		return false;
+	o->ranges = r;
+	return true;
+}
+
 enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 			     struct mo_diag *d)
 {
 	const char *eq = strchr(arg, '=');
-	int64_t v;
-	if (!eq || eq == arg || !parse_i64(eq + 1, eq + strlen(eq), &v))
-		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=VALUE with VALUE >= 0", arg);
+	const char *dots = eq ? strstr(eq + 1, "..") : NULL;
+	int64_t v, hi;
+	bool ok = eq && eq != arg && (dots ? parse_i64(eq + 1, dots, &v) &&
+				      parse_i64(dots + 2, eq + strlen(eq), &hi) && v <= hi
+				      : parse_i64(eq + 1, eq + strlen(eq), &v));
+	if (!ok)
+		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=N or NAME=LO..HI with "
+				   "0 <= LO <= HI", arg);
+	bool range = dots && v < hi;
 	char *name = mo_malloc((size_t)(eq - arg) + 1);
-	if (!name || !grow_options(o, 0)) {
+	if (!name || !(range ? grow_ranges(o) : grow_options(o, 0))) {
 		mo_free(name);
 		return mo_diag_nomem(d);
 	}
 	memcpy(name, arg, (size_t)(eq - arg));
 	name[eq - arg] = '\0';
-	o->dim_names[o->n_dims] = name;
-	o->dim_values[o->n_dims++] = v;
+	if (range) {
+		o->range_names[o->n_ranges] = name;
+		o->ranges[o->n_ranges][0] = v;
+		o->ranges[o->n_ranges++][1] = hi;
+	} else {
+		o->dim_names[o->n_dims] = name;
+		o->dim_values[o->n_dims++] = v;
+	}
 	return MO_OK;
+}
+
+bool mo_import_range(const struct mo_import_options *o, const char *name, int64_t *lo,
+		     int64_t *hi)
+{
+	for (int i = 0; o && i < o->n_ranges; i++)
+		if (strcmp(o->range_names[i], name) == 0) {
+			*lo = o->ranges[i][0];
+			*hi = o->ranges[i][1];
+			return true;
+		}
+	return false;
 }
 
 enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
@@ -2039,6 +2076,10 @@ void mo_import_options_free(struct mo_import_options *o)
 		mo_free((char *)o->dim_names[i]);
 	for (int i = 0; i < o->n_input_shapes; i++)
 		mo_free((char *)o->input_shape_names[i]);
+	for (int i = 0; i < o->n_ranges; i++)
+		mo_free((char *)o->range_names[i]);
+	mo_free(o->range_names);
+	mo_free(o->ranges);
 	mo_free(o->dim_names);
 	mo_free(o->dim_values);
 	mo_free(o->input_shape_names);

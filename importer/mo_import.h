@@ -16,18 +16,28 @@ struct mo_import_options {
 	const char **input_shape_names;
 	int *input_shape_ranks;
 	int64_t (*input_shape_dims)[MO_MAX_RANK];
+	/* --dim NAME=LO..HI: symbols left unbound within a range (lo < hi;
+	 * lo == hi is a binding). The importer checks the names and that a
+	 * value bound to one lies within; the fuse takes its sizes there. */
+	int n_ranges;
+	const char **range_names;
+	int64_t (*ranges)[2];
 	/* not the importer's: the size the fuse gives unbound dims other than
 	 * a batch when it leaves them symbolic (fuse/dynamic.c; 0: 16) */
 	int64_t dynamic_size;
 };
 
-/* Parses "NAME=VALUE" and "NAME=2x4096" flag values into options (the
- * strings are referenced, not copied). */
+/* Parses "NAME=VALUE", "NAME=LO..HI" and "NAME=2x4096" flag values into
+ * options (the names are copied). */
 enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 			     struct mo_diag *d);
 enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
 				     struct mo_diag *d);
 void mo_import_options_free(struct mo_import_options *o);
+
+/* The range --dim gave symbol `name`: true with lo/hi set, else false. */
+bool mo_import_range(const struct mo_import_options *o, const char *name, int64_t *lo,
+		     int64_t *hi);
 
 enum mo_status mo_tp_import(const struct mo_model *m,
 			    const struct mo_import_options *opt,

@@ -362,7 +362,26 @@ enum mo_status mo_symtab_bind(struct mo_symtab *st, const Onnx__GraphProto *g,
 	for (int k = 0; k < o->n_input_shapes; k++)
 		if (bind_input_shape(st, g, o, k, d))
 			return d->status;
-	return settle_all(st, g, o, d);
+	if (settle_all(st, g, o, d))
+		return d->status;
+	/* a range names a symbol of the inputs; a value it has (bound by
+	 * another flag, or derived) lies within it */
+	for (int i = 0; i < o->n_ranges; i++) {
+		const char *name = o->range_names[i];
+		int64_t lo = o->ranges[i][0], hi = o->ranges[i][1];
+		int k = find_sym(st, name, strlen(name));
+		if (k < 0 || st->tp->syms[k].whole_text)
+			return mo_diag_set(d, MO_ERR_USAGE,
+					   "--dim %.100s=%" PRId64 "..%" PRId64 ": the model has no "
+					   "symbolic dimension '%.100s' (a range bounds one of: %s)",
+					   name, lo, hi, name, known_names(st));
+		const struct mo_tp_sym *s = &st->tp->syms[k];
+		if (s->bound && (s->value < lo || s->value > hi))
+			return mo_diag_set(d, MO_ERR_USAGE,
+					   "'%.100s' is %" PRId64 " by %.100s, outside its range %" PRId64
+					   "..%" PRId64 " (--dim)", name, s->value, s->how, lo, hi);
+	}
+	return MO_OK;
 }
 
 /* name with each ' written '\'' (inside single quotes) */

@@ -170,6 +170,34 @@ class Rows(unittest.TestCase):
                            capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 2)
         self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        # --dim NAME=LO..HI: left symbolic, searched within the range
+        for flags, want, said in (
+                (["--dim", "seq=1..8"], {"batch": 1, "seq": 8}, "batch=1, seq=8 (of 1..8)"),
+                (["--dim", "seq=100..200", "--dim", "batch=2..4"], {"batch": 2, "seq": 100},
+                 "batch=2 (of 2..4), seq=100 (of 100..200)"),
+                (["--dim", "seq=0..4096", "--dynamic-size", "64"], {"batch": 1, "seq": 64},
+                 "batch=1, seq=64 (of 0..4096)")):
+            r = subprocess.run([CLI, src, "--list-regions", "--json", *flags],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            syms = {x["name"]: x["value"] for x in json.loads(r.stdout)["symbols"]}
+            self.assertEqual(syms, want, flags)
+            self.assertIn(f"searched at {said}", r.stderr)
+        # LO..LO binds; a binding within the range is kept, one outside it,
+        # a name the model lacks or a derived dim is one line and exit 2
+        r = subprocess.run([CLI, src, "--list-regions", "--json", "--dim", "seq=3..3",
+                            "--dim", "batch=1..9", "--dim", "batch=5"],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        syms = {x["name"]: (x["value"], x["how"]) for x in json.loads(r.stdout)["symbols"]}
+        self.assertEqual(syms, {"batch": (5, "--dim"), "seq": (3, "--dim")})
+        for flags, said in ((["--dim", "seq=1..8", "--dim", "seq=9"], "outside its range 1..8"),
+                            (["--dim", "sqe=1..8"], "no symbolic dimension 'sqe'")):
+            r = subprocess.run([CLI, src, "--list-regions", *flags],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 2, flags)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+            self.assertIn(said, r.stderr)
 
     def test_whole_exports_serve_every_size(self):
         """Exports by dynamo, TorchScript and Optimum fused with no --dim:
