@@ -1427,6 +1427,29 @@ static bool fold_float(struct importer *im, const Onnx__NodeProto *n, struct mo_
 	return true;
 }
 
+/* An Identity of a weight (what a exporter deduplicating equal initializers
+ * writes: every norm weight of a fresh Llama is the same ones) is that
+ * weight under another name: a weight a region reads, not an op it holds.
+ * The node stays in the graph, making the name the fused ops read. */
+static bool fold_alias(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	if (op->kind != MO_OP_IDENTITY || op->n_in != 1 || op->n_out != 1 || op->in[0] < 0 ||
+	    op->out[0] < 0 || n->n_output != 1 || (*str(n->domain) && strcmp(n->domain, "ai.onnx")))
+		return false;
+	const struct mo_tensor *x = &tp->tensors[op->in[0]];
+	struct mo_tensor *y = &tp->tensors[op->out[0]];
+	if (x->kind != MO_T_INITIALIZER || !x->init || !x->shape_known || !y->shape_known ||
+	    x->dtype != y->dtype || mo_tensor_numel(x) != mo_tensor_numel(y) || y->is_graph_output)
+		return false;
+	y->kind = MO_T_INITIALIZER;
+	y->init = x->init;
+	y->ivals = x->ivals;
+	y->fvals = x->fvals;
+	y->n_vals = x->n_vals;
+	return true;
+}
+
 static enum mo_status import_constant(struct importer *im, const Onnx__NodeProto *n,
 				      int node_index)
 {
@@ -1609,7 +1632,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 			im->unbound[op.out[i]] = unbound;
 	if (!off_schema && op.kind == MO_OP_OPAQUE)
 		opaque_shape(im, n, &op);
-	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op))) {
+	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op))) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
 	}
