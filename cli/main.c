@@ -105,11 +105,14 @@ static const char usage_text[] =
 	"                     and the proofs take their sizes within (the search's\n"
 	"                     the default clamped into it), and a value another flag\n"
 	"                     binds it to must lie within; LO..LO binds it\n"
-	"      --dynamic-size N\n"
+	"      --dynamic-size N[,M...]\n"
 	"                     the size unbound dims other than a batch take in the\n"
 	"                     search, 1 to 65536 (default 16): ops serving rows run\n"
 	"                     that many rows a launch (more suits long prompts; the\n"
-	"                     last chunk is padded)\n"
+	"                     last chunk is padded). Up to 3 more sizes (1,16,512):\n"
+	"                     each such op is searched and proven at each too, and\n"
+	"                     runs n rows as the launches the cost model prices\n"
+	"                     cheapest (decode 1 row, a prefill 512 at a time)\n"
 	"      --input-shape NAME=2x4096\n"
 	"                     give input NAME this shape, sizes 0 to 2^31 (repeatable)\n"
 	"      --max-region-ops N\n"
@@ -639,9 +642,44 @@ int main(int argc, char **argv)
 			cli.cuda_arch = optarg;
 			break;
 		}
-		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
-		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT:
 		case OPT_DYNAMIC_SIZE: {
+			/* N or a list N,M,...: the first the search size, the others
+			 * more sizes a launch of an op serving rows may take */
+			char buf[128], *save = NULL;
+			int n = 0;
+			int64_t got[1 + MO_IMPORT_MAX_MORE_SIZES];
+			snprintf(buf, sizeof buf, "%s", optarg);
+			for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				double v;
+				if (!cli_parse_num(t, &f_dynamic_size, &v)) {
+					mo_import_options_free(&cli.import);
+					return cli_num_flag_error("mirage-onnx", &f_dynamic_size, optarg,
+								  EXIT_USAGE);
+				}
+				for (int k = 0; k < n; k++)
+					if (got[k] == (int64_t)v) {
+						mo_import_options_free(&cli.import);
+						return usage_error("--dynamic-size: a size given twice:", optarg);
+					}
+				if (n == 1 + MO_IMPORT_MAX_MORE_SIZES) {
+					mo_import_options_free(&cli.import);
+					return usage_error("--dynamic-size: at most 4 sizes:", optarg);
+				}
+				got[n++] = (int64_t)v;
+			}
+			if (n == 0 || strlen(optarg) >= sizeof buf || optarg[0] == ',' ||
+			    optarg[strlen(optarg) - 1] == ',' || strstr(optarg, ",,")) {
+				mo_import_options_free(&cli.import);
+				return cli_num_flag_error("mirage-onnx", &f_dynamic_size, optarg, EXIT_USAGE);
+			}
+			cli.import.dynamic_size = got[0];
+			cli.import.n_more_sizes = n - 1;
+			for (int k = 1; k < n; k++)
+				cli.import.more_sizes[k - 1] = got[k];
+			break;
+		}
+		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
+		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT: {
 			/* the flag's own name: argv[optind - 1] is the value when it came
 			 * as a word of its own */
 			const struct cli_num_flag *f =
@@ -649,8 +687,7 @@ int main(int argc, char **argv)
 				: c == OPT_JOBS ? &f_jobs : c == OPT_MAX_KERNEL_OPS ? &f_kernel_ops
 				: c == OPT_MAX_BLOCK_OPS ? &f_block_ops
 				: c == OPT_TIME_LIMIT ? &f_time_limit
-				: c == OPT_MEMORY_LIMIT ? &f_memory_limit
-				: c == OPT_DYNAMIC_SIZE ? &f_dynamic_size : &f_seed;
+				: c == OPT_MEMORY_LIMIT ? &f_memory_limit : &f_seed;
 			double v;
 			if (!cli_parse_num(optarg, f, &v)) {
 				mo_import_options_free(&cli.import);
@@ -665,7 +702,6 @@ int main(int argc, char **argv)
 			/* wall-clock seconds for the whole run, from now */
 			if (c == OPT_TIME_LIMIT) cli.search.time_limit = mo_seconds() + v;
 			if (c == OPT_MEMORY_LIMIT) cli.search.memory_limit = (uint64_t)(v * (1ull << 30));
-			if (c == OPT_DYNAMIC_SIZE) cli.import.dynamic_size = (int64_t)v;
 			break;
 		}
 		case OPT_TARGET:

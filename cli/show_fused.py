@@ -336,6 +336,20 @@ def main():
             out.append(f"  estimated {cost:.1f} µs against {unf:.1f} µs unfused "
                        f"({unf / cost:.2f}x, cost model for {man.get('target', '?')})"
                        + (", from the search cache, verified again" if r.get("cached") else ""))
+        rows = r.get("rows")
+        if isinstance(rows, dict):
+            at = " and ".join(str(x) for x in rows.get("proven_at", []) or []) or "?"
+            out.append(f"  serves any number of rows (batch x sequence), proven row-parallel "
+                       f"over the finite field at {at} rows "
+                       f"({rows.get('field_trials', '?')} trials) and its kernel checked there")
+            for sz in rows.get("sizes", []) or []:
+                c, u, n = sz.get("cost_us"), sz.get("unfused_cost_us"), sz.get("per_launch")
+                if isinstance(c, (int, float)) and isinstance(u, (int, float)) and c > 0:
+                    out.append(f"  launches of {n} row{'' if n == 1 else 's'}: estimated "
+                               f"{c:.1f} µs against {u:.1f} µs unfused ({u / c:.2f}x)")
+            for sz in rows.get("sizes_left_out", []) or []:
+                out.append(f"  launches of {sz.get('per_launch')} rows: left out: "
+                           f"{sz.get('why', '?')}")
         p = r.get("profile")
         if isinstance(p, dict) and isinstance(p.get("us"), list):
             times = ", ".join("#%d %s" % (i + 1, "%.1f µs" % u if isinstance(u, (int, float))

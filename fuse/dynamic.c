@@ -31,17 +31,23 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
 /* The values an unbound symbol takes at the search, the probe and the ones
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search. */
-static void values_of(const char *name, int64_t size, int64_t lo, int64_t hi, int64_t v[3])
+static void values_of(const char *name, const struct mo_import_options *o, int64_t lo,
+		      int64_t hi, int64_t v[FUSE_DYN_IMPORTS])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
 		batch = strncasecmp(p, "batch", 5) == 0;
-	size = size > 0 ? size : FUSE_DYN_SEARCH_SIZE;
+	int64_t size = o && o->dynamic_size > 0 ? o->dynamic_size : FUSE_DYN_SEARCH_SIZE;
+	int64_t most = size; /* the probe runs past every size */
+	for (int k = 0; o && k < o->n_more_sizes; k++)
+		most = o->more_sizes[k] > most ? o->more_sizes[k] : most;
 	v[0] = clamp(batch ? 1 : size, lo, hi);
-	v[1] = clamp(batch ? 2 : size + FUSE_DYN_PROBE_SIZE - FUSE_DYN_SEARCH_SIZE, lo, hi);
+	v[1] = clamp(batch ? 2 : most + FUSE_DYN_PROBE_SIZE - FUSE_DYN_SEARCH_SIZE, lo, hi);
 	if (v[1] == v[0])
 		v[1] = v[0] < hi ? v[0] + 1 : v[0] - 1;
 	v[2] = clamp(1, lo, hi);
+	for (int k = 0; k < MO_IMPORT_MAX_MORE_SIZES; k++)
+		v[3 + k] = o && k < o->n_more_sizes ? clamp(batch ? 1 : o->more_sizes[k], lo, hi) : v[0];
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
@@ -213,7 +219,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		}
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
-		values_of(y->names[n], o ? o->dynamic_size : 0, lo, hi, y->values[n]);
+		values_of(y->names[n], o, lo, hi, y->values[n]);
 		char within[64] = "";
 		if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
@@ -257,6 +263,33 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 				tps[0]->syms[i].how = "left symbolic; the size searched at";
 	y->probe = tps[1];
 	y->one = tps[2];
+	/* the more sizes: each that differs from the search's and imports
+	 * alike (one that does not is said in the line about the symbols) */
+	for (int k = 0; o && k < o->n_more_sizes; k++) {
+		bool differs = false;
+		for (int i = 0; i < y->n; i++)
+			differs |= y->values[i][3 + k] != y->values[i][0];
+		struct mo_tp *at = NULL;
+		mo_diag_init(&xd);
+		if (differs && import_at(m, o, y, 3 + k, &at, &xd) && xd.status == MO_ERR_NOMEM) {
+			*d = xd;
+			return d->status; /* *tp and y are freed by the caller */
+		}
+		if (at && aligned(tps[0], at)) {
+			y->more_size[y->n_more] = o->more_sizes[k];
+			y->more[y->n_more++] = at;
+		} else {
+			mo_tp_free(at);
+			size_t len = strlen(y->desc);
+			snprintf(y->desc + len, sizeof y->desc - len, " (size %" PRId64 " %s)",
+				 o->more_sizes[k], differs ? "does not import alike" : "is the search's");
+		}
+	}
+	for (int k = 0; k < y->n_more; k++) {
+		size_t len = strlen(y->desc);
+		snprintf(y->desc + len, sizeof y->desc - len, "%s%" PRId64, k ? ", " : " and at ",
+			 y->more_size[k]);
+	}
 	y->lead = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->lead);
 	y->rows = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->rows);
 	if (!y->lead || !y->rows)
@@ -297,6 +330,8 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_free(y->rows);
 	mo_tp_free(y->probe);
 	mo_tp_free(y->one);
+	for (int k = 0; k < y->n_more; k++)
+		mo_tp_free(y->more[k]);
 	memset(y, 0, sizeof *y);
 }
 
@@ -320,6 +355,47 @@ static bool same_lead(const struct fuse_dyn *y, const struct mo_tp *tp, int a, i
 			if (t[k]->tensors[a].dims[d] != t[k]->tensors[b].dims[d])
 				return false;
 	return true;
+}
+
+/* Region s's program in import `at` (the model at other sizes): its ops
+ * there are the producers of the same tensors. *why when it has none. Fails
+ * only when out of memory. */
+static enum mo_status region_at(struct mo_fuse_state *f, const struct mo_fuse_region *s,
+				const struct mo_tp *at, struct mo_tp **prog, char *why, size_t len,
+				struct mo_diag *d)
+{
+	const struct mo_region *rg = s->rg;
+	int *ops = mo_calloc((size_t)rg->n_ops + 1, sizeof *ops);
+	if (!ops)
+		return mo_diag_nomem(d);
+	for (int i = 0; i < rg->n_ops && !why[0]; i++) {
+		const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
+		int t = op->n_out > 0 ? op->out[0] : -1;
+		ops[i] = t >= 0 ? at->tensors[t].producer : -1;
+		if (ops[i] < 0 || at->ops[ops[i]].kind != op->kind)
+			snprintf(why, len, "its op making '%.100s' folds away at other sizes",
+				 t >= 0 ? f->tp->tensors[t].name : "?");
+	}
+	for (int i = 1; i < rg->n_ops; i++) /* topological there too */
+		for (int j = i; j > 0 && ops[j - 1] > ops[j]; j--) {
+			int x = ops[j];
+			ops[j] = ops[j - 1];
+			ops[j - 1] = x;
+		}
+	struct mo_diag xd;
+	mo_diag_init(&xd);
+	if (!why[0] && mo_tp_region(at, ops, rg->n_ops, rg->inputs, rg->n_inputs, rg->outputs,
+				    rg->n_outputs, prog, &xd)) {
+		if (xd.status == MO_ERR_NOMEM) {
+			mo_free(ops);
+			*d = xd;
+			return MO_ERR_NOMEM;
+		}
+		*prog = NULL;
+		snprintf(why, len, "cannot make the region a program at other sizes: %.300s", xd.msg);
+	}
+	mo_free(ops);
+	return MO_OK;
 }
 
 enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
@@ -365,40 +441,37 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 	s->rows = ref[0];
 	s->rows_probe = ref[1];
 	s->rows_one = ref[2];
-	struct mo_tp *at[2] = { y->probe, y->one }, **prog[2] = { &s->prog_probe, &s->prog_one };
-	int *ops = mo_calloc((size_t)rg->n_ops + 1, sizeof *ops);
-	if (!ops)
-		return mo_diag_nomem(d);
-	for (int k = 0; k < 2 && !s->why[0]; k++) {
-		/* its ops there: the producers of the same tensors */
-		for (int i = 0; i < rg->n_ops && !s->why[0]; i++) {
+	if (region_at(f, s, y->probe, &s->prog_probe, s->why, sizeof s->why, d) ||
+	    (!s->why[0] && region_at(f, s, y->one, &s->prog_one, s->why, sizeof s->why, d)))
+		return MO_ERR_NOMEM;
+	/* the more sizes: one whose rows differ among the region's tensors,
+	 * or that has no such region, is left out (said by fuse_dyn_sizes) */
+	for (int k = 0; k < y->n_more && !s->why[0]; k++) {
+		int64_t rows = -1;
+		for (int i = 0; i < rg->n_ops && rows != 0; i++) {
 			const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
-			int t = op->n_out > 0 ? op->out[0] : -1;
-			ops[i] = t >= 0 ? at[k]->tensors[t].producer : -1;
-			if (ops[i] < 0 || at[k]->ops[ops[i]].kind != op->kind)
-				snprintf(s->why, sizeof s->why, "its op making '%.100s' folds away at "
-					 "other sizes", t >= 0 ? f->tp->tensors[t].name : "?");
-		}
-		for (int i = 1; i < rg->n_ops; i++) /* topological there too */
-			for (int j = i; j > 0 && ops[j - 1] > ops[j]; j--) {
-				int x = ops[j];
-				ops[j] = ops[j - 1];
-				ops[j - 1] = x;
+			for (int j = 0; j < op->n_in + op->n_out; j++) {
+				int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+				if (t < 0 || y->lead[t] <= 0)
+					continue;
+				int64_t r = 1;
+				for (int q = 0; q < y->lead[t]; q++)
+					r *= y->more[k]->tensors[t].dims[q];
+				rows = rows < 0 || rows == r ? r : 0;
 			}
-		struct mo_diag xd;
-		mo_diag_init(&xd);
-		if (!s->why[0] && mo_tp_region(at[k], ops, rg->n_ops, rg->inputs, rg->n_inputs,
-					       rg->outputs, rg->n_outputs, prog[k], &xd)) {
-			if (xd.status == MO_ERR_NOMEM) {
-				mo_free(ops);
-				*d = xd;
-				return MO_ERR_NOMEM;
-			}
-			snprintf(s->why, sizeof s->why, "cannot make the region a program at other "
-				 "sizes: %.300s", xd.msg);
 		}
+		s->n_more = k + 1;
+		if (rows <= 0 || rows == s->rows) {
+			snprintf(s->more_why[k], sizeof s->more_why[k], "%s", rows == s->rows ?
+				 "the same rows as the search size" : "its tensors' rows differ there");
+			continue;
+		}
+		if (region_at(f, s, y->more[k], &s->more_prog[k], s->more_why[k],
+			      sizeof s->more_why[k], d))
+			return MO_ERR_NOMEM;
+		if (s->more_prog[k])
+			s->more_rows[k] = rows;
 	}
-	mo_free(ops);
 	return MO_OK;
 }
 
@@ -450,16 +523,16 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
 }
 
 /* One field trial of region s at size k (0: the probe's, 1: the ones'):
- * the region there against s->prog run on each chunk of s->rows of its
- * rows. *verdict: 1 every element agrees, 0 one differs (*where says it),
- * -1 the trial says nothing (a division by zero). */
-static enum mo_status prove_trial(const struct mo_fuse_region *s, int k,
-				  uint64_t seed, const struct mo_eval_rows *proto,
+ * the region there against `prog` (the region at `r` rows) run on each
+ * chunk of r of its rows. *verdict: 1 every element agrees, 0 one differs
+ * (*where says it), -1 the trial says nothing (a division by zero). */
+static enum mo_status prove_trial(const struct mo_fuse_region *s, const struct mo_tp *prog,
+				  int64_t r, int k, uint64_t seed, const struct mo_eval_rows *proto,
 				  struct mo_eval_cache *cache, int *verdict, char *where,
 				  size_t where_len, struct mo_diag *d)
 {
 	const struct mo_tp *big = k ? s->prog_one : s->prog_probe;
-	int64_t n = k ? s->rows_one : s->rows_probe, r = s->rows;
+	int64_t n = k ? s->rows_one : s->rows_probe;
 	struct mo_eval_result want = { 0 }, got = { 0 };
 	enum mo_status st = mo_eval_masked(big, MO_EVAL_FF, seed, 1.0, NULL, cache, &want, d);
 	*verdict = want.div_by_zero ? -1 : 1;
@@ -467,7 +540,7 @@ static enum mo_status prove_trial(const struct mo_fuse_region *s, int k,
 		struct mo_eval_rows w = *proto;
 		w.first = a;
 		w.valid = n - a < r ? n - a : r;
-		st = mo_eval_rows(s->prog, MO_EVAL_FF, seed, &w, cache, &got, d);
+		st = mo_eval_rows(prog, MO_EVAL_FF, seed, &w, cache, &got, d);
 		if (!st && got.div_by_zero)
 			*verdict = -1;
 		for (int o = 0; !st && *verdict == 1 && o < got.n_outputs; o++) {
@@ -498,17 +571,20 @@ static enum mo_status prove_trial(const struct mo_fuse_region *s, int k,
 	return st;
 }
 
-enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
-			      struct mo_diag *d)
+/* Proves region s row-parallel run as `prog` (the region at r rows) at the
+ * probe's and the ones' sizes: *trials the decisive trials, why[0] set when
+ * it is not proven. Fails only when out of memory. */
+static enum mo_status prove_rows(struct mo_fuse_state *f, const struct mo_fuse_region *s,
+				 const struct mo_tp *prog, int64_t r, int *trials, char *why,
+				 size_t why_len, struct mo_diag *d)
 {
-	if (s->rows <= 0 || !s->fused)
-		return MO_OK;
 	const struct mo_region *rg = s->rg;
 	const char **names = mo_calloc((size_t)rg->n_inputs + 1, sizeof *names);
 	uint64_t *per = mo_calloc((size_t)rg->n_inputs + 1, sizeof *per);
 	struct mo_eval_rows proto = { .names = names, .per = per };
 	struct mo_eval_cache cache = { 0 };
 	enum mo_status st = MO_OK;
+	*trials = 0;
 	if (!names || !per) {
 		st = mo_diag_nomem(d);
 		goto out;
@@ -523,14 +599,15 @@ enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
 	/* FUSE_DYN_TRIALS decisive trials at each size; a trial with a
 	 * division by zero says nothing and another seed is drawn */
 	uint64_t seed = f->a->search->seed ^ 0x726f777370726f76ull;
-	for (int k = 0; k < 2 && !st && s->fused; k++) {
+	for (int k = 0; k < 2 && !st && !why[0]; k++) {
 		int decided = 0, drawn = 0;
-		while (!st && s->fused && decided < FUSE_DYN_TRIALS && drawn < 4 * FUSE_DYN_TRIALS) {
+		int64_t at = k ? s->rows_one : s->rows_probe;
+		while (!st && !why[0] && decided < FUSE_DYN_TRIALS && drawn < 4 * FUSE_DYN_TRIALS) {
 			int verdict;
 			char where[160] = "";
 			struct mo_diag xd;
 			mo_diag_init(&xd);
-			if (prove_trial(s, k, mo_mix64(seed + (uint64_t)drawn++), &proto, &cache,
+			if (prove_trial(s, prog, r, k, mo_mix64(seed + (uint64_t)drawn++), &proto, &cache,
 					&verdict, where, sizeof where, &xd)) {
 				if (xd.status == MO_ERR_NOMEM) {
 					*d = xd;
@@ -538,31 +615,182 @@ enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
 					break;
 				}
 				/* cannot be evaluated: not proven */
-				snprintf(s->why, sizeof s->why, "its rows cannot be proven at other sizes: "
-					 "%.300s", xd.msg);
-				s->fused = false;
+				snprintf(why, why_len, "its rows cannot be proven at other sizes: %.300s",
+					 xd.msg);
 				break;
 			}
-			if (verdict == 0) {
-				s->fused = false;
-				snprintf(s->why, sizeof s->why, "not row-parallel: at %lld rows, the region "
-					 "run %lld rows at a time differs from the region run whole over the "
-					 "finite field (%s)", (long long)(k ? s->rows_one : s->rows_probe),
-					 (long long)s->rows, where);
-			}
+			if (verdict == 0)
+				snprintf(why, why_len, "not row-parallel: at %lld rows, the region run %lld "
+					 "rows at a time differs from the region run whole over the finite "
+					 "field (%s)", (long long)at, (long long)r, where);
 			decided += verdict == 1;
 		}
-		if (!st && s->fused && decided < FUSE_DYN_TRIALS) {
-			s->fused = false;
-			snprintf(s->why, sizeof s->why, "its rows cannot be proven at %lld rows: every "
-				 "finite-field trial divided by zero", (long long)(k ? s->rows_one
-										: s->rows_probe));
-		}
-		s->rows_trials += decided;
+		if (!st && !why[0] && decided < FUSE_DYN_TRIALS)
+			snprintf(why, why_len, "its rows cannot be proven at %lld rows: every "
+				 "finite-field trial divided by zero", (long long)at);
+		*trials += decided;
 	}
 out:
 	mo_eval_cache_free(&cache);
 	mo_free(names);
 	mo_free(per);
 	return st;
+}
+
+enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      struct mo_diag *d)
+{
+	if (s->rows <= 0 || !s->fused)
+		return MO_OK;
+	if (prove_rows(f, s, s->prog, s->rows, &s->rows_trials, s->why, sizeof s->why, d))
+		return MO_ERR_NOMEM;
+	s->fused = !s->why[0];
+	return MO_OK;
+}
+
+/* The cost of the cheapest plan of launches for n rows with the sizes
+ * rl[0..nk) (ascending) costing ru[]: the rows entry's plan (codegen.c)
+ * without size `skip`. */
+static double plan_cost(int64_t n, const int64_t *rl, const double *ru, int nk, int skip)
+{
+	int j = -1, i = -1;
+	for (int q = 0; q < nk; q++) {
+		if (q == skip)
+			continue;
+		if (rl[q] >= n && j < 0)
+			j = q;
+		if (rl[q] <= n)
+			i = q;
+	}
+	double a = j >= 0 ? ru[j] : 1e300, b = 1e300;
+	if (i >= 0)
+		b = ru[i] * (double)(n / rl[i]) + (n % rl[i] ? plan_cost(n % rl[i], rl, ru, nk, skip) : 0);
+	return a <= b ? a : b;
+}
+
+/* Whether kernel graphs a and b have the same inputs and outputs by name
+ * (what the rows entry maps a size's launch by). */
+static bool same_io(const struct mo_tp *a, const struct mo_tp *b)
+{
+	if (a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs)
+		return false;
+	for (int pass = 0; pass < 2; pass++) {
+		int n = pass ? a->n_outputs : a->n_inputs;
+		const int *x = pass ? a->outputs : a->inputs, *y = pass ? b->outputs : b->inputs;
+		for (int i = 0; i < n; i++) {
+			int j = 0;
+			while (j < n && strcmp(a->tensors[x[i]].name, b->tensors[y[j]].name))
+				j++;
+			if (j == n)
+				return false;
+		}
+	}
+	return true;
+}
+
+enum mo_status fuse_dyn_sizes(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      const struct mo_search_options *o, const char *cache,
+			      struct mo_diag *d)
+{
+	const struct mo_fuse_options *a = f->a;
+	int sm[MO_CG_MAX_ARCHS];
+	uint64_t lim[MO_CG_MAX_ARCHS];
+	int n_lim = a->cuda ? fuse_built_archs(a, sm, lim) : 0;
+	s->n_sizes = 0;
+	for (int k = 0; k < s->n_more && s->fused; k++) {
+		if (!s->more_rows[k])
+			continue;
+		fuse_progress(a, "  at %lld row%s a launch: searching", (long long)s->more_rows[k],
+			      s->more_rows[k] == 1 ? "" : "s");
+		struct mo_search_result *r = &s->more_r[k];
+		bool cached = false;
+		struct mo_diag sd;
+		mo_diag_init(&sd);
+		if (mo_search_cached(s->more_prog[k], o, cache, r, &cached, &sd)) {
+			if (sd.status == MO_ERR_NOMEM) {
+				*d = sd;
+				return MO_ERR_NOMEM;
+			}
+			memset(r, 0, sizeof *r);
+			snprintf(s->more_why[k], sizeof s->more_why[k], "search failed: %.150s", sd.msg);
+			continue;
+		}
+		if (!r->best) {
+			snprintf(s->more_why[k], sizeof s->more_why[k], "%.190s",
+				 r->why[0] ? r->why : "no μGraph found");
+			continue;
+		}
+		mo_mg_output_dtypes(r->best, s->more_prog[k]);
+		if (!same_io(&r->best->kg, &s->r.best->kg))
+			snprintf(s->more_why[k], sizeof s->more_why[k], "its μGraph's inputs and outputs "
+				 "are not the search size's");
+		for (int i = 0; i < n_lim && !s->more_why[k][0]; i++)
+			if (mo_mg_smem(r->best) > lim[i])
+				snprintf(s->more_why[k], sizeof s->more_why[k], "its μGraph needs %llu bytes "
+					 "of shared memory per block, over sm_%d's %llu",
+					 (unsigned long long)mo_mg_smem(r->best), sm[i],
+					 (unsigned long long)lim[i]);
+		int trials = 0;
+		if (!s->more_why[k][0] && prove_rows(f, s, s->more_prog[k], s->more_rows[k], &trials,
+						     s->more_why[k], sizeof s->more_why[k], d))
+			return MO_ERR_NOMEM;
+		if (s->more_why[k][0])
+			continue;
+		s->size_mg[s->n_sizes] = r->best;
+		s->size_rows[s->n_sizes] = s->more_rows[k];
+		s->size_unfused_us[s->n_sizes] = r->cost_unfused.us;
+		s->size_us[s->n_sizes++] = r->cost_best.us;
+		fuse_progress(a, "  at %lld row%s a launch: %.3g µs a launch (%.3g µs a row; at %lld: "
+			      "%.3g)%s", (long long)s->more_rows[k], s->more_rows[k] == 1 ? "" : "s",
+			      r->cost_best.us,
+			      r->cost_best.us / (double)s->more_rows[k], (long long)s->rows,
+			      s->r.cost_best.us / (double)s->rows, cached ? " (from the cache)" : "");
+	}
+	/* a size that the cheapest plan of its own number of rows does not
+	 * launch would never run (nor be checked): left out, one at a time */
+	for (bool dropped = true; dropped && s->n_sizes > 0;) {
+		int64_t rl[1 + MO_IMPORT_MAX_MORE_SIZES];
+		double ru[1 + MO_IMPORT_MAX_MORE_SIZES];
+		int who[1 + MO_IMPORT_MAX_MORE_SIZES], nk = 0;
+		for (int k = -1; k < s->n_sizes; k++) {
+			int64_t R = k < 0 ? s->rows : s->size_rows[k];
+			int at = nk++;
+			while (at > 0 && rl[at - 1] > R) {
+				rl[at] = rl[at - 1];
+				ru[at] = ru[at - 1];
+				who[at] = who[at - 1];
+				at--;
+			}
+			rl[at] = R;
+			ru[at] = k < 0 ? (s->r.cost_best.us > 0 ? s->r.cost_best.us : 1.0)
+				 : (s->size_us[k] > 0 ? s->size_us[k] : 1.0);
+			who[at] = k;
+		}
+		dropped = false;
+		for (int q = 0; q < nk && !dropped; q++) {
+			if (who[q] < 0 || ru[q] < plan_cost(rl[q], rl, ru, nk, q))
+				continue;
+			int k = who[q], m = 0;
+			while (m < s->n_more && s->more_rows[m] != s->size_rows[k])
+				m++;
+			if (m < s->n_more)
+				snprintf(s->more_why[m], sizeof s->more_why[m], "never launched: %lld rows "
+					 "cost less as other launches (%.3g µs, this %.3g)",
+					 (long long)rl[q], plan_cost(rl[q], rl, ru, nk, q), ru[q]);
+			for (int j = k; j + 1 < s->n_sizes; j++) {
+				s->size_mg[j] = s->size_mg[j + 1];
+				s->size_rows[j] = s->size_rows[j + 1];
+				s->size_us[j] = s->size_us[j + 1];
+				s->size_unfused_us[j] = s->size_unfused_us[j + 1];
+			}
+			s->n_sizes--;
+			dropped = true;
+		}
+	}
+	for (int k = 0; k < s->n_more; k++)
+		if (s->more_why[k][0] && s->more_rows[k])
+			fuse_progress(a, "  at %lld row%s a launch: left out: %s",
+				      (long long)s->more_rows[k], s->more_rows[k] == 1 ? "" : "s",
+				      s->more_why[k]);
+	return MO_OK;
 }

@@ -64,6 +64,12 @@ static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_op
 			h = mo_mix64(h ^ (uint64_t)s->in_rows[i]);
 		for (int i = 0; i < s->r.best->kg.n_outputs; i++)
 			h = mo_mix64(h ^ (uint64_t)s->out_rows[i] << 8);
+		for (int m = 0; m < s->n_more; m++) /* the sizes kept: compiled with it too */
+			for (int k = 0; k < s->n_sizes; k++)
+				if (s->size_mg[k] == s->more_r[m].best)
+					h = mo_mix64(h ^ mo_search_mugraph_key(s->more_prog[m], o,
+									       s->size_mg[k]) ^
+						     (uint64_t)s->size_rows[k]);
 	}
 	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
@@ -252,7 +258,7 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
 	if (a->dump_dir)
 		dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
-	if (fuse_find_variants(s, a, &o, cache, f->d))
+	if (fuse_find_variants(s, a, &o, cache, f->d) || fuse_dyn_sizes(f, s, &o, cache, f->d))
 		return MO_ERR_NOMEM;
 	op_type_of(s, &o, s->op_type, sizeof s->op_type);
 	return MO_OK;
@@ -353,7 +359,9 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 		ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
 					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var,
 					      .rows = rs[ri].rows, .in_rows = rs[ri].in_rows,
-					      .out_rows = rs[ri].out_rows };
+					      .out_rows = rs[ri].out_rows, .n_sizes = rs[ri].n_sizes,
+					      .size_mg = rs[ri].size_mg, .size_rows = rs[ri].size_rows,
+					      .size_us = rs[ri].size_us, .us = rs[ri].r.cost_best.us };
 	}
 	if (n == 0) {
 		*built_none = true;
@@ -418,7 +426,9 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 			struct mo_cg_op mine = { .name = ops[k].name, .mg = s->r.best,
 						 .variants = s->var_mg, .n_variants = s->n_var,
 						 .rows = s->rows, .in_rows = s->in_rows,
-						 .out_rows = s->out_rows };
+						 .out_rows = s->out_rows, .n_sizes = s->n_sizes,
+						 .size_mg = s->size_mg, .size_rows = s->size_rows,
+						 .size_us = s->size_us, .us = s->r.cost_best.us };
 			bool ok = !mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7,
 						       &s->check, &cd) && s->check.ok;
 			/* served at any number of rows: also at the probe's size (several
@@ -434,6 +444,20 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 						  a->search->seed + 13, &s->check_one, &cd) ||
 			     !s->check_one.ok))
 				bad = &s->check_one;
+			/* each further size at its own rows: the launch the plan picks
+			 * there is that size's (fuse_dyn_sizes kept only such) */
+			struct mo_plugin_check sc;
+			for (int m = 0; !bad && m < s->n_more; m++) {
+				bool kept = false;
+				for (int k = 0; k < s->n_sizes; k++)
+					kept |= s->size_mg[k] == s->more_r[m].best && s->more_r[m].best;
+				if (kept && (mo_plugin_check_rows(lib, &mine, s->more_prog[m], s->more_rows[m],
+								  a->search->seed + 17 + (uint64_t)m, &sc,
+								  &cd) || !sc.ok)) {
+					s->check_probe = sc;
+					bad = &s->check_probe;
+				}
+			}
 			if (bad) {
 				s->fused = false;
 				snprintf(s->why, sizeof s->why, "the generated CPU kernel failed its float "
@@ -569,6 +593,10 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 		mo_tp_free(f->rs[ri].prog);
 		mo_tp_free(f->rs[ri].prog_probe);
 		mo_tp_free(f->rs[ri].prog_one);
+		for (int k = 0; k < f->rs[ri].n_more; k++) {
+			mo_tp_free(f->rs[ri].more_prog[k]);
+			mo_search_result_free(&f->rs[ri].more_r[k]);
+		}
 		mo_free(f->rs[ri].in_rows);
 		mo_free(f->rs[ri].out_rows);
 	}

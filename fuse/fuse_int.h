@@ -13,16 +13,24 @@
 /* decisive finite-field trials proving a region row-parallel at each of
  * the probe's and the ones' sizes */
 #define FUSE_DYN_TRIALS 2
+/* the imports: the search's, the probe's, the ones', the more sizes' */
+#define FUSE_DYN_IMPORTS (3 + MO_IMPORT_MAX_MORE_SIZES)
 
 /* The model's unbound symbols and what they vary (dynamic.c). */
 struct fuse_dyn {
 	int n;                  /* unbound symbols (0: every dim static) */
 	const char **names;
-	int64_t (*values)[3];   /* at the search, the probe, the ones */
+	int64_t (*values)[FUSE_DYN_IMPORTS]; /* at the search, the probe, the ones,
+					      * then the more sizes */
 	char desc[512];         /* "batch_size=1, sequence_length=16" */
 	char listed[1024];      /* the importer's list of them and the inputs naming them */
 	char why[300];          /* why the fused model serves the search sizes only */
 	struct mo_tp *probe, *one; /* the model at the probe's and the ones' sizes */
+	/* --dynamic-size N,M,...: the model at each further size that imports
+	 * alike (more_size: the size, the others' dims as at the search) */
+	int n_more;
+	int64_t more_size[MO_IMPORT_MAX_MORE_SIZES];
+	struct mo_tp *more[MO_IMPORT_MAX_MORE_SIZES];
 	int *lead;              /* per tensor: its leading dims that are rows (0:
 				 * static, -1: varies otherwise) */
 	int64_t (*rows)[3];     /* per tensor: its rows at the three sizes */
@@ -95,6 +103,14 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
  * Leaves s unfused, with s->why, when a trial differs or none decides.
  * Fails only when out of memory. */
 enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      struct mo_diag *d);
+/* The region's μGraphs at the more sizes (s->size_*): each searched at its
+ * size, proven row-parallel as fuse_dyn_prove proves the search size's,
+ * fitting every GPU built for, and used by the cheapest plan of n rows at
+ * its own size (else it would never run); what is not kept is said. Fails
+ * only when out of memory. */
+enum mo_status fuse_dyn_sizes(struct mo_fuse_state *f, struct mo_fuse_region *s,
+			      const struct mo_search_options *o, const char *cache,
 			      struct mo_diag *d);
 
 /* ---- variants.c ---- */

@@ -84,6 +84,19 @@ struct mo_fuse_region {
 	int *in_rows, *out_rows;
 	struct mo_plugin_check check_probe, check_one;
 	int rows_trials; /* finite-field trials proving it row-parallel there */
+	/* --dynamic-size N,M,...: the region at the further sizes (its rows a
+	 * launch there and its program; more_rows 0: not the same region
+	 * there), their searches, and the μGraphs kept (mo_cg_op.size_mg) */
+	int n_more;
+	int64_t more_rows[MO_IMPORT_MAX_MORE_SIZES];
+	struct mo_tp *more_prog[MO_IMPORT_MAX_MORE_SIZES];
+	struct mo_search_result more_r[MO_IMPORT_MAX_MORE_SIZES];
+	char more_why[MO_IMPORT_MAX_MORE_SIZES][200]; /* why one is not kept */
+	int n_sizes;
+	const struct mo_mugraph *size_mg[MO_IMPORT_MAX_MORE_SIZES];
+	int64_t size_rows[MO_IMPORT_MAX_MORE_SIZES];
+	double size_us[MO_IMPORT_MAX_MORE_SIZES];
+	double size_unfused_us[MO_IMPORT_MAX_MORE_SIZES]; /* the region there, op by op */
 };
 
 /* What a run did. */

@@ -141,13 +141,33 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 			if (s->fused)
 				fprintf(f, ",\n     \"cpu_kernel_check\": {\"max_rel\": %.3g, \"max_abs\": %.3g, "
 					"\"plans\": %d}", s->check.max_rel, s->check.max_abs, s->check.plans);
-			if (s->fused && s->rows > 0) /* served at any number of rows */
+			if (s->fused && s->rows > 0) { /* served at any number of rows */
 				fprintf(f, ",\n     \"rows\": {\"per_launch\": %lld, \"proven_at\": "
 					"[%lld, %lld], \"field_trials\": %d, \"checked_at\": [{\"rows\": %lld, "
-					"\"max_rel\": %.3g}, {\"rows\": %lld, \"max_rel\": %.3g}]}",
+					"\"max_rel\": %.3g}, {\"rows\": %lld, \"max_rel\": %.3g}],\n      "
+					"\"sizes\": [{\"per_launch\": %lld, \"cost_us\": %.3f, "
+					"\"unfused_cost_us\": %.3f}",
 					(long long)s->rows, (long long)s->rows_probe, (long long)s->rows_one,
 					s->rows_trials, (long long)s->rows_probe, s->check_probe.max_rel,
-					(long long)s->rows_one, s->check_one.max_rel);
+					(long long)s->rows_one, s->check_one.max_rel, (long long)s->rows,
+					s->r.cost_best.us, s->r.cost_unfused.us);
+				for (int k = 0; k < s->n_sizes; k++)
+					fprintf(f, ", {\"per_launch\": %lld, \"cost_us\": %.3f, "
+						"\"unfused_cost_us\": %.3f}", (long long)s->size_rows[k],
+						s->size_us[k], s->size_unfused_us[k]);
+				fputs("], \"sizes_left_out\": [", f);
+				bool first = true;
+				for (int m = 0; m < s->n_more; m++) {
+					if (!s->more_rows[m] || !s->more_why[m][0])
+						continue;
+					fprintf(f, "%s{\"per_launch\": %lld, \"why\": ", first ? "" : ", ",
+						(long long)s->more_rows[m]);
+					mo_json_string(f, s->more_why[m]);
+					fputc('}', f);
+					first = false;
+				}
+				fputs("]}", f);
+			}
 			if (s->profile_n) { /* us[0]: the cost model's choice */
 				fputs(",\n     \"profile\": {\"gpu\": ", f);
 				mo_json_string(f, s->profile_gpu);

@@ -7,6 +7,8 @@
 
 #include "mo_tp.h"
 
+#define MO_IMPORT_MAX_MORE_SIZES 3 /* --dynamic-size takes 4 sizes */
+
 /* Binds symbolic dimensions and overrides input shapes. */
 struct mo_import_options {
 	int n_dims;
@@ -25,6 +27,10 @@ struct mo_import_options {
 	/* not the importer's: the size the fuse gives unbound dims other than
 	 * a batch when it leaves them symbolic (fuse/dynamic.c; 0: 16) */
 	int64_t dynamic_size;
+	/* more such sizes (--dynamic-size N,M,...): an op serving rows gets a
+	 * μGraph at each too */
+	int n_more_sizes;
+	int64_t more_sizes[MO_IMPORT_MAX_MORE_SIZES];
 };
 
 /* Parses "NAME=VALUE", "NAME=LO..HI" and "NAME=2x4096" flag values into

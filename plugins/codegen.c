@@ -1469,22 +1469,25 @@ static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out
 	return lead > 0 ? per * es : 0;
 }
 
-/* <ident>_rows / <ident>_cuda_rows: op on n_rows rows, op->rows at a time
- * through the static entry; a last partial chunk goes through a zero-padded
- * copy of its rows (one allocation, freed before returning). */
+/* <ident>_rows / <ident>_cuda_rows: op on n_rows rows, as launches of the
+ * sizes it has (op->rows, op->size_rows) planned by their costs: full
+ * launches read and write their rows in place; a padded one goes through
+ * a zero-padded copy of its rows (one allocation, freed before returning). */
 static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char *ident, bool cuda)
 {
 	const struct mo_tp *kg = &op->mg->kg;
 	int ni = kg->n_inputs, no = kg->n_outputs;
-	uint64_t stage = 0;
-	int64_t r;
-	P(g, "/* any number of rows, %" PRId64 " at a time */\n", op->rows);
-	P(g, "static const size_t %s_irb[%d] = {", ident, ni > 0 ? ni : 1);
+	uint64_t per_row = 0;
+	int64_t r, rmax = op->rows;
+	P(g, "/* any number of rows, as launches of %" PRId64 " rows", op->rows);
+	for (int k = 0; k < op->n_sizes; k++)
+		P(g, ", %" PRId64, op->size_rows[k]);
+	P(g, " */\nstatic const size_t %s_irb[%d] = {", ident, ni > 0 ? ni : 1);
 	for (int i = 0; i < ni; i++) {
 		uint64_t b = row_bytes(&kg->tensors[kg->inputs[i]], op->in_rows[i], &r);
 		if (op->in_rows[i] > 0 && r != op->rows)
 			unsupported(g, "input %d has %" PRId64 " rows, not %" PRId64, i, r, op->rows);
-		stage += b * (uint64_t)op->rows;
+		per_row += b;
 		P(g, "%s%" PRIu64, i ? ", " : " ", b);
 	}
 	P(g, "%s };\nstatic const size_t %s_orb[%d] = {", ni ? "" : " 0", ident, no);
@@ -1492,10 +1495,85 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		uint64_t b = row_bytes(&kg->tensors[kg->outputs[i]], op->out_rows[i], &r);
 		if (op->out_rows[i] <= 0 || r != op->rows)
 			unsupported(g, "output %d does not have %" PRId64 " rows", i, op->rows);
-		stage += b * (uint64_t)op->rows;
+		per_row += b;
 		P(g, "%s%" PRIu64, i ? ", " : " ", b);
 	}
 	P(g, " };\n");
+	/* the sizes, ascending, with their costs and callees (-1: the op's
+	 * own entry, k: size variant k) */
+	int nk = 1 + op->n_sizes, order[1 + MO_CG_MAX_SIZES];
+	if (op->n_sizes > MO_CG_MAX_SIZES)
+		unsupported(g, "more than %d sizes", MO_CG_MAX_SIZES);
+	nk = nk > 1 + MO_CG_MAX_SIZES ? 1 + MO_CG_MAX_SIZES : nk;
+	for (int k = 0; k < nk; k++)
+		order[k] = k - 1;
+	for (int i = 1; i < nk; i++)
+		for (int j = i; j > 0; j--) {
+			int64_t x = order[j] < 0 ? op->rows : op->size_rows[order[j]];
+			int64_t y = order[j - 1] < 0 ? op->rows : op->size_rows[order[j - 1]];
+			if (x == y)
+				unsupported(g, "two sizes of %" PRId64 " rows", x);
+			if (x > y)
+				break;
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	P(g, "static const int64_t %s_rl[%d] = {", ident, nk);
+	for (int k = 0; k < nk; k++) {
+		int64_t R = order[k] < 0 ? op->rows : op->size_rows[order[k]];
+		rmax = R > rmax ? R : rmax;
+		P(g, "%s%" PRId64, k ? ", " : " ", R);
+	}
+	P(g, " };\nstatic const double %s_ru[%d] = {", ident, nk);
+	for (int k = 0; k < nk; k++) {
+		double us = order[k] < 0 ? op->us : op->size_us ? op->size_us[order[k]] : 0;
+		P(g, "%s%.17g", k ? ", " : " ", us > 0 ? us : 1.0);
+	}
+	P(g, " };\n"
+	  "/* the cheapest plan of launches for n > 0 rows by their costs: its cost,\n"
+	  " * and in *k the size of its first launch */\n"
+	  "static double %s_plan(int64_t n, int *k)\n{\n"
+	  "int j = -1, i = -1, x;\n"
+	  "for (int q = 0; q < %d; q++) {\n"
+	  "if (%s_rl[q] >= n && j < 0) j = q;\n"
+	  "if (%s_rl[q] <= n) i = q;\n}\n"
+	  "double a = j >= 0 ? %s_ru[j] : 1e300, b = 1e300;\n"
+	  "if (i >= 0)\nb = %s_ru[i] * (double)(n / %s_rl[i]) + (n %% %s_rl[i] ? %s_plan(n %% %s_rl[i], &x) : 0);\n"
+	  "*k = a <= b ? j : i;\nreturn a <= b ? a : b;\n}\n",
+	  ident, nk, ident, ident, ident, ident, ident, ident, ident, ident);
+	/* each size's launch, in the op's order of inputs and outputs */
+	for (int k = 0; k < op->n_sizes; k++) {
+		char id[80];
+		snprintf(id, sizeof id, "%s_s%d", ident, k);
+		if (cuda)
+			P(g, "static int %s_go(const void *const *in, void *const *out, cudaStream_t st, "
+			  "char *err, size_t err_len)\n{\nint dev = 0, avail = 0;\n"
+			  "cudaError_t e = mo_device_smem(&dev, &avail);\nif (e != cudaSuccess) {\n"
+			  "(void)cudaGetLastError();\nsnprintf(err, err_len, \"%s: cannot read the GPU's "
+			  "shared memory per block: %%s\", cudaGetErrorString(e));\nreturn 1;\n}\n", id,
+			  op->name);
+		else
+			P(g, "static int %s_go(const void *const *in, void *const *out, char *err, "
+			  "size_t err_len)\n{\n", id);
+		emit_variant_args(g, op->mg, op->size_mg[k]);
+		P(g, cuda ? "return %s_run(vin, vout, st, avail, err, err_len);\n}\n"
+		   : "return %s_run(vin, vout, 0, err, err_len);\n}\n", id);
+	}
+	P(g, "static int %s_launch(int k, const void *const *in, void *const *out, %s"
+	  "char *err, size_t err_len)\n{\nswitch (k) {\n", ident, cuda ? "cudaStream_t st, " : "");
+	for (int k = 0; k < nk; k++) {
+		char id[80];
+		snprintf(id, sizeof id, "%s_s%d", ident, order[k]);
+		if (order[k] < 0)
+			P(g, cuda ? "case %d: return %s_cuda(in, out, st, err, err_len);\n"
+			   : "case %d: return %s_cpu(in, out, err, err_len);\n", k, ident);
+		else
+			P(g, cuda ? "case %d: return %s_go(in, out, st, err, err_len);\n"
+			   : "case %d: return %s_go(in, out, err, err_len);\n", k, id);
+	}
+	P(g, "}\nsnprintf(err, err_len, \"%s: no launch of size %%d\", k);\nreturn 1;\n}\n", op->name);
+	uint64_t stage = per_row * (uint64_t)rmax;
 	if (cuda)
 		P(g, "extern \"C\" int %s_cuda_rows(const void *const *in, void *const *out, "
 		  "int64_t n_rows, void *stream, char *err, size_t err_len)\n{\n"
@@ -1504,46 +1582,43 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		P(g, "int %s_rows(const void *const *in, void *const *out, int64_t n_rows, char *err, "
 		  "size_t err_len)\n{\n", ident);
 	P(g, "const void *ci[%d];\nvoid *co[%d];\nunsigned char *stage = NULL, *sp;\n"
-	  "int rc = 0;\nfor (int64_t r = 0; r < n_rows && rc == 0; r += %" PRId64 ") {\n"
-	  "int64_t n = n_rows - r < %" PRId64 " ? n_rows - r : %" PRId64 ";\n",
-	  ni > 0 ? ni : 1, no, op->rows, op->rows, op->rows);
+	  "int rc = 0;\nfor (int64_t r = 0; r < n_rows && rc == 0;) {\n"
+	  "int k = 0;\n(void)%s_plan(n_rows - r, &k);\n"
+	  "int64_t R = %s_rl[k], n = n_rows - r < R ? n_rows - r : R;\n",
+	  ni > 0 ? ni : 1, no, ident, ident);
 	if (cuda)
-		P(g, "if (n < %" PRId64 " && !stage && (e = cudaMallocAsync((void **)&stage, "
-		  "%" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", op->rows, stage);
+		P(g, "if (n < R && !stage && (e = cudaMallocAsync((void **)&stage, "
+		  "%" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", stage);
 	else
-		P(g, "if (n < %" PRId64 " && !stage && !(stage = (unsigned char *)malloc(%" PRIu64 "u))) {\n"
-		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n",
-		  op->rows, stage, op->name);
+		P(g, "if (n < R && !stage && !(stage = (unsigned char *)malloc(%" PRIu64 "u))) {\n"
+		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n", stage, op->name);
 	P(g, "sp = stage;\nfor (int i = 0; i < %d; i++) {\n"
 	  "const unsigned char *src = (const unsigned char *)in[i] + (size_t)r * %s_irb[i];\n"
 	  "if (!%s_irb[i]) { ci[i] = in[i]; continue; }\n"
-	  "if (n == %" PRId64 ") { ci[i] = src; continue; }\n", ni, ident, ident, op->rows);
+	  "if (n == R) { ci[i] = src; continue; }\n", ni, ident, ident);
 	if (cuda)
 		P(g, "if ((e = cudaMemcpyAsync(sp, src, (size_t)n * %s_irb[i], cudaMemcpyDeviceToDevice, st)) "
-		  "!= cudaSuccess ||\n(e = cudaMemsetAsync(sp + (size_t)n * %s_irb[i], 0, (size_t)(%" PRId64
-		  " - n) * %s_irb[i], st)) != cudaSuccess)\nbreak;\n", ident, ident, op->rows, ident);
+		  "!= cudaSuccess ||\n(e = cudaMemsetAsync(sp + (size_t)n * %s_irb[i], 0, "
+		  "(size_t)(R - n) * %s_irb[i], st)) != cudaSuccess)\nbreak;\n", ident, ident, ident);
 	else
 		P(g, "memcpy(sp, src, (size_t)n * %s_irb[i]);\nmemset(sp + (size_t)n * %s_irb[i], 0, "
-		  "(size_t)(%" PRId64 " - n) * %s_irb[i]);\n", ident, ident, op->rows, ident);
-	P(g, "ci[i] = sp;\nsp += (size_t)%" PRId64 " * %s_irb[i];\n}\n", op->rows, ident);
+		  "(size_t)(R - n) * %s_irb[i]);\n", ident, ident, ident);
+	P(g, "ci[i] = sp;\nsp += (size_t)R * %s_irb[i];\n}\n", ident);
 	if (cuda)
 		P(g, "if (e != cudaSuccess)\nbreak;\n");
 	P(g, "for (int i = 0; i < %d; i++) {\n"
-	  "co[i] = n == %" PRId64 " ? (void *)((unsigned char *)out[i] + (size_t)r * %s_orb[i]) : (void *)sp;\n"
-	  "if (n < %" PRId64 ") sp += (size_t)%" PRId64 " * %s_orb[i];\n}\n",
-	  no, op->rows, ident, op->rows, op->rows, ident);
-	if (cuda)
-		P(g, "rc = %s_cuda(ci, co, stream, err, err_len);\n", ident);
-	else
-		P(g, "rc = %s_cpu(ci, co, err, err_len);\n", ident);
-	P(g, "for (int i = 0; rc == 0 && n < %" PRId64 " && i < %d; i++)\n", op->rows, no);
+	  "co[i] = n == R ? (void *)((unsigned char *)out[i] + (size_t)r * %s_orb[i]) : (void *)sp;\n"
+	  "if (n < R) sp += (size_t)R * %s_orb[i];\n}\n", no, ident, ident);
+	P(g, cuda ? "rc = %s_launch(k, ci, co, st, err, err_len);\n"
+	   : "rc = %s_launch(k, ci, co, err, err_len);\n", ident);
+	P(g, "for (int i = 0; rc == 0 && n < R && i < %d; i++)\n", no);
 	if (cuda)
 		P(g, "if ((e = cudaMemcpyAsync((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], "
 		  "(size_t)n * %s_orb[i], cudaMemcpyDeviceToDevice, st)) != cudaSuccess)\nbreak;\n"
-		  "if (e != cudaSuccess)\nbreak;\n}\n", ident, ident);
+		  "if (e != cudaSuccess)\nbreak;\nr += n;\n}\n", ident, ident);
 	else
 		P(g, "memcpy((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], (size_t)n * %s_orb[i]);\n"
-		  "}\n", ident, ident);
+		  "r += n;\n}\n", ident, ident);
 	if (cuda)
 		P(g, "if (stage) {\ncudaError_t f = cudaFreeAsync(stage, st);\nif (e == cudaSuccess) e = f;\n}\n"
 		  "if (e != cudaSuccess && rc == 0) {\n(void)cudaGetLastError();\n"
@@ -1593,9 +1668,25 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			unsupported(&g, "a kernel needs %" PRIu64 " bytes of shared memory per block, over "
 				    "the %" PRIu64 " of sm_%d", need[nv - 1], lim[a], sm[a]);
 	}
+	/* the same region at other numbers of rows a launch: every GPU runs them */
+	int ns = op->rows > 0 && op->n_sizes > 0 ? op->n_sizes : 0;
+	if (ns > MO_CG_MAX_SIZES)
+		unsupported(&g, "more than %d sizes", MO_CG_MAX_SIZES);
+	ns = ns > MO_CG_MAX_SIZES ? MO_CG_MAX_SIZES : ns;
+	for (int k = 0; k < ns; k++) {
+		if (op->size_mg[k]->error[0])
+			unsupported(&g, "a size's μGraph is invalid: %s", op->size_mg[k]->error);
+		for (int a = 0; cuda && a < n_lim; a++)
+			if (mo_mg_smem(op->size_mg[k]) > lim[a])
+				unsupported(&g, "its μGraph at %" PRId64 " rows needs %" PRIu64 " bytes of "
+					    "shared memory per block, over the %" PRIu64 " of sm_%d",
+					    op->size_rows[k], mo_mg_smem(op->size_mg[k]), lim[a], sm[a]);
+	}
 	int ntm = 1;
 	for (int v = 0; v < nv; v++)
 		ntm = vars[v]->kg.n_tensors > ntm ? vars[v]->kg.n_tensors : ntm;
+	for (int k = 0; k < ns; k++)
+		ntm = op->size_mg[k]->kg.n_tensors > ntm ? op->size_mg[k]->kg.n_tensors : ntm;
 	emit_banner(&g, banner);
 	P(&g, "/* fused op %s */\n", op->name);
 	P(&g, "%s", cuda ? prelude_cuda : prelude_c);
@@ -1603,6 +1694,9 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	for (int v = 0; v < nv; v++)
 		if (mo_cg_largest_index(vars[v]) > largest)
 			largest = mo_cg_largest_index(vars[v]);
+	for (int k = 0; k < ns; k++)
+		if (mo_cg_largest_index(op->size_mg[k]) > largest)
+			largest = mo_cg_largest_index(op->size_mg[k]);
 	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
 	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
 	P(&g, "struct args { void *g[%d]; };\n\n", ntm);
@@ -1616,6 +1710,12 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			P(&g, "/* variant %d: for GPUs with at least %" PRIu64 " bytes of shared memory "
 			  "per block */\n", v, need[v]);
 		emit_variant(&g, op, vars[v], id, lim, n_lim);
+	}
+	for (int k = 0; k < ns && !g.fail; k++) {
+		char id[80];
+		snprintf(id, sizeof id, "%s_s%d", ident, k);
+		P(&g, "/* the region at %" PRId64 " rows a launch */\n", op->size_rows[k]);
+		emit_variant(&g, op, op->size_mg[k], id, lim, n_lim);
 	}
 	if (cuda) {
 		/* the GPU's shared memory per block, once per device */

@@ -16,6 +16,8 @@ kernels in ONNX Runtime.
   same of its own loop.
 - Exports by dynamo, TorchScript and Optimum (Llama, Qwen2, BERT, GPT-2),
   fused with no --dim: the original's outputs at three (batch, seq) sizes.
+- --dynamic-size 16,1,64: ops serving rows get a μGraph at each size and
+  run n rows as the cheapest launches by their costs.
 - Every region serving rows is proven row-parallel over the finite field
   at the probe's and the ones' sizes (the manifest's rows.proven_at); a
   softmax over the sequence axis, one kind of rows but mixing them, is
@@ -127,6 +129,54 @@ class Rows(unittest.TestCase):
             x = rng.standard_normal((b, s, D)).astype(np.float32)
             close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
                   f"batch {b}, seq {s}", self)
+
+    def test_more_sizes_a_launch(self):
+        """--dynamic-size 16,1,64: each op serving rows is searched and
+        proven at 1 and 64 rows a launch too, and runs n rows as the
+        launches its costs price cheapest: decode a 1-row launch, a long
+        prompt 64-row ones. The manifest lists the sizes kept (with their
+        costs) and why any other is left out; ONNX Runtime agrees at sizes
+        that take every kind of launch."""
+        src = os.path.join(self.dir, "norm_mlp_src.onnx")
+        onnx.save(norm_mlp(), src)
+        out, plugin, regions = self.fuse(src, "norm_mlp_sizes", "--budget", "10",
+                                         "--dynamic-size", "16,1,64")
+        self.assertEqual(self.searched_at, "batch=1, seq=16 and at 1, 64")
+        several = 0
+        for g in regions:
+            if not g["fused"]:
+                continue
+            r = g["rows"]
+            kept = {x["per_launch"] for x in r["sizes"]}
+            out_ = {x["per_launch"] for x in r["sizes_left_out"]}
+            self.assertEqual(kept | out_, {1, 16, 64}, g["region"])
+            self.assertFalse(kept & out_, g["region"])
+            self.assertEqual(r["sizes"][0]["per_launch"], 16)
+            self.assertEqual(r["proven_at"], [142, 1])  # the probe runs past 64
+            for x in r["sizes_left_out"]:
+                self.assertTrue(x["why"], g["region"])
+            several += len(kept) > 1
+        self.assertTrue(several, "no region kept a second size")
+        # show prints each size's launch and its estimated gain at that size
+        r = subprocess.run([CLI, "show", out], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("proven row-parallel over the finite field at 142 and 1 rows", r.stdout)
+        self.assertIn("launches of 16 rows: estimated", r.stdout)
+        self.assertTrue("launches of 1 row: " in r.stdout or "launches of 64 rows: " in r.stdout,
+                        r.stdout)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(4)
+        for b, s_ in ((1, 1), (3, 1), (1, 15), (1, 64), (2, 40), (3, 100), (0, 3)):
+            x = rng.standard_normal((b, s_, D)).astype(np.float32)
+            close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
+                  f"batch {b}, seq {s_}", self)
+        # at most 4 sizes, each once, each 1 to 65536
+        for bad in ("16,1,64,8,4", "16,16", "16,", "16,0", ",16", "16,,1", "16,x"):
+            r = subprocess.run([CLI, src, "--list-regions", "--dynamic-size", bad],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
 
     def test_a_region_mixing_rows_stays_unfused(self):
         """A softmax over the sequence axis keeps the rows' shape but mixes
