@@ -348,7 +348,8 @@ def main():
                     out.append(f"  launches of {n} row{'' if n == 1 else 's'}: estimated "
                                f"{c:.1f} µs against {u:.1f} µs unfused ({u / c:.2f}x)")
             for sz in rows.get("sizes_left_out", []) or []:
-                out.append(f"  launches of {sz.get('per_launch')} rows: left out: "
+                n = sz.get("per_launch")
+                out.append(f"  launches of {n} row{'' if n == 1 else 's'}: left out: "
                            f"{sz.get('why', '?')}")
         p = r.get("profile")
         if isinstance(p, dict) and isinstance(p.get("us"), list):

@@ -774,9 +774,10 @@ enum mo_status fuse_dyn_sizes(struct mo_fuse_state *f, struct mo_fuse_region *s,
 			while (m < s->n_more && s->more_rows[m] != s->size_rows[k])
 				m++;
 			if (m < s->n_more)
-				snprintf(s->more_why[m], sizeof s->more_why[m], "never launched: %lld rows "
-					 "cost less as other launches (%.3g µs, this %.3g)",
-					 (long long)rl[q], plan_cost(rl[q], rl, ru, nk, q), ru[q]);
+				snprintf(s->more_why[m], sizeof s->more_why[m], "never launched: %lld row%s "
+					 "cost no more as other launches (%.3g µs, this size's %.3g)",
+					 (long long)rl[q], rl[q] == 1 ? "" : "s",
+					 plan_cost(rl[q], rl, ru, nk, q), ru[q]);
 			for (int j = k; j + 1 < s->n_sizes; j++) {
 				s->size_mg[j] = s->size_mg[j + 1];
 				s->size_rows[j] = s->size_rows[j + 1];
