@@ -1478,7 +1478,7 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	const struct mo_tp *kg = &op->mg->kg;
 	int ni = kg->n_inputs, no = kg->n_outputs;
 	uint64_t per_row = 0;
-	int64_t r, rmax = op->rows;
+	int64_t r;
 	P(g, "/* any number of rows, as launches of %" PRId64 " rows", op->rows);
 	for (int k = 0; k < op->n_sizes; k++)
 		P(g, ", %" PRId64, op->size_rows[k]);
@@ -1522,7 +1522,6 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	P(g, "static const int64_t %s_rl[%d] = {", ident, nk);
 	for (int k = 0; k < nk; k++) {
 		int64_t R = order[k] < 0 ? op->rows : op->size_rows[order[k]];
-		rmax = R > rmax ? R : rmax;
 		P(g, "%s%" PRId64, k ? ", " : " ", R);
 	}
 	P(g, " };\nstatic const double %s_ru[%d] = {", ident, nk);
@@ -1573,7 +1572,7 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 			   : "case %d: return %s_go(in, out, err, err_len);\n", k, id);
 	}
 	P(g, "}\nsnprintf(err, err_len, \"%s: no launch of size %%d\", k);\nreturn 1;\n}\n", op->name);
-	uint64_t stage = per_row * (uint64_t)rmax;
+	/* a padded launch ends the plan: the one staging buffer holds its R rows */
 	if (cuda)
 		P(g, "extern \"C\" int %s_cuda_rows(const void *const *in, void *const *out, "
 		  "int64_t n_rows, void *stream, char *err, size_t err_len)\n{\n"
@@ -1588,10 +1587,10 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	  ni > 0 ? ni : 1, no, ident, ident);
 	if (cuda)
 		P(g, "if (n < R && !stage && (e = cudaMallocAsync((void **)&stage, "
-		  "%" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", stage);
+		  "(size_t)R * %" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", per_row);
 	else
-		P(g, "if (n < R && !stage && !(stage = (unsigned char *)malloc(%" PRIu64 "u))) {\n"
-		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n", stage, op->name);
+		P(g, "if (n < R && !stage && !(stage = (unsigned char *)malloc((size_t)R * %" PRIu64 "u))) {\n"
+		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n", per_row, op->name);
 	P(g, "sp = stage;\nfor (int i = 0; i < %d; i++) {\n"
 	  "const unsigned char *src = (const unsigned char *)in[i] + (size_t)r * %s_irb[i];\n"
 	  "if (!%s_irb[i]) { ci[i] = in[i]; continue; }\n"
