@@ -58,6 +58,36 @@ static void print_summary(const struct mo_fuse_report *rep, FILE *out)
 		}
 }
 
+static void layer_line(const struct mo_fuse_layer *l, FILE *out)
+{
+	char mm[16] = "-", cu[24];
+	if (l->matmul_flops > 0)
+		snprintf(mm, sizeof mm, "%.0f%%", 100 * l->fused_matmul_flops / l->matmul_flops);
+	snprintf(cu, sizeof cu, "%d (%d)", l->custom_ops, l->kernels);
+	fprintf(out, "%-12s %5d %5.0f%% %5.0f%% %8s  %-*s", l->name[0] ? l->name : "(no layer)",
+		l->ops, l->ops ? 100.0 * l->fused_ops / l->ops : 0,
+		l->float_ops ? 100.0 * l->fused_float_ops / l->float_ops : 0, mm,
+		l->n_modules ? 12 : 0, cu);
+	for (int k = 0; k < l->n_modules; k++)
+		fprintf(out, "%s%s %d/%d", k ? ", " : " ", l->modules[k].name, l->modules[k].fused_ops,
+			l->modules[k].ops);
+	fputc('\n', out);
+}
+
+/* The share of the model inside fused ops, per layer where the exporter
+ * named layers. */
+static void print_layers(const struct mo_fuse_report *rep, FILE *out)
+{
+	const struct mo_fuse_layers ls = rep->layers;
+	bool per_layer = ls.n > 1 || (ls.n == 1 && ls.layer[0].name[0]);
+	fprintf(out, "\n%-12s %5s %6s %6s %8s  %-*s%s\n", "layer", "ops", "fused", "float", "MatMul",
+		per_layer ? 13 : 0, "custom ops", per_layer ? "modules: ops fused/ops" : "");
+	fprintf(out, "%-12s %5s %6s %6s %8s  %s\n", "", "", "", "fused", "FLOPs", "(kernels)");
+	for (int l = 0; per_layer && l < ls.n; l++)
+		layer_line(&ls.layer[l], out);
+	layer_line(&ls.all, out);
+}
+
 enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
 			struct mo_diag *d)
 {
@@ -66,8 +96,10 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 	fflush(stdout);
 	struct mo_fuse_report rep;
 	enum mo_status st = mo_fuse_run(m, o, &rep, d);
-	if (rep.decided && !quiet)
+	if (rep.decided && !quiet) {
 		print_summary(&rep, stdout);
+		print_layers(&rep, stdout);
+	}
 	if (rep.written && !quiet) {
 		printf("\n%-10s %s (%d of %d region%s fused, parts included)\n", "wrote",
 		       o->out_path, rep.n_fused, rep.n_regions, rep.n_regions == 1 ? "" : "s");

@@ -132,6 +132,11 @@ static const char usage_text[] =
 	"      --memory-limit GIB  working memory verifying one region may take, its\n"
 	"                     weights apart, 0.001 to 1e6 GiB (default 8): a region\n"
 	"                     that needs more stays unfused, saying so\n"
+	"      --min-saving US  what a fused op must save against its ops one by\n"
+	"                     one, in estimated µs, to be made a custom op, 0 to 1e6\n"
+	"                     (default: one kernel launch of the cost model's GPU,\n"
+	"                     2.5 µs on an H100, 3 on an A100): a custom op is one\n"
+	"                     more launch, and a node the runtime no longer fuses\n"
 	"      --jobs N       worker threads, 1 to 64 (default: one per CPU)\n"
 	"      --max-kernel-ops N   kernels in a μGraph, 1 to 24 (default 5)\n"
 	"      --max-block-ops N    ops in a block graph, 1 to 24 (default 11)\n"
@@ -546,7 +551,7 @@ int main(int argc, char **argv)
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS,
 	       OPT_PROFILE };
-	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE }; /* apart: lists above grow */
+	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING }; /* apart: lists above grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -564,6 +569,7 @@ int main(int argc, char **argv)
 		{ "time-limit", required_argument, NULL, OPT_TIME_LIMIT },
 		{ "memory-limit", required_argument, NULL, OPT_MEMORY_LIMIT },
 		{ "dynamic-size", required_argument, NULL, OPT_DYNAMIC_SIZE },
+		{ "min-saving", required_argument, NULL, OPT_MIN_SAVING },
 		{ "jobs", required_argument, NULL, OPT_JOBS },
 		{ "max-kernel-ops", required_argument, NULL, OPT_MAX_KERNEL_OPS },
 		{ "max-block-ops", required_argument, NULL, OPT_MAX_BLOCK_OPS },
@@ -586,7 +592,8 @@ int main(int argc, char **argv)
 		f_block_ops = { "--max-block-ops", 1, 24, true }, f_seed = { "--seed", 0, 1e15, true },
 		f_time_limit = { "--time-limit", 1e-6, 1e7, false },
 		f_memory_limit = { "--memory-limit", 1e-3, 1e6, false },
-		f_dynamic_size = { "--dynamic-size", 1, 65536, true };
+		f_dynamic_size = { "--dynamic-size", 1, 65536, true },
+		f_min_saving = { "--min-saving", 0, 1e6, false };
 	struct cli cli = { .part = MO_PART_DEFAULTS, .search = MO_SEARCH_DEFAULTS };
 	cli.search.warning = cli_warning_line;
 	int c;
@@ -679,7 +686,8 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_MAX_REGION_OPS: case OPT_BUDGET: case OPT_JOBS: case OPT_MAX_KERNEL_OPS:
-		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT: {
+		case OPT_MAX_BLOCK_OPS: case OPT_SEED: case OPT_TIME_LIMIT: case OPT_MEMORY_LIMIT:
+		case OPT_MIN_SAVING: {
 			/* the flag's own name: argv[optind - 1] is the value when it came
 			 * as a word of its own */
 			const struct cli_num_flag *f =
@@ -687,7 +695,8 @@ int main(int argc, char **argv)
 				: c == OPT_JOBS ? &f_jobs : c == OPT_MAX_KERNEL_OPS ? &f_kernel_ops
 				: c == OPT_MAX_BLOCK_OPS ? &f_block_ops
 				: c == OPT_TIME_LIMIT ? &f_time_limit
-				: c == OPT_MEMORY_LIMIT ? &f_memory_limit : &f_seed;
+				: c == OPT_MEMORY_LIMIT ? &f_memory_limit
+				: c == OPT_MIN_SAVING ? &f_min_saving : &f_seed;
 			double v;
 			if (!cli_parse_num(optarg, f, &v)) {
 				mo_import_options_free(&cli.import);
@@ -699,6 +708,7 @@ int main(int argc, char **argv)
 			if (c == OPT_MAX_KERNEL_OPS) cli.search.max_kernel_ops = (int)v;
 			if (c == OPT_MAX_BLOCK_OPS) cli.search.max_block_ops = (int)v;
 			if (c == OPT_SEED) cli.search.seed = (uint64_t)v;
+			if (c == OPT_MIN_SAVING) cli.search.min_saving_us = v;
 			/* wall-clock seconds for the whole run, from now */
 			if (c == OPT_TIME_LIMIT) cli.search.time_limit = mo_seconds() + v;
 			if (c == OPT_MEMORY_LIMIT) cli.search.memory_limit = (uint64_t)(v * (1ull << 30));

@@ -241,6 +241,17 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		snprintf(s->why, sizeof s->why, "%s", s->r.why[0] ? s->r.why : "no μGraph found");
 		return MO_OK;
 	}
+	double saving = s->r.cost_unfused.us - s->r.cost_best.us, worth = mo_search_min_saving(&o);
+	if (saving < worth) {
+		/* a μGraph was found: the region's parts would save less */
+		s->not_worth = true;
+		snprintf(s->why, sizeof s->why, "not worth a custom op: its μGraph (%.1f µs) saves "
+			 "%.1f µs of the %.1f µs it takes unfused, less than %.1f µs (--min-saving)",
+			 s->r.cost_best.us, saving, s->r.cost_unfused.us, worth);
+		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
+			  s->why);
+		return MO_OK;
+	}
 	if (fuse_dyn_op(f, s, f->d))
 		return MO_ERR_NOMEM;
 	if (s->why[0])
@@ -327,7 +338,7 @@ static enum mo_status search_regions(struct mo_fuse_state *f)
 		fuse_progress(f->a, "  %s in %.1f s%s", s->fused ? "found a μGraph" : "stays unfused",
 			      s->seconds, !s->cached ? "" : s->fused ? " (from the cache, verified again)"
 			      : " (the cache's finding for this budget)");
-		if (!s->fused && s->parent < 0 && (st = split_unfused(f, ri, nomem)))
+		if (!s->fused && s->parent < 0 && !s->not_worth && (st = split_unfused(f, ri, nomem)))
 			return st;
 	}
 	if (fuse_keep_exportable(f->m, f->a, f->tp, f->rs, f->nu))
@@ -522,6 +533,9 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 		}
 		nf++;
 	}
+	/* before the export rewrites the graph the layers are read from */
+	if (!st && !mo_fuse_layers(f->tp, f->rs, f->nu, &f->report->layers))
+		st = mo_diag_nomem(f->d);
 	f->report->decided = !st;
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
 	struct fuse_file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
@@ -586,6 +600,7 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 	if (!f)
 		return;
 	mo_file_discard_temp(-1, f->so);
+	mo_fuse_layers_free(&rep->layers);
 	for (int ri = 0; f->rs && ri < f->nu; ri++) {
 		mo_search_result_free(&f->rs[ri].r);
 		for (int v = 0; v < f->rs[ri].n_var; v++)

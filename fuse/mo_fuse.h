@@ -50,6 +50,7 @@ struct mo_fuse_region {
 	int parent;          /* the unit it is a part of, or -1 */
 	int part;            /* its number among the parent's parts (from 1) */
 	bool split;          /* not fused whole; its parts follow */
+	bool not_worth;      /* its μGraph saves less than --min-saving */
 	struct mo_tp *prog;
 	struct mo_search_result r;
 	bool cached;
@@ -100,6 +101,36 @@ struct mo_fuse_region {
 };
 
 /* What a run did. */
+/* What the fused model serves of each layer of the model (fuse/layers.c):
+ * a layer is the scope an exporter gives its nodes ("layers.3", "h.3"),
+ * read off each node's name or torch's scope metadata; a module is the
+ * scope's word after it ("self_attn", "mlp"). A fused op holding ops of
+ * two layers (a residual Add and the next layer's norm) counts in both. */
+#define MO_FUSE_NAME_LEN 48
+#define MO_FUSE_MAX_MODULES 12
+struct mo_fuse_layer {
+	char name[MO_FUSE_NAME_LEN]; /* "layers.3"; "" for the ops in no layer */
+	int ops, fused_ops;          /* its ops; those inside fused ops */
+	int float_ops, fused_float_ops; /* ... making floats */
+	double matmul_flops, fused_matmul_flops; /* of its MatMuls and Gemms */
+	int custom_ops, kernels;     /* fused ops holding any of its ops; their kernels */
+	int n_modules;               /* the last "..." when there are more */
+	struct {
+		char name[MO_FUSE_NAME_LEN];
+		int ops, fused_ops;
+	} modules[MO_FUSE_MAX_MODULES];
+};
+struct mo_fuse_layers {
+	int n;
+	struct mo_fuse_layer *layer; /* in the order of their first ops; "" last */
+	struct mo_fuse_layer all;    /* the whole model (no modules) */
+};
+/* The layers of tp with the outcome of units rs[0..nu); false when out of
+ * memory. Free with mo_fuse_layers_free. */
+bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu,
+		    struct mo_fuse_layers *out);
+void mo_fuse_layers_free(struct mo_fuse_layers *l);
+
 struct mo_fuse_report {
 	const struct mo_tp *tp;   /* the model's program (NULL: not imported) */
 	/* every region, then the parts of those that do not fuse whole */
@@ -111,6 +142,7 @@ struct mo_fuse_report {
 	int n_fused;              /* fused nodes in OUT, parts included */
 	char plugin[4200], manifest[4200]; /* "" when nothing fused */
 	char domain[64];
+	struct mo_fuse_layers layers; /* when decided: the share fused per layer */
 	struct mo_fuse_state *state; /* what the regions point into */
 };
 

@@ -92,7 +92,7 @@ static char *input_shapes_json(const struct mo_tp *tp)
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
 			   const struct mo_fuse_region *rs, const struct mo_fuse_options *a,
-			   const char *dynamic)
+			   const char *dynamic, const struct mo_fuse_layers *ls)
 {
 	fprintf(f, "{\n  \"model\": ");
 	mo_json_string(f, model);
@@ -184,6 +184,21 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 			mo_mg_print_json(s->r.best, f);
 		}
 		fputc('}', f);
+	}
+	fputs("\n  ],\n  \"layers\": [", f);
+	for (int l = 0; l <= ls->n; l++) { /* the whole model last, as "all" */
+		const struct mo_fuse_layer *y = l < ls->n ? &ls->layer[l] : &ls->all;
+		fprintf(f, "%s\n    {\"layer\": \"%s\", \"ops\": %d, \"fused_ops\": %d, "
+			"\"float_ops\": %d, \"fused_float_ops\": %d, \"matmul_flops\": %.0f, "
+			"\"fused_matmul_flops\": %.0f, \"custom_ops\": %d, \"kernels\": %d, "
+			"\"modules\": [", l ? "," : "", y->name, y->ops, y->fused_ops, y->float_ops,
+			y->fused_float_ops, y->matmul_flops, y->fused_matmul_flops, y->custom_ops,
+			y->kernels);
+		for (int k = 0; k < y->n_modules; k++)
+			fprintf(f, "%s{\"module\": \"%s\", \"ops\": %d, \"fused_ops\": %d}",
+				k ? ", " : "", y->modules[k].name, y->modules[k].ops,
+				y->modules[k].fused_ops);
+		fputs("]}", f);
 	}
 	fputs("\n  ]\n}\n", f);
 	return fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
@@ -501,7 +516,7 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 			goto undo;
 		FILE *f = fdopen(fd, "w");
 		bool ok = f && write_manifest(f, a->in_path, fuse_base_name(so), domain, fs->id, tp, nu, rs,
-					      a, fs->dynamic);
+					      a, fs->dynamic, &rep->layers);
 		int e = errno;
 		if (f && fclose(f) != 0 && ok) {
 			ok = false;

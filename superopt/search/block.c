@@ -1201,6 +1201,13 @@ double mo_search_bar(const struct mo_search_options *o, const struct mo_cost *un
 	return bar;
 }
 
+double mo_search_min_saving(const struct mo_search_options *o)
+{
+	if (o->min_saving_us >= 0)
+		return o->min_saving_us;
+	return (o->gpu ? o->gpu : mo_gpu_of_target(o->target))->launch_us;
+}
+
 struct mo_equiv_options mo_search_equiv_options(const struct mo_search_options *o)
 {
 	struct mo_equiv_options eo = MO_EQUIV_DEFAULTS;

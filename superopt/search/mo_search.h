@@ -92,11 +92,20 @@ struct mo_search_options {
 	 * region), for a caller that times them on a GPU (--profile); at most
 	 * MO_SEARCH_MAX_ALTERNATIVES */
 	int alternatives;
+	/* what a μGraph, or a run of ops fused as a region of its own, must
+	 * save against the region run op by op, in estimated µs, to be worth a
+	 * custom op: a custom op is one more launch for the framework, and a
+	 * node it can no longer fuse or schedule with its neighbours. < 0: one
+	 * kernel launch of the cost model's GPU (the default); 0: any saving */
+	double min_saving_us;
 };
+/* options->min_saving_us in µs (the GPU's launch when < 0) */
+double mo_search_min_saving(const struct mo_search_options *o);
 #define MO_SEARCH_MEMORY_LIMIT (8ull << 30)
 #define MO_SEARCH_DEFAULTS \
 	{ .budget_s = 60, .jobs = 0, .max_kernel_ops = 5, .max_block_ops = 11, \
-	  .target = MO_SM90, .gpu = NULL, .seed = 1, .memory_limit = MO_SEARCH_MEMORY_LIMIT }
+	  .target = MO_SM90, .gpu = NULL, .seed = 1, .memory_limit = MO_SEARCH_MEMORY_LIMIT, \
+	  .min_saving_us = -1 }
 
 struct mo_search_stats {
 	uint64_t states;            /* block-graph prefixes visited */

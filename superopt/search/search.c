@@ -342,8 +342,9 @@ done:
 }
 
 /* The disjoint runs of several ops that save the most time fused, each one
- * kernel estimated faster than its ops one by one, into r->part_of (by the
- * program's op numbers) when no cover is. */
+ * kernel estimated faster than its ops one by one by at least the options'
+ * min_saving_us (else it is not worth a custom op of its own), into
+ * r->part_of (by the program's op numbers) when no cover is. */
 static enum mo_status best_parts(struct kg *k, struct mo_search_result *r, struct mo_diag *d)
 {
 	int n = k->n;
@@ -355,13 +356,14 @@ static enum mo_status best_parts(struct kg *k, struct mo_search_result *r, struc
 		mo_free(from);
 		return mo_diag_nomem(d);
 	}
+	double worth = mo_search_min_saving(k->o);
 	for (int j = 1; j <= n; j++) {
 		saved[j] = saved[j - 1]; /* op j - 1 in no part */
 		from[j] = j;
 		for (int i = 0; i + 1 < j; i++) {
 			struct piece *pc = piece_at(k, i, j);
 			double gain = pc->mg ? pc->unfused_us - pc->cost.us : 0;
-			if (gain > 0 && saved[i] + gain > saved[j]) {
+			if (gain > 0 && gain >= worth && saved[i] + gain > saved[j]) {
 				saved[j] = saved[i] + gain;
 				from[j] = i;
 			}
