@@ -610,7 +610,8 @@ static const char *clip_params(struct importer *im, struct mo_tp_op *op,
 
 /* The params of a node read through an alias (mo_op_aliases), which made
  * op the op of the table it is. */
-static const char *alias_params(struct importer *im, struct mo_tp_op *op)
+static const char *alias_params(struct importer *im, struct mo_tp_op *op,
+				const Onnx__NodeProto *n, const struct mo_op_alias *a)
 {
 	switch (op->kind) {
 	case MO_OP_CAST: { /* CastLike: the element type of its target_type */
@@ -622,6 +623,12 @@ static const char *alias_params(struct importer *im, struct mo_tp_op *op)
 		return NULL;
 	}
 	case MO_OP_ADD: /* Sum of two: Add's broadcasting, no parameter */
+		return NULL;
+	case MO_OP_SWISH: /* QuickGelu: its alpha, with its own default */
+		op->p.alpha = attr_float(n, "alpha", a->alpha);
+		return NULL;
+	case MO_OP_GELU: /* FastGelu: the tanh approximation */
+		op->p.approximate = MO_GELU_TANH;
 		return NULL;
 	default:
 		return "no parameters are read for this alias";
@@ -862,7 +869,13 @@ static const char *const bool_unary_ops[] = { "Not", "IsNaN", "IsInf", NULL };
 static const char *const like_first_ops[] = {
 	"Floor", "Ceil", "Round", "Sign", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh",
 	"Asinh", "Acosh", "Atanh", "BitwiseNot", "Shrink", "LpNormalization", "Hardmax",
-	"LRN", "CumSum", "Trilu", NULL };
+	"LRN", "CumSum", "Trilu",
+	/* ONNX Runtime's, which it registers in ONNX's domain */
+	"SimplifiedLayerNormalization", NULL };
+/* ... and ONNX Runtime's contrib ops of that kind (com.microsoft): an
+ * activation, with a bias its first input's last dim */
+static const char *const ms_like_first_ops[] = { "FastGelu", "BiasGelu", "QuickGelu", "Gelu",
+						  NULL };
 
 /* Pad's output shape: each padded axis grows by its begin and end pads
  * (negative ones crop), from the pads input (the attribute before opset
@@ -919,8 +932,10 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 {
 	struct mo_tp *tp = im->tp;
 	const char *ty = str(n->op_type);
-	if (op->n_out != 1 || op->out[0] < 0 || op->n_in < 1 ||
-	    (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0))
+	if (op->n_out != 1 || op->out[0] < 0 || op->n_in < 1)
+		return;
+	bool ms = strcmp(str(n->domain), "com.microsoft") == 0;
+	if (*str(n->domain) && strcmp(n->domain, "ai.onnx") != 0 && !ms)
 		return;
 	struct mo_tensor *y = &tp->tensors[op->out[0]];
 	if (y->shape_known)
@@ -933,7 +948,12 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			return;
 	const struct mo_tensor *a = &tp->tensors[op->in[0]];
 	const char *why = NULL;
-	if (one_of(ty, compare_ops)) {
+	if (ms) {
+		if (one_of(ty, ms_like_first_ops)) {
+			y->dtype = a->dtype;
+			mo_tensor_set_shape(y, a->rank, a->dims);
+		}
+	} else if (one_of(ty, compare_ops)) {
 		if (op->n_in == 2)
 			mo_tp_broadcast(tp, op, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, &why);
 	} else if (one_of(ty, same_type_ops)) {
@@ -1608,7 +1628,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (!why)
 			return nomem(im);
 	} else if (op.kind != MO_OP_OPAQUE) {
-		why = alias ? alias_params(im, &op) : parse_params(im, &op, n, rank);
+		why = alias ? alias_params(im, &op, n, alias) : parse_params(im, &op, n, rank);
 		if (tp->arena.failed)
 			return nomem(im);
 		if (!why && !mo_tp_infer(tp, &op, &why) && why == mo_why_absurd)

@@ -744,6 +744,73 @@ static void sum_alias(void)
 	free_models(tps, ts, 3);
 }
 
+/* A one-op model of op (in domain, NULL: ONNX's) over x [2, 3] at opset,
+ * with attribute a when it has a name, imported. */
+static struct mo_tp *unary_model(struct tmodel *t, const char *op, const char *domain,
+				 int opset, const struct attr *a)
+{
+	tm_init(t);
+	t->opset.version = opset;
+	int64_t dims[2] = { 2, 3 };
+	tm_input(t, &t->graph, "x", 2, dims);
+	Onnx__NodeProto *n = tm_node(t, &t->graph, op, "n", (const char *[]){ "x", NULL },
+				     (const char *[]){ "y", NULL });
+	if (domain)
+		n->domain = tm_strdup(t, domain);
+	if (a && a->name)
+		add_attr(t, n, a);
+	tm_output(t, &t->graph, "y");
+	return import_tm(t, op);
+}
+
+static bool same_float_values(const struct mo_tp *a, const struct mo_tp *b)
+{
+	struct mo_eval_result ra, rb;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	assert_int_equal(mo_eval(a, MO_EVAL_FLOAT, 5, &ra, &d), MO_OK);
+	assert_int_equal(mo_eval(b, MO_EVAL_FLOAT, 5, &rb, &d), MO_OK);
+	bool same = ra.counts[0] == rb.counts[0] &&
+		    memcmp(ra.values[0], rb.values[0], sizeof(double) * ra.counts[0]) == 0;
+	mo_eval_result_free(&ra);
+	mo_eval_result_free(&rb);
+	return same;
+}
+
+/* ONNX Runtime's contrib ops: QuickGelu is Swish with alpha 1.702 unless
+ * given, FastGelu without its bias Gelu's tanh approximation (with it, it
+ * stays outside the table, its shape known); in ONNX's domain neither is
+ * read. */
+static void contrib_aliases(void)
+{
+	struct tmodel ts[7];
+	struct attr a1702 = AF("alpha", 1.702), a1 = AF("alpha", 1.0),
+		    tanh_ = AS("approximate", "tanh");
+	struct mo_tp *tps[7] = {
+		unary_model(&ts[0], "QuickGelu", "com.microsoft", 17, NULL),
+		unary_model(&ts[1], "Swish", NULL, 24, &a1702),
+		unary_model(&ts[2], "QuickGelu", "com.microsoft", 17, &a1),
+		unary_model(&ts[3], "FastGelu", "com.microsoft", 17, NULL),
+		unary_model(&ts[4], "Gelu", NULL, 20, &tanh_),
+		unary_model(&ts[5], "Gelu", NULL, 20, NULL),
+		unary_model(&ts[6], "QuickGelu", NULL, 17, NULL),
+	};
+	assert_int_equal(tps[0]->ops[0].kind, MO_OP_SWISH);
+	assert_int_equal(tps[3]->ops[0].kind, MO_OP_GELU);
+	assert_int_equal(tps[6]->ops[0].kind, MO_OP_OPAQUE);
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		assert_true(same_field_values(tps[0], tps[1], seed));
+		assert_false(same_field_values(tps[0], tps[2], seed));
+		assert_true(same_field_values(tps[3], tps[4], seed));
+		assert_false(same_field_values(tps[3], tps[5], seed));
+	}
+	assert_true(same_float_values(tps[0], tps[1]));
+	assert_false(same_float_values(tps[0], tps[2]));
+	assert_true(same_float_values(tps[3], tps[4]));
+	assert_false(same_float_values(tps[3], tps[5]));
+	free_models(tps, ts, 7);
+}
+
 /* An alias (mo_op_aliases) is the op of the table it names: CastLike(x,
  * like) imports as one Cast to like's type, with like a parameter, not an
  * operand, and both evaluators give it the values of that Cast (and other
@@ -753,10 +820,12 @@ static void aliases_are_their_ops(void **state)
 	(void)state;
 	int n = 0;
 	for (const struct mo_op_alias *a = mo_op_aliases; a->onnx; a++, n++)
-		if (strcmp(a->onnx, "CastLike") != 0 && strcmp(a->onnx, "Sum") != 0)
+		if (strcmp(a->onnx, "CastLike") != 0 && strcmp(a->onnx, "Sum") != 0 &&
+		    strcmp(a->onnx, "QuickGelu") != 0 && strcmp(a->onnx, "FastGelu") != 0)
 			fail_msg("alias %s has no case in aliases_are_their_ops", a->onnx);
-	assert_int_equal(n, 2);
+	assert_int_equal(n, 4);
 	sum_alias();
+	contrib_aliases();
 	const int32_t F16 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
 		      BF16 = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 	struct tmodel ta, tb, tc;

@@ -199,8 +199,10 @@ enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node
  * `kind` (nothing downstream knows it was spelled otherwise), checked
  * against its own schema row; `params` (bit i) are the inputs that are
  * parameters, not data. CastLike is a Cast to its second operand's element
- * type; Sum of two operands is their Add. A new alias needs its row in mo_op_aliases and its parameters in
- * the importer's alias_params. */
+ * type; Sum of two operands is their Add; ONNX Runtime's contrib ops
+ * QuickGelu and FastGelu (without its bias) are Swish and Gelu. A new alias
+ * needs its row in mo_op_aliases and its parameters in the importer's
+ * alias_params. */
 struct mo_op_alias {
 	const char *onnx;
 	enum mo_op kind;
@@ -208,6 +210,9 @@ struct mo_op_alias {
 	struct mo_op_schema schema;
 	uint8_t n_in; /* it is that op only with this many inputs (0: any);
 		       * a node with another count is outside the table */
+	const char *domain; /* NULL: ONNX's; else e.g. "com.microsoft" */
+	double alpha; /* an activation's alpha when the node gives none (0:
+		       * the op's own default) */
 };
 extern const struct mo_op_alias mo_op_aliases[]; /* ends with onnx NULL */
 const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type);

@@ -216,20 +216,31 @@ const struct mo_op_alias mo_op_aliases[] = {
 	/* CastLike(input, target_type): Cast to target_type's element type */
 	{ "CastLike", MO_OP_CAST, 1u << 1,
 	  { 15, 15, 2, 2, 0, 0, 0, 1, 1, { AT("saturate", INT, 19, 0),
-					   AT("round_mode", STRING, 24, 0) }, .bf16_since = 15 }, 0 },
+					   AT("round_mode", STRING, 24, 0) }, .bf16_since = 15 }, .n_in = 0 },
 	/* Sum(a, b): their Add (numpy broadcasting from opset 8; 1 or 3 and more
 	 * operands stay outside the table) */
 	{ "Sum", MO_OP_ADD, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
 	  .n_in = 2 },
-	{ NULL, MO_OP_OPAQUE, 0, { 0 }, 0 },
+	/* ONNX Runtime's contrib ops, which its transformer optimizer writes
+	 * (opset 1 of com.microsoft; the row's opsets are ONNX's, any):
+	 * QuickGelu(x) = x·sigmoid(alpha·x), alpha 1.702 unless given: Swish */
+	{ "QuickGelu", MO_OP_SWISH, 0,
+	  { 1, 1, 1, 1, 0, 0, 0, 1, 1, { AT("alpha", FLOAT, 0, 0) }, .bf16_since = 1 },
+	  .domain = "com.microsoft", .alpha = 1.70200002193450927734375 /* 1.702f */ },
+	/* FastGelu(x) = Gelu's tanh approximation; with its bias operand (x +
+	 * bias first) it is two ops, and stays outside the table */
+	{ "FastGelu", MO_OP_GELU, 0, { 1, 1, 1, 2, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 1 },
+	  .n_in = 1,
+	  .domain = "com.microsoft" },
+	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 
 const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type)
 {
-	if (domain && *domain && strcmp(domain, "ai.onnx") != 0)
-		return NULL;
+	bool onnx = !domain || !*domain || strcmp(domain, "ai.onnx") == 0;
 	for (const struct mo_op_alias *a = mo_op_aliases; a->onnx; a++)
-		if (strcmp(a->onnx, op_type) == 0)
+		if (strcmp(a->onnx, op_type) == 0 &&
+		    (a->domain ? !onnx && strcmp(domain, a->domain) == 0 : onnx))
 			return a;
 	return NULL;
 }
