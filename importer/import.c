@@ -503,20 +503,20 @@ static const char *gemm_params(struct importer *im, struct mo_tp_op *op,
 
 /* ReduceSum, ReduceMean, ReduceMax: keepdims, and the axes (an input from
  * opset 13 or 18, else an attribute; none: every axis). */
+/* axes_input: the axes are input 1, not an attribute */
 static const char *reduce_params(struct importer *im, struct mo_tp_op *op,
-				 const Onnx__NodeProto *n, int rank)
+				 const Onnx__NodeProto *n, int rank, bool axes_input)
 {
 	struct mo_op_params *p = &op->p;
-	int64_t opset = im->tp->opset;
-	int c;
+		int c;
 	p->keepdims = (int)attr_int(n, "keepdims", 1);
 	p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
 	/* ONNX Runtime keeps dims only for keepdims == 1: other values are
 	 * read differently by different readers */
 	if (!flag01(p->keepdims) || !flag01(p->noop_with_empty_axes))
 		return "keepdims or noop_with_empty_axes is neither 0 nor 1";
-	c = param_mask(op->kind, opset) ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
-					: attr_ints(n, "axes", p->axes, MO_MAX_RANK);
+	c = axes_input ? param_ints(im, n, 1, p->axes, MO_MAX_RANK)
+		       : attr_ints(n, "axes", p->axes, MO_MAX_RANK);
 	if (c == -2)
 		return "the axes are not a constant";
 	p->n_axes = c > 0 ? c : 0;
@@ -668,7 +668,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		return NULL;
 	}
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
-		return reduce_params(im, op, n, rank);
+		return reduce_params(im, op, n, rank, param_mask(op->kind, opset) != 0);
 	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
 		p->axes[0] = attr_int(n, "axis", -1);
 		p->n_axes = 1;
@@ -928,8 +928,71 @@ static bool pad_shape(struct mo_tp *tp, const Onnx__NodeProto *n, const struct m
  * ONNX shape rule, for those exporters write around shapes and masks (the
  * op stays out of regions; what reads it learns its shape). Range and
  * ConstantOfShape need their operands' values (small integer constants). */
+/* The shapes of ONNX Runtime's contrib ops that its transformer optimizer
+ * writes around the ops it reads, where they follow from their operands (its
+ * contrib schemas' shape inference): EmbedLayerNormalization's embedding
+ * [ids..., hidden] (and its sum), mask index int32 [batch]; Attention's
+ * output, its input with the last dim the value projection's width. */
+static void contrib_shape(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	const char *ty = str(n->op_type);
+	const struct mo_tensor *in[3] = { NULL, NULL, NULL };
+	for (int i = 0; i < 3 && i < op->n_in; i++)
+		if (op->in[i] >= 0 && tp->tensors[op->in[i]].shape_known)
+			in[i] = &tp->tensors[op->in[i]];
+	struct mo_tensor *y[3] = { NULL, NULL, NULL };
+	for (int i = 0; i < 3 && i < op->n_out; i++)
+		if (op->out[i] >= 0 && !tp->tensors[op->out[i]].shape_known)
+			y[i] = &tp->tensors[op->out[i]];
+	int64_t dims[MO_MAX_RANK];
+	if (strcmp(ty, "EmbedLayerNormalization") == 0) {
+		/* input_ids, segment_ids, word_embedding [vocab, hidden] */
+		const struct mo_tensor *ids = in[0], *we = op->n_in > 2 && op->in[2] >= 0 &&
+			tp->tensors[op->in[2]].shape_known ? &tp->tensors[op->in[2]] : NULL;
+		if (!ids || !we || we->rank != 2 || ids->rank != 2)
+			return;
+		dims[0] = ids->dims[0];
+		dims[1] = ids->dims[1];
+		dims[2] = we->dims[1];
+		for (int k = 0; k < 3; k += 2)
+			if (y[k]) {
+				y[k]->dtype = we->dtype;
+				mo_tensor_set_shape(y[k], 3, dims);
+			}
+		if (y[1]) {
+			y[1]->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+			mo_tensor_set_shape(y[1], 1, dims);
+		}
+	} else if (strcmp(ty, "Attention") == 0) {
+		/* input [batch, seq, hidden], weights [hidden, q + k + v] */
+		const struct mo_tensor *x = in[0], *w = in[1];
+		if (!x || !w || x->rank != 3 || w->rank != 2 || !y[0])
+			return;
+		int64_t v = w->dims[1] / 3;
+		int64_t qkv[3];
+		if (attr(n, "qkv_hidden_sizes")) {
+			if (attr_ints(n, "qkv_hidden_sizes", qkv, 3) != 3)
+				return;
+			v = qkv[2];
+		} else if (w->dims[1] % 3) {
+			return;
+		}
+		memcpy(dims, x->dims, sizeof *dims * 3);
+		dims[2] = v;
+		y[0]->dtype = x->dtype;
+		mo_tensor_set_shape(y[0], 3, dims);
+	}
+}
+
 static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
+	if (strcmp(str(n->domain), "com.microsoft") == 0 &&
+	    (strcmp(str(n->op_type), "Attention") == 0 ||
+	     strcmp(str(n->op_type), "EmbedLayerNormalization") == 0)) {
+		contrib_shape(im, n, op);
+		return;
+	}
 	struct mo_tp *tp = im->tp;
 	const char *ty = str(n->op_type);
 	if (op->n_out != 1 || op->out[0] < 0 || op->n_in < 1)
@@ -1527,6 +1590,226 @@ static enum mo_status import_constant(struct importer *im, const Onnx__NodeProto
 	return tp->arena.failed ? nomem(im) : MO_OK;
 }
 
+/* The op's Lax class and why it is a boundary: its own reason (why, from
+ * reading or inferring it) or a shape that depends on an unbound symbol. */
+static void settle(struct mo_tp *tp, struct mo_tp_op *op, const char *why, bool unbound)
+{
+	classify(tp, op);
+	if (why)
+		op->note = why;
+	/* the first cause, when unknown shapes are why it is a boundary */
+	if (unbound && (!op->note || strstr(op->note, "shape is unknown")))
+		op->note = "its shape depends on an unbound symbolic dimension";
+	if (why || unbound) {
+		op->lax = MO_LAX_NONE;
+		op->exps = 0;
+	}
+}
+
+/* ---- decompositions: a node read as several ops of the table ---- */
+
+/* A step of a decomposition: an op of kind over tensors in[0..n_in) (and
+ * parameter tensor param, or -1) making tensor out. */
+struct step {
+	enum mo_op kind;
+	int in[3], n_in, param, out;
+	struct mo_op_params p;
+};
+
+/* A tensor for a step's result inside node n: named after n's first output,
+ * unlike any tensor of the model. */
+static int step_tensor(struct importer *im, const Onnx__NodeProto *n, int ni, int k)
+{
+	struct mo_arena *a = &im->tp->arena;
+	const char *base = n->n_output && *str(n->output[0]) ? n->output[0] : "mirage";
+	char *name = mo_arena_printf(a, "%s/mirage_step%d", base, k);
+	for (int q = 2; name && find(im, name) >= 0; q++)
+		name = mo_arena_printf(a, "%s/mirage_step%d_%d", base, k, q);
+	int t = name ? new_tensor(im, name, MO_T_VALUE) : -1;
+	if (t >= 0)
+		im->tp->tensors[t].source_node = ni;
+	return t;
+}
+
+/* The ops of the steps, appended to the program for node ni. If any step
+ * cannot be fused, none is (with the first step's reason): a region holds
+ * the whole node or none of it. */
+static enum mo_status add_steps(struct importer *im, int ni, struct step *s, int ns)
+{
+	struct mo_tp *tp = im->tp;
+	struct mo_arena *ar = &tp->arena;
+	const char *note = NULL;
+	int first = tp->n_ops;
+	for (int k = 0; k < ns; k++) {
+		struct mo_tp_op op = { .node = ni, .kind = s[k].kind, .p = s[k].p };
+		op.in = mo_arena_array(ar, 4, sizeof(int));
+		op.out = mo_arena_array(ar, 1, sizeof(int));
+		op.param_in = mo_arena_array(ar, 1, sizeof(int));
+		if (!op.in || !op.out || !op.param_in)
+			return nomem(im);
+		memcpy(op.in, s[k].in, sizeof s[k].in);
+		op.n_in = s[k].n_in;
+		if (s[k].param >= 0)
+			op.param_in[op.n_params++] = s[k].param;
+		op.out[op.n_out++] = s[k].out;
+		const char *why = NULL;
+		if (!mo_tp_infer(tp, &op, &why) && why == mo_why_absurd)
+			return mo_diag_set(im->d, MO_ERR_INPUT,
+					   "%s: node '%s' (%s) would make a tensor of absurd shape",
+					   mo_onnx_name(tp->model), tp->node_names[ni],
+					   str(im->g->node[ni]->op_type));
+		bool unbound = false;
+		for (int i = 0; i < op.n_in + op.n_params; i++) {
+			int t = i < op.n_in ? op.in[i] : op.param_in[i - op.n_in];
+			unbound |= t >= 0 && im->unbound[t];
+		}
+		im->unbound[s[k].out] = unbound;
+		settle(tp, &op, why, unbound);
+		if (op.lax == MO_LAX_NONE && !note)
+			note = op.note ? op.note : "not fusable";
+		tp->tensors[s[k].out].producer = tp->n_ops;
+		tp->ops[tp->n_ops++] = op;
+	}
+	for (int v = first; note && v < tp->n_ops; v++) {
+		tp->ops[v].lax = MO_LAX_NONE;
+		tp->ops[v].exps = 0;
+		tp->ops[v].note = note;
+	}
+	tp->node_op[ni] = first;
+	return MO_OK;
+}
+
+/* Node ni as the steps of its alias's decomposition (*done), or left to
+ * be one op outside the table (an operand unknown, an output it cannot
+ * make). */
+static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_alias *a,
+				bool *done)
+{
+	struct mo_tp *tp = im->tp;
+	const Onnx__NodeProto *n = im->g->node[ni];
+	*done = false;
+	int x[8], y[4];
+	size_t nin = n->n_input, nout = n->n_output;
+	if (nin > 8 && a->decomp != MO_DECOMP_SUM)
+		return MO_OK;
+	for (size_t i = 0; i < nin && i < 8; i++) {
+		x[i] = *str(n->input[i]) ? find(im, n->input[i]) : -1;
+		if (*str(n->input[i]) && (x[i] < 0 || (tp->tensors[x[i]].kind == MO_T_INITIALIZER &&
+						       !tp->tensors[x[i]].init)))
+			return MO_OK; /* sparse or unknown */
+	}
+	if (nout > 4 || nout < 1 || !*str(n->output[0]))
+		return MO_OK;
+	/* a Skip norm's mean and inverse standard deviation are not made */
+	for (size_t i = 1; i < nout; i++)
+		if (*str(n->output[i]) && (a->decomp != MO_DECOMP_SKIP_NORM || i != 3))
+			return MO_OK;
+	/* what each needs, before any tensor is made */
+	struct mo_tp_op red = { .kind = MO_OP_REDUCE_SUM };
+	switch (a->decomp) {
+	case MO_DECOMP_BIAS_GELU:
+		if (nin != 2 || x[0] < 0 || x[1] < 0)
+			return MO_OK;
+		break;
+	case MO_DECOMP_SKIP_NORM:
+		if (nin < 3 || x[0] < 0 || x[1] < 0 || x[2] < 0)
+			return MO_OK;
+		break;
+	case MO_DECOMP_SUM_SQUARE:
+		if (x[0] < 0 || reduce_params(im, &red, n, tp->tensors[x[0]].shape_known
+							   ? tp->tensors[x[0]].rank : 0,
+					      tp->opset >= 18))
+			return MO_OK;
+		break;
+	case MO_DECOMP_SUM:
+		if (nin < 3 || nin > 64)
+			return MO_OK;
+		for (size_t i = 0; i < nin; i++)
+			if (find(im, str(n->input[i])) < 0)
+				return MO_OK;
+		break;
+	case MO_DECOMP_NONE:
+		return MO_OK;
+	}
+	struct step s[64];
+	int ns = 0;
+	for (size_t i = 0; i < nout; i++) {
+		y[i] = -1;
+		if (*str(n->output[i]) && (y[i] = new_tensor(im, n->output[i], MO_T_VALUE)) < 0)
+			return nomem(im);
+		if (y[i] >= 0)
+			tp->tensors[y[i]].source_node = ni;
+	}
+#define STEP(k, ...) (s[ns++] = (struct step){ .kind = (k), __VA_ARGS__ })
+#define TEMP(t) do { if (((t) = step_tensor(im, n, ni, ns)) < 0) return nomem(im); } while (0)
+	switch (a->decomp) {
+	case MO_DECOMP_BIAS_GELU: {
+		int t;
+		TEMP(t);
+		STEP(MO_OP_ADD, .in = { x[0], x[1] }, .n_in = 2, .param = -1, .out = t);
+		STEP(MO_OP_GELU, .in = { t }, .n_in = 1, .param = -1, .out = y[0],
+		     .p.approximate = strcmp(a->onnx, "FastGelu") == 0 ? MO_GELU_TANH : MO_GELU_NONE);
+		break;
+	}
+	case MO_DECOMP_SKIP_NORM: {
+		bool rms = a->kind == MO_OP_RMS_NORM;
+		int beta = !rms && nin > 3 ? x[3] : -1, bias = nin > (rms ? 3u : 4u) ? x[rms ? 3 : 4] : -1;
+		int sum = nout > 3 && y[3] >= 0 ? y[3] : -1, t = -1;
+		if (sum < 0)
+			TEMP(sum);
+		if (bias >= 0) {
+			TEMP(t);
+			STEP(MO_OP_ADD, .in = { x[0], x[1] }, .n_in = 2, .param = -1, .out = t);
+			STEP(MO_OP_ADD, .in = { t, bias }, .n_in = 2, .param = -1, .out = sum);
+		} else {
+			STEP(MO_OP_ADD, .in = { x[0], x[1] }, .n_in = 2, .param = -1, .out = sum);
+		}
+		struct mo_op_params p = { .n_axes = 1, .axes = { -1 },
+					  .epsilon = attr_float(n, "epsilon", a->epsilon) };
+		if (rms)
+			STEP(MO_OP_RMS_NORM, .in = { sum, x[2] }, .n_in = 2, .param = -1, .out = y[0],
+			     .p = p);
+		else
+			STEP(MO_OP_LAYER_NORM, .in = { sum, x[2], beta }, .n_in = beta >= 0 ? 3 : 2,
+			     .param = -1, .out = y[0], .p = p);
+		break;
+	}
+	case MO_DECOMP_SUM_SQUARE: {
+		int sq, axes = tp->opset >= 18 && nin > 1 ? x[1] : -1;
+		TEMP(sq);
+		STEP(MO_OP_MUL, .in = { x[0], x[0] }, .n_in = 2, .param = -1, .out = sq);
+		if (a->kind == MO_OP_SQRT) {
+			int r;
+			TEMP(r);
+			STEP(MO_OP_REDUCE_SUM, .in = { sq }, .n_in = 1, .param = axes, .out = r, .p = red.p);
+			STEP(MO_OP_SQRT, .in = { r }, .n_in = 1, .param = -1, .out = y[0]);
+		} else {
+			STEP(MO_OP_REDUCE_SUM, .in = { sq }, .n_in = 1, .param = axes, .out = y[0],
+			     .p = red.p);
+		}
+		break;
+	}
+	case MO_DECOMP_SUM: {
+		int acc = -1;
+		for (size_t i = 1; i < nin; i++) {
+			int left = i == 1 ? find(im, n->input[0]) : acc, right = find(im, n->input[i]);
+			if (i + 1 == nin)
+				acc = y[0];
+			else
+				TEMP(acc);
+			STEP(MO_OP_ADD, .in = { left, right }, .n_in = 2, .param = -1, .out = acc);
+		}
+		break;
+	}
+	case MO_DECOMP_NONE:
+		break;
+	}
+#undef STEP
+#undef TEMP
+	*done = true;
+	return add_steps(im, ni, s, ns);
+}
+
 static enum mo_status import_node(struct importer *im, int ni)
 {
 	struct mo_tp *tp = im->tp;
@@ -1538,12 +1821,25 @@ static enum mo_status import_node(struct importer *im, int ni)
 
 	struct mo_tp_op op = { .node = ni, .kind = mo_op_lookup(n->domain, ty) };
 	const struct mo_op_alias *alias = NULL;
-	if (op.kind == MO_OP_OPAQUE && (alias = mo_op_alias_lookup(n->domain, ty)) &&
-	    (!alias->n_in || alias->n_in == n->n_input))
+	if (op.kind == MO_OP_OPAQUE && (alias = mo_op_alias_lookup(n->domain, ty, n->n_input)))
 		op.kind = alias->kind;
-	else
-		alias = NULL;
 	if (has_subgraph(n)) {
+		op.kind = MO_OP_OPAQUE;
+		alias = NULL;
+	}
+	if (alias && alias->decomp) {
+		char why[300];
+		enum mo_schema_fit fit = mo_op_check_alias(alias, n, tp->opset, why, sizeof why);
+		if (fit == MO_SCHEMA_INVALID)
+			return mo_diag_set(im->d, MO_ERR_INPUT, "%s: invalid model: node '%s': %s",
+					   mo_onnx_name(tp->model), tp->node_names[ni], why);
+		bool done = false;
+		if (fit == MO_SCHEMA_FITS) {
+			enum mo_status st = decompose(im, ni, alias, &done);
+			if (st || done)
+				return st;
+		}
+		/* not read: one op outside the table */
 		op.kind = MO_OP_OPAQUE;
 		alias = NULL;
 	}
@@ -1707,16 +2003,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (v)
 			shape_from_type(im, vinfo_at(im, *v)->type, t);
 	}
-	classify(tp, &op);
-	if (why)
-		op.note = why;
-	/* the first cause, when unknown shapes are why it is a boundary */
-	if (unbound && (!op.note || strstr(op.note, "shape is unknown")))
-		op.note = "its shape depends on an unbound symbolic dimension";
-	if (why || unbound) {
-		op.lax = MO_LAX_NONE;
-		op.exps = 0;
-	}
+	settle(tp, &op, why, unbound);
 	int index = tp->n_ops++;
 	tp->ops[index] = op;
 	tp->node_op[ni] = index;
@@ -1943,8 +2230,16 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	struct importer im = { .tp = tp, .opt = opt, .g = p->graph, .d = d, .syms.tp = tp };
 	tp->opset = default_opset(p);
 	tp->n_nodes = (int)im.g->n_node;
-	size_t nn = (size_t)tp->n_nodes + 1;
-	tp->ops = mo_arena_array(&tp->arena, nn, sizeof *tp->ops);
+	size_t nn = (size_t)tp->n_nodes + 1, n_ops = nn;
+	/* a decomposed node is several ops: at most one per input, or 4 */
+	for (size_t i = 0; i < im.g->n_node; i++) {
+		const Onnx__NodeProto *n = im.g->node[i];
+		const struct mo_op_alias *a = mo_op_alias_lookup(n->domain, str(n->op_type),
+								 n->n_input);
+		if (a && a->decomp)
+			n_ops += n->n_input > 4 ? n->n_input : 4;
+	}
+	tp->ops = mo_arena_array(&tp->arena, n_ops, sizeof *tp->ops);
 	tp->node_names = mo_arena_array(&tp->arena, nn, sizeof *tp->node_names);
 	tp->node_op = mo_arena_array(&tp->arena, nn, sizeof *tp->node_op);
 	int *order = mo_calloc(nn, sizeof *order);

@@ -471,6 +471,14 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 		s.parent[i] = s.next[i] = i;
 		s.size[i] = 1;
 	}
+	/* the ops of one node (a decomposition) are one set from the start: a
+	 * region holds the whole node or none of it */
+	for (int v = 0; v < n; v++) {
+		int f = tp->node_op[tp->ops[v].node];
+		if (f >= 0 && f != v && fusable(&tp->ops[v]) && fusable(&tp->ops[f]) &&
+		    find(&s, f) != find(&s, v))
+			unite(&s, find(&s, f), find(&s, v));
+	}
 
 	/* Candidate merges: every tensor edge between two fusable ops. */
 	int nc = 0;
@@ -605,6 +613,28 @@ enum mo_status mo_part_groups(const struct mo_tp *tp, const int *group,
 		node_region[i] = -1;
 	for (int v = 0; v < n; v++)
 		p->op_region[v] = group[v] >= 0 ? group[v] : -1;
+	/* a node whose ops the groups part (a decomposition) is in none */
+	for (int v = 0; v < n; v++) {
+		int f = tp->node_op[tp->ops[v].node];
+		if (f >= 0 && p->op_region[f] != p->op_region[v])
+			for (int u = f; u < n && tp->ops[u].node == tp->ops[v].node; u++)
+				p->op_region[u] = -1;
+	}
+	/* numbered again, without the groups that lost every op */
+	for (int v = 0; v < n; v++)
+		e[v] = -1; /* e: the new number of group v (reset below) */
+	int kept = 0;
+	for (int v = 0; v < n; v++) {
+		int g = p->op_region[v];
+		if (g >= 0 && e[g] < 0)
+			e[g] = kept++;
+	}
+	for (int v = 0; v < n; v++)
+		if (p->op_region[v] >= 0)
+			p->op_region[v] = e[p->op_region[v]];
+	for (int v = 0; v < n; v++)
+		e[v] = 0;
+	nr = kept;
 	st = fill_regions(tp, p, nr, node_region, d);
 	for (int v = 0; v < n && !st; v++) { /* ops are in topological order */
 		int ri = p->op_region[v];

@@ -1,16 +1,31 @@
 #!/usr/bin/env python3
 """ONNX Runtime's contrib ops (com.microsoft), as its transformer optimizer
-writes them, inside regions: QuickGelu (Swish with alpha 1.702 unless given)
-and FastGelu without its bias (Gelu's tanh approximation) fuse with the
-MatMuls around them; FastGelu with a bias stays outside the table but its
-output shape is known, so the ops after it still form a region.
+writes them, and ONNX ops that are several ops of the table, inside fused
+regions.
 
-The model: MatMul → QuickGelu → FastGelu → FastGelu(bias) → QuickGelu(alpha
-1) → MatMul, fp32 and fp16. Fused (--min-saving 0: tiny shapes), it must put
-every contrib op but the biased FastGelu in fused ops, and match ONNX
-Runtime on the original with the plugin's CPU kernels and, without the
-plugin, through each fused op's local function (whose body holds the
-contrib nodes).
+- Aliases: QuickGelu (Swish with alpha 1.702 unless given) and FastGelu
+  without its bias (Gelu's tanh approximation) fuse with the MatMuls around
+  them; a chain MatMul → QuickGelu → FastGelu → FastGelu(bias) →
+  QuickGelu(alpha 1) → MatMul puts every contrib op in fused ops.
+- Decompositions (one node read as several ops, kept whole by the
+  partition): SkipLayerNormalization (with beta and bias, its sum an output
+  too), SkipSimplifiedLayerNormalization, BiasGelu, FastGelu with a bias,
+  Sum of three, ReduceSumSquare and ReduceL2, each in a model of its own
+  with a MatMul: the node is in a fused op.
+
+Each model in fp32 and fp16, fused with --min-saving 0 (tiny shapes), must
+match ONNX Runtime on the original with the plugin's CPU kernels and,
+without the plugin, through each fused op's local function (whose body
+holds the contrib nodes as they were).
+
+- A model ONNX Runtime's transformer optimizer wrote: the Optimum BERT
+  (tests/data/contrib/bert_ortopt.onnx, models/ort_optimize.py), with
+  EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu.
+  Fused with no --dim and the default --min-saving, each layer's feed-forward
+  block (SkipLayerNormalization, MatMul, BiasGelu, MatMul,
+  SkipLayerNormalization) is a region and its MatMul + BiasGelu a fused op;
+  the fused model matches the optimized one at (batch, sequence) (1, 1),
+  (2, 8) and (3, 37), with the plugin and without.
 """
 import argparse
 import json
@@ -31,30 +46,81 @@ from fuse_models_test import fileset, session  # noqa: E402
 MS = "com.microsoft"
 
 
-def model(dtype):
-    rng = np.random.default_rng(0)
-    elem = T.FLOAT if dtype == np.float32 else T.FLOAT16
-    W = nh.from_array((rng.standard_normal((64, 128)) * 0.1).astype(dtype), "W")
-    W2 = nh.from_array((rng.standard_normal((128, 64)) * 0.1).astype(dtype), "W2")
-    B = nh.from_array(rng.standard_normal(128).astype(dtype), "B")
+def const(rng, name, shape, dtype, scale=0.1, offset=0.0):
+    return nh.from_array((rng.standard_normal(shape) * scale + offset).astype(dtype), name)
+
+
+def chain(rng, dtype):
+    """MatMul → QuickGelu → FastGelu → FastGelu(bias) → QuickGelu(alpha 1)
+    → MatMul: aliases, and a decomposition (the biased FastGelu)."""
+    inits = [const(rng, "W", (64, 128), dtype), const(rng, "W2", (128, 64), dtype),
+             const(rng, "B", (128,), dtype, 1.0)]
     nodes = [h.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
              h.make_node("QuickGelu", ["m"], ["q"], name="quick", domain=MS),
              h.make_node("FastGelu", ["q"], ["f"], name="fast", domain=MS),
              h.make_node("FastGelu", ["f", "B"], ["fb"], name="fast_bias", domain=MS),
              h.make_node("QuickGelu", ["fb"], ["q2"], name="quick_alpha1", domain=MS, alpha=1.0),
              h.make_node("MatMul", ["q2", "W2"], ["y"], name="mm2")]
-    g = h.make_graph(nodes, "contrib", [h.make_tensor_value_info("x", elem, [16, 64])],
-                     [h.make_tensor_value_info("y", elem, [16, 64])], [W, W2, B])
+    return nodes, inits, [("y", [16, 64])], ["quick", "fast", "quick_alpha1", "fast_bias"]
+
+
+def decomposition(kind):
+    """A model of one decomposed node (named 'op') with a MatMul."""
+    def make(rng, dtype):
+        W = const(rng, "W", (64, 64), dtype)
+        g, b, bias = (const(rng, n, (64,), dtype, 0.5, 1.0 if n == "g" else 0.0)
+                      for n in ("g", "b", "bias"))
+        mm = h.make_node("MatMul", ["x", "W"], ["m"], name="mm")
+        if kind == "SkipLayerNormalization":
+            nodes = [h.make_node(kind, ["x", "skip", "g", "b", "bias"], ["n", "", "", "s"],
+                                 name="op", domain=MS, epsilon=1e-5),
+                     h.make_node("MatMul", ["n", "W"], ["y"], name="mm")]
+            return nodes, [W, g, b, bias], [("y", [16, 64]), ("s", [16, 64])], ["op"]
+        if kind == "SkipSimplifiedLayerNormalization":
+            nodes = [h.make_node(kind, ["x", "skip", "g"], ["n", "", "", "s"], name="op",
+                                 domain=MS, epsilon=1e-6),
+                     h.make_node("MatMul", ["n", "W"], ["y"], name="mm")]
+            return nodes, [W, g], [("y", [16, 64]), ("s", [16, 64])], ["op"]
+        if kind in ("BiasGelu", "FastGelu"):
+            return ([mm, h.make_node(kind, ["m", "bias"], ["y"], name="op", domain=MS)],
+                    [W, bias], [("y", [16, 64])], ["op"])
+        if kind == "Sum":
+            return ([mm, h.make_node("Sum", ["m", "x", "skip"], ["y"], name="op")],
+                    [W], [("y", [16, 64])], ["op"])
+        if kind == "ReduceSumSquare":
+            return ([mm, h.make_node(kind, ["m"], ["y"], name="op", axes=[-1], keepdims=1)],
+                    [W], [("y", [16, 1])], ["op"])
+        # ReduceL2: the rows of m scaled to unit length
+        return ([mm, h.make_node("ReduceL2", ["m"], ["r"], name="op", axes=[-1], keepdims=1),
+                 h.make_node("Div", ["m", "r"], ["y"], name="div")],
+                [W], [("y", [16, 64])], ["op"])
+    return make
+
+
+CASES = [("chain", chain)] + [(k, decomposition(k)) for k in (
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
+    "ReduceSumSquare", "ReduceL2")]
+
+
+def model(make, dtype):
+    rng = np.random.default_rng(0)
+    elem = T.FLOAT if dtype == np.float32 else T.FLOAT16
+    nodes, inits, outs, _ = make(rng, dtype)
+    ins = [h.make_tensor_value_info(n, elem, [16, 64]) for n in ("x", "skip")
+           if any(n in nd.input for nd in nodes)]
+    g = h.make_graph(nodes, "contrib", ins, [h.make_tensor_value_info(n, elem, sh)
+                                             for n, sh in outs], inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
     m.ir_version = 8
     return m
 
 
-def check(cli, tmp, dtype):
-    name = np.dtype(dtype).name
-    src = os.path.join(tmp, f"contrib_{name}.onnx")
-    out = os.path.join(tmp, f"contrib_{name}_fused.onnx")
-    onnx.save(model(dtype), src)
+def check(cli, tmp, name, make, dtype):
+    tag = f"{name}_{np.dtype(dtype).name}"
+    src = os.path.join(tmp, f"{tag}.onnx")
+    out = os.path.join(tmp, f"{tag}_fused.onnx")
+    m = model(make, dtype)
+    onnx.save(m, src)
     r = subprocess.run([cli, "-q", src, "-o", out, "--no-cuda", "--budget", "5",
                         "--min-saving", "0"], capture_output=True, text=True, timeout=1200,
                        env=dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache")))
@@ -64,20 +130,58 @@ def check(cli, tmp, dtype):
     if not manifest:
         raise AssertionError("nothing fused")
     fused = {n for g in json.load(open(manifest))["regions"] if g["fused"] for n in g["nodes"]}
-    for n in ("quick", "fast", "quick_alpha1"):
+    _, _, _, wanted = make(np.random.default_rng(0), dtype)
+    for n in wanted:
         if n not in fused:
             raise AssertionError(f"{n} is in no fused op (fused: {sorted(fused)})")
-    if "fast_bias" in fused:
-        raise AssertionError("FastGelu with a bias was fused: it is outside the table")
-    x = {"x": np.random.default_rng(1).standard_normal((16, 64)).astype(dtype)}
-    want = session(src).run(None, x)[0].astype(np.float64)
-    tol = (1e-4 if dtype == np.float32 else 2e-2) * float(np.max(np.abs(want)))
+    rng = np.random.default_rng(1)
+    x = {i.name: rng.standard_normal((16, 64)).astype(dtype) for i in m.graph.input}
+    want = [w.astype(np.float64) for w in session(src).run(None, x)]
     for label, s in (("with the plugin", session(out, plugin)), ("without it", session(out))):
-        got = s.run(None, x)[0].astype(np.float64)
-        err = float(np.max(np.abs(got - want)))
-        if not err <= tol:
-            raise AssertionError(f"{label}: max error {err:.3g} over {tol:.3g}")
-    return f"{len(fused)} contrib and MatMul nodes fused, matches ONNX Runtime"
+        for k, (g, w) in enumerate(zip(s.run(None, x), want)):
+            tol = (1e-4 if dtype == np.float32 else 2e-2) * float(np.max(np.abs(w)))
+            err = float(np.max(np.abs(g.astype(np.float64) - w)))
+            if g.shape != w.shape or not err <= tol:
+                raise AssertionError(f"{label}, output {k}: max error {err:.3g} over {tol:.3g}")
+    return f"{len(fused)} nodes in fused ops, matches ONNX Runtime"
+
+
+ORTOPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "contrib",
+                      "bert_ortopt.onnx")
+
+
+def check_ortopt(cli, tmp):
+    out = os.path.join(tmp, "bert_ortopt_fused.onnx")
+    r = subprocess.run([cli, "-q", ORTOPT, "-o", out, "--no-cuda", "--budget", "5"],
+                       capture_output=True, text=True, timeout=1200,
+                       env=dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache")))
+    if r.returncode:
+        raise AssertionError(f"fuse exit {r.returncode}: {r.stderr[-400:]}")
+    plugin, manifest = fileset(out)
+    if not manifest:
+        raise AssertionError("nothing fused")
+    regions = json.load(open(manifest))["regions"]
+    fused = {n for g in regions if g["fused"] for n in g["nodes"]}
+    for layer in range(2):
+        if f"Gelu_AddBias_{layer}" not in fused:
+            raise AssertionError(f"layer {layer}'s BiasGelu is in no fused op: {sorted(fused)}")
+    whole = [g for g in regions if g["nodes"][0].startswith("SkipLayerNorm")]
+    if len(whole) != 2 or any(len(g["nodes"]) != 5 for g in whole):
+        raise AssertionError("the feed-forward blocks are not regions of their own: "
+                             f"{[g['nodes'] for g in regions]}")
+    rng = np.random.default_rng(0)
+    ref = session(ORTOPT)
+    for b, s in ((1, 1), (2, 8), (3, 37)):
+        x = {"input_ids": rng.integers(0, 128, (b, s)).astype(np.int64),
+             "attention_mask": np.ones((b, s), np.int64),
+             "token_type_ids": np.zeros((b, s), np.int64)}
+        want = ref.run(None, x)[0].astype(np.float64)
+        for label, sess in (("with the plugin", session(out, plugin)), ("without it", session(out))):
+            got = sess.run(None, x)[0].astype(np.float64)
+            err = float(np.max(np.abs(got - want)))
+            if got.shape != want.shape or not err <= 1e-4 * float(np.max(np.abs(want))):
+                raise AssertionError(f"({b}, {s}) {label}: max error {err:.3g}")
+    return f"{len(fused)} nodes in fused ops; matches at (1, 1), (2, 8), (3, 37)"
 
 
 def main():
@@ -86,12 +190,19 @@ def main():
     a = ap.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory(prefix="mo_contrib_") as tmp:
-        for dtype in (np.float32, np.float16):
-            try:
-                print(f"ok   {np.dtype(dtype).name}: {check(a.cli, tmp, dtype)}", flush=True)
-            except (AssertionError, subprocess.TimeoutExpired) as e:
-                failed += 1
-                print(f"FAIL {np.dtype(dtype).name}: {e}", flush=True)
+        for name, make in CASES:
+            for dtype in (np.float32, np.float16):
+                tag = f"{name} {np.dtype(dtype).name}"
+                try:
+                    print(f"ok   {tag}: {check(a.cli, tmp, name, make, dtype)}", flush=True)
+                except (AssertionError, subprocess.TimeoutExpired) as e:
+                    failed += 1
+                    print(f"FAIL {tag}: {e}", flush=True)
+        try:
+            print(f"ok   ORT-optimized BERT: {check_ortopt(a.cli, tmp)}", flush=True)
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            failed += 1
+            print(f"FAIL ORT-optimized BERT: {e}", flush=True)
     return 1 if failed else 0
 
 

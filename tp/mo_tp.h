@@ -203,6 +203,15 @@ enum mo_schema_fit mo_op_check_node(enum mo_op kind, const Onnx__NodeProto *node
  * QuickGelu and FastGelu (without its bias) are Swish and Gelu. A new alias
  * needs its row in mo_op_aliases and its parameters in the importer's
  * alias_params. */
+/* How a decomposed node (below) becomes ops of the table. */
+enum mo_decomp {
+	MO_DECOMP_NONE,
+	MO_DECOMP_BIAS_GELU,  /* Gelu(x + bias): BiasGelu; FastGelu (tanh) with a bias */
+	MO_DECOMP_SKIP_NORM,  /* Skip(Simplified)LayerNormalization: s = x + skip (+
+			       * bias), its norm; s an output too */
+	MO_DECOMP_SUM_SQUARE, /* ReduceSumSquare: ReduceSum(x·x); ReduceL2: its Sqrt */
+	MO_DECOMP_SUM,        /* Sum of three or more: Adds, left to right */
+};
 struct mo_op_alias {
 	const char *onnx;
 	enum mo_op kind;
@@ -213,9 +222,16 @@ struct mo_op_alias {
 	const char *domain; /* NULL: ONNX's; else e.g. "com.microsoft" */
 	double alpha; /* an activation's alpha when the node gives none (0:
 		       * the op's own default) */
+	/* A decomposition: the node is several ops of the table (the last
+	 * being `kind`), made by the importer's decompose(); the partition
+	 * keeps them together, so a region holds the whole node or none of it.
+	 * epsilon: the norm's when the node gives none. */
+	enum mo_decomp decomp;
+	double epsilon;
 };
 extern const struct mo_op_alias mo_op_aliases[]; /* ends with onnx NULL */
-const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type);
+/* The alias of op_type in domain for a node of n_in inputs; NULL: none. */
+const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type, size_t n_in);
 enum mo_schema_fit mo_op_check_alias(const struct mo_op_alias *a, const Onnx__NodeProto *node,
 				     int64_t opset, char *buf, size_t len);
 const char *mo_lax_name(enum mo_lax lax);

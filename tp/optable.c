@@ -232,14 +232,46 @@ const struct mo_op_alias mo_op_aliases[] = {
 	{ "FastGelu", MO_OP_GELU, 0, { 1, 1, 1, 2, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 1 },
 	  .n_in = 1,
 	  .domain = "com.microsoft" },
+	/* Decompositions (several ops of the table, importer's decompose()).
+	 * BiasGelu(x, bias) = Gelu(x + bias); FastGelu(x, bias) the same with
+	 * Gelu's tanh approximation */
+	{ "BiasGelu", MO_OP_GELU, 0, { 1, 1, 2, 2, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 1 },
+	  .domain = "com.microsoft", .decomp = MO_DECOMP_BIAS_GELU },
+	{ "FastGelu", MO_OP_GELU, 0, { 1, 1, 1, 2, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 1 },
+	  .n_in = 2, .domain = "com.microsoft", .decomp = MO_DECOMP_BIAS_GELU },
+	/* Skip(Simplified)LayerNormalization(x, skip, gamma[, beta][, bias]):
+	 * s = x + skip (+ bias) (output 3, when named), its norm over the last
+	 * axis with gamma (and beta); outputs 1 and 2 (mean, inverse standard
+	 * deviation) must be left out. epsilon 1e-12f unless given */
+	{ "SkipLayerNormalization", MO_OP_LAYER_NORM, 0,
+	  { 1, 1, 3, 5, 0, 0, 0, 1, 4, { AT("epsilon", FLOAT, 0, 0) }, .bf16_since = 1 },
+	  .domain = "com.microsoft", .decomp = MO_DECOMP_SKIP_NORM,
+	  .epsilon = 9.999999960041972e-13 /* 1e-12f */ },
+	{ "SkipSimplifiedLayerNormalization", MO_OP_RMS_NORM, 0,
+	  { 1, 1, 3, 4, 0, 0, 0, 1, 4, { AT("epsilon", FLOAT, 0, 0) }, .bf16_since = 1 },
+	  .domain = "com.microsoft", .decomp = MO_DECOMP_SKIP_NORM,
+	  .epsilon = 9.999999960041972e-13 },
+	/* ReduceSumSquare(x) = ReduceSum(x·x), ReduceL2(x) its Sqrt (axes an
+	 * input from opset 18, an attribute before) */
+	{ "ReduceSumSquare", MO_OP_REDUCE_SUM, 1u << 1,
+	  { 1, 13, 1, 2, 18, 1, 1, 1, 1, { AI("keepdims"), AT("axes", INTS, 0, 18),
+					   AT("noop_with_empty_axes", INT, 18, 0) }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_SUM_SQUARE },
+	{ "ReduceL2", MO_OP_SQRT, 1u << 1,
+	  { 1, 13, 1, 2, 18, 1, 1, 1, 1, { AI("keepdims"), AT("axes", INTS, 0, 18),
+					   AT("noop_with_empty_axes", INT, 18, 0) }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_SUM_SQUARE },
+	/* Sum(a, b, c, ...) of three or more: ((a + b) + c) + ... */
+	{ "Sum", MO_OP_ADD, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_SUM },
 	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 
-const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type)
+const struct mo_op_alias *mo_op_alias_lookup(const char *domain, const char *op_type, size_t n_in)
 {
 	bool onnx = !domain || !*domain || strcmp(domain, "ai.onnx") == 0;
 	for (const struct mo_op_alias *a = mo_op_aliases; a->onnx; a++)
-		if (strcmp(a->onnx, op_type) == 0 &&
+		if (strcmp(a->onnx, op_type) == 0 && (!a->n_in || a->n_in == n_in) &&
 		    (a->domain ? !onnx && strcmp(domain, a->domain) == 0 : onnx))
 			return a;
 	return NULL;
