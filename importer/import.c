@@ -501,14 +501,14 @@ static const char *gemm_params(struct importer *im, struct mo_tp_op *op,
 	return NULL;
 }
 
-/* ReduceSum, ReduceMean, ReduceMax: keepdims, and the axes (an input from
- * opset 13 or 18, else an attribute; none: every axis). */
-/* axes_input: the axes are input 1, not an attribute */
+/* ReduceSum, ReduceMean, ReduceMax: keepdims, and the axes (input 1 when
+ * axes_input: from opset 13 or 18, by op; else an attribute; none: every
+ * axis). */
 static const char *reduce_params(struct importer *im, struct mo_tp_op *op,
 				 const Onnx__NodeProto *n, int rank, bool axes_input)
 {
 	struct mo_op_params *p = &op->p;
-		int c;
+	int c;
 	p->keepdims = (int)attr_int(n, "keepdims", 1);
 	p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
 	/* ONNX Runtime keeps dims only for keepdims == 1: other values are
@@ -924,10 +924,6 @@ static bool pad_shape(struct mo_tp *tp, const Onnx__NodeProto *n, const struct m
 	return true;
 }
 
-/* The shape and dtype of the output of an op outside the op table, by its
- * ONNX shape rule, for those exporters write around shapes and masks (the
- * op stays out of regions; what reads it learns its shape). Range and
- * ConstantOfShape need their operands' values (small integer constants). */
 /* The shapes of ONNX Runtime's contrib ops that its transformer optimizer
  * writes around the ops it reads, where they follow from their operands (its
  * contrib schemas' shape inference): EmbedLayerNormalization's embedding
@@ -985,6 +981,10 @@ static void contrib_shape(struct importer *im, const Onnx__NodeProto *n, struct 
 	}
 }
 
+/* The shape and dtype of the output of an op outside the op table, by its
+ * ONNX shape rule, for those exporters write around shapes and masks (the
+ * op stays out of regions; what reads it learns its shape). Range and
+ * ConstantOfShape need their operands' values (small integer constants). */
 static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
 	if (strcmp(str(n->domain), "com.microsoft") == 0 &&

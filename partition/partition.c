@@ -477,7 +477,7 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 		int f = tp->node_op[tp->ops[v].node];
 		if (f >= 0 && f != v && fusable(&tp->ops[v]) && fusable(&tp->ops[f]) &&
 		    find(&s, f) != find(&s, v))
-			unite(&s, find(&s, f), find(&s, v));
+			unite(&s, f, v);
 	}
 
 	/* Candidate merges: every tensor edge between two fusable ops. */

@@ -115,21 +115,28 @@ def model(make, dtype):
     return m
 
 
-def check(cli, tmp, name, make, dtype):
-    tag = f"{name}_{np.dtype(dtype).name}"
-    src = os.path.join(tmp, f"{tag}.onnx")
-    out = os.path.join(tmp, f"{tag}_fused.onnx")
-    m = model(make, dtype)
-    onnx.save(m, src)
-    r = subprocess.run([cli, "-q", src, "-o", out, "--no-cuda", "--budget", "5",
-                        "--min-saving", "0"], capture_output=True, text=True, timeout=1200,
+def fuse(cli, tmp, src, out, *flags):
+    """Fuses src into out (CPU kernels, a short search, tmp's cache); the
+    plugin, and the regions of the manifest."""
+    r = subprocess.run([cli, "-q", src, "-o", out, "--no-cuda", "--budget", "5", *flags],
+                       capture_output=True, text=True, timeout=1200,
                        env=dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache")))
     if r.returncode:
         raise AssertionError(f"fuse exit {r.returncode}: {r.stderr[-400:]}")
     plugin, manifest = fileset(out)
     if not manifest:
         raise AssertionError("nothing fused")
-    fused = {n for g in json.load(open(manifest))["regions"] if g["fused"] for n in g["nodes"]}
+    return plugin, json.load(open(manifest))["regions"]
+
+
+def check(cli, tmp, name, make, dtype):
+    tag = f"{name}_{np.dtype(dtype).name}"
+    src = os.path.join(tmp, f"{tag}.onnx")
+    out = os.path.join(tmp, f"{tag}_fused.onnx")
+    m = model(make, dtype)
+    onnx.save(m, src)
+    plugin, regions = fuse(cli, tmp, src, out, "--min-saving", "0")
+    fused = {n for g in regions if g["fused"] for n in g["nodes"]}
     _, _, _, wanted = make(np.random.default_rng(0), dtype)
     for n in wanted:
         if n not in fused:
@@ -152,15 +159,7 @@ ORTOPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "contr
 
 def check_ortopt(cli, tmp):
     out = os.path.join(tmp, "bert_ortopt_fused.onnx")
-    r = subprocess.run([cli, "-q", ORTOPT, "-o", out, "--no-cuda", "--budget", "5"],
-                       capture_output=True, text=True, timeout=1200,
-                       env=dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache")))
-    if r.returncode:
-        raise AssertionError(f"fuse exit {r.returncode}: {r.stderr[-400:]}")
-    plugin, manifest = fileset(out)
-    if not manifest:
-        raise AssertionError("nothing fused")
-    regions = json.load(open(manifest))["regions"]
+    plugin, regions = fuse(cli, tmp, ORTOPT, out)
     fused = {n for g in regions if g["fused"] for n in g["nodes"]}
     for layer in range(2):
         if f"Gelu_AddBias_{layer}" not in fused:
