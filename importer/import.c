@@ -21,6 +21,7 @@ struct importer {
 	struct mo_symtab syms;  /* the symbolic dimensions and their values */
 	struct mo_diag *d;
 	int cap_tensors;
+	size_t cap_ops;  /* room in tp->ops: a node each, a decomposed one more */
 	/* Per tensor: its shape may depend on a graph input's unknown shape
 	 * (an unbound symbolic dimension). Such a shape stays unknown whatever
 	 * value_info says, since value_info holds one size the model was
@@ -1608,6 +1609,10 @@ static void settle(struct mo_tp *tp, struct mo_tp_op *op, const char *why, bool 
 
 /* ---- decompositions: a node read as several ops of the table ---- */
 
+/* The most steps a decomposition of few operands makes (one of n operands
+ * makes at most n). */
+#define MAX_STEPS 8
+
 /* A step of a decomposition: an op of kind over tensors in[0..n_in) (and
  * parameter tensor param, or -1) making tensor out. */
 struct step {
@@ -1640,6 +1645,9 @@ static enum mo_status add_steps(struct importer *im, int ni, struct step *s, int
 	struct mo_arena *ar = &tp->arena;
 	const char *note = NULL;
 	int first = tp->n_ops;
+	if ((size_t)tp->n_ops + (size_t)ns > im->cap_ops)
+		return mo_diag_set(im->d, MO_ERR_INTERNAL, "node '%s': %d steps exceed the room "
+				   "counted for its decomposition", tp->node_names[ni], ns);
 	for (int k = 0; k < ns; k++) {
 		struct mo_tp_op op = { .node = ni, .kind = s[k].kind, .p = s[k].p };
 		op.in = mo_arena_array(ar, 4, sizeof(int));
@@ -1721,6 +1729,26 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 					      tp->opset >= 18))
 			return MO_OK;
 		break;
+	case MO_DECOMP_LOG_SOFTMAX: {
+		const struct mo_tensor *xt = x[0] >= 0 ? &tp->tensors[x[0]] : NULL;
+		if (!xt || !xt->shape_known)
+			return MO_OK;
+		int64_t axis = attr_int(n, "axis", tp->opset >= 13 ? -1 : 1);
+		axis += axis < 0 ? xt->rank : 0;
+		if (axis < 0 || axis >= xt->rank)
+			return MO_OK;
+		/* before opset 13, over every dim from axis on */
+		red.p.keepdims = 1;
+		for (int64_t d = axis; d < (tp->opset >= 13 ? axis + 1 : xt->rank); d++)
+			red.p.axes[red.p.n_axes++] = d;
+		break;
+	}
+	case MO_DECOMP_LOG_SUM_EXP:
+		if (x[0] < 0 || reduce_params(im, &red, n, tp->tensors[x[0]].shape_known
+							   ? tp->tensors[x[0]].rank : 0,
+					      tp->opset >= 18))
+			return MO_OK;
+		break;
 	case MO_DECOMP_SUM:
 		if (nin < 3 || nin > 64)
 			return MO_OK;
@@ -1786,6 +1814,38 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		} else {
 			STEP(MO_OP_REDUCE_SUM, .in = { sq }, .n_in = 1, .param = axes, .out = y[0],
 			     .p = red.p);
+		}
+		break;
+	}
+	case MO_DECOMP_LOG_SOFTMAX: case MO_DECOMP_LOG_SUM_EXP: {
+		/* m = max(x) (dims kept), d = x − m, e = exp(d), s = Σ e, l = log(s);
+		 * LogSoftmax: d − l; ReduceLogSumExp: l + m (with its own
+		 * keepdims: a max of x without the dims then) */
+		bool lse = a->decomp == MO_DECOMP_LOG_SUM_EXP;
+		int axes = lse && tp->opset >= 18 && nin > 1 ? x[1] : -1;
+		struct mo_op_params kept = red.p;
+		kept.keepdims = 1;
+		int m, d, e, sum, l;
+		TEMP(m);
+		STEP(MO_OP_REDUCE_MAX, .in = { x[0] }, .n_in = 1, .param = axes, .out = m, .p = kept);
+		TEMP(d);
+		STEP(MO_OP_SUB, .in = { x[0], m }, .n_in = 2, .param = -1, .out = d);
+		TEMP(e);
+		STEP(MO_OP_EXP, .in = { d }, .n_in = 1, .param = -1, .out = e);
+		TEMP(sum);
+		STEP(MO_OP_REDUCE_SUM, .in = { e }, .n_in = 1, .param = axes, .out = sum, .p = red.p);
+		TEMP(l);
+		STEP(MO_OP_LOG, .in = { sum }, .n_in = 1, .param = -1, .out = l);
+		if (!lse) {
+			STEP(MO_OP_SUB, .in = { d, l }, .n_in = 2, .param = -1, .out = y[0]);
+		} else if (red.p.keepdims) {
+			STEP(MO_OP_ADD, .in = { l, m }, .n_in = 2, .param = -1, .out = y[0]);
+		} else {
+			int m0;
+			TEMP(m0);
+			STEP(MO_OP_REDUCE_MAX, .in = { x[0] }, .n_in = 1, .param = axes, .out = m0,
+			     .p = red.p);
+			STEP(MO_OP_ADD, .in = { l, m0 }, .n_in = 2, .param = -1, .out = y[0]);
 		}
 		break;
 	}
@@ -2231,14 +2291,16 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	tp->opset = default_opset(p);
 	tp->n_nodes = (int)im.g->n_node;
 	size_t nn = (size_t)tp->n_nodes + 1, n_ops = nn;
-	/* a decomposed node is several ops: at most one per input, or 4 */
+	/* a decomposed node is several ops: at most one per input, or
+	 * MAX_STEPS (add_steps checks) */
 	for (size_t i = 0; i < im.g->n_node; i++) {
 		const Onnx__NodeProto *n = im.g->node[i];
 		const struct mo_op_alias *a = mo_op_alias_lookup(n->domain, str(n->op_type),
 								 n->n_input);
 		if (a && a->decomp)
-			n_ops += n->n_input > 4 ? n->n_input : 4;
+			n_ops += n->n_input > MAX_STEPS ? n->n_input : MAX_STEPS;
 	}
+	im.cap_ops = n_ops;
 	tp->ops = mo_arena_array(&tp->arena, n_ops, sizeof *tp->ops);
 	tp->node_names = mo_arena_array(&tp->arena, nn, sizeof *tp->node_names);
 	tp->node_op = mo_arena_array(&tp->arena, nn, sizeof *tp->node_op);

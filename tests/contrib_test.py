@@ -10,8 +10,11 @@ regions.
 - Decompositions (one node read as several ops, kept whole by the
   partition): SkipLayerNormalization (with beta and bias, its sum an output
   too), SkipSimplifiedLayerNormalization, BiasGelu, FastGelu with a bias,
-  Sum of three, ReduceSumSquare and ReduceL2, each in a model of its own
-  with a MatMul: the node is in a fused op.
+  Sum of three, ReduceSumSquare, ReduceL2, LogSoftmax and ReduceLogSumExp
+  (with and without its reduced dim), each in a model of its own with a
+  MatMul: the node is in a fused op. LogSoftmax's and ReduceLogSumExp's
+  operands reach a few hundred, where exp alone overflows: their
+  decompositions subtract the maximum first, as ONNX Runtime does.
 
 Each model in fp32 and fp16, fused with --min-saving 0 (tiny shapes), must
 match ONNX Runtime on the original with the plugin's CPU kernels and,
@@ -90,6 +93,17 @@ def decomposition(kind):
         if kind == "ReduceSumSquare":
             return ([mm, h.make_node(kind, ["m"], ["y"], name="op", axes=[-1], keepdims=1)],
                     [W], [("y", [16, 1])], ["op"])
+        if kind == "LogSoftmax":
+            # scores up to a few hundred: exp(x) alone overflows fp32
+            big = const(rng, "W", (64, 64), dtype, 20.0)
+            return ([mm, h.make_node(kind, ["m"], ["y"], name="op", axis=-1)],
+                    [big], [("y", [16, 64])], ["op"])
+        if kind.startswith("ReduceLogSumExp"):
+            big = const(rng, "W", (64, 64), dtype, 20.0)
+            kept = kind.endswith("kept")
+            return ([mm, h.make_node("ReduceLogSumExp", ["m"], ["y"], name="op", axes=[1],
+                                     keepdims=int(kept))],
+                    [big], [("y", [16, 1] if kept else [16])], ["op"])
         # ReduceL2: the rows of m scaled to unit length
         return ([mm, h.make_node("ReduceL2", ["m"], ["r"], name="op", axes=[-1], keepdims=1),
                  h.make_node("Div", ["m", "r"], ["y"], name="div")],
@@ -99,7 +113,7 @@ def decomposition(kind):
 
 CASES = [("chain", chain)] + [(k, decomposition(k)) for k in (
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
-    "ReduceSumSquare", "ReduceL2")]
+    "ReduceSumSquare", "ReduceL2", "LogSoftmax", "ReduceLogSumExp", "ReduceLogSumExp kept")]
 
 
 def model(make, dtype):

@@ -812,6 +812,52 @@ static void contrib_aliases(void)
 	free_models(tps, ts, 7);
 }
 
+/* LogSoftmax is the maximum subtracted, then the log of the sum of exps:
+ * over its axis from opset 13, over every dim from its axis before (the
+ * 2-D coercion); ReduceLogSumExp without its dims takes the maximum again
+ * without them (seven steps, more than the four every other decomposition
+ * has room for without the importer's count). */
+static void log_sum_exp_decompositions(void)
+{
+	struct tmodel ts[3];
+	struct attr axis0 = AI("axis", 0), flat = AI("keepdims", 0);
+	struct mo_tp *ls13 = unary_model(&ts[0], "LogSoftmax", NULL, 13, NULL);
+	struct mo_tp *ls12 = unary_model(&ts[1], "LogSoftmax", NULL, 12, &axis0);
+	struct mo_tp *lse = unary_model(&ts[2], "ReduceLogSumExp", NULL, 17, &flat);
+	static const enum mo_op ls_steps[] = { MO_OP_REDUCE_MAX, MO_OP_SUB, MO_OP_EXP,
+					       MO_OP_REDUCE_SUM, MO_OP_LOG, MO_OP_SUB };
+	static const enum mo_op lse_steps[] = { MO_OP_REDUCE_MAX, MO_OP_SUB, MO_OP_EXP,
+						MO_OP_REDUCE_SUM, MO_OP_LOG, MO_OP_REDUCE_MAX,
+						MO_OP_ADD };
+	const struct mo_tp *ls[2] = { ls13, ls12 };
+	for (int m = 0; m < 2; m++) {
+		assert_int_equal(ls[m]->n_ops, 6);
+		for (int k = 0; k < 6; k++) {
+			assert_int_equal(ls[m]->ops[k].kind, ls_steps[k]);
+			assert_int_equal(ls[m]->ops[k].node, 0);
+			assert_int_not_equal(ls[m]->ops[k].lax, MO_LAX_NONE);
+		}
+		assert_int_equal(ls[m]->ops[0].p.keepdims, 1);
+		assert_int_equal(ls[m]->ops[3].p.keepdims, 1);
+		assert_string_equal(ls[m]->tensors[ls[m]->ops[5].out[0]].name, "y");
+	}
+	assert_int_equal(ls13->ops[0].p.n_axes, 1);
+	assert_int_equal(ls13->ops[0].p.axes[0], 1);
+	assert_int_equal(ls12->ops[0].p.n_axes, 2);
+	assert_int_equal(ls12->ops[3].p.n_axes, 2);
+	assert_int_equal(lse->n_ops, 7);
+	for (int k = 0; k < 7; k++)
+		assert_int_equal(lse->ops[k].kind, lse_steps[k]);
+	assert_int_equal(lse->ops[0].p.keepdims, 1); /* subtracted from x */
+	assert_int_equal(lse->ops[3].p.keepdims, 0);
+	assert_int_equal(lse->ops[5].p.keepdims, 0);
+	assert_int_equal(lse->ops[0].p.n_axes, 2);
+	assert_int_equal(lse->tensors[lse->ops[6].out[0]].rank, 0);
+	free_models(&ls13, &ts[0], 1);
+	free_models(&ls12, &ts[1], 1);
+	free_models(&lse, &ts[2], 1);
+}
+
 /* A decomposition is its steps, all of its node: Sum(x, y, z) is
  * Add(Add(x, y), z) in both evaluators; ReduceL2(x) at opset 17 is Mul,
  * ReduceSum over its axes attribute, Sqrt. (Each decomposition against
@@ -873,6 +919,7 @@ static void aliases_are_their_ops(void **state)
 	sum_alias();
 	contrib_aliases();
 	decompositions();
+	log_sum_exp_decompositions();
 	const int32_t F16 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
 		      BF16 = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 	struct tmodel ta, tb, tc;

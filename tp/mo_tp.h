@@ -87,7 +87,7 @@ enum mo_lax {
 	X(ABS,         "Abs",                 UNINTERPRETED, 0, 1, 1, 0)        \
 	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 0)        \
 	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 0)        \
-	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 11)       \
 	/* comparisons of float operands and logic on their results: a bool   \
 	 * tensor, held as 0 or 1 in float tiles (masks feeding a Where) */    \
 	X(LESS,        "Less",                UNINTERPRETED, 0, 1, 1, 0)        \
@@ -211,6 +211,8 @@ enum mo_decomp {
 			       * bias), its norm; s an output too */
 	MO_DECOMP_SUM_SQUARE, /* ReduceSumSquare: ReduceSum(x·x); ReduceL2: its Sqrt */
 	MO_DECOMP_SUM,        /* Sum of three or more: Adds, left to right */
+	MO_DECOMP_LOG_SOFTMAX, /* LogSoftmax: d = x − max(x), d − log(Σ exp(d)) */
+	MO_DECOMP_LOG_SUM_EXP, /* ReduceLogSumExp: log(Σ exp(x − max(x))) + max(x) */
 };
 struct mo_op_alias {
 	const char *onnx;

@@ -264,6 +264,17 @@ const struct mo_op_alias mo_op_aliases[] = {
 	/* Sum(a, b, c, ...) of three or more: ((a + b) + c) + ... */
 	{ "Sum", MO_OP_ADD, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
 	  .decomp = MO_DECOMP_SUM },
+	/* LogSoftmax(x) = d − log(ReduceSum(exp(d))), d = x − ReduceMax(x),
+	 * over axis (from opset 13) or every dim from axis on (before: the
+	 * 2-D coercion), and ReduceLogSumExp(x) = log(ReduceSum(exp(x − m)))
+	 * + m, m = ReduceMax(x): the maximum subtracted first, as ONNX
+	 * Runtime computes them (the plain log(Σ exp(x)) overflows) */
+	{ "LogSoftmax", MO_OP_SUB, 0, { 1, 1, 1, 1, 0, 0, 0, 1, 1, { AI("axis") }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_LOG_SOFTMAX },
+	{ "ReduceLogSumExp", MO_OP_ADD, 1u << 1,
+	  { 1, 13, 1, 2, 18, 1, 1, 1, 1, { AI("keepdims"), AT("axes", INTS, 0, 18),
+					   AT("noop_with_empty_axes", INT, 18, 0) }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_LOG_SUM_EXP },
 	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 

@@ -488,14 +488,16 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 		out[d] = -1;
 		return true;
 	}
-	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: {
-		/* normalizes along an axis the tile must hold whole; one the
-		 * output keeps must be one the program normalizes */
-		int l = s->lab[a][op->p.axes[0]];
+	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM: case MO_OP_REDUCE_MAX: {
+		/* normalizes (takes the maximum) along an axis the tile must hold
+		 * whole; one the output keeps must be one the program reduces */
+		int d = (int)op->p.axes[0], l = s->lab[a][d];
 		if (l >= 0 && (splits(s->S, l) || s->S->loop_label == l ||
 			       (is_out_label(T, l) && !kept_reduced(T, l))))
 			return false;
 		memcpy(out, s->lab[a], sizeof(int) * (size_t)R);
+		if (op->kind == MO_OP_REDUCE_MAX)
+			out[d] = -1;
 		return true;
 	}
 	default: /* element-wise: right-aligned, unlike axes do not mix */
@@ -523,7 +525,8 @@ static void block_op_params(const struct target *T, int kind, int axis,
 			    struct mo_op_params *p)
 {
 	memset(p, 0, sizeof *p);
-	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_LAYER_NORM || kind == MO_OP_RMS_NORM) {
+	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_REDUCE_MAX || kind == MO_OP_LAYER_NORM ||
+	    kind == MO_OP_RMS_NORM) {
 		p->n_axes = 1;
 		p->axes[0] = axis;
 		p->keepdims = 1;
@@ -835,10 +838,12 @@ static void dfs(struct state *s)
 		/* unary ops */
 		for (int u = 0; u < T->n_unary; u++)
 			branch(s, T->unary[u], a, -1, 0, 0, 0);
-		if (T->kinds[MO_OP_REDUCE_SUM])
-			for (int d = 0; d < s->tensors[a].rank; d++)
+		/* sums, and maxima (over an axis the tile holds whole) */
+		static const int reductions[] = { MO_OP_REDUCE_SUM, MO_OP_REDUCE_MAX };
+		for (size_t k = 0; k < 2; k++)
+			for (int d = 0; T->kinds[reductions[k]] && d < s->tensors[a].rank; d++)
 				if (s->tensors[a].dims[d] > 1)
-					branch(s, MO_OP_REDUCE_SUM, a, -1, d, 0, d);
+					branch(s, reductions[k], a, -1, d, 0, d);
 		/* the program's norms, over the tile's last axis */
 		static const int norms[] = { MO_OP_LAYER_NORM, MO_OP_RMS_NORM };
 		for (size_t k = 0; k < 2; k++)
@@ -1648,7 +1653,8 @@ static void kinds_of(struct target *T)
 			break;
 		default:
 			if (op->kind < MO_OP__COUNT && (mo_op_elementwise(op->kind) ||
-							op->kind == MO_OP_REDUCE_SUM))
+							op->kind == MO_OP_REDUCE_SUM ||
+							op->kind == MO_OP_REDUCE_MAX))
 				k[op->kind] = true;
 			break;
 		}
