@@ -288,6 +288,13 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 			if (!x || x->kind != MO_T_CONST || x->init || !x->shape_known ||
 			    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x))
 				continue;
+			/* a decomposition's own constant (Attention's scale) lives
+			 * inside its node, which the body holds as it is */
+			bool inside = false;
+			for (int q = 0; q < nn && !inside; q++)
+				inside = x->source_node == nodes[q];
+			if (inside)
+				continue;
 			bool seen = false;
 			for (int q = 0; q < nc && !seen; q++)
 				seen = strcmp(consts[q].name, x->name) == 0;

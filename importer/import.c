@@ -1636,6 +1636,53 @@ static int step_tensor(struct importer *im, const Onnx__NodeProto *n, int ni, in
 	return t;
 }
 
+/* A scalar constant of dtype for a step inside node n (a scale a
+ * decomposition multiplies by): the value rounded to dtype, as a constant
+ * of the model would hold it. */
+static int step_scalar(struct importer *im, const Onnx__NodeProto *n, int ni, int k,
+		       double v, int32_t dtype)
+{
+	int t = step_tensor(im, n, ni, k);
+	if (t < 0)
+		return -1;
+	struct mo_tensor *x = &im->tp->tensors[t];
+	double *val = mo_arena_array(&im->tp->arena, 1, sizeof *val);
+	if (!val)
+		return -1;
+	*val = mo_dtype_round(v, dtype);
+	x->kind = MO_T_CONST;
+	x->dtype = dtype;
+	mo_tensor_set_shape(x, 0, NULL);
+	x->fvals = val;
+	x->n_vals = 1;
+	return t;
+}
+
+/* Whether opset 23's Attention node n, operands x[0..nin), is the form
+ * decompose() reads: 4-D float Q, K, V of as many heads, a float mask or
+ * none, no past, neither causal nor a soft cap (that attribute is not in
+ * the row); *scale gets the scale. */
+static bool attention_form(struct importer *im, const Onnx__NodeProto *n, const int *x,
+			   size_t nin, double *scale)
+{
+	struct mo_tp *tp = im->tp;
+	if (nin > 4 || x[0] < 0 || x[1] < 0 || x[2] < 0 || attr_int(n, "is_causal", 0) != 0 ||
+	    attr_int(n, "qk_matmul_output_mode", 0) != 0)
+		return false;
+	const struct mo_tensor *q = &tp->tensors[x[0]], *k = &tp->tensors[x[1]],
+			       *v = &tp->tensors[x[2]];
+	if (!q->shape_known || !k->shape_known || !v->shape_known || q->rank != 4 ||
+	    k->rank != 4 || v->rank != 4 || !is_float(q->dtype) || k->dtype != q->dtype ||
+	    v->dtype != q->dtype || k->dims[1] != q->dims[1] || v->dims[1] != q->dims[1] ||
+	    k->dims[3] != q->dims[3] || v->dims[2] != k->dims[2] || q->dims[3] <= 0)
+		return false;
+	if (nin > 3 && x[3] >= 0 && tp->tensors[x[3]].dtype != q->dtype)
+		return false; /* a bool mask */
+	const Onnx__AttributeProto *s = attr(n, "scale");
+	*scale = s ? (double)s->f : 1.0 / sqrt((double)q->dims[3]);
+	return true;
+}
+
 /* The ops of the steps, appended to the program for node ni. If any step
  * cannot be fused, none is (with the first step's reason): a region holds
  * the whole node or none of it. */
@@ -1714,6 +1761,8 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			return MO_OK;
 	/* what each needs, before any tensor is made */
 	struct mo_tp_op red = { .kind = MO_OP_REDUCE_SUM };
+	double scale = 1;
+	int32_t dtype = 0;
 	switch (a->decomp) {
 	case MO_DECOMP_BIAS_GELU:
 		if (nin != 2 || x[0] < 0 || x[1] < 0)
@@ -1743,6 +1792,11 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			red.p.axes[red.p.n_axes++] = d;
 		break;
 	}
+	case MO_DECOMP_ATTENTION:
+		if (!attention_form(im, n, x, nin, &scale))
+			return MO_OK;
+		dtype = tp->tensors[x[0]].dtype;
+		break;
 	case MO_DECOMP_LOG_SUM_EXP:
 		if (x[0] < 0 || reduce_params(im, &red, n, tp->tensors[x[0]].shape_known
 							   ? tp->tensors[x[0]].rank : 0,
@@ -1847,6 +1901,30 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			     .p = red.p);
 			STEP(MO_OP_ADD, .in = { l, m0 }, .n_in = 2, .param = -1, .out = y[0]);
 		}
+		break;
+	}
+	case MO_DECOMP_ATTENTION: {
+		/* Kᵀ, S = Q·Kᵀ, S·scale (+ mask), Softmax over the keys, ·V */
+		int kt, sc, c, sm, pr;
+		TEMP(kt);
+		STEP(MO_OP_TRANSPOSE, .in = { x[1] }, .n_in = 1, .param = -1, .out = kt,
+		     .p = { .n_axes = 4, .axes = { 0, 1, 3, 2 } });
+		TEMP(sc);
+		STEP(MO_OP_MATMUL, .in = { x[0], kt }, .n_in = 2, .param = -1, .out = sc);
+		if ((c = step_scalar(im, n, ni, ns, scale, dtype)) < 0)
+			return nomem(im);
+		TEMP(sm);
+		STEP(MO_OP_MUL, .in = { sc, c }, .n_in = 2, .param = -1, .out = sm);
+		if (nin > 3 && x[3] >= 0) {
+			int masked;
+			TEMP(masked);
+			STEP(MO_OP_ADD, .in = { sm, x[3] }, .n_in = 2, .param = -1, .out = masked);
+			sm = masked;
+		}
+		TEMP(pr);
+		STEP(MO_OP_SOFTMAX, .in = { sm }, .n_in = 1, .param = -1, .out = pr,
+		     .p = { .n_axes = 1, .axes = { 3 } });
+		STEP(MO_OP_MATMUL, .in = { pr, x[2] }, .n_in = 2, .param = -1, .out = y[0]);
 		break;
 	}
 	case MO_DECOMP_SUM: {

@@ -21,6 +21,11 @@ match ONNX Runtime on the original with the plugin's CPU kernels and,
 without the plugin, through each fused op's local function (whose body
 holds the contrib nodes as they were).
 
+- Opset 23's Attention (4-D heads, a causal float mask of the dtype's
+  lowest value, a scale) between MatMuls, decomposed into Transpose,
+  MatMul, Mul by the scale, Add of the mask, Softmax and MatMul: the node
+  is in a fused op.
+
 - A model ONNX Runtime's transformer optimizer wrote: the Optimum BERT
   (tests/data/contrib/bert_ortopt.onnx, models/ort_optimize.py), with
   EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu.
@@ -111,7 +116,24 @@ def decomposition(kind):
     return make
 
 
-CASES = [("chain", chain)] + [(k, decomposition(k)) for k in (
+def attention(rng, dtype):
+    """Opset 23's Attention over 4-D heads with a causal float mask (the
+    dtype's lowest value above the diagonal, as Hugging Face builds it) and
+    a scale, between MatMuls: decomposed into Transpose, MatMul, Mul by the
+    scale, Add of the mask, Softmax and MatMul."""
+    low = np.finfo(dtype).min
+    mask = nh.from_array(np.triu(np.full((16, 16), low, dtype), 1), "mask")
+    Wq = const(rng, "Wq", (16, 16), dtype, 0.5)
+    nodes = [h.make_node("MatMul", ["q", "Wq"], ["qp"], name="mm"),
+             h.make_node("Attention", ["qp", "k", "v", "mask"], ["a"], name="att", scale=0.3),
+             h.make_node("MatMul", ["a", "Wq"], ["y"], name="mm2")]
+    return nodes, [Wq, mask], [("y", [2, 3, 16, 16])], ["att"]
+
+
+attention.inputs = [(n, [2, 3, 16, 16]) for n in ("q", "k", "v")]
+attention.opset = 23
+
+CASES = [("chain", chain), ("Attention", attention)] + [(k, decomposition(k)) for k in (
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
     "ReduceSumSquare", "ReduceL2", "LogSoftmax", "ReduceLogSumExp", "ReduceLogSumExp kept")]
 
@@ -120,12 +142,14 @@ def model(make, dtype):
     rng = np.random.default_rng(0)
     elem = T.FLOAT if dtype == np.float32 else T.FLOAT16
     nodes, inits, outs, _ = make(rng, dtype)
-    ins = [h.make_tensor_value_info(n, elem, [16, 64]) for n in ("x", "skip")
+    shapes = getattr(make, "inputs", [(n, [16, 64]) for n in ("x", "skip")])
+    ins = [h.make_tensor_value_info(n, elem, sh) for n, sh in shapes
            if any(n in nd.input for nd in nodes)]
     g = h.make_graph(nodes, "contrib", ins, [h.make_tensor_value_info(n, elem, sh)
                                              for n, sh in outs], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
-    m.ir_version = 8
+    opset = getattr(make, "opset", 17)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), h.make_opsetid(MS, 1)])
+    m.ir_version = 10 if opset >= 21 else 8
     return m
 
 
@@ -156,7 +180,8 @@ def check(cli, tmp, name, make, dtype):
         if n not in fused:
             raise AssertionError(f"{n} is in no fused op (fused: {sorted(fused)})")
     rng = np.random.default_rng(1)
-    x = {i.name: rng.standard_normal((16, 64)).astype(dtype) for i in m.graph.input}
+    x = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+         .astype(dtype) for i in m.graph.input}
     want = [w.astype(np.float64) for w in session(src).run(None, x)]
     for label, s in (("with the plugin", session(out, plugin)), ("without it", session(out))):
         for k, (g, w) in enumerate(zip(s.run(None, x), want)):

@@ -858,6 +858,66 @@ static void log_sum_exp_decompositions(void)
 	free_models(&lse, &ts[2], 1);
 }
 
+/* Opset 23's Attention(Q, K, V, mask) of 4-D heads is Transpose(K), MatMul,
+ * Mul by a scalar constant of the scale (1/sqrt(head size) unless given),
+ * Add of the mask, Softmax over the keys, MatMul; causal, grouped-head
+ * (K with fewer heads) and bool-mask forms stay one op outside the table. */
+static struct mo_tp *attention_model(struct tmodel *t, int kv_heads, bool causal,
+				     bool bool_mask)
+{
+	tm_init(t);
+	t->opset.version = 23;
+	int64_t q[4] = { 1, 2, 3, 4 }, kv[4] = { 1, kv_heads, 5, 4 }, m[2] = { 3, 5 };
+	tm_input(t, &t->graph, "q", 4, q);
+	tm_input(t, &t->graph, "k", 4, kv);
+	tm_input(t, &t->graph, "v", 4, kv);
+	tm_input(t, &t->graph, "m", 2, m);
+	if (bool_mask)
+		t->graph.input[3]->type->tensor_type->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+	Onnx__NodeProto *n = tm_node(t, &t->graph, "Attention", "n",
+				     (const char *[]){ "q", "k", "v", "m", NULL },
+				     (const char *[]){ "y", NULL });
+	if (causal) {
+		struct attr c = AI("is_causal", 1);
+		add_attr(t, n, &c);
+	}
+	tm_output(t, &t->graph, "y");
+	return import_tm(t, "Attention");
+}
+
+static void attention_decomposition(void)
+{
+	struct tmodel ts[4];
+	struct mo_tp *tps[4] = { attention_model(&ts[0], 2, false, false),
+				 attention_model(&ts[1], 1, false, false),
+				 attention_model(&ts[2], 2, true, false),
+				 attention_model(&ts[3], 2, false, true) };
+	static const enum mo_op steps[] = { MO_OP_TRANSPOSE, MO_OP_MATMUL, MO_OP_MUL,
+					    MO_OP_ADD, MO_OP_SOFTMAX, MO_OP_MATMUL };
+	const struct mo_tp *a = tps[0];
+	assert_int_equal(a->n_ops, 6);
+	for (int k = 0; k < 6; k++) {
+		assert_int_equal(a->ops[k].kind, steps[k]);
+		assert_int_equal(a->ops[k].node, 0);
+		assert_int_not_equal(a->ops[k].lax, MO_LAX_NONE);
+	}
+	const struct mo_tensor *scale = &a->tensors[a->ops[2].in[1]];
+	double v = 0;
+	assert_true(mo_tp_scalar_value(a, scale, &v));
+	assert_true(v == mo_dtype_round(0.5, scale->dtype)); /* 1/sqrt(4) */
+	const struct mo_tensor *y = &a->tensors[a->ops[5].out[0]];
+	assert_string_equal(y->name, "y");
+	assert_int_equal(y->rank, 4);
+	assert_int_equal(y->dims[2], 3);
+	assert_int_equal(y->dims[3], 4);
+	for (int m = 1; m < 4; m++) {
+		assert_int_equal(tps[m]->n_ops, 1);
+		assert_int_equal(tps[m]->ops[0].kind, MO_OP_OPAQUE);
+		assert_int_equal(tps[m]->ops[0].lax, MO_LAX_NONE);
+	}
+	free_models(tps, ts, 4);
+}
+
 /* A decomposition is its steps, all of its node: Sum(x, y, z) is
  * Add(Add(x, y), z) in both evaluators; ReduceL2(x) at opset 17 is Mul,
  * ReduceSum over its axes attribute, Sqrt. (Each decomposition against
@@ -920,6 +980,7 @@ static void aliases_are_their_ops(void **state)
 	contrib_aliases();
 	decompositions();
 	log_sum_exp_decompositions();
+	attention_decomposition();
 	const int32_t F16 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
 		      BF16 = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 	struct tmodel ta, tb, tc;

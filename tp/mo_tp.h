@@ -213,6 +213,8 @@ enum mo_decomp {
 	MO_DECOMP_SUM,        /* Sum of three or more: Adds, left to right */
 	MO_DECOMP_LOG_SOFTMAX, /* LogSoftmax: d = x − max(x), d − log(Σ exp(d)) */
 	MO_DECOMP_LOG_SUM_EXP, /* ReduceLogSumExp: log(Σ exp(x − max(x))) + max(x) */
+	MO_DECOMP_ATTENTION,  /* opset 23's Attention over 4-D heads: Softmax(Q·Kᵀ·scale
+			       * (+ mask))·V */
 };
 struct mo_op_alias {
 	const char *onnx;

@@ -275,6 +275,17 @@ const struct mo_op_alias mo_op_aliases[] = {
 	  { 1, 13, 1, 2, 18, 1, 1, 1, 1, { AI("keepdims"), AT("axes", INTS, 0, 18),
 					   AT("noop_with_empty_axes", INT, 18, 0) }, .bf16_since = 13 },
 	  .decomp = MO_DECOMP_LOG_SUM_EXP },
+	/* Attention(Q, K, V[, attn_mask]) of opset 23 with 4-D [batch, heads,
+	 * sequence, head size] operands, as many heads of K as of Q, a float
+	 * mask added, neither causal nor with a past: Softmax(Q·Kᵀ·scale +
+	 * mask)·V, scale 1/sqrt(head size) unless given. Other forms (3-D
+	 * operands, grouped heads, a bool mask, the past and present keys, the
+	 * soft cap) stay outside the table */
+	{ "Attention", MO_OP_MATMUL, 0,
+	  { 23, 23, 3, 7, 24, 3, 6, 1, 4,
+	    { AI("is_causal"), AI("q_num_heads"), AI("kv_num_heads"), AI("qk_matmul_output_mode"),
+	      AF("scale") }, .bf16_since = 23 },
+	  .decomp = MO_DECOMP_ATTENTION },
 	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 
