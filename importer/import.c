@@ -1745,7 +1745,8 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	*done = false;
 	int x[8], y[4];
 	size_t nin = n->n_input, nout = n->n_output;
-	if (nin > 8 && a->decomp != MO_DECOMP_SUM)
+	bool mean = a->decomp == MO_DECOMP_MEAN;
+	if (nin > 8 && a->decomp != MO_DECOMP_SUM && !mean)
 		return MO_OK;
 	for (size_t i = 0; i < nin && i < 8; i++) {
 		x[i] = *str(n->input[i]) ? find(im, n->input[i]) : -1;
@@ -1803,12 +1804,13 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 					      tp->opset >= 18))
 			return MO_OK;
 		break;
-	case MO_DECOMP_SUM:
-		if (nin < 3 || nin > 64)
+	case MO_DECOMP_SUM: case MO_DECOMP_MEAN:
+		if (nin < (mean ? 2u : 3u) || nin > 64)
 			return MO_OK;
 		for (size_t i = 0; i < nin; i++)
 			if (find(im, str(n->input[i])) < 0)
 				return MO_OK;
+		dtype = tp->tensors[find(im, n->input[0])].dtype;
 		break;
 	case MO_DECOMP_NONE:
 		return MO_OK;
@@ -1927,15 +1929,22 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		STEP(MO_OP_MATMUL, .in = { pr, x[2] }, .n_in = 2, .param = -1, .out = y[0]);
 		break;
 	}
-	case MO_DECOMP_SUM: {
+	case MO_DECOMP_SUM: case MO_DECOMP_MEAN: {
+		/* ((a + b) + c) + ...; Mean: that divided by the operand count */
 		int acc = -1;
 		for (size_t i = 1; i < nin; i++) {
 			int left = i == 1 ? find(im, n->input[0]) : acc, right = find(im, n->input[i]);
-			if (i + 1 == nin)
+			if (i + 1 == nin && !mean)
 				acc = y[0];
 			else
 				TEMP(acc);
 			STEP(MO_OP_ADD, .in = { left, right }, .n_in = 2, .param = -1, .out = acc);
+		}
+		if (mean) {
+			int c = step_scalar(im, n, ni, ns, (double)nin, dtype);
+			if (c < 0)
+				return nomem(im);
+			STEP(MO_OP_DIV, .in = { acc, c }, .n_in = 2, .param = -1, .out = y[0]);
 		}
 		break;
 	}

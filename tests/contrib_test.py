@@ -10,7 +10,7 @@ regions.
 - Decompositions (one node read as several ops, kept whole by the
   partition): SkipLayerNormalization (with beta and bias, its sum an output
   too), SkipSimplifiedLayerNormalization, BiasGelu, FastGelu with a bias,
-  Sum of three, ReduceSumSquare, ReduceL2, LogSoftmax and ReduceLogSumExp
+  Sum and Mean of three, ReduceSumSquare, ReduceL2, LogSoftmax and ReduceLogSumExp
   (with and without its reduced dim), each in a model of its own with a
   MatMul: the node is in a fused op. LogSoftmax's and ReduceLogSumExp's
   operands reach a few hundred, where exp alone overflows: their
@@ -92,8 +92,8 @@ def decomposition(kind):
         if kind in ("BiasGelu", "FastGelu"):
             return ([mm, h.make_node(kind, ["m", "bias"], ["y"], name="op", domain=MS)],
                     [W, bias], [("y", [16, 64])], ["op"])
-        if kind == "Sum":
-            return ([mm, h.make_node("Sum", ["m", "x", "skip"], ["y"], name="op")],
+        if kind in ("Sum", "Mean"):
+            return ([mm, h.make_node(kind, ["m", "x", "skip"], ["y"], name="op")],
                     [W], [("y", [16, 64])], ["op"])
         if kind == "ReduceSumSquare":
             return ([mm, h.make_node(kind, ["m"], ["y"], name="op", axes=[-1], keepdims=1)],
@@ -135,6 +135,7 @@ attention.opset = 23
 
 CASES = [("chain", chain), ("Attention", attention)] + [(k, decomposition(k)) for k in (
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
+    "Mean",
     "ReduceSumSquare", "ReduceL2", "LogSoftmax", "ReduceLogSumExp", "ReduceLogSumExp kept")]
 
 

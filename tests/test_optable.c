@@ -960,6 +960,17 @@ static void decompositions(void)
 	free_models(&sum, &ts[0], 1);
 	free_models(&adds, &ts[1], 1);
 	free_models(&l2, &ts[2], 1);
+	/* Mean(x, y, z): the Adds, then a Div by the scalar constant 3 */
+	struct mo_tp *mean = nary_model(&ts[0], "Mean", 3);
+	assert_int_equal(mean->n_ops, 3);
+	assert_int_equal(mean->ops[1].kind, MO_OP_ADD);
+	assert_int_equal(mean->ops[2].kind, MO_OP_DIV);
+	assert_int_equal(mean->ops[2].in[0], mean->ops[1].out[0]);
+	double three = 0;
+	assert_true(mo_tp_scalar_value(mean, &mean->tensors[mean->ops[2].in[1]], &three));
+	assert_true(three == 3);
+	assert_string_equal(mean->tensors[mean->ops[2].out[0]].name, "out");
+	free_models(&mean, &ts[0], 1);
 }
 
 /* An alias (mo_op_aliases) is the op of the table it names: CastLike(x,

@@ -211,6 +211,7 @@ enum mo_decomp {
 			       * bias), its norm; s an output too */
 	MO_DECOMP_SUM_SQUARE, /* ReduceSumSquare: ReduceSum(x·x); ReduceL2: its Sqrt */
 	MO_DECOMP_SUM,        /* Sum of three or more: Adds, left to right */
+	MO_DECOMP_MEAN,       /* Mean of two or more: their Adds / the count */
 	MO_DECOMP_LOG_SOFTMAX, /* LogSoftmax: d = x − max(x), d − log(Σ exp(d)) */
 	MO_DECOMP_LOG_SUM_EXP, /* ReduceLogSumExp: log(Σ exp(x − max(x))) + max(x) */
 	MO_DECOMP_ATTENTION,  /* opset 23's Attention over 4-D heads: Softmax(Q·Kᵀ·scale

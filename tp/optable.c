@@ -264,6 +264,10 @@ const struct mo_op_alias mo_op_aliases[] = {
 	/* Sum(a, b, c, ...) of three or more: ((a + b) + c) + ... */
 	{ "Sum", MO_OP_ADD, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
 	  .decomp = MO_DECOMP_SUM },
+	/* Mean(a, b, ...) of two or more: their Sum divided by the count (a
+	 * scalar constant made for the step) */
+	{ "Mean", MO_OP_DIV, 0, { 1, 8, 1, MO_VARIADIC, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_MEAN },
 	/* LogSoftmax(x) = d − log(ReduceSum(exp(d))), d = x − ReduceMax(x),
 	 * over axis (from opset 13) or every dim from axis on (before: the
 	 * 2-D coercion), and ReduceLogSumExp(x) = log(ReduceSum(exp(x − m)))
