@@ -401,6 +401,45 @@ def activation_models(out):
     return models
 
 
+def reshape_models(out):
+    """(name, path) of Linear layers around a Reshape that leaves out or
+    inserts a dim of 1, as TorchScript and Optimum export a Linear of a 3-D
+    input (Reshape to 2-D, Gemm) and back: one kernel computes in the
+    operand's rank and a Reshape block op gives the output's before it is
+    saved."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(1)
+    models = []
+    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                          (TensorProto.FLOAT, np.float32, "fp32")):
+        w = numpy_helper.from_array((rng.standard_normal((64, 96)) / 8).astype(npdt), "W")
+        b = numpy_helper.from_array(rng.standard_normal(96).astype(npdt), "B")
+        to2 = numpy_helper.from_array(np.array([16, 64], np.int64), "to2")
+        to3 = numpy_helper.from_array(np.array([1, 16, 96], np.int64), "to3")
+        cases = {
+            # [1, 16, 64] → [16, 64] → Gemm → Relu: a dim of 1 left out
+            "in": ([helper.make_node("Reshape", ["X", "to2"], ["x2"]),
+                    helper.make_node("Gemm", ["x2", "W", "B"], ["h"]),
+                    helper.make_node("Relu", ["h"], ["Y"])], [1, 16, 64], [16, 96]),
+            # [16, 64]·W + B → [1, 16, 96] → Relu: a dim of 1 inserted
+            "out": ([helper.make_node("MatMul", ["X", "W"], ["m"]),
+                     helper.make_node("Add", ["m", "B"], ["h"]),
+                     helper.make_node("Reshape", ["h", "to3"], ["h3"]),
+                     helper.make_node("Relu", ["h3"], ["Y"])], [16, 64], [1, 16, 96])}
+        for case, (nodes, xs, ys) in cases.items():
+            g = helper.make_graph(nodes, "reshape", [helper.make_tensor_value_info("X", dt, xs)],
+                                  [helper.make_tensor_value_info("Y", dt, ys)], [w, b, to2, to3])
+            name = "matmul_reshape_%s_%s" % (case, tag)
+            path = os.path.join(out, name + ".onnx")
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                                        ir_version=8), path)
+            models.append((name, path))
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -531,7 +570,7 @@ def main():
         paths = {}
         if args.activations:
             d = os.path.join(work, "activations")
-            for name, path in activation_models(d) + mask_models(d):
+            for name, path in activation_models(d) + reshape_models(d) + mask_models(d):
                 paths[name] = path
                 jobs.append((name, [None, 800, 900], "tiny"))
         if args.thirdparty and not args.sanitized:

@@ -142,6 +142,13 @@ static int add_op(struct mo_mugraph *mg, struct mo_tp *tp, enum mo_op kind, int 
 	op->n_out = 1;
 	if (p)
 		op->p = *p;
+	if (op->p.n_sizes > 0 && op->p.sizes) { /* the caller's may not last */
+		int64_t *sz = mo_arena_array(&mg->arena, (size_t)op->p.n_sizes, sizeof *sz);
+		if (!sz)
+			return fail(mg, "out of memory");
+		memcpy(sz, op->p.sizes, (size_t)op->p.n_sizes * sizeof *sz);
+		op->p.sizes = sz;
+	}
 	if (kind == MO_OP_POW && !op->p.has_exponent)
 		return fail(mg, "Pow needs an exponent");
 	const char *why = NULL;

@@ -634,20 +634,20 @@ static void undo(struct state *s, int tiles_before, int ops_before)
 	s->body.n_ops = ops_before;
 }
 
-/* Output j's tile shape under the schedule. */
-static bool out_tile_shape(struct state *s, int j, int64_t *dims, int *rank)
+/* Output j's tile shape under schedule S. */
+static bool out_tile_dims(struct target *T, const struct sched *S, int j, int64_t *dims,
+			  int *rank)
 {
-	struct target *T = s->T;
 	int t = T->tp->outputs[j];
 	const struct mo_tensor *x = &T->tp->tensors[t];
 	int imap[3], fmap;
-	maps_of(T, s->S, t, imap, &fmap);
+	maps_of(T, S, t, imap, &fmap);
 	memcpy(dims, x->dims, sizeof(int64_t) * MO_MAX_RANK);
 	*rank = x->rank;
-	for (int g = 0; g < s->S->n_grid; g++) {
+	for (int g = 0; g < S->n_grid; g++) {
 		if (imap[g] == MO_PHI)
 			return false; /* a grid axis the output lacks */
-		dims[imap[g]] /= grid_of(s->S, g, T);
+		dims[imap[g]] /= grid_of(S, g, T);
 	}
 	return true;
 }
@@ -660,6 +660,41 @@ static bool same_dims(const struct mo_tensor *t, const int64_t *dims, int rank)
 		if (t->dims[d] != dims[d])
 			return false;
 	return true;
+}
+
+/* Whether tile t may be saved as output j, whose tile has dims[0..rank):
+ * the same dims and axis labels, or the same dims of size above 1 with the
+ * same labels, in the same order, and only dims of 1 inserted or left out
+ * (a region that reshapes [1, n, k] to [n, k] around a 2-D Gemm, as
+ * TorchScript and Optimum export a Linear: the block graph computes in the
+ * operand's rank and one Reshape block op before the saver gives the
+ * output's, the same elements in the same order). *reshape tells which. */
+static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank,
+		     bool *reshape)
+{
+	struct target *T = s->T;
+	const struct mo_tensor *x = &s->tensors[t];
+	int out = T->tp->outputs[j];
+	*reshape = !same_dims(x, dims, rank);
+	int d = 0;
+	for (int dd = 0; dd < rank; dd++) {
+		if (dims[dd] <= 1)
+			continue;
+		if (!*reshape) {
+			if (s->lab[t][dd] != ax_label(&T->ax, out, dd))
+				return false;
+			continue;
+		}
+		while (d < x->rank && x->dims[d] == 1)
+			d++;
+		if (d == x->rank || x->dims[d] != dims[dd] ||
+		    s->lab[t][d] != ax_label(&T->ax, out, dd))
+			return false;
+		d++;
+	}
+	while (*reshape && d < x->rank && x->dims[d] == 1)
+		d++;
+	return !*reshape || d == x->rank;
 }
 
 static void record(struct state *s, const int *save)
@@ -681,19 +716,14 @@ static void check_complete(struct state *s)
 	for (int j = 0; j < T->n_out; j++) {
 		int64_t dims[MO_MAX_RANK];
 		int rank;
+		bool reshape;
 		save[j] = -1;
-		if (!out_tile_shape(s, j, dims, &rank))
+		if (!out_tile_dims(T, s->S, j, dims, &rank))
 			return;
 		for (int t = s->body.n_tensors - 1; t >= 0 && save[j] < 0; t--) {
 			if (s->forloop > 1 && !s->post[t])
 				continue;
-			if (s->tensors[t].kind == MO_T_CONST || !same_dims(&s->tensors[t], dims, rank))
-				continue;
-			bool labels = true;
-			for (int dd = 0; dd < rank; dd++)
-				labels &= dims[dd] <= 1 || s->lab[t][dd] ==
-					ax_label(&T->ax, T->tp->outputs[j], dd);
-			if (!labels)
+			if (s->tensors[t].kind == MO_T_CONST || !saves_as(s, t, j, dims, rank, &reshape))
 				continue;
 			if (s->e[t] == T->out_e[j] || mo_subexpr_equal(T->sub, s->e[t], j))
 				save[j] = t;
@@ -1073,9 +1103,17 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 		}
 	}
 	for (int j = 0; j < T->n_out && !mg->error[0]; j++) {
-		int t = tp->outputs[j], imap[3], fmap;
+		int t = tp->outputs[j], imap[3], fmap, rank;
+		int64_t dims[MO_MAX_RANK];
 		maps_of(T, S, t, imap, &fmap);
-		int k = mo_bg_save(mg, bg, tile_mg[A->save[j]], imap[0], imap[1], imap[2]);
+		int y = tile_mg[A->save[j]];
+		/* in the output's rank (saves_as): dims of 1 inserted or left out */
+		if (y >= 0 && out_tile_dims(T, S, j, dims, &rank) &&
+		    !same_dims(&bg->body.tensors[y], dims, rank)) {
+			struct mo_op_params p = { .sizes = dims, .n_sizes = rank };
+			y = mo_bg_op(mg, bg, MO_OP_RESHAPE, 1, &y, &p);
+		}
+		int k = mo_bg_save(mg, bg, y, imap[0], imap[1], imap[2]);
 		mo_mg_output(mg, k, tp->tensors[t].name);
 	}
 	return mg;
