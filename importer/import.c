@@ -1773,7 +1773,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		if (nin < 3 || x[0] < 0 || x[1] < 0 || x[2] < 0)
 			return MO_OK;
 		break;
-	case MO_DECOMP_SUM_SQUARE:
+	case MO_DECOMP_SUM_SQUARE: case MO_DECOMP_LOG_SUM_EXP: /* a reduction's axes */
 		if (x[0] < 0 || reduce_params(im, &red, n, tp->tensors[x[0]].shape_known
 							   ? tp->tensors[x[0]].rank : 0,
 					      tp->opset >= 18))
@@ -1797,12 +1797,6 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		if (!attention_form(im, n, x, nin, &scale))
 			return MO_OK;
 		dtype = tp->tensors[x[0]].dtype;
-		break;
-	case MO_DECOMP_LOG_SUM_EXP:
-		if (x[0] < 0 || reduce_params(im, &red, n, tp->tensors[x[0]].shape_known
-							   ? tp->tensors[x[0]].rank : 0,
-					      tp->opset >= 18))
-			return MO_OK;
 		break;
 	case MO_DECOMP_SUM: case MO_DECOMP_MEAN:
 		if (nin < (mean ? 2u : 3u) || nin > 64)
