@@ -632,6 +632,36 @@ static void emit_transpose(struct gen *g, enum scope sc, const struct mo_tp *tp,
 	P(g, "}\n");
 }
 
+/* Slice: output element k along dim d is the input's start + k·step there
+ * (a copy; the index arithmetic wraps in mo_ix_t, exactly, for a negative
+ * step). */
+static void emit_slice(struct gen *g, enum scope sc, const struct mo_tp *tp,
+		       const struct mo_tp_op *op, const struct buf *bufs)
+{
+	const struct mo_tensor *out = &tp->tensors[op->out[0]];
+	const struct mo_tensor *X = &tp->tensors[op->in[0]];
+	char a[512], ia[400];
+	int64_t xs[MO_MAX_RANK], os[MO_MAX_RANK], start[MO_MAX_RANK], step[MO_MAX_RANK];
+	strides(X, xs);
+	strides(out, os);
+	mo_slice_walk(op, X, start, step);
+	size_t len = (size_t)snprintf(ia, sizeof ia, "(0");
+	for (int d = 0; d < out->rank && len < sizeof ia; d++)
+		len += (size_t)snprintf(ia + len, sizeof ia - len,
+					" + ((i / %" PRId64 "u %% %" PRId64 "u) * (mo_ix_t)(%" PRId64
+					"LL) + %" PRId64 "u) * %" PRId64 "u", os[d], out->dims[d],
+					step[d], start[d], xs[d]);
+	if (len >= sizeof ia - 1) {
+		unsupported(g, "slice index too long");
+		return;
+	}
+	strcat(ia, ")");
+	load(a, sizeof a, &bufs[op->in[0]], ia);
+	loop_open(g, sc, "i", mo_tensor_numel(out));
+	store(g, &bufs[op->out[0]], "i", a);
+	P(g, "}\n");
+}
+
 /* Concat: each element from the input whose range along the axis holds it. */
 static void emit_concat(struct gen *g, enum scope sc, const struct mo_tp *tp,
 			const struct mo_tp_op *op, const struct buf *bufs)
@@ -730,6 +760,9 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		return;
 	case MO_OP_CONCAT:
 		emit_concat(g, sc, tp, op, bufs);
+		return;
+	case MO_OP_SLICE:
+		emit_slice(g, sc, tp, op, bufs);
 		return;
 	default:
 		emit_elementwise(g, sc, tp, op, bufs);

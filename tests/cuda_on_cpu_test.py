@@ -440,6 +440,40 @@ def reshape_models(out):
     return models
 
 
+def slice_models(out):
+    """(name, path) of MatMul → Slice → Swish → MatMul, the Slice a
+    pre-defined kernel (a copy) between the fused ones: columns 64..128,
+    and every third column from the last, backwards, of every other row
+    (negative starts, ends and steps)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(2)
+    models = []
+    for tag, st, en, ax, sp, rows in (("cols", [64], [128], [1], [1], 16),
+                                      ("backwards", [-1, 1], [-1000, 100], [1, 0], [-3, 2], 8)):
+        i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+        inits = [numpy_helper.from_array((rng.standard_normal((64, 192)) / 8).astype(np.float32), "W"),
+                 numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "W2"),
+                 i64(st, "st"), i64(en, "en"), i64(ax, "ax"), i64(sp, "sp")]
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["m"]),
+                 helper.make_node("Slice", ["m", "st", "en", "ax", "sp"], ["s"]),
+                 helper.make_node("Sigmoid", ["s"], ["g"]),
+                 helper.make_node("Mul", ["s", "g"], ["a"]),
+                 helper.make_node("MatMul", ["a", "W2"], ["Y"])]
+        g = helper.make_graph(nodes, "slice",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [16, 64])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, 64])],
+                              inits)
+        name = "matmul_slice_%s_fp32" % tag
+        path = os.path.join(out, name + ".onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                  path)
+        models.append((name, path))
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -570,7 +604,8 @@ def main():
         paths = {}
         if args.activations:
             d = os.path.join(work, "activations")
-            for name, path in activation_models(d) + reshape_models(d) + mask_models(d):
+            for name, path in (activation_models(d) + reshape_models(d) + slice_models(d) +
+                               mask_models(d)):
                 paths[name] = path
                 jobs.append((name, [None, 800, 900], "tiny"))
         if args.thirdparty and not args.sanitized:

@@ -148,7 +148,7 @@ static const struct recipe recipes[] = {
 	  .n_out = 2 },
 	{ .kind = MO_OP_SLICE, .op = "Slice", .opset = 17, .operands = "xcccc",
 	  .rank = { 3 }, .shape = { S3 }, .k = { { 0 }, I64(0), I64(4), I64(2), I64(2) },
-	  .vk = 2, .vk_value = 1, .not_emitted = true },
+	  .vk = 2, .vk_value = 1 },
 	{ .kind = MO_OP_EXPAND, .op = "Expand", .opset = 17, .operands = "xc",
 	  .rank = { 3 }, .shape = { { 2, 1, 4 } }, .k = { { 0 }, I64(2, 3, 4) },
 	  .not_emitted = true },

@@ -406,6 +406,25 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+void mo_slice_walk(const struct mo_tp_op *op, const struct mo_tensor *x, int64_t *start,
+		   int64_t *step)
+{
+	for (int d = 0; d < MO_MAX_RANK; d++) {
+		start[d] = 0;
+		step[d] = 1;
+	}
+	for (int i = 0; i < op->p.n_axes; i++) {
+		int64_t a = op->p.axes[i] < 0 ? op->p.axes[i] + x->rank : op->p.axes[i];
+		if (a < 0 || a >= x->rank)
+			continue;
+		int64_t n = x->dims[a], s = op->p.starts[i], st = op->p.steps[i];
+		if (s < 0)
+			s += n;
+		start[a] = st > 0 ? clamp(s, 0, n) : clamp(s, 0, n - 1);
+		step[a] = st;
+	}
+}
+
 static bool infer_slice(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
 	const struct mo_tensor *x = in(tp, op, 0);

@@ -359,6 +359,11 @@ void mo_tp_free(struct mo_tp *tp);
  * params. Returns false, with *why set, when it cannot. Used by the importer
  * and by the μGraph builders for tile shapes. */
 bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why);
+/* Slice op of operand x: per dim of x, the first element taken and the
+ * step (0 and 1 where it does not slice), ONNX's negative and out-of-range
+ * starts resolved: output element k along dim d is x's start[d] + k·step[d]. */
+void mo_slice_walk(const struct mo_tp_op *op, const struct mo_tensor *x, int64_t *start,
+		   int64_t *step);
 
 /* a and b have the same rank and dims. */
 bool mo_same_shape(const struct mo_tensor *a, const struct mo_tensor *b);

@@ -76,7 +76,7 @@ static void op_cost(const struct mo_tp *tp, const struct mo_tp_op *op, const str
 		fl += tc;
 		tc = 0;
 	} else if (op->lax == MO_LAX_LAYOUT && op->kind != MO_OP_TRANSPOSE &&
-		   op->kind != MO_OP_CONCAT) {
+		   op->kind != MO_OP_CONCAT && op->kind != MO_OP_SLICE) { /* views */
 		return;
 	}
 	/* a library kernel's grid covers its largest operand (a reduction or a

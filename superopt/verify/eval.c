@@ -1213,22 +1213,9 @@ static void layout(struct ev *e, const struct mo_tp_op *op)
 		}
 		int64_t xs[MO_MAX_RANK], idx[MO_MAX_RANK] = { 0 };
 		strides_of(x, xs);
-		int64_t start[MO_MAX_RANK] = { 0 }, step[MO_MAX_RANK];
-		for (int d = 0; d < MO_MAX_RANK; d++)
-			step[d] = 1;
+		int64_t start[MO_MAX_RANK], step[MO_MAX_RANK];
 		int in_index = 0; /* Concat: which input an element comes from */
-		if (op->kind == MO_OP_SLICE) {
-			for (int i = 0; i < op->p.n_axes; i++) {
-				int64_t a = op->p.axes[i] < 0 ? op->p.axes[i] + x->rank : op->p.axes[i];
-				int64_t dn = x->dims[a], s = op->p.starts[i], st = op->p.steps[i];
-				if (s < 0)
-					s += dn;
-				s = st > 0 ? (s < 0 ? 0 : s > dn ? dn : s)
-					   : (s < 0 ? 0 : s > dn - 1 ? dn - 1 : s);
-				start[a] = s;
-				step[a] = st;
-			}
-		}
+		mo_slice_walk(op->kind == MO_OP_SLICE ? op : &(struct mo_tp_op){ 0 }, x, start, step);
 		if (op->kind == MO_OP_SPLIT) {
 			int64_t off = 0;
 			for (int k = 0; k < o; k++)
