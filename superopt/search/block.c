@@ -668,19 +668,18 @@ static bool same_dims(const struct mo_tensor *t, const int64_t *dims, int rank)
  * (a region that reshapes [1, n, k] to [n, k] around a 2-D Gemm, as
  * TorchScript and Optimum export a Linear: the block graph computes in the
  * operand's rank and one Reshape block op before the saver gives the
- * output's, the same elements in the same order). *reshape tells which. */
-static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank,
-		     bool *reshape)
+ * output's, the same elements in the same order: build() adds it). */
+static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank)
 {
 	struct target *T = s->T;
 	const struct mo_tensor *x = &s->tensors[t];
 	int out = T->tp->outputs[j];
-	*reshape = !same_dims(x, dims, rank);
+	bool reshape = !same_dims(x, dims, rank);
 	int d = 0;
 	for (int dd = 0; dd < rank; dd++) {
 		if (dims[dd] <= 1)
 			continue;
-		if (!*reshape) {
+		if (!reshape) {
 			if (s->lab[t][dd] != ax_label(&T->ax, out, dd))
 				return false;
 			continue;
@@ -692,9 +691,9 @@ static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, i
 			return false;
 		d++;
 	}
-	while (*reshape && d < x->rank && x->dims[d] == 1)
+	while (reshape && d < x->rank && x->dims[d] == 1)
 		d++;
-	return !*reshape || d == x->rank;
+	return !reshape || d == x->rank;
 }
 
 static void record(struct state *s, const int *save)
@@ -716,14 +715,13 @@ static void check_complete(struct state *s)
 	for (int j = 0; j < T->n_out; j++) {
 		int64_t dims[MO_MAX_RANK];
 		int rank;
-		bool reshape;
 		save[j] = -1;
 		if (!out_tile_dims(T, s->S, j, dims, &rank))
 			return;
 		for (int t = s->body.n_tensors - 1; t >= 0 && save[j] < 0; t--) {
 			if (s->forloop > 1 && !s->post[t])
 				continue;
-			if (s->tensors[t].kind == MO_T_CONST || !saves_as(s, t, j, dims, rank, &reshape))
+			if (s->tensors[t].kind == MO_T_CONST || !saves_as(s, t, j, dims, rank))
 				continue;
 			if (s->e[t] == T->out_e[j] || mo_subexpr_equal(T->sub, s->e[t], j))
 				save[j] = t;
