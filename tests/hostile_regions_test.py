@@ -36,6 +36,7 @@ import mo_testlib
 os.environ.setdefault("MIRAGE_ONNX_CPU_KERNELS", "1")
 
 CLI = None
+SANITIZED = False  # --sanitized: the CLI is an ASan build, several times slower
 IR_VERSION = 8  # what ONNX Runtime reads, whatever the onnx package writes
 
 
@@ -227,6 +228,11 @@ class Regions(unittest.TestCase):
             expanded = [c for c in cases.collect_testcases()
                         if c.name.startswith("test_attention") and c.name.endswith("_expanded")]
         self.assertGreaterEqual(len(expanded), 76)
+        if SANITIZED:
+            # each case searches its whole region for its full budget, some
+            # 13 s under ASan: every third case (each kind of mask, past and
+            # head layout still among them) keeps the suite within its time
+            expanded = expanded[::3]
         n_fused, n_checked = 0, 0
         for c in expanded:
             with self.subTest(case=c.name):
@@ -271,4 +277,4 @@ class Regions(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    mo_testlib.unittest_main(globals(), verbosity=2)
+    mo_testlib.unittest_main(globals(), verbosity=2, flags=("sanitized",))
