@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import onnx
@@ -152,6 +153,9 @@ def main():
     ap.add_argument("--builder", required=True, help="models/build.py")
     ap.add_argument("--budget", type=float, default=15, help="search budget per region")
     ap.add_argument("--only", help="comma list of model families")
+    ap.add_argument("--sanitized", action="store_true",
+                    help="the ASan build, several times slower: section A and the patterns "
+                    "in fp16 only (fp32's search is the same, fp16 adds the conversions)")
     args = ap.parse_args()
 
     families = args.only.split(",") if args.only else SECTION_A + PATTERNS + SECTION_C
@@ -165,7 +169,7 @@ def main():
         c = [f for f in families if f in SECTION_C]
         # section C (whole blocks) at fp32 only: their regions are what
         # section A's are, and the search on them is the slow part
-        for only, dtypes in ((a, "fp32,fp16"), (c, "fp32")):
+        for only, dtypes in ((a, "fp16" if args.sanitized else "fp32,fp16"), (c, "fp32")):
             if only:
                 subprocess.run([sys.executable, args.builder, "--out", models, "--sizes", "tiny",
                                 "--dtypes", dtypes, "--only", ",".join(only)], check=True,
@@ -177,13 +181,15 @@ def main():
             # whole blocks: many regions and parts, each searched; a shorter
             # budget keeps the suite quick and still fuses their easy parts
             budget = args.budget if family in SECTION_A + PATTERNS else min(args.budget, 6)
+            t0 = time.time()
             try:
                 name, nf, nr, err = check_model(args.cli, os.path.join(models, f), tmp,
                                                 budget, nvcc is not None)
                 if family in MUST_FUSE and nf == 0:
                     raise AssertionError("expected at least one fused region, got none")
                 print(f"ok   {name}: {nf} of {nr} regions fused"
-                      + (f", largest error {err:.2g}" if err is not None else ""))
+                      + (f", largest error {err:.2g}" if err is not None else "")
+                      + f" ({time.time() - t0:.0f} s)")
             except Exception as e:  # noqa: BLE001 - every failure is reported
                 failed += 1
                 print(f"FAIL {f}: {type(e).__name__}: {str(e).strip()[:400]}")
