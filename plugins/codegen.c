@@ -391,7 +391,7 @@ static void emit_matmul_scalar(struct gen *g, enum scope sc, const struct mo_tp 
 	const struct mo_tensor *A = &tp->tensors[op->in[0]], *B = &tp->tensors[op->in[1]];
 	char a[512], b[512], ia[256], ib[256];
 	bool ta = op->kind == MO_OP_GEMM && op->p.trans_a;
-	bool tb = op->kind == MO_OP_GEMM && op->p.trans_b;
+	bool tb = op->p.trans_b; /* Gemm's transB, or a block MatMul of B transposed */
 	int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
 	int64_t K = ta ? A->dims[A->rank - 2] : A->dims[A->rank - 1];
 	/* batch offsets: the operand's batch dims broadcast to the output's */
@@ -459,8 +459,8 @@ static void emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct 
 	P(g, "#if __CUDA_ARCH__ >= %d\n{\n", bf ? 800 : 700);
 	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, %d, %d, 16, %s, nvcuda::wmma::row_major> fa_;\n",
 	  fm, fn, T);
-	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, %d, %d, 16, %s, nvcuda::wmma::row_major> fb_;\n",
-	  fm, fn, T);
+	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, %d, %d, 16, %s, nvcuda::wmma::%s> fb_;\n",
+	  fm, fn, T, mm->trans_b ? "col_major" : "row_major");
 	P(g, "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, %d, %d, 16, float> fc_;\n", fm, fn);
 	if (mm->stage[0] || mm->stage[1])
 		P(g, "%s *sa_ = (%s *)(ws + %" PRIu64 "u + threadIdx.x / 32 * %du), *sb_ = sa_ + 256;\n"
@@ -471,8 +471,10 @@ static void emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct 
 	  "u * %d, n_ = f_ %% %" PRId64 "u * %d;\n(void)b_;\n", per, N / fn, M / fm, fm, N / fn, fn);
 	P(g, "const %s *pa_ = (const %s *)%s + %s * %" PRId64 "u + m_ * %" PRId64 "u;\n",
 	  mm->stage[0] ? "float" : T, mm->stage[0] ? "float" : T, a->name, ia, M * K, K);
-	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_;\n", mm->stage[1] ? "float" : T,
-	  mm->stage[1] ? "float" : T, b->name, ib, K * N);
+	/* B transposed: its tile is [N, K], a column of the fragment a row */
+	P(g, "const %s *pb_ = (const %s *)%s + %s * %" PRId64 "u + n_ * %" PRId64 "u;\n",
+	  mm->stage[1] ? "float" : T, mm->stage[1] ? "float" : T, b->name, ib, K * N,
+	  mm->trans_b ? K : 1);
 	P(g, "nvcuda::wmma::fill_fragment(fc_, 0.0f);\n");
 	P(g, "for (mo_ix_t k_ = 0; k_ < %" PRId64 "u; k_ += 16) {\n", K);
 	if (mm->stage[0]) {
@@ -482,10 +484,16 @@ static void emit_matmul_mma(struct gen *g, const struct mo_tp *tp, const struct 
 	} else {
 		P(g, "nvcuda::wmma::load_matrix_sync(fa_, pa_ + k_, %" PRId64 "u);\n", K);
 	}
-	if (mm->stage[1]) {
+	if (mm->stage[1] && mm->trans_b) { /* column n of the slice: 16 k's */
+		P(g, "for (unsigned e_ = lane_; e_ < %du; e_ += 32) sb_[e_] = %s(pb_[e_ / 16 * %" PRId64
+		  "u + k_ + e_ %% 16]);\n__syncwarp();\n", 16 * fn, cvt, K);
+		P(g, "nvcuda::wmma::load_matrix_sync(fb_, sb_, 16);\n");
+	} else if (mm->stage[1]) {
 		P(g, "for (unsigned e_ = lane_; e_ < %du; e_ += 32) sb_[e_] = %s(pb_[(k_ + e_ / %d) * %" PRId64
 		  "u + e_ %% %d]);\n__syncwarp();\n", 16 * fn, cvt, fn, N, fn);
 		P(g, "nvcuda::wmma::load_matrix_sync(fb_, sb_, %d);\n", fn);
+	} else if (mm->trans_b) {
+		P(g, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_, %" PRId64 "u);\n", K);
 	} else {
 		P(g, "nvcuda::wmma::load_matrix_sync(fb_, pb_ + k_ * %" PRId64 "u, %" PRId64 "u);\n", N, N);
 	}

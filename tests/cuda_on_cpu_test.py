@@ -474,6 +474,41 @@ def slice_models(out):
     return models
 
 
+def transposed_models(out):
+    """(name, path) of MatMuls whose B is read transposed from its own tile
+    (a block MatMul with trans_b, on tensor cores a column-major fragment):
+    a Linear as TorchScript exports a 2-D one, Gemm(X, W, B, transB=1) →
+    Relu, and an attention core over Transpose(K) (Q·Kᵀ, Softmax, ·V), each
+    in fp16 (the fragment read in place) and fp32 (staged, rounded)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(3)
+    models = []
+    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                          (TensorProto.FLOAT, np.float32, "fp32")):
+        vi = lambda n, s: helper.make_tensor_value_info(n, dt, s)  # noqa: E731
+        w = numpy_helper.from_array((rng.standard_normal((96, 64)) / 8).astype(npdt), "W")
+        b = numpy_helper.from_array(rng.standard_normal(96).astype(npdt), "B")
+        gemm = helper.make_graph([helper.make_node("Gemm", ["X", "W", "B"], ["h"], transB=1),
+                                  helper.make_node("Relu", ["h"], ["Y"])], "gemm_transb",
+                                 [vi("X", [16, 64])], [vi("Y", [16, 96])], [w, b])
+        s = [1, 2, 32, 32]
+        attn = helper.make_graph([helper.make_node("Transpose", ["K"], ["Kt"], perm=[0, 1, 3, 2]),
+                                  helper.make_node("MatMul", ["Q", "Kt"], ["S"]),
+                                  helper.make_node("Softmax", ["S"], ["P"], axis=-1),
+                                  helper.make_node("MatMul", ["P", "V"], ["Y"])], "attention_kt",
+                                 [vi("Q", s), vi("K", s), vi("V", s)], [vi("Y", s)])
+        for kind, g in (("gemm", gemm), ("attention", attn)):
+            name = "matmul_transb_%s_%s" % (kind, tag)
+            path = os.path.join(out, name + ".onnx")
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                                        ir_version=8), path)
+            models.append((name, path))
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -605,7 +640,7 @@ def main():
         if args.activations:
             d = os.path.join(work, "activations")
             for name, path in (activation_models(d) + reshape_models(d) + slice_models(d) +
-                               mask_models(d)):
+                               transposed_models(d) + mask_models(d)):
                 paths[name] = path
                 # under TSan the arch without cp.async and one with it
                 jobs.append((name, [None, 800] if args.tsan else [None, 800, 900], "tiny"))

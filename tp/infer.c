@@ -121,10 +121,17 @@ static bool infer_matmul(struct mo_tp *tp, struct mo_tp_op *op, const char **why
 		*why = "MatMul of a scalar";
 		return false;
 	}
+	/* trans_b (never from ONNX: a block op the search makes, Q·Kᵀ over
+	 * K's own tile): B's last two dims swapped */
+	bool tb = op->p.trans_b && b->rank > 1;
+	if (op->p.trans_b && !tb) {
+		*why = "MatMul with B transposed needs a B of rank 2 or more";
+		return false;
+	}
 	int64_t m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
 	int64_t k = a->dims[a->rank - 1];
-	int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
-	int64_t n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+	int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - (tb ? 1 : 2)];
+	int64_t n = b->rank == 1 ? 1 : b->dims[b->rank - (tb ? 2 : 1)];
 	if (k != kb) {
 		*why = "MatMul inner dimensions differ";
 		return false;

@@ -304,6 +304,7 @@ struct mo_bg_mma {
 	int fm, fn;
 	int32_t dtype;
 	bool stage[2];
+	bool trans_b; /* B's tile read as [N, K] (a column-major fragment) */
 };
 #define MO_MMA_STAGE_BYTES 1536 /* a warp's staged A (≤ 256) and B (≤ 512) halves */
 bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int i,

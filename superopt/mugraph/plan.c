@@ -336,6 +336,7 @@ bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int 
 	if (op->kind != MO_OP_MATMUL || op->n_in != 2 || op->in[0] < 0 || op->in[1] < 0)
 		return false;
 	const struct mo_tensor *A = &body->tensors[op->in[0]], *B = &body->tensors[op->in[1]];
+	int tb = m->trans_b = op->p.trans_b != 0;
 	const struct mo_tensor *Y = &body->tensors[op->out[0]];
 	if (A->rank < 2 || B->rank < 2 || Y->rank < 2 || p->elem[op->out[0]] != 4)
 		return false;
@@ -359,8 +360,8 @@ bool mo_bg_mma(const struct mo_block_graph *bg, const struct mo_bg_plan *p, int 
 	if (!mo_mg_two_byte(m->dtype))
 		return false;
 	int64_t M = Y->dims[Y->rank - 2], N = Y->dims[Y->rank - 1], K = A->dims[A->rank - 1];
-	if (K % 16 || N % 16 || M % 8 || A->dims[A->rank - 2] != M || B->dims[B->rank - 2] != K ||
-	    B->dims[B->rank - 1] != N)
+	if (K % 16 || N % 16 || M % 8 || A->dims[A->rank - 2] != M ||
+	    B->dims[B->rank - 2 + tb] != K || B->dims[B->rank - 1 - tb] != N)
 		return false;
 	/* batch dims: each operand's equal to the output's or all 1 */
 	for (int k = 0; k < 2; k++) {

@@ -196,6 +196,7 @@ struct target {
 	int out_e[8];
 	struct mo_subexpr *sub;
 	bool kinds[MO_OP__COUNT + 1]; /* block op kinds worth trying */
+	bool matmul_trans_b;    /* and MatMuls of B transposed (a Transpose, Gemm transB) */
 	double norm_eps[2];     /* LayerNorm's and RMSNorm's epsilon, as block ops */
 	enum mo_gelu_approx gelu_approximate; /* the program's Gelu variant, as a block op */
 	struct { double alpha, beta, gamma; } act[MO_OP__COUNT]; /* an activation's, too */
@@ -461,14 +462,14 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 	switch (op->kind) {
 	case MO_OP_MATMUL: {
 		const struct mo_tensor *B = &s->tensors[b];
-		int ra = A->rank, rb = B->rank;
+		int ra = A->rank, rb = B->rank, tb = op->p.trans_b;
 		if (ra < 2 || rb < 2)
 			return false;
-		int ka = s->lab[a][ra - 1], kb = s->lab[b][rb - 2];
+		int ka = s->lab[a][ra - 1], kb = s->lab[b][rb - 2 + tb];
 		if (ka != kb || ka < 0)
 			return false;
 		out[R - 2] = s->lab[a][ra - 2];
-		out[R - 1] = s->lab[b][rb - 1];
+		out[R - 1] = s->lab[b][rb - 1 - tb];
 		for (int i = 3; i <= R; i++) {
 			int la = ra - i >= 0 ? s->lab[a][ra - i] : -1, lb = rb - i >= 0 ? s->lab[b][rb - i] : -1;
 			if (la >= 0 && lb >= 0 && la != lb)
@@ -535,6 +536,8 @@ static void block_op_params(const struct target *T, int kind, int axis,
 		p->epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
 	if (kind == MO_OP_GELU)
 		p->approximate = T->gelu_approximate;
+	if (kind == MO_OP_MATMUL) /* `axis` 1: B transposed, read as its tile holds it */
+		p->trans_b = axis;
 	if (kind >= 0 && kind < MO_OP__COUNT) {
 		p->alpha = T->act[kind].alpha;
 		p->beta = T->act[kind].beta;
@@ -910,6 +913,8 @@ static void dfs(struct state *s)
 				continue;
 			if (T->kinds[MO_OP_MATMUL])
 				branch(s, MO_OP_MATMUL, a, b, 0, 0, 0);
+			if (T->matmul_trans_b)
+				branch(s, MO_OP_MATMUL, a, b, 1, 0, 1);
 			if (T->kinds[MO_OP_DIV] && a != b)
 				branch(s, MO_OP_DIV, a, b, 0, 0, 0);
 			bool logic_ab = logic_a && logic_operand(s, b);
@@ -1646,6 +1651,11 @@ static void kinds_of(struct target *T)
 		case MO_OP_MATMUL: case MO_OP_GEMM: k[MO_OP_MATMUL] = true;
 			if (op->kind == MO_OP_GEMM && op->n_in > 2)
 				k[MO_OP_ADD] = true;
+			if (op->kind == MO_OP_GEMM && op->p.trans_b)
+				T->matmul_trans_b = true;
+			break;
+		case MO_OP_TRANSPOSE: /* Q·Kᵀ: a MatMul reading K's tile as B transposed */
+			T->matmul_trans_b = true;
 			break;
 		case MO_OP_SOFTMAX:
 			k[MO_OP_EXP] = k[MO_OP_REDUCE_SUM] = k[MO_OP_DIV] = true;

@@ -246,7 +246,7 @@ static bool lazy_eligible(const struct ev *e, int ti)
 		for (int k = 0; k < op->n_in; k++) {
 			if (op->in[k] != ti)
 				continue;
-			if (op->kind != MO_OP_MATMUL || k != 1)
+			if (op->kind != MO_OP_MATMUL || k != 1 || op->p.trans_b)
 				return false;
 			read = true;
 		}
@@ -858,6 +858,11 @@ static void matmul(struct ev *e, const struct mo_tp_op *op)
 	int64_t M = ra == 1 ? 1 : a->dims[ra - 2], K = a->dims[ra - 1];
 	int64_t N = rb == 1 ? 1 : b->dims[rb - 1];
 	int64_t sam = ra == 1 ? 0 : K, sak = 1, sbk = rb == 1 ? 1 : N, sbn = rb == 1 ? 0 : 1;
+	if (!gemm && op->p.trans_b && rb > 1) { /* B's last two dims swapped */
+		N = b->dims[rb - 2];
+		sbk = 1;
+		sbn = K;
+	}
 	if (gemm) {
 		M = op->p.trans_a ? a->dims[1] : a->dims[0];
 		K = op->p.trans_a ? a->dims[0] : a->dims[1];

@@ -344,7 +344,8 @@ static bool mg_lazy_ok(const struct mo_mugraph *mg, const struct mo_tp *ref, int
 		if (op->bg)
 			continue; /* its iterators read tiles (load_lazy_tile) */
 		for (int j = 0; j < op->op.n_in; j++)
-			if (op->op.in[j] == k && (op->op.kind != MO_OP_MATMUL || j != 1))
+			if (op->op.in[j] == k && (op->op.kind != MO_OP_MATMUL || j != 1 ||
+						  op->op.p.trans_b))
 				return false;
 	}
 	return true;
