@@ -691,6 +691,13 @@ def main():
                 if name.startswith(("matmul_", "mask_", "rows_")) and \
                         not any(r.split()[0] == name for r in rows):
                     failures.append("%s: no kernel ran (not fused?)" % name)
+                # B read transposed from its own tile: the whole model one
+                # fused op of one launch
+                mine = [r for r in rows if r.split()[0] == name]
+                if name.startswith("matmul_transb_") and (
+                        len({r.split()[1] for r in mine}) != 1 or
+                        any("launches=1 " not in r for r in mine)):
+                    failures.append("%s: not one kernel" % name)
         if args.no_suite and args.mugraphs:
             # the hand-built attention graphs are a split-KV pair of kernels
             # and a one-kernel online softmax: their paths must have run

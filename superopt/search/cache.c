@@ -65,8 +65,10 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
 /* The search's generation: raised whenever the search can find what an
  * earlier one could not (new block ops, a wider enumeration), so that an
  * entry an older search wrote, above all its "found nothing", is not taken
- * for this one's. 2: comparisons, logic and Where as block ops. */
-#define SEARCH_GENERATION 2u
+ * for this one's. 2: comparisons, logic and Where as block ops. 3:
+ * ReduceMax and Log as block ops, an output saved through a Reshape of
+ * dims of 1, MatMuls reading B transposed. */
+#define SEARCH_GENERATION 3u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small
