@@ -479,7 +479,9 @@ def transposed_models(out):
     (a block MatMul with trans_b, on tensor cores a column-major fragment):
     a Linear as TorchScript exports a 2-D one, Gemm(X, W, B, transB=1) →
     Relu, and an attention core over Transpose(K) (Q·Kᵀ, Softmax, ·V), each
-    in fp16 (the fragment read in place) and fp32 (staged, rounded)."""
+    in fp16 (the fragment read in place) and fp32; and in fp16 the core over
+    Transpose(Relu(K)), whose B is a computed fp32 tile (staged, rounded,
+    column by column)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -500,7 +502,20 @@ def transposed_models(out):
                                   helper.make_node("Softmax", ["S"], ["P"], axis=-1),
                                   helper.make_node("MatMul", ["P", "V"], ["Y"])], "attention_kt",
                                  [vi("Q", s), vi("K", s), vi("V", s)], [vi("Y", s)])
-        for kind, g in (("gemm", gemm), ("attention", attn)):
+        relu_k = helper.make_graph([helper.make_node("Relu", ["K"], ["Kr"])] +
+                                   [helper.make_node(n.op_type, ["Kr" if i == "K" else i
+                                                                 for i in n.input],
+                                                     n.output, **({"perm": [0, 1, 3, 2]}
+                                                                  if n.op_type == "Transpose"
+                                                                  else {"axis": -1}
+                                                                  if n.op_type == "Softmax"
+                                                                  else {}))
+                                    for n in attn.node], "attention_relu_k",
+                                   [vi("Q", s), vi("K", s), vi("V", s)], [vi("Y", s)])
+        graphs = [("gemm", gemm), ("attention", attn)]
+        if tag == "fp16":
+            graphs.append(("attention_relu_k", relu_k))
+        for kind, g in graphs:
             name = "matmul_transb_%s_%s" % (kind, tag)
             path = os.path.join(out, name + ".onnx")
             onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
