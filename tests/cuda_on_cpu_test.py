@@ -401,6 +401,17 @@ def activation_models(out):
     return models
 
 
+def save_model(out, name, graph, models):
+    """Saves graph as out/name.onnx (opset 17, IR 8) and appends (name, path)
+    to models."""
+    import onnx
+    from onnx import helper
+    path = os.path.join(out, name + ".onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    models.append((name, path))
+
+
 def reshape_models(out):
     """(name, path) of Linear layers around a Reshape that leaves out or
     inserts a dim of 1, as TorchScript and Optimum export a Linear of a 3-D
@@ -408,7 +419,6 @@ def reshape_models(out):
     operand's rank and a Reshape block op gives the output's before it is
     saved."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(1)
@@ -432,11 +442,7 @@ def reshape_models(out):
         for case, (nodes, xs, ys) in cases.items():
             g = helper.make_graph(nodes, "reshape", [helper.make_tensor_value_info("X", dt, xs)],
                                   [helper.make_tensor_value_info("Y", dt, ys)], [w, b, to2, to3])
-            name = "matmul_reshape_%s_%s" % (case, tag)
-            path = os.path.join(out, name + ".onnx")
-            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
-                                        ir_version=8), path)
-            models.append((name, path))
+            save_model(out, "matmul_reshape_%s_%s" % (case, tag), g, models)
     return models
 
 
@@ -446,7 +452,6 @@ def slice_models(out):
     and every third column from the last, backwards, of every other row
     (negative starts, ends and steps)."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(2)
@@ -466,11 +471,7 @@ def slice_models(out):
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [16, 64])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, 64])],
                               inits)
-        name = "matmul_slice_%s_fp32" % tag
-        path = os.path.join(out, name + ".onnx")
-        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
-                  path)
-        models.append((name, path))
+        save_model(out, "matmul_slice_%s_fp32" % tag, g, models)
     return models
 
 
@@ -483,7 +484,6 @@ def transposed_models(out):
     Transpose(Relu(K)), whose B is a computed fp32 tile (staged, rounded,
     column by column)."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(3)
@@ -516,11 +516,7 @@ def transposed_models(out):
         if tag == "fp16":
             graphs.append(("attention_relu_k", relu_k))
         for kind, g in graphs:
-            name = "matmul_transb_%s_%s" % (kind, tag)
-            path = os.path.join(out, name + ".onnx")
-            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
-                                        ir_version=8), path)
-            models.append((name, path))
+            save_model(out, "matmul_transb_%s_%s" % (kind, tag), g, models)
     return models
 
 
