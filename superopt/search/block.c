@@ -913,7 +913,7 @@ static void dfs(struct state *s)
 				continue;
 			if (T->kinds[MO_OP_MATMUL])
 				branch(s, MO_OP_MATMUL, a, b, 0, 0, 0);
-			if (T->matmul_trans_b)
+			if (T->kinds[MO_OP_MATMUL] && T->matmul_trans_b)
 				branch(s, MO_OP_MATMUL, a, b, 1, 0, 1);
 			if (T->kinds[MO_OP_DIV] && a != b)
 				branch(s, MO_OP_DIV, a, b, 0, 0, 0);
