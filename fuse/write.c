@@ -227,11 +227,11 @@ static bool interface_matches(const struct mo_tp *tp, const struct mo_mugraph *m
 			for (int r = 0; same && r < k->rank; r++)
 				same = t->dims[r] == k->dims[r];
 			if (!same) {
-				char a[96], b[96] = "nothing";
+				char a[72], b[72] = "nothing";
 				mo_tensor_describe(k, a, sizeof a);
 				if (t)
 					mo_tensor_describe(t, b, sizeof b);
-				snprintf(why, len, "the μGraph's %s '%.100s' is %s where the model has %s",
+				snprintf(why, len, "the μGraph's %s '%.48s' is %s where the model has %s",
 					 io ? "output" : "input", k->name, a, b);
 				return false;
 			}

@@ -420,7 +420,7 @@ static bool compile_c(struct builder *b, const char *cc, const char *src, const 
 static bool compile_cuda(struct builder *b, const char *nvcc, const char *archs, const char *src,
 			 const char *obj, char *why, size_t len)
 {
-	char inc[4200], log[4200], gencode[8][64];
+	char inc[4200], log[4210], gencode[8][64];
 	snprintf(inc, sizeof inc, "-I%s", b->dir);
 	snprintf(log, sizeof log, "%s.log", obj);
 	char *argv[MAX_ARGS];

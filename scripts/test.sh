@@ -14,7 +14,10 @@ echo "== tests"
 ctest --test-dir build -j"$jobs" --output-on-failure
 
 echo "== build (ASan + UBSan)"
-cmake -S . -B build-asan -DMO_WERROR=ON -DMO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+# Debug keeps the asserts; -O1, as ASan's authors advise, runs the search
+# about twice as fast as -O0 and keeps the suite within CI's time
+cmake -S . -B build-asan -DMO_WERROR=ON -DMO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_C_FLAGS_DEBUG="-g -O1" >/dev/null
 cmake --build build-asan -j"$jobs" >/dev/null
 echo "== tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
