@@ -124,7 +124,17 @@ def main():
     ap.add_argument("--min-share", type=float, default=0,
                     help="exit 1 when issue 24's families put less than this share (%%) of "
                          "their unfolded ops in regions")
+    ap.add_argument("--min-fused", action="append", default=[], metavar="FAMILY=PCT",
+                    help="with --fuse: exit 1 when no more than PCT%% of the family's cases "
+                         "come out with a fused op (repeatable)")
     a = ap.parse_args()
+    min_fused = {}
+    for x in a.min_fused:
+        f, _, pct = x.partition("=")
+        try:
+            min_fused[f] = float(pct)
+        except ValueError:
+            ap.error(f"--min-fused wants FAMILY=PCT, not {x!r}")
     rows = collections.OrderedDict()
     failures = []
     with tempfile.TemporaryDirectory(prefix="mo_nodes_") as tmp:
@@ -150,6 +160,7 @@ def main():
                                                   os.path.join(tmp, c.name + ".fused.onnx"),
                                                   a.budget, a.jobs)
                 row["fused"] += fused
+                row["cases fused"] += fused > 0
                 row["ORT cannot" if verdict.startswith("ORT cannot") else
                     "matches" if verdict == "matches" else "wrong"] += 1
                 if verdict not in ("matches",) and not verdict.startswith("ORT cannot"):
@@ -186,7 +197,14 @@ def main():
         return 1
     if wrong:
         print(f"FAIL: {wrong} fused models do not compute what the originals do")
-    return 1 if wrong else 0
+    few = [f for f, pct in min_fused.items()
+           if rows.get(f, collections.Counter())["cases fused"] * 100.0 <=
+           pct * rows.get(f, collections.Counter())["cases"]]
+    for f in few:
+        r = rows.get(f, collections.Counter())
+        print(f"FAIL: {r['cases fused']} of the {r['cases']} {f} cases have a fused op, "
+              f"not more than {min_fused[f]}%")
+    return 1 if wrong or few else 0
 
 
 if __name__ == "__main__":

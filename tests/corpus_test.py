@@ -17,6 +17,7 @@ Prints one line per problem and a closing 'N passed, N failed, N skipped'.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,7 @@ def main():
     ap.add_argument("--check", choices=["roundtrip", "ort"], required=True)
     ap.add_argument("--expected-failures", help="file of 'suite/case: reason' lines")
     ap.add_argument("--only", help="run only this case")
+    ap.add_argument("--skip", metavar="REGEX", help="leave out the cases whose names match")
     args = ap.parse_args()
 
     suite = os.path.basename(os.path.normpath(args.suite))
@@ -174,6 +176,8 @@ def main():
                    if os.path.exists(os.path.join(args.suite, c, "model.onnx")))
     if args.only:
         cases = [c for c in cases if c == args.only]
+    if args.skip:
+        cases = [c for c in cases if not re.search(args.skip, c)]
     if not cases:
         print(f"no models under {args.suite}")
         return 1

@@ -34,20 +34,15 @@ def rng_weight(name, shape, seed):
                          name)
 
 
-def unittest_main(module_globals, paths=("cli",), verbosity=1, flags=()):
+def unittest_main(module_globals, paths=("cli",), verbosity=1):
     """Runs the calling module's tests. Each name in paths is a required
     option (--cli, --model, ...) whose absolute path is set as the module's
     global of that name in capitals (CLI, MODEL, ...) before the tests run;
-    each name in flags an optional switch (--sanitized) whose global is True
-    when given; the other arguments go to unittest."""
+    the other arguments go to unittest."""
     ap = argparse.ArgumentParser()
     for p in paths:
         ap.add_argument(f"--{p}", required=True)
-    for f in flags:
-        ap.add_argument(f"--{f}", action="store_true")
     args, rest = ap.parse_known_args()
     for p in paths:
         module_globals[p.upper()] = os.path.abspath(getattr(args, p))
-    for f in flags:
-        module_globals[f.upper()] = getattr(args, f)
     unittest.main(argv=[sys.argv[0], *rest], verbosity=verbosity)
