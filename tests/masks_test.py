@@ -10,7 +10,7 @@ Each model here is fused with the plugin's CPU kernels and must match ONNX
 Runtime on inputs that take both sides of every comparison: LeakyRelu and
 PRelu as ONNX's function bodies write them and a two-comparison mask, every
 op inside fused ops; a chain of every comparison and logic op, every op in a
-region. cuda_on_cpu_test.py --activations runs the same models' generated
+region; an attention core with Attention's row-all-masked guard, one kernel. cuda_on_cpu_test.py --activations runs the same models' generated
 CUDA through cudasim.
 """
 import json
@@ -88,6 +88,25 @@ def logic_chain():
         [const("t", -0.25), const("zero", 0.0)])
 
 
+def guarded_attention():
+    """Softmax(Q Kᵀ + M) V with the guard ONNX's Attention writes for a row
+    whose mask is all -inf (its softmax is NaN): Where(ReduceMax(M) ==
+    -inf, 0, P)."""
+    n = h.make_node
+    qkv = [vi(x, [1, 2, 16, 16]) for x in "QKV"]
+    return mo_testlib.model(
+        [n("Transpose", ["K"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+         n("MatMul", ["Q", "kt"], ["s0"], name="qk"),
+         n("Add", ["s0", "M"], ["s"], name="mask"),
+         n("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+         n("ReduceMax", ["M", "last"], ["mmax"], keepdims=1, name="mmax"),
+         n("Equal", ["mmax", "ninf"], ["all"], name="allmasked"),
+         n("Where", ["all", "zero", "p"], ["pg"], name="guard"),
+         n("MatMul", ["pg", "V"], ["Y"], name="pv")],
+        qkv + [vi("M", [16, 16])], [vi("Y", [1, 2, 16, 16])],
+        [const("last", [-1], np.int64), const("ninf", -np.inf), const("zero", 0.0)])
+
+
 class Masks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -111,6 +130,8 @@ class Masks(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         plugin, manifest = fileset(out)
         self.assertIsNotNone(plugin, f"{tag}: nothing fused\n{r.stdout}")
+        with open(manifest) as f:
+            self.kernels = [g["kernels"] for g in json.load(f)["regions"] if g["fused"]]
         fused = onnx.load(out)
         left = [n.op_type for n in fused.graph.node if not n.domain.startswith("mirage_onnx")]
         if whole:
@@ -152,6 +173,21 @@ class Masks(unittest.TestCase):
         x[1, :3] = z[1, :3]  # equal
         y, mask = self.fuse_and_compare(logic_chain(), "chain", {"X": x, "Z": z}, whole=False)
         self.assertTrue(mask.any() and not mask.all())
+
+    def test_the_row_all_masked_guard_is_one_kernel(self):
+        """The guard's -inf is the μGraph's own constant in its block
+        graph: the verifier takes every -inf for one value, so the kernel
+        proves equal to the region (before, no single-kernel form passed
+        the check and the core took 3). A fully masked row gives 0, not
+        NaN, as in the original."""
+        rng = np.random.default_rng(3)
+        feed = {x: rng.standard_normal((1, 2, 16, 16)).astype(np.float32) for x in "QKV"}
+        m = np.triu(np.full((16, 16), -np.inf, np.float32), 1)
+        m[3, :] = -np.inf
+        feed["M"] = m
+        (y,) = self.fuse_and_compare(guarded_attention(), "guard", feed)
+        self.assertEqual(self.kernels, [1])
+        self.assertTrue(np.all(y[:, :, 3] == 0) and np.isfinite(y).all())
 
 
 if __name__ == "__main__":

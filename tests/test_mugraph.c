@@ -411,6 +411,31 @@ static void json_round_trips(void **state)
 	roundtrip("lora_tiny_fp32.onnx", mg_lora);
 	roundtrip("gqa_tiny_fp32.onnx", mg_attention_split_kv);
 	roundtrip("gqa_tiny_fp32.onnx", mg_attention_flash);
+	/* an infinite constant (a mask's -inf, a guard's) is a string there,
+	 * so the text stays JSON, and it comes back infinite */
+	{
+		struct mo_mugraph *mg = mo_mg_new();
+		int in = mo_mg_input(mg, "x", 1, 2, (int64_t[]){ 4, 8 });
+		struct mo_block_graph *bg = mo_mg_block(mg, 1, 1, 1, 1);
+		int x = mo_bg_iter(mg, bg, in, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+		int lo = OP(bg, MO_OP_ADD, x, mo_bg_const(mg, bg, -INFINITY));
+		int y = OP(bg, MO_OP_ADD, lo, mo_bg_const(mg, bg, INFINITY));
+		mo_mg_output(mg, mo_bg_save(mg, bg, y, MO_PHI, MO_PHI, MO_PHI), "y");
+		char *a = mo_mg_json(mg);
+		assert_non_null(strstr(a, "\"value\": \"-inf\""));
+		assert_non_null(strstr(a, "\"value\": \"inf\""));
+		struct mo_mugraph *back;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		if (mo_mg_from_json(a, &back, &d))
+			fail_msg("%s\n%s", d.msg, a);
+		char *b = mo_mg_json(back);
+		assert_string_equal(a, b);
+		free(a);
+		free(b);
+		mo_mg_free(back);
+		mo_mg_free(mg);
+	}
 	/* and rejects what is not a μGraph, with a message */
 	static const char *bad[] = { "", "{", "[1, 2]", "{\"steps\": 3}",
 		"{\"steps\": [{\"step\": \"iter\", \"tensor\": 9, \"imap\": [0, 0, 0]}]}",

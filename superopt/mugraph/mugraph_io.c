@@ -110,7 +110,10 @@ void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out)
 			params(out, s);
 			break;
 		case MO_STEP_CONST:
-			fprintf(out, ", \"value\": %.17g", s->value);
+			if (isinf(s->value)) /* JSON has no infinity: a string */
+				fprintf(out, ", \"value\": \"%s\"", s->value < 0 ? "-inf" : "inf");
+			else
+				fprintf(out, ", \"value\": %.17g", s->value);
 			break;
 		case MO_STEP_ACCUM:
 			fprintf(out, ", \"tile\": %d, \"kind\": \"%s\"", s->in[0],
@@ -655,7 +658,12 @@ static void read_step(struct mo_mugraph *mg, struct step_reader *sr)
 	} else if (!strcmp(k, "const")) {
 		double v;
 		bool has;
-		if (!opt_real(sr, "value", 1e300, &v, &has))
+		const struct jv *inf = get(sr->s, "value");
+		if (inf && inf->t == J_STR && !strcmp(inf->str, "-inf"))
+			v = -INFINITY, has = true; /* a mask's constant, as written */
+		else if (inf && inf->t == J_STR && !strcmp(inf->str, "inf"))
+			v = INFINITY, has = true;
+		else if (!opt_real(sr, "value", 1e300, &v, &has))
 			return;
 		if (!has)
 			return (void)bad(sr, "value", "is missing");
