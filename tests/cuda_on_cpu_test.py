@@ -525,7 +525,8 @@ def transposed_models(out):
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
-    tiles), LeakyRelu's and PRelu's function bodies."""
+    tiles), LeakyRelu's and PRelu's function bodies, an attention core with
+    Attention's row-all-masked guard (a -INFINITY constant in a kernel)."""
     import onnx
     import masks_test
     os.makedirs(out, exist_ok=True)
@@ -533,7 +534,8 @@ def mask_models(out):
     for name, make in (("mask_leaky_relu", masks_test.leaky_relu_body),
                        ("mask_prelu", masks_test.prelu_body),
                        ("mask_select", masks_test.mask_select),
-                       ("mask_logic_chain", masks_test.logic_chain)):
+                       ("mask_logic_chain", masks_test.logic_chain),
+                       ("mask_guarded_attention", masks_test.guarded_attention)):
         path = os.path.join(out, name + ".onnx")
         onnx.save(make(), path)
         models.append((name, path))

@@ -10,7 +10,8 @@ Each model here is fused with the plugin's CPU kernels and must match ONNX
 Runtime on inputs that take both sides of every comparison: LeakyRelu and
 PRelu as ONNX's function bodies write them and a two-comparison mask, every
 op inside fused ops; a chain of every comparison and logic op, every op in a
-region; an attention core with Attention's row-all-masked guard, one kernel. cuda_on_cpu_test.py --activations runs the same models' generated
+region; an attention core with Attention's row-all-masked guard, one
+kernel. cuda_on_cpu_test.py --activations runs the same models' generated
 CUDA through cudasim.
 """
 import json

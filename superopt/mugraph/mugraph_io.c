@@ -658,10 +658,10 @@ static void read_step(struct mo_mugraph *mg, struct step_reader *sr)
 	} else if (!strcmp(k, "const")) {
 		double v;
 		bool has;
-		const struct jv *inf = get(sr->s, "value");
-		if (inf && inf->t == J_STR && !strcmp(inf->str, "-inf"))
-			v = -INFINITY, has = true; /* a mask's constant, as written */
-		else if (inf && inf->t == J_STR && !strcmp(inf->str, "inf"))
+		const struct jv *word = get(sr->s, "value"); /* an infinity, as written */
+		if (word && word->t == J_STR && !strcmp(word->str, "-inf"))
+			v = -INFINITY, has = true;
+		else if (word && word->t == J_STR && !strcmp(word->str, "inf"))
 			v = INFINITY, has = true;
 		else if (!opt_real(sr, "value", 1e300, &v, &has))
 			return;
