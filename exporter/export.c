@@ -12,6 +12,7 @@
  * freed twice, and pointers that callers hold into it (a region's nodes, names
  * borrowed from the graph, possibly the fused nodes' own names) stay valid. */
 #include "mo_export.h"
+#include "mo_half.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -409,6 +410,14 @@ static enum mo_status count(struct ex *x)
 	for (size_t i = 0; i < g->n_sparse_initializer; i++)
 		if (x->sparse_id[i] >= 0)
 			x->from_graph[x->sparse_id[i]] = true;
+	/* a decomposition's constant a fused op reads: an initializer added */
+	for (int k = 0; k < x->n_fused; k++)
+		for (int q = 0; q < x->fused[k].n_consts; q++) {
+			const int *id = x->fused[k].consts[q].outer
+						? mo_strmap_get(&x->ids, x->fused[k].consts[q].name) : NULL;
+			if (id && x->producer_before[*id] < 0)
+				x->from_graph[*id] = true;
+		}
 
 	for (int k = 0; k < x->n_fused; k++) {
 		int fv = x->n_orig + k;
@@ -814,9 +823,9 @@ static Onnx__NodeProto *constant_node(struct ex *x, const Onnx__TensorProto *t, 
 	return a->failed ? NULL : n;
 }
 
-/* A Constant node defining folded value c; NULL for a dtype it does not
- * write (2-byte floats) or out of memory (a->failed). */
-static Onnx__NodeProto *folded_constant_node(struct ex *x, const struct mo_fused_const *c)
+/* Folded value c as a tensor named after it; NULL for a dtype it does not
+ * write or out of memory (a->failed). */
+static Onnx__TensorProto *folded_tensor(struct ex *x, const struct mo_fused_const *c)
 {
 	struct mo_arena *a = &x->arena;
 	Onnx__TensorProto *t = mo_arena_alloc(a, sizeof *t);
@@ -858,10 +867,29 @@ static Onnx__NodeProto *folded_constant_node(struct ex *x, const struct mo_fused
 						   ? c->ivals[i] != 0 : (int32_t)c->ivals[i];
 		t->n_int32_data = n;
 		break;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+		/* ONNX keeps each 16-bit pattern in an int32_data entry; the
+		 * values are already of the dtype, so the conversion is exact */
+		if (!c->fvals || !(t->int32_data = mo_arena_array(a, n + 1, sizeof(int32_t))))
+			return NULL;
+		for (size_t i = 0; i < n; i++)
+			t->int32_data[i] = c->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16
+						   ? mo_float_to_half((float)c->fvals[i])
+						   : mo_float_to_bf16((float)c->fvals[i]);
+		t->n_int32_data = n;
+		break;
 	default:
 		return NULL;
 	}
-	return constant_node(x, t, c->name);
+	t->name = mo_arena_strdup(a, c->name);
+	return a->failed ? NULL : t;
+}
+
+/* A Constant node defining folded value c; NULL as folded_tensor. */
+static Onnx__NodeProto *folded_constant_node(struct ex *x, const struct mo_fused_const *c)
+{
+	Onnx__TensorProto *t = folded_tensor(x, c);
+	return t ? constant_node(x, t, c->name) : NULL;
 }
 
 static bool is_formal_input(const struct mo_fused_node *f, const char *name)
@@ -1034,8 +1062,11 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	const Onnx__GraphProto *g = x->g;
 	const Onnx__ModelProto *p = x->p;
 
+	size_t n_outer = 0;
+	for (int k = 0; k < x->n_fused; k++)
+		n_outer += (size_t)x->fused[k].n_consts;
 	l->node = mo_arena_array(a, n_order, sizeof *l->node);
-	l->initializer = mo_arena_array(a, g->n_initializer, sizeof *l->initializer);
+	l->initializer = mo_arena_array(a, g->n_initializer + n_outer + 1, sizeof *l->initializer);
 	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,
 					       sizeof *l->sparse_initializer);
 	l->input = mo_arena_array(a, g->n_input, sizeof *l->input);
@@ -1057,6 +1088,24 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (x->init_id[i] < 0 || !x->dropped[x->init_id[i]])
 			l->initializer[l->n_initializer++] = g->initializer[i];
+	/* the decompositions' constants the fused ops read, each once */
+	bool *added = mo_arena_array(a, (size_t)x->n_names + 1, sizeof *added);
+	if (!added)
+		return nomem(x);
+	for (int k = 0; k < x->n_fused; k++)
+		for (int q = 0; q < x->fused[k].n_consts; q++) {
+			const struct mo_fused_const *c = &x->fused[k].consts[q];
+			const int *id = c->outer ? mo_strmap_get(&x->ids, c->name) : NULL;
+			if (!id || added[*id] || x->producer_before[*id] >= 0 || !x->reads_after[*id])
+				continue;
+			Onnx__TensorProto *t = folded_tensor(x, c);
+			if (!t)
+				return a->failed ? nomem(x) : bad(x, "%s reads constant '%s' of a type "
+								  "it cannot write", describe(x, x->n_orig + k),
+								  c->name);
+			added[*id] = true;
+			l->initializer[l->n_initializer++] = t;
+		}
 	for (size_t i = 0; i < g->n_sparse_initializer; i++)
 		if (x->sparse_id[i] < 0 || !x->dropped[x->sparse_id[i]])
 			l->sparse_initializer[l->n_sparse_initializer++] = g->sparse_initializer[i];

@@ -39,15 +39,20 @@
 
 /* A value the importer computed (a folded shape chain, a cast of a
  * constant) that the replaced nodes read and no Constant node or
- * initializer holds: the fused op's function body defines it. */
+ * initializer holds: the fused op's function body defines it. With
+ * `outer`, a constant a decomposed node made for one of its steps (Mean's
+ * count, an epsilon) that the fused op reads as an input (a μGraph of
+ * several kernels passes it between them): the fused graph holds it as an
+ * initializer, as no node of the model makes it. */
 struct mo_fused_const {
 	const char *name;
-	int32_t dtype;        /* float, double, int64, int32 or bool */
+	int32_t dtype;        /* float, float16, bfloat16, double, int64, int32 or bool */
 	int rank;
 	const int64_t *dims;
 	size_t n;
 	const double *fvals;  /* float types */
 	const int64_t *ivals; /* integer and bool types */
+	bool outer;
 };
 
 struct mo_fused_node {

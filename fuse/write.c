@@ -289,11 +289,15 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 			    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x))
 				continue;
 			/* a decomposition's own constant (Attention's scale) lives
-			 * inside its node, which the body holds as it is */
-			bool inside = false;
+			 * inside its node, which the body holds as it is; when
+			 * the fused op reads it as an input, the fused graph
+			 * holds it */
+			bool inside = false, input = false;
 			for (int q = 0; q < nn && !inside; q++)
 				inside = x->source_node == nodes[q];
-			if (inside)
+			for (int q = 0; q < mg->kg.n_inputs && inside && !input; q++)
+				input = strcmp(ins[q], x->name) == 0;
+			if (inside && !input)
 				continue;
 			bool seen = false;
 			for (int q = 0; q < nc && !seen; q++)
@@ -302,7 +306,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				consts[nc++] = (struct mo_fused_const){
 					.name = x->name, .dtype = x->dtype, .rank = x->rank,
 					.dims = x->dims, .n = x->n_vals, .fvals = x->fvals,
-					.ivals = x->ivals };
+					.ivals = x->ivals, .outer = inside };
 		}
 	}
 	char lb[32];

@@ -1611,7 +1611,7 @@ static void settle(struct mo_tp *tp, struct mo_tp_op *op, const char *why, bool 
 
 /* The most steps a decomposition of few operands makes (one of n operands
  * makes at most n). */
-#define MAX_STEPS 8
+#define MAX_STEPS 12
 
 /* A step of a decomposition: an op of kind over tensors in[0..n_in) (and
  * parameter tensor param, or -1) making tensor out. */
@@ -1656,6 +1656,21 @@ static int step_scalar(struct importer *im, const Onnx__NodeProto *n, int ni, in
 	x->fvals = val;
 	x->n_vals = 1;
 	return t;
+}
+
+/* Whether s broadcasts to x's shape without changing it (unidirectional
+ * broadcasting, as PRelu's slope does): both known, of one float type. */
+static bool broadcasts_to(const struct mo_tensor *s, const struct mo_tensor *x)
+{
+	if (!s->shape_known || !x->shape_known || s->rank > x->rank || !is_float(x->dtype) ||
+	    s->dtype != x->dtype)
+		return false;
+	for (int i = 1; i <= s->rank; i++) {
+		int64_t a = s->dims[s->rank - i], b = x->dims[x->rank - i];
+		if (a != 1 && a != b)
+			return false;
+	}
+	return true;
 }
 
 /* Whether opset 23's Attention node n, operands x[0..nin), is the form
@@ -1762,7 +1777,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			return MO_OK;
 	/* what each needs, before any tensor is made */
 	struct mo_tp_op red = { .kind = MO_OP_REDUCE_SUM };
-	double scale = 1;
+	double scale = 1, eps = 0;
 	int32_t dtype = 0;
 	switch (a->decomp) {
 	case MO_DECOMP_BIAS_GELU:
@@ -1798,6 +1813,60 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			return MO_OK;
 		dtype = tp->tensors[x[0]].dtype;
 		break;
+	case MO_DECOMP_PRELU:
+		if (nin != 2 || x[0] < 0 || x[1] < 0 || !broadcasts_to(&tp->tensors[x[1]],
+								      &tp->tensors[x[0]]))
+			return MO_OK;
+		break;
+	case MO_DECOMP_MVN: case MO_DECOMP_INSTANCE_NORM: case MO_DECOMP_BATCH_NORM: {
+		/* the reduced axes (the statistics'), and the channel
+		 * parameters' Unsqueeze to [C, 1, ...] (chan.p) */
+		const struct mo_tensor *xt = x[0] >= 0 ? &tp->tensors[x[0]] : NULL;
+		if (!xt || !xt->shape_known || !is_float(xt->dtype))
+			return MO_OK;
+		dtype = xt->dtype;
+		red.p.keepdims = 1;
+		if (a->decomp == MO_DECOMP_MVN) {
+			/* ONNX Runtime 1.30 cannot load a float16 MVN inside a
+			 * function body (its own body then adds a float epsilon
+			 * to a float16 tensor): a fused op holding one could not
+			 * run without the plugin */
+			if (xt->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+			    xt->dtype != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+				return MO_OK;
+			int64_t ax[MO_MAX_RANK + 1] = { 0, 2, 3 };
+			int na = attr_ints(n, "axes", ax, MO_MAX_RANK + 1);
+			if (na < 0)
+				na = 3;
+			if (na == 0 || na > xt->rank)
+				return MO_OK;
+			bool seen[MO_MAX_RANK] = { false };
+			for (int i = 0; i < na; i++) {
+				int64_t v = ax[i] < 0 ? ax[i] + xt->rank : ax[i];
+				if (v < 0 || v >= xt->rank || seen[v])
+					return MO_OK; /* ONNX Runtime drops such an axis */
+				seen[v] = true;
+			}
+			for (int d = 0; d < xt->rank; d++)
+				if (seen[d])
+					red.p.axes[red.p.n_axes++] = d;
+			break;
+		}
+		size_t want = a->decomp == MO_DECOMP_BATCH_NORM ? 5 : 3;
+		if (nin != want || xt->rank < (a->decomp == MO_DECOMP_BATCH_NORM ? 2 : 3) ||
+		    attr_int(n, "training_mode", 0) != 0)
+			return MO_OK;
+		for (size_t i = 1; i < nin; i++) {
+			const struct mo_tensor *c = x[i] >= 0 ? &tp->tensors[x[i]] : NULL;
+			if (!c || !c->shape_known || c->rank != 1 || c->dims[0] != xt->dims[1] ||
+			    c->dtype != xt->dtype)
+				return MO_OK;
+		}
+		for (int d = 2; d < xt->rank; d++)
+			red.p.axes[red.p.n_axes++] = d;
+		eps = attr_float(n, "epsilon", a->epsilon);
+		break;
+	}
 	case MO_DECOMP_SUM: case MO_DECOMP_MEAN:
 		if (nin < (mean ? 2u : 3u) || nin > 64)
 			return MO_OK;
@@ -1820,6 +1889,14 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	}
 #define STEP(k, ...) (s[ns++] = (struct step){ .kind = (k), __VA_ARGS__ })
 #define TEMP(t) do { if (((t) = step_tensor(im, n, ni, ns)) < 0) return nomem(im); } while (0)
+	/* a channel parameter [C] of x [N, C, D...] as [C, 1, ...], which
+	 * broadcasts along x's dim 1 (as it is for x [N, C]) */
+	struct mo_op_params chan = { 0 };
+	for (int d = 2; x[0] >= 0 && d < tp->tensors[x[0]].rank; d++)
+		chan.axes[chan.n_axes++] = d - 1;
+#define CHANNELS(t) do { if (chan.n_axes) { int u_; TEMP(u_);                          \
+	STEP(MO_OP_UNSQUEEZE, .in = { (t) }, .n_in = 1, .param = -1, .out = u_, .p = chan); \
+	(t) = u_; } } while (0)
 	switch (a->decomp) {
 	case MO_DECOMP_BIAS_GELU: {
 		int t;
@@ -1923,6 +2000,75 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		STEP(MO_OP_MATMUL, .in = { pr, x[2] }, .n_in = 2, .param = -1, .out = y[0]);
 		break;
 	}
+	case MO_DECOMP_PRELU: {
+		int neg, rn, sl, pos;
+		TEMP(neg);
+		STEP(MO_OP_NEG, .in = { x[0] }, .n_in = 1, .param = -1, .out = neg);
+		TEMP(rn);
+		STEP(MO_OP_RELU, .in = { neg }, .n_in = 1, .param = -1, .out = rn);
+		TEMP(sl);
+		STEP(MO_OP_MUL, .in = { x[1], rn }, .n_in = 2, .param = -1, .out = sl);
+		TEMP(pos);
+		STEP(MO_OP_RELU, .in = { x[0] }, .n_in = 1, .param = -1, .out = pos);
+		STEP(MO_OP_SUB, .in = { pos, sl }, .n_in = 2, .param = -1, .out = y[0]);
+		break;
+	}
+	case MO_DECOMP_MVN: {
+		/* m = mean(x), d = x − m, v = mean(d·d), d / (sqrt(v) + 1e-9) */
+		int m, d, sq, v, sd, c, se;
+		TEMP(m);
+		STEP(MO_OP_REDUCE_MEAN, .in = { x[0] }, .n_in = 1, .param = -1, .out = m, .p = red.p);
+		TEMP(d);
+		STEP(MO_OP_SUB, .in = { x[0], m }, .n_in = 2, .param = -1, .out = d);
+		TEMP(sq);
+		STEP(MO_OP_MUL, .in = { d, d }, .n_in = 2, .param = -1, .out = sq);
+		TEMP(v);
+		STEP(MO_OP_REDUCE_MEAN, .in = { sq }, .n_in = 1, .param = -1, .out = v, .p = red.p);
+		TEMP(sd);
+		STEP(MO_OP_SQRT, .in = { v }, .n_in = 1, .param = -1, .out = sd);
+		if ((c = step_scalar(im, n, ni, ns, 1e-9, dtype)) < 0)
+			return nomem(im);
+		TEMP(se);
+		STEP(MO_OP_ADD, .in = { sd, c }, .n_in = 2, .param = -1, .out = se);
+		STEP(MO_OP_DIV, .in = { d, se }, .n_in = 2, .param = -1, .out = y[0]);
+		break;
+	}
+	case MO_DECOMP_INSTANCE_NORM: {
+		/* LayerNormalization over dims 2 on without its scale (d / sqrt(
+		 * mean(d·d) + ε), d = x − mean(x)), then ·scale + B per channel */
+		int nrm, sc = x[1], b = x[2], t;
+		TEMP(nrm);
+		STEP(MO_OP_LAYER_NORM, .in = { x[0] }, .n_in = 1, .param = -1, .out = nrm,
+		     .p = { .n_axes = 1, .axes = { 2 }, .epsilon = eps });
+		CHANNELS(sc);
+		CHANNELS(b);
+		TEMP(t);
+		STEP(MO_OP_MUL, .in = { nrm, sc }, .n_in = 2, .param = -1, .out = t);
+		STEP(MO_OP_ADD, .in = { t, b }, .n_in = 2, .param = -1, .out = y[0]);
+		break;
+	}
+	case MO_DECOMP_BATCH_NORM: {
+		/* (x − mean) / sqrt(var + ε)·scale + B, the four per channel */
+		int sc = x[1], b = x[2], mu = x[3], var = x[4], c, d, ve, sd, nrm, t;
+		CHANNELS(mu);
+		TEMP(d);
+		STEP(MO_OP_SUB, .in = { x[0], mu }, .n_in = 2, .param = -1, .out = d);
+		CHANNELS(var);
+		if ((c = step_scalar(im, n, ni, ns, eps, dtype)) < 0)
+			return nomem(im);
+		TEMP(ve);
+		STEP(MO_OP_ADD, .in = { var, c }, .n_in = 2, .param = -1, .out = ve);
+		TEMP(sd);
+		STEP(MO_OP_SQRT, .in = { ve }, .n_in = 1, .param = -1, .out = sd);
+		TEMP(nrm);
+		STEP(MO_OP_DIV, .in = { d, sd }, .n_in = 2, .param = -1, .out = nrm);
+		CHANNELS(sc);
+		CHANNELS(b);
+		TEMP(t);
+		STEP(MO_OP_MUL, .in = { nrm, sc }, .n_in = 2, .param = -1, .out = t);
+		STEP(MO_OP_ADD, .in = { t, b }, .n_in = 2, .param = -1, .out = y[0]);
+		break;
+	}
 	case MO_DECOMP_SUM: case MO_DECOMP_MEAN: {
 		/* ((a + b) + c) + ...; Mean: that divided by the operand count */
 		int acc = -1;
@@ -1947,6 +2093,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	}
 #undef STEP
 #undef TEMP
+#undef CHANNELS
 	*done = true;
 	return add_steps(im, ni, s, ns);
 }

@@ -648,6 +648,52 @@ static void invalid_fused_nodes_are_refused_and_nothing_is_written(void **state)
 	tm_free(&t);
 }
 
+/* A constant a decomposed node made for a step (an epsilon) that the fused
+ * op reads as an input: the fused graph holds it as an initializer of its
+ * dtype (float16 as its bit pattern), once, and the graph is valid; the
+ * same name not marked `outer` is a read nothing makes, refused. */
+static void a_decompositions_constant_the_fused_op_reads_is_an_initializer(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	build_chain(&t);
+	static const int64_t no_dims[1] = { 0 };
+	static const double eps[1] = { 0.5 };
+	const struct mo_fused_const c = { .name = "c/mirage_step3", .dtype =
+					  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, .rank = 0,
+					  .dims = no_dims, .n = 1, .fvals = eps, .outer = true };
+	struct mo_fused_node f = chain_fused;
+	f.n_inputs = 2;
+	f.inputs = NAMES("a", "c/mirage_step3");
+	f.n_consts = 1;
+	f.consts = &c;
+	struct run r = { 0 };
+	run_export(&r, &t, &f, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_node_order(g, NAMES("A", "fused_bc", "D"));
+	int found = 0;
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		const Onnx__TensorProto *x = g->initializer[i];
+		if (strcmp(x->name, "c/mirage_step3") != 0)
+			continue;
+		found++;
+		assert_int_equal(x->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16);
+		assert_int_equal(x->n_dims, 0);
+		assert_int_equal(x->n_int32_data, 1);
+		assert_int_equal(x->int32_data[0], 0x3800); /* 0.5 */
+	}
+	assert_int_equal(found, 1);
+	struct mo_fused_const inner = c;
+	inner.outer = false;
+	f.consts = &inner;
+	struct run r2 = { 0 };
+	load_tm(&r2, &t);
+	expect_refused(&r2, &f, 1, "nothing in the fused graph makes");
+	run_free(&r2);
+	run_free(&r);
+	tm_free(&t);
+}
+
 static void an_unwritable_path_fails_and_leaves_nothing(void **state)
 {
 	(void)state;
@@ -729,6 +775,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fused_node_replaces_exactly_the_listed_nodes),
+		cmocka_unit_test(a_decompositions_constant_the_fused_op_reads_is_an_initializer),
 		cmocka_unit_test(opset_and_plugin_metadata_are_set),
 		cmocka_unit_test(opset_is_not_repeated_and_no_plugin_means_no_metadata),
 		cmocka_unit_test(set_metadata_names_the_new_plugin_manifest_and_build),

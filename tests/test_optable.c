@@ -973,6 +973,101 @@ static void decompositions(void)
 	free_models(&mean, &ts[0], 1);
 }
 
+/* x [2, 3, 4] and a second input of shape `second` (rank ns) through op
+ * with attribute a (or none), at opset 15; a third and fourth input of
+ * shape [3] when n_in says. */
+static struct mo_tp *channel_model(struct tmodel *t, const char *op, int n_in, int ns,
+				   const int64_t *second, const struct attr *a)
+{
+	tm_init(t);
+	t->opset.version = 15;
+	int64_t dims[3] = { 2, 3, 4 }, c[1] = { 3 };
+	static const char *const names[5] = { "x", "s", "b", "m", "v" };
+	tm_input(t, &t->graph, "x", 3, dims);
+	for (int i = 1; i < n_in; i++)
+		tm_input(t, &t->graph, names[i], i == 1 ? (size_t)ns : 1, i == 1 ? second : c);
+	const char *in[6] = { NULL };
+	for (int i = 0; i < n_in; i++)
+		in[i] = names[i];
+	Onnx__NodeProto *n = tm_node(t, &t->graph, op, "n", in, (const char *[]){ "y", NULL });
+	if (a && a->name)
+		add_attr(t, n, a);
+	tm_output(t, &t->graph, "y");
+	return import_tm(t, op);
+}
+
+/* PRelu, MeanVarianceNormalization, InstanceNormalization and
+ * BatchNormalization are several ops of the table, all of node 0 (PRelu
+ * gives Where(x < 0, slope·x, x)'s values bit for bit); the forms they
+ * do not cover stay one op outside the table: a slope that does not
+ * broadcast to x, an MVN axis out of range (its default axes on rank 3),
+ * BatchNormalization in training mode. */
+static void channel_decompositions(void)
+{
+	struct tmodel ts[7];
+	int64_t slope[2] = { 3, 1 }, bad[2] = { 4, 3 }, chan[1] = { 3 };
+	struct attr none = { 0 }, axes = AINTS("axes", 2, 0, 2), train = AI("training_mode", 1);
+	struct mo_tp *prelu = channel_model(&ts[0], "PRelu", 2, 2, slope, &none);
+	tm_init(&ts[1]);
+	ts[1].opset.version = 15;
+	int64_t dims[3] = { 2, 3, 4 };
+	tm_input(&ts[1], &ts[1].graph, "x", 3, dims);
+	tm_input(&ts[1], &ts[1].graph, "s", 2, slope);
+	tm_initializer(&ts[1], &ts[1].graph, "zero", 0, NULL, (const float[]){ 0 }, 1);
+	tm_node(&ts[1], &ts[1].graph, "Less", "lt", (const char *[]){ "x", "zero", NULL },
+		(const char *[]){ "neg", NULL });
+	tm_node(&ts[1], &ts[1].graph, "Mul", "mul", (const char *[]){ "s", "x", NULL },
+		(const char *[]){ "sx", NULL });
+	tm_node(&ts[1], &ts[1].graph, "Where", "w", (const char *[]){ "neg", "sx", "x", NULL },
+		(const char *[]){ "y", NULL });
+	tm_output(&ts[1], &ts[1].graph, "y");
+	struct mo_tp *where = import_tm(&ts[1], "Where");
+	assert_int_equal(prelu->n_ops, 5);
+	for (int k = 0; k < prelu->n_ops; k++)
+		assert_int_equal(prelu->ops[k].node, 0);
+	assert_int_equal(prelu->ops[4].kind, MO_OP_SUB);
+	assert_true(same_float_values(prelu, where));
+	free_models(&prelu, &ts[0], 1);
+	free_models(&where, &ts[1], 1);
+
+	struct mo_tp *tps[5] = {
+		channel_model(&ts[0], "MeanVarianceNormalization", 1, 0, NULL, &none),
+		channel_model(&ts[1], "InstanceNormalization", 3, 1, chan, &none),
+		channel_model(&ts[2], "BatchNormalization", 5, 1, chan, &none),
+		channel_model(&ts[3], "MeanVarianceNormalization", 1, 0, NULL, &axes),
+		channel_model(&ts[4], "BatchNormalization", 5, 1, chan, &train),
+	};
+	struct mo_tp *odd = channel_model(&ts[5], "PRelu", 2, 2, bad, &none);
+	/* MVN's default axes (0, 2, 3) on rank 3: one op; over 0 and 2, its
+	 * 7 steps */
+	assert_int_equal(tps[0]->n_ops, 1);
+	assert_int_equal(tps[0]->ops[0].kind, MO_OP_OPAQUE);
+	assert_int_equal(tps[3]->n_ops, 7);
+	assert_int_equal(tps[3]->ops[0].kind, MO_OP_REDUCE_MEAN);
+	assert_int_equal(tps[3]->ops[0].p.n_axes, 2);
+	assert_int_equal(tps[3]->ops[0].p.axes[1], 2);
+	assert_int_equal(tps[3]->ops[6].kind, MO_OP_DIV);
+	assert_int_equal(tps[1]->n_ops, 5);
+	assert_int_equal(tps[1]->ops[0].kind, MO_OP_LAYER_NORM);
+	assert_int_equal(tps[1]->ops[0].p.axes[0], 2);
+	assert_int_equal(tps[1]->ops[1].kind, MO_OP_UNSQUEEZE);
+	assert_int_equal(tps[1]->tensors[tps[1]->ops[1].out[0]].rank, 2);
+	assert_int_equal(tps[2]->n_ops, 10);
+	assert_int_equal(tps[2]->ops[9].kind, MO_OP_ADD);
+	for (int k = 1; k < 3; k++) {
+		const struct mo_tensor *y = &tps[k]->tensors[tps[k]->ops[tps[k]->n_ops - 1].out[0]];
+		assert_string_equal(y->name, "y");
+		assert_int_equal(y->rank, 3);
+		assert_true(tps[k]->ops[tps[k]->n_ops - 1].lax != MO_LAX_NONE);
+	}
+	assert_int_equal(tps[4]->n_ops, 1);
+	assert_int_equal(tps[4]->ops[0].kind, MO_OP_OPAQUE);
+	assert_int_equal(odd->n_ops, 1);
+	assert_int_equal(odd->ops[0].kind, MO_OP_OPAQUE);
+	free_models(tps, ts, 5);
+	free_models(&odd, &ts[5], 1);
+}
+
 /* An alias (mo_op_aliases) is the op of the table it names: CastLike(x,
  * like) imports as one Cast to like's type, with like a parameter, not an
  * operand, and both evaluators give it the values of that Cast (and other
@@ -992,6 +1087,7 @@ static void aliases_are_their_ops(void **state)
 	decompositions();
 	log_sum_exp_decompositions();
 	attention_decomposition();
+	channel_decompositions();
 	const int32_t F16 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
 		      BF16 = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 	struct tmodel ta, tb, tc;

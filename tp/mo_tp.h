@@ -216,6 +216,14 @@ enum mo_decomp {
 	MO_DECOMP_LOG_SUM_EXP, /* ReduceLogSumExp: log(Σ exp(x − max(x))) + max(x) */
 	MO_DECOMP_ATTENTION,  /* opset 23's Attention over 4-D heads: Softmax(Q·Kᵀ·scale
 			       * (+ mask))·V */
+	MO_DECOMP_PRELU,      /* PRelu: Relu(x) − slope·Relu(−x) */
+	MO_DECOMP_MVN,        /* MeanVarianceNormalization: d = x − mean(x),
+			       * d / (sqrt(mean(d·d)) + 1e-9) over its axes */
+	MO_DECOMP_INSTANCE_NORM, /* InstanceNormalization: d = x − mean(x),
+				  * d / sqrt(mean(d·d) + ε)·scale + B over the
+				  * spatial dims, scale and B per channel */
+	MO_DECOMP_BATCH_NORM, /* BatchNormalization (inference): (x − mean) /
+			       * sqrt(var + ε)·scale + B, each per channel */
 };
 struct mo_op_alias {
 	const char *onnx;

@@ -290,6 +290,33 @@ const struct mo_op_alias mo_op_aliases[] = {
 	    { AI("is_causal"), AI("q_num_heads"), AI("kv_num_heads"), AI("qk_matmul_output_mode"),
 	      AF("scale") }, .bf16_since = 23 },
 	  .decomp = MO_DECOMP_ATTENTION },
+	/* PRelu(x, slope) = Relu(x) − slope·Relu(−x): x where x ≥ 0, slope·x
+	 * below (exact in floats: a negation and one product), slope
+	 * broadcast to x (unidirectional from opset 7); float x only */
+	{ "PRelu", MO_OP_SUB, 0, { 6, 7, 2, 2, 0, 0, 0, 1, 1, { { 0 } }, .bf16_since = 16 },
+	  .decomp = MO_DECOMP_PRELU },
+	/* MeanVarianceNormalization(x) over axes (default 0, 2, 3): d = x −
+	 * mean(x), d / (sqrt(mean(d·d)) + 1e-9). ONNX's function body takes the
+	 * variance as mean(x·x) − mean(x)², which cancels where the mean is
+	 * large against the spread; ONNX Runtime's float kernel takes
+	 * mean(d·d), as here (and adds no epsilon) */
+	{ "MeanVarianceNormalization", MO_OP_DIV, 0,
+	  { 1, 9, 1, 1, 0, 0, 0, 1, 1, { AT("axes", INTS, 0, 0) }, .bf16_since = 13 },
+	  .decomp = MO_DECOMP_MVN },
+	/* InstanceNormalization(x, scale, B) over x's spatial dims (2 on):
+	 * d = x − mean(x), d / sqrt(mean(d·d) + epsilon)·scale + B, scale
+	 * and B of x's channels (dim 1); epsilon 1e-5 unless given */
+	{ "InstanceNormalization", MO_OP_ADD, 0,
+	  { 1, 6, 3, 3, 0, 0, 0, 1, 1, { AF("epsilon") }, .bf16_since = 22 },
+	  .decomp = MO_DECOMP_INSTANCE_NORM, .epsilon = 9.99999974737875163555145263671875e-06 },
+	/* BatchNormalization(x, scale, B, mean, var) for inference (no
+	 * training_mode, only Y): (x − mean) / sqrt(var + epsilon)·scale + B,
+	 * each of x's channels (dim 1); from opset 9 (before, the spatial and
+	 * is_test attributes); epsilon 1e-5 unless given */
+	{ "BatchNormalization", MO_OP_ADD, 0,
+	  { 1, 9, 5, 5, 0, 0, 0, 1, 3, { AF("epsilon"), AF("momentum"),
+					 AT("training_mode", INT, 14, 0) }, .bf16_since = 15 },
+	  .decomp = MO_DECOMP_BATCH_NORM, .epsilon = 9.99999974737875163555145263671875e-06 },
 	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 
