@@ -12,9 +12,9 @@
  * freed twice, and pointers that callers hold into it (a region's nodes, names
  * borrowed from the graph, possibly the fused nodes' own names) stay valid. */
 #include "mo_export.h"
-#include "mo_half.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -823,6 +823,28 @@ static Onnx__NodeProto *constant_node(struct ex *x, const Onnx__TensorProto *t, 
 	return a->failed ? NULL : n;
 }
 
+/* The 16-bit pattern of v, a value of float16 or bfloat16 already (a
+ * folded constant is rounded to its dtype), so exact. */
+static int32_t bits16(double v, int32_t dtype)
+{
+	float f = (float)v;
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16)
+		return (int32_t)(u >> 16);
+	uint32_t sign = (u >> 16) & 0x8000u;
+	double a = fabs(v);
+	if (isnan(v))
+		return (int32_t)(sign | 0x7e00u);
+	if (isinf(v) || a > 65504.0)
+		return (int32_t)(sign | 0x7c00u);
+	if (a < 0x1p-14) /* subnormal (or zero): a multiple of 2^-24 */
+		return (int32_t)(sign | (uint32_t)(a * 0x1p24));
+	int e;
+	double m = frexp(a, &e); /* a = m·2^e, m in [0.5, 1) */
+	return (int32_t)(sign | (uint32_t)(e + 14) << 10 | (uint32_t)((m * 2 - 1) * 1024));
+}
+
 /* Folded value c as a tensor named after it; NULL for a dtype it does not
  * write or out of memory (a->failed). */
 static Onnx__TensorProto *folded_tensor(struct ex *x, const struct mo_fused_const *c)
@@ -873,9 +895,7 @@ static Onnx__TensorProto *folded_tensor(struct ex *x, const struct mo_fused_cons
 		if (!c->fvals || !(t->int32_data = mo_arena_array(a, n + 1, sizeof(int32_t))))
 			return NULL;
 		for (size_t i = 0; i < n; i++)
-			t->int32_data[i] = c->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16
-						   ? mo_float_to_half((float)c->fvals[i])
-						   : mo_float_to_bf16((float)c->fvals[i]);
+			t->int32_data[i] = bits16(c->fvals[i], c->dtype);
 		t->n_int32_data = n;
 		break;
 	default:

@@ -657,11 +657,12 @@ static void a_decompositions_constant_the_fused_op_reads_is_an_initializer(void 
 	(void)state;
 	struct tmodel t;
 	build_chain(&t);
-	static const int64_t no_dims[1] = { 0 };
-	static const double eps[1] = { 0.5 };
+	static const int64_t four[1] = { 4 };
+	static const double vals[4] = { 0.5, -2.0, 65504.0, 0x1p-24 };
+	static const int32_t bits[4] = { 0x3800, 0xc000, 0x7bff, 0x0001 };
 	const struct mo_fused_const c = { .name = "c/mirage_step3", .dtype =
-					  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, .rank = 0,
-					  .dims = no_dims, .n = 1, .fvals = eps, .outer = true };
+					  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, .rank = 1,
+					  .dims = four, .n = 4, .fvals = vals, .outer = true };
 	struct mo_fused_node f = chain_fused;
 	f.n_inputs = 2;
 	f.inputs = NAMES("a", "c/mirage_step3");
@@ -678,9 +679,10 @@ static void a_decompositions_constant_the_fused_op_reads_is_an_initializer(void 
 			continue;
 		found++;
 		assert_int_equal(x->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16);
-		assert_int_equal(x->n_dims, 0);
-		assert_int_equal(x->n_int32_data, 1);
-		assert_int_equal(x->int32_data[0], 0x3800); /* 0.5 */
+		assert_int_equal(x->n_dims, 1);
+		assert_int_equal(x->n_int32_data, 4);
+		for (int i = 0; i < 4; i++) /* a normal, a negative, the largest, the least */
+			assert_int_equal(x->int32_data[i], bits[i]);
 	}
 	assert_int_equal(found, 1);
 	struct mo_fused_const inner = c;
