@@ -1013,7 +1013,7 @@ static void channel_decompositions(void)
 	int64_t dims[3] = { 2, 3, 4 };
 	tm_input(&ts[1], &ts[1].graph, "x", 3, dims);
 	tm_input(&ts[1], &ts[1].graph, "s", 2, slope);
-	tm_initializer(&ts[1], &ts[1].graph, "zero", 0, NULL, (const float[]){ 0 }, 1);
+	tm_initializer(&ts[1], &ts[1].graph, "zero", 0, (const int64_t[]){ 1 }, (const float[]){ 0 }, 1);
 	tm_node(&ts[1], &ts[1].graph, "Less", "lt", (const char *[]){ "x", "zero", NULL },
 		(const char *[]){ "neg", NULL });
 	tm_node(&ts[1], &ts[1].graph, "Mul", "mul", (const char *[]){ "s", "x", NULL },
