@@ -1836,9 +1836,9 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 				return MO_OK;
 			int64_t ax[MO_MAX_RANK + 1] = { 0, 2, 3 };
 			int na = attr_ints(n, "axes", ax, MO_MAX_RANK + 1);
-			if (na < 0)
+			if (na == -1) /* absent: the default */
 				na = 3;
-			if (na == 0 || na > xt->rank)
+			if (na <= 0 || na > xt->rank) /* none, or more than x has (-2) */
 				return MO_OK;
 			bool seen[MO_MAX_RANK] = { false };
 			for (int i = 0; i < na; i++) {
