@@ -1000,8 +1000,8 @@ static struct mo_tp *channel_model(struct tmodel *t, const char *op, int n_in, i
  * BatchNormalization are several ops of the table, all of node 0 (PRelu
  * gives Where(x < 0, slope·x, x)'s values bit for bit); the forms they
  * do not cover stay one op outside the table: a slope that does not
- * broadcast to x, an MVN axis out of range (its default axes on rank 3),
- * BatchNormalization in training mode. */
+ * broadcast to x, an MVN axis out of range (its default axes on rank 3)
+ * or given twice, BatchNormalization in training mode. */
 static void channel_decompositions(void)
 {
 	struct tmodel ts[7];
@@ -1064,8 +1064,13 @@ static void channel_decompositions(void)
 	assert_int_equal(tps[4]->ops[0].kind, MO_OP_OPAQUE);
 	assert_int_equal(odd->n_ops, 1);
 	assert_int_equal(odd->ops[0].kind, MO_OP_OPAQUE);
+	struct attr twice = AINTS("axes", 2, 1, -2); /* dim 1 twice */
+	struct mo_tp *dup = channel_model(&ts[6], "MeanVarianceNormalization", 1, 0, NULL, &twice);
+	assert_int_equal(dup->n_ops, 1);
+	assert_int_equal(dup->ops[0].kind, MO_OP_OPAQUE);
 	free_models(tps, ts, 5);
 	free_models(&odd, &ts[5], 1);
+	free_models(&dup, &ts[6], 1);
 }
 
 /* An alias (mo_op_aliases) is the op of the table it names: CastLike(x,
