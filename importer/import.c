@@ -1897,6 +1897,11 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 #define CHANNELS(t) do { if (chan.n_axes) { int u_; TEMP(u_);                          \
 	STEP(MO_OP_UNSQUEEZE, .in = { (t) }, .n_in = 1, .param = -1, .out = u_, .p = chan); \
 	(t) = u_; } } while (0)
+	/* y = v·scale + B, scale and B per channel */
+#define SCALE_SHIFT(v, scale, bias) do { int s_ = (scale), b_ = (bias), t_;             \
+	CHANNELS(s_); CHANNELS(b_); TEMP(t_);                                             \
+	STEP(MO_OP_MUL, .in = { (v), s_ }, .n_in = 2, .param = -1, .out = t_);            \
+	STEP(MO_OP_ADD, .in = { t_, b_ }, .n_in = 2, .param = -1, .out = y[0]); } while (0)
 	switch (a->decomp) {
 	case MO_DECOMP_BIAS_GELU: {
 		int t;
@@ -2036,20 +2041,16 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	case MO_DECOMP_INSTANCE_NORM: {
 		/* LayerNormalization over dims 2 on without its scale (d / sqrt(
 		 * mean(d·d) + ε), d = x − mean(x)), then ·scale + B per channel */
-		int nrm, sc = x[1], b = x[2], t;
+		int nrm;
 		TEMP(nrm);
 		STEP(MO_OP_LAYER_NORM, .in = { x[0] }, .n_in = 1, .param = -1, .out = nrm,
 		     .p = { .n_axes = 1, .axes = { 2 }, .epsilon = eps });
-		CHANNELS(sc);
-		CHANNELS(b);
-		TEMP(t);
-		STEP(MO_OP_MUL, .in = { nrm, sc }, .n_in = 2, .param = -1, .out = t);
-		STEP(MO_OP_ADD, .in = { t, b }, .n_in = 2, .param = -1, .out = y[0]);
+		SCALE_SHIFT(nrm, x[1], x[2]);
 		break;
 	}
 	case MO_DECOMP_BATCH_NORM: {
 		/* (x − mean) / sqrt(var + ε)·scale + B, the four per channel */
-		int sc = x[1], b = x[2], mu = x[3], var = x[4], c, d, ve, sd, nrm, t;
+		int mu = x[3], var = x[4], c, d, ve, sd, nrm;
 		CHANNELS(mu);
 		TEMP(d);
 		STEP(MO_OP_SUB, .in = { x[0], mu }, .n_in = 2, .param = -1, .out = d);
@@ -2062,11 +2063,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		STEP(MO_OP_SQRT, .in = { ve }, .n_in = 1, .param = -1, .out = sd);
 		TEMP(nrm);
 		STEP(MO_OP_DIV, .in = { d, sd }, .n_in = 2, .param = -1, .out = nrm);
-		CHANNELS(sc);
-		CHANNELS(b);
-		TEMP(t);
-		STEP(MO_OP_MUL, .in = { nrm, sc }, .n_in = 2, .param = -1, .out = t);
-		STEP(MO_OP_ADD, .in = { t, b }, .n_in = 2, .param = -1, .out = y[0]);
+		SCALE_SHIFT(nrm, x[1], x[2]);
 		break;
 	}
 	case MO_DECOMP_SUM: case MO_DECOMP_MEAN: {
@@ -2094,6 +2091,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 #undef STEP
 #undef TEMP
 #undef CHANNELS
+#undef SCALE_SHIFT
 	*done = true;
 	return add_steps(im, ni, s, ns);
 }
