@@ -392,6 +392,15 @@ static enum mo_status claim(struct ex *x)
 }
 
 /* Who makes and who reads each name, before and after the replacement. */
+/* The name id of c when it is a decomposition's constant that the fused
+ * graph must hold as an initializer (no node of the model makes it); -1
+ * otherwise. */
+static int outer_const_id(const struct ex *x, const struct mo_fused_const *c)
+{
+	const int *id = c->outer ? mo_strmap_get(&x->ids, c->name) : NULL;
+	return id && x->producer_before[*id] < 0 ? *id : -1;
+}
+
 static enum mo_status count(struct ex *x)
 {
 	const Onnx__GraphProto *g = x->g;
@@ -413,10 +422,9 @@ static enum mo_status count(struct ex *x)
 	/* a decomposition's constant a fused op reads: an initializer added */
 	for (int k = 0; k < x->n_fused; k++)
 		for (int q = 0; q < x->fused[k].n_consts; q++) {
-			const int *id = x->fused[k].consts[q].outer
-						? mo_strmap_get(&x->ids, x->fused[k].consts[q].name) : NULL;
-			if (id && x->producer_before[*id] < 0)
-				x->from_graph[*id] = true;
+			int id = outer_const_id(x, &x->fused[k].consts[q]);
+			if (id >= 0)
+				x->from_graph[id] = true;
 		}
 
 	for (int k = 0; k < x->n_fused; k++) {
@@ -1115,15 +1123,15 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	for (int k = 0; k < x->n_fused; k++)
 		for (int q = 0; q < x->fused[k].n_consts; q++) {
 			const struct mo_fused_const *c = &x->fused[k].consts[q];
-			const int *id = c->outer ? mo_strmap_get(&x->ids, c->name) : NULL;
-			if (!id || added[*id] || x->producer_before[*id] >= 0 || !x->reads_after[*id])
+			int id = outer_const_id(x, c);
+			if (id < 0 || added[id] || !x->reads_after[id])
 				continue;
 			Onnx__TensorProto *t = folded_tensor(x, c);
 			if (!t)
 				return a->failed ? nomem(x) : bad(x, "%s reads constant '%s' of a type "
 								  "it cannot write", describe(x, x->n_orig + k),
 								  c->name);
-			added[*id] = true;
+			added[id] = true;
 			l->initializer[l->n_initializer++] = t;
 		}
 	for (size_t i = 0; i < g->n_sparse_initializer; i++)

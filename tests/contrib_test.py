@@ -140,13 +140,13 @@ attention.opset = 23
 
 
 def channel_op(kind):
-    """A MatMul over the last dim of x [2, 8, 4, 16] (channels dim 1), then
-    one decomposed node ('op') over channels: PRelu with a slope per
-    channel and column, MeanVarianceNormalization over the last dim (its
-    default axes 0, 2 and 3 span the batch: a block graph tiles none of
-    them), InstanceNormalization (x [2, 8, 64], so over the last dim) with
-    its scale and bias, and
-    BatchNormalization with running statistics."""
+    """A MatMul over the last dim of x (channels in dim 1), then one
+    decomposed node ('op') over channels: PRelu with a slope per channel
+    and column, MeanVarianceNormalization over the last dim (its default
+    axes 0, 2 and 3 span the batch: a block graph tiles none of them) and
+    BatchNormalization with running statistics, x [2, 8, 4, 16]; and
+    InstanceNormalization with its scale and bias, x [2, 8, 64] (so over
+    the last dim)."""
     def make(rng, dtype):
         W = const(rng, "W", (16, 16), dtype, 0.5)
         mm = h.make_node("MatMul", ["x", "W"], ["m"], name="mm")
@@ -173,6 +173,7 @@ def channel_op(kind):
         # float16 stays one op: ONNX Runtime cannot load it inside a function
         make.dtypes = (np.float32,)
     return make
+
 
 CASES = [("chain", chain), ("Attention", attention)] + [(k, decomposition(k)) for k in (
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
