@@ -532,6 +532,49 @@ static void several_kernels(void **state)
 	unload(&r);
 }
 
+struct lines {
+	int n, one_kernel_skipped;
+};
+
+static void count_line(void *ctx, const char *line)
+{
+	struct lines *l = ctx;
+	l->n++;
+	l->one_kernel_skipped += strstr(line, "more than one kernel's") != NULL;
+}
+
+/* A program with more ops that compute than a block graph holds
+ * (--max-block-ops) is not searched as one kernel, and the report says so;
+ * at the limit it is. */
+static void too_many_ops_for_one_kernel(void **state)
+{
+	(void)state;
+	struct region r = load_region("ntrans_tiny_fp32.onnx");
+	int computing = 0;
+	for (int i = 0; i < r.prog->n_ops; i++)
+		computing += r.prog->ops[i].lax != MO_LAX_LAYOUT;
+	assert_true(computing >= 4);
+	struct mo_search_options o = MO_SEARCH_DEFAULTS;
+	o.budget_s = 1;
+	for (int over = 1; over >= 0; over--) {
+		struct lines l = { 0 };
+		o.progress = count_line;
+		o.progress_ctx = &l;
+		o.max_block_ops = computing - over;
+		struct mo_search_result res;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		if (mo_search(r.prog, &o, &res, &d))
+			fail_msg("%s", d.msg);
+		assert_true(l.n > 0);
+		assert_int_equal(l.one_kernel_skipped > 0, over);
+		if (res.best)
+			assert_int_equal(res.verification.verdict, MO_EQUIVALENT);
+		mo_search_result_free(&res);
+	}
+	unload(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -545,6 +588,7 @@ int main(void)
 		cmocka_unit_test(deterministic),
 		cmocka_unit_test(deterministic_budget_hit),
 		cmocka_unit_test(several_kernels),
+		cmocka_unit_test(too_many_ops_for_one_kernel),
 		cmocka_unit_test(layernorm_linear),
 		cmocka_unit_test(alternatives),
 		cmocka_unit_test(kernel_graph_rewrite),

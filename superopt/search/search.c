@@ -622,19 +622,36 @@ static double proof_reserve(const struct mo_tp *prog, const struct mo_search_opt
 
 /* One program's search, with `enum_s` seconds of work (`hard_s` while the
  * kernels found cannot cover it): the whole program as one kernel first,
- * with WHOLE_SHARE of it when several are allowed, then several. */
+ * with WHOLE_SHARE of it when several are allowed, then several; a program
+ * with more ops that compute than a block graph holds goes straight to
+ * several. */
 static enum mo_status search_program(const struct mo_tp *sp, const struct mo_search_options *o,
 				     double enum_s, double hard_s, struct mo_search_result *r,
 				     struct mo_diag *d)
 {
 	bool several = o->max_kernel_ops > 1 && sp->n_ops > 1;
-	struct mo_search_options one = *o;
-	one.budget_s = enum_s < 0 ? 0 : several ? enum_s * WHOLE_SHARE : enum_s;
-	enum mo_status s = mo_search_one_kernel(sp, &one, true, r, d);
-	if (s || r->best || !several)
-		return s;
+	int computing = 0; /* ops that are not layout: each takes a block op */
+	for (int i = 0; i < sp->n_ops; i++)
+		computing += sp->ops[i].lax != MO_LAX_LAYOUT;
 	char why_one[256];
-	snprintf(why_one, sizeof why_one, "%s", r->why);
+	enum mo_status s = MO_OK;
+	if (several && computing > o->max_block_ops) {
+		/* no block graph holds it, as search_kernels assumes of its runs:
+		 * the whole work goes to the kernels (measured on the tests'
+		 * models: 34 such programs of 12 to 30 ops, none found as one
+		 * kernel with half the budget) */
+		memset(r, 0, sizeof *r);
+		mo_cost_program(sp, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &r->cost_unfused);
+		snprintf(why_one, sizeof why_one, "its %d ops that compute are more than one kernel's "
+			 "%d block ops (--max-block-ops)", computing, o->max_block_ops);
+	} else {
+		struct mo_search_options one = *o;
+		one.budget_s = enum_s < 0 ? 0 : several ? enum_s * WHOLE_SHARE : enum_s;
+		s = mo_search_one_kernel(sp, &one, true, r, d);
+		if (s || r->best || !several)
+			return s;
+		snprintf(why_one, sizeof why_one, "%s", r->why);
+	}
 	mo_progressf(o->progress, o->progress_ctx, "  not one kernel (%s); searching for several",
 		     why_one);
 	double used = r->stats.work_s;
