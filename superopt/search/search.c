@@ -210,12 +210,19 @@ static struct mo_mugraph *predefined(const struct mo_tp *sub)
 	return mg;
 }
 
-static int nonlayout_ops(const struct kg *k, int i, int j)
+/* The ops of p that compute (not layout), each at least one block op:
+ * ops order[i..j-1], or ops i..j-1 when order is NULL. */
+static int computing_ops(const struct mo_tp *p, const int *order, int i, int j)
 {
 	int n = 0;
 	for (int q = i; q < j; q++)
-		n += k->prog->ops[k->order[q]].lax != MO_LAX_LAYOUT;
+		n += p->ops[order ? order[q] : q].lax != MO_LAX_LAYOUT;
 	return n;
+}
+
+static int nonlayout_ops(const struct kg *k, int i, int j)
+{
+	return computing_ops(k->prog, k->order, i, j);
 }
 
 /* Finds the best μGraph of piece (i, j) within `budget` seconds of work. */
@@ -630,9 +637,7 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
 				     struct mo_diag *d)
 {
 	bool several = o->max_kernel_ops > 1 && sp->n_ops > 1;
-	int computing = 0; /* ops that are not layout: each takes a block op */
-	for (int i = 0; i < sp->n_ops; i++)
-		computing += sp->ops[i].lax != MO_LAX_LAYOUT;
+	int computing = computing_ops(sp, NULL, 0, sp->n_ops);
 	char why_one[256];
 	enum mo_status s = MO_OK;
 	if (several && computing > o->max_block_ops) {
