@@ -695,7 +695,7 @@ enum mo_status fuse_dyn_sizes(struct mo_fuse_state *f, struct mo_fuse_region *s,
 	const struct mo_fuse_options *a = f->a;
 	int sm[MO_CG_MAX_ARCHS];
 	uint64_t lim[MO_CG_MAX_ARCHS];
-	int n_lim = a->cuda ? fuse_built_archs(a, sm, lim) : 0;
+	int n_lim = fuse_cuda_archs(a, sm, lim);
 	s->n_sizes = 0;
 	for (int k = 0; k < s->n_more && s->fused; k++) {
 		if (!s->more_rows[k])

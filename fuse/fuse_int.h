@@ -118,6 +118,7 @@ enum mo_status fuse_dyn_sizes(struct mo_fuse_state *f, struct mo_fuse_region *s,
 /* The GPUs the plugin runs on (mo_arch_gpus) and their shared memory per
  * block, largest first; their number. */
 int fuse_built_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim);
+int fuse_cuda_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim);
 
 /* The variant of region s that a GPU with `limit` bytes runs: 0 its best
  * μGraph, k its k-th variant; -1 none. */

@@ -20,6 +20,13 @@ int fuse_built_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim)
 {
 	return mo_arch_gpus(a->archs ? a->archs : "80,90", sm, lim, MO_CG_MAX_ARCHS);
 }
+/* Those the generated CUDA serves: the GPUs built for when the CUDA is
+ * compiled, or kept (--keep-sources writes it without nvcc too, as a CUDA
+ * build would); none else. */
+int fuse_cuda_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim)
+{
+	return a->cuda || a->keep_sources ? fuse_built_archs(a, sm, lim) : 0;
+}
 /* The variant of region s that a GPU with `limit` bytes runs: 0 its best
  * μGraph, k its k-th variant; -1 none. */
 int fuse_variant_for(const struct mo_fuse_region *s, uint64_t limit)
@@ -41,7 +48,7 @@ enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse
 {
 	int sm[MO_CG_MAX_ARCHS];
 	uint64_t lim[MO_CG_MAX_ARCHS];
-	int n = a->cuda ? fuse_built_archs(a, sm, lim) : 0;
+	int n = fuse_cuda_archs(a, sm, lim);
 	for (int i = 0; i < n && s->n_var < MO_CG_MAX_VARIANTS - 1; i++) {
 		if (fuse_variant_for(s, lim[i]) >= 0)
 			continue;

@@ -32,7 +32,7 @@ static void write_variants(FILE *f, const struct mo_fuse_region *s, const struct
 {
 	int sm[MO_CG_MAX_ARCHS];
 	uint64_t lim[MO_CG_MAX_ARCHS];
-	int n = a->cuda ? fuse_built_archs(a, sm, lim) : 0;
+	int n = fuse_cuda_archs(a, sm, lim);
 	fputs(",\n     \"variants\": [", f);
 	for (int v = 0; v <= s->n_var; v++) {
 		const struct mo_mugraph *mg = v ? s->var_mg[v - 1] : s->r.best;

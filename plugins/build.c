@@ -380,7 +380,7 @@ static bool emit_file(struct builder *b, const struct mo_cg_op *op, const char *
 	mo_diag_init(&d);
 	if (!mo_file_open(&mf, path, &d)) {
 		struct mo_cg_options cg = o->cg;
-		if (!cg.archs && o->cuda) /* the plans every GPU built for needs */
+		if (!cg.archs && (o->cuda || cuda)) /* the plans every GPU built for needs */
 			cg.archs = o->archs ? o->archs : "80,90";
 		if (mo_cg_emit(op, ident, cuda, &cg, mf.f, why, len, &d)) {
 			mo_file_discard(&mf);
@@ -625,6 +625,16 @@ static void compile_ops(struct builder *b, const struct mo_cg_op *ops, int n,
 		    !compile_c(b, cc, path, obj, r->why, sizeof r->why))
 			continue;
 		char cobj[4200] = "";
+		if (!nvcc && o->sources_dir) {
+			/* --keep-sources without CUDA: the CUDA source too, as a CUDA
+			 * build would emit it, for a machine with nvcc (or the CUDA
+			 * execution layer, tests/cudasim) to compile */
+			char why[300];
+			snprintf(path, sizeof path, "%s/%s.cu", b->dir, ident);
+			if (!emit_file(b, &ops[i], ident, true, o, path, why, sizeof why))
+				warn(o, "--keep-sources: %s's CUDA source was not written: %s",
+				     ops[i].name, why);
+		}
 		if (nvcc) {
 			snprintf(path, sizeof path, "%s/%s.cu", b->dir, ident);
 			snprintf(cobj, sizeof cobj, "%s/%s.cu.o", b->dir, ident);

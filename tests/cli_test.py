@@ -313,6 +313,30 @@ class Cli(unittest.TestCase):
         with open(os.path.join(dump, "region_1.json")) as f:
             self.assertIn("steps", json.load(f))
 
+    def test_keep_sources_without_cuda_keeps_the_cuda_source(self):
+        """--keep-sources with --no-cuda still writes each op's .cu (what the
+        CUDA execution layer runs), uncompiled, and where nvcc is it is the
+        very text a CUDA build compiles."""
+        model = self.write("rms.onnx", self.rmsnorm_model(4))
+        env = dict(os.environ, MIRAGE_ONNX_CACHE=self.path("cache"))
+        kept = self.path("kept")
+        r = self.run_cli(model, "-q", "-o", self.path("cpu.onnx"), "--no-cuda",
+                         "--keep-sources", kept, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("mo_op0.cu", os.listdir(kept))
+        self.assertNotIn("mo_op0.cu.o", os.listdir(kept))
+        with open(os.path.join(kept, "mo_op0.cu")) as f:
+            self.assertIn("__global__", f.read())
+        if not (shutil.which("nvcc") or os.access("/usr/local/cuda/bin/nvcc", os.X_OK)):
+            return
+        built = self.path("built")
+        r = self.run_cli(model, "-q", "-o", self.path("gpu.onnx"), "--keep-sources", built,
+                         env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("mo_op0.cu.o", os.listdir(built))
+        self.assertEqual(read(os.path.join(kept, "mo_op0.cu")),
+                         read(os.path.join(built, "mo_op0.cu")))
+
     def test_a_region_that_cannot_be_searched_stays_unfused(self):
         """A NaN weight has no field value: that region's search fails, the
         run goes on and says why (it used to end the whole run)."""

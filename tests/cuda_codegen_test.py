@@ -207,7 +207,8 @@ def case_oom_last_error(args, tmp):
     # ntrans: two normalizations in a row, so a kernel tensor between kernels
     model = os.path.join(args.models, "ntrans_tiny_fp16.onnx")
     r = subprocess.run([args.cli, "-q", model, "-o", os.path.join(tmp, "ntrans.onnx"),
-                        "--budget", "10", "--keep-sources", src], capture_output=True, text=True)
+                        "--budget", "10", "--keep-sources", src, "--no-cuda"],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise AssertionError(f"mirage-onnx exited {r.returncode}: {r.stderr.strip()}")
     ops = [op for op in cb.parse_ops(src)

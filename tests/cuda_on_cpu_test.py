@@ -6,7 +6,9 @@ Models: section A of BENCHMARKS.md (models/build.py) at tiny shapes in fp32,
 fp16 and bf16 (qknorm and ntrans: fp16 only, their search is slow; bf16 on
 sm_80 and sm_90 only), and at paper shapes the fp16 gqa and rmsnorm (batch
 8), lora, and the fp16 and bf16 gated_mlp models (bf16 WMMA fragments);
-each fused with `mirage-onnx --keep-sources` (the tiny ones but qknorm and
+each fused with `mirage-onnx --keep-sources --no-cuda`, which keeps the
+CUDA sources uncompiled (nvcc compiling them is fuse_models_test.py's and
+thirdparty_models_test.py's check; here cudasim compiles them) (the tiny ones but qknorm and
 ntrans with `--budget 10`, which finds the same kernels as the default
 60). For every fused op and every
 architecture in ARCHS the .cu is compiled as host C++ with that
@@ -556,8 +558,10 @@ def fuse(cli, model, out_dir, budget=None):
     # every kind of launch runs (against_ort_rows' sizes)
     if name.startswith("rows_"):
         more = ["--dynamic-size", "16,1,64", "--budget", "10"]
+    # --no-cuda: the kept .cu files are what runs here, not nvcc's objects
     p = subprocess.run([cli, model, "-o", os.path.join(out_dir, name + ".onnx"), "-q",
-                        "--keep-sources", src] + more, capture_output=True, text=True)
+                        "--keep-sources", src, "--no-cuda"] + more, capture_output=True,
+                       text=True)
     if p.returncode:
         return None, "fusing failed (exit %d): %s" % (p.returncode, (p.stderr or p.stdout)[-300:])
     if not os.path.exists(os.path.join(src, "mo_ops.c")):

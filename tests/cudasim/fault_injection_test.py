@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """cudasim_fault_injection: cudasim catches what it claims to catch.
 
-Fuses real models with --keep-sources, runs every fused op's generated CUDA
-(mo_opN.cu, compiled as host C++ against tests/cudasim) against its CPU
+Fuses real models with --keep-sources --no-cuda (the CUDA kept uncompiled),
+runs every fused op's generated CUDA (mo_opN.cu, compiled as host C++
+against tests/cudasim) against its CPU
 kernel (mo_opN.c): that must agree. Then it mutates the .cu text and every
 mutant must FAIL, by wrong output (fast mode, deferred cp.async, NaN-filled
 shared memory), a cudasim abort (divergence, bounds), a crash in the guard
@@ -45,7 +46,8 @@ def log(msg):
 def fuse(cli, model, out_dir):
     src = os.path.join(out_dir, "src_" + os.path.basename(model)[:-5])
     p = subprocess.run([cli, model, "-o", os.path.join(out_dir, os.path.basename(model)),
-                        "-q", "--keep-sources", src], capture_output=True, text=True)
+                        "-q", "--keep-sources", src, "--no-cuda"], capture_output=True,
+                       text=True)
     if p.returncode or not os.path.exists(os.path.join(src, "mo_ops.c")):
         raise SystemExit("fusing %s failed (exit %d):\n%s%s" % (model, p.returncode, p.stdout,
                                                                p.stderr))
