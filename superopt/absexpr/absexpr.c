@@ -44,9 +44,9 @@ static bool grow(struct mo_ae_pool *p)
 	for (int i = 0; i < tcap; i++)
 		table[i] = -1;
 	for (int i = 0; i < p->n; i++) {
-		uint64_t h = p->nodes[i].hash % (uint64_t)tcap;
+		uint64_t h = p->nodes[i].hash & (uint64_t)(tcap - 1);
 		while (table[h] >= 0)
-			h = (h + 1) % (uint64_t)tcap;
+			h = (h + 1) & (uint64_t)(tcap - 1);
 		table[h] = i;
 	}
 	mo_free(p->table);
@@ -64,8 +64,8 @@ static int intern(struct mo_ae_pool *p, enum mo_ae_kind kind, int a, int b, int6
 	uint64_t h = mo_mix64(mo_mix64(mo_mix64((uint64_t)kind * 0x9e3779b97f4a7c15ull ^ (uint64_t)(a + 1)) ^
 			     (uint64_t)(b + 1)) ^ (uint64_t)k);
 	if (p->tcap) {
-		for (uint64_t s = h % (uint64_t)p->tcap; p->table[s] >= 0;
-		     s = (s + 1) % (uint64_t)p->tcap)
+		uint64_t mask = (uint64_t)(p->tcap - 1);
+		for (uint64_t s = h & mask; p->table[s] >= 0; s = (s + 1) & mask)
 			if (same(&p->nodes[p->table[s]], kind, a, b, k))
 				return p->table[s];
 	}
@@ -98,9 +98,9 @@ static int intern(struct mo_ae_pool *p, enum mo_ae_kind kind, int a, int b, int6
 	}
 	if (x->size > SIZE_CAP)
 		x->size = SIZE_CAP;
-	uint64_t s = h % (uint64_t)p->tcap;
+	uint64_t s = h & (uint64_t)(p->tcap - 1);
 	while (p->table[s] >= 0)
-		s = (s + 1) % (uint64_t)p->tcap;
+		s = (s + 1) & (uint64_t)(p->tcap - 1);
 	p->table[s] = id;
 	return id;
 }

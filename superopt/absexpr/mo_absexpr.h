@@ -39,7 +39,7 @@ struct mo_ae_pool {
 	pthread_mutex_t lock;
 	int n, cap;
 	struct mo_ae *nodes;
-	int *table; /* open addressing over ids, size tcap */
+	int *table; /* open addressing over ids, size tcap (a power of two) */
 	int tcap;
 	/* leaves: names of VAR leaves, values of CONST leaves */
 	int n_vars, n_consts;

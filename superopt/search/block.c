@@ -35,6 +35,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,22 @@ struct step {
 	int axis;          /* ReduceSum's and a norm's axis */
 };
 
+/* What an op over tiles computes, by its abstract expression, and whether
+ * that is a subexpression of the program's (the subexpression check), as
+ * the enumeration last found it for the same op over operands of the same
+ * expressions: the same ops over the same tiles come up again and again in
+ * other orders, and each would take the pool's and the checker's locks.
+ * Direct-mapped, per class thread; an answer is a pure function of its key
+ * (mo_ae_of_op reads its first operand's shape, not its tensor), so the
+ * memo changes no result and no count the budget reads. */
+#define MEMO_SIZE 8192
+struct memo {
+	int kind, axis, in[3], rank; /* rank -1: an empty slot */
+	int64_t dims[MO_MAX_RANK];   /* the first operand's */
+	int e;
+	signed char keep;            /* the check's answer; -1: not asked */
+};
+
 struct state {
 	struct target *T;
 	const struct sched *S;
@@ -269,6 +286,7 @@ struct state {
 	uint64_t quota;         /* its quota of attempts (attempts_of), as of the last pass */
 	bool hit;               /* the quota (or the safety net) stopped it */
 	uint64_t last_rank;
+	struct memo *memo;      /* MEMO_SIZE entries, or NULL */
 	/* results */
 	int n_algos;
 	struct algo {
@@ -333,12 +351,12 @@ static int new_tile(struct state *s)
 {
 	if (s->body.n_tensors >= MAX_TILES)
 		return -1;
+	/* a copy, not a memset: the hot loop makes a tile per op it tries */
+	static const struct mo_tensor blank = {
+		.name = "tile", .producer = -1, .source_node = -1, .kind = MO_T_VALUE
+	};
 	int i = s->body.n_tensors++;
-	memset(&s->tensors[i], 0, sizeof s->tensors[i]);
-	s->tensors[i].name = "tile";
-	s->tensors[i].producer = -1;
-	s->tensors[i].source_node = -1;
-	s->tensors[i].kind = MO_T_VALUE;
+	s->tensors[i] = blank;
 	s->uses[i] = 0;
 	return i;
 }
@@ -545,6 +563,43 @@ static void block_op_params(const struct target *T, int kind, int axis,
 	}
 }
 
+/* The memo's slot for op `kind` (with `axis`) over operands of expressions
+ * in[0..3) whose first is x: its entry when it holds that op (rank >= 0),
+ * else emptied for it (rank -1); NULL without a memo. */
+static struct memo *memo_slot(struct state *s, int kind, int axis, const int *in,
+			      const struct mo_tensor *x)
+{
+	if (!s->memo)
+		return NULL;
+	/* a multiplicative hash, inline: this runs for every op tried */
+	const uint64_t K = 0x9e3779b97f4a7c15ull;
+	uint64_t h = ((uint64_t)(uint32_t)kind << 32 | (uint32_t)axis) * K;
+	for (int k = 0; k < 3; k++)
+		h = (h ^ (uint32_t)(in[k] + 1)) * K;
+	for (int d = 0; d < x->rank; d++)
+		h = (h ^ (uint64_t)x->dims[d]) * K;
+	struct memo *m = &s->memo[(h >> 40) & (MEMO_SIZE - 1)];
+	bool same = m->rank == x->rank && m->kind == kind && m->axis == axis &&
+		    m->in[0] == in[0] && m->in[1] == in[1] && m->in[2] == in[2];
+	for (int d = 0; same && d < x->rank; d++)
+		same = m->dims[d] == x->dims[d];
+	if (!same)
+		m->rank = -1;
+	return m;
+}
+
+static void memo_fill(struct memo *m, int kind, int axis, const int *in,
+		      const struct mo_tensor *x, int e)
+{
+	m->kind = kind;
+	m->axis = axis;
+	memcpy(m->in, in, sizeof m->in);
+	m->rank = x->rank;
+	memcpy(m->dims, x->dims, sizeof m->dims[0] * (size_t)x->rank);
+	m->e = e;
+	m->keep = -1;
+}
+
 static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis, double cval)
 {
 	struct target *T = s->T;
@@ -589,7 +644,8 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 		return -1;
 	}
 	struct mo_tp_op *op = &s->ops[s->body.n_ops];
-	memset(op, 0, sizeof *op);
+	memset(op, 0, offsetof(struct mo_tp_op, p)); /* block_op_params sets p */
+	op->note = NULL;
 	op->kind = (enum mo_op)kind;
 	op->lax = mo_op_table[kind].lax;
 	op->in = s->op_in[s->body.n_ops];
@@ -609,7 +665,10 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 		return -1;
 	}
 	int in[3] = { s->e[a], b >= 0 ? s->e[b] : -1, w >= 0 ? s->e[w] : -1 };
-	int e = mo_ae_of_op(&T->pool, &s->body, op, in);
+	struct memo *m = memo_slot(s, kind, axis, in, &s->tensors[a]);
+	int e = m && m->rank >= 0 ? m->e : mo_ae_of_op(&T->pool, &s->body, op, in);
+	if (m && m->rank < 0 && e >= 0)
+		memo_fill(m, kind, axis, in, &s->tensors[a], e);
 	/* a tile computing what another tile already holds adds nothing */
 	for (int t = 0; t < y; t++) {
 		if (s->e[t] == e && s->tensors[t].kind != MO_T_CONST) {
@@ -618,7 +677,10 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 			return -1;
 		}
 	}
-	if (!mo_subexpr_check(T->sub, e)) {
+	bool keep = m && m->rank >= 0 && m->keep >= 0 ? m->keep : mo_subexpr_check(T->sub, e);
+	if (m && m->rank >= 0 && m->e == e)
+		m->keep = keep;
+	if (!keep) {
 		s->st.pruned_absexpr++;
 		s->body.n_tensors = saved_tensors;
 		return -1;
@@ -1341,6 +1403,11 @@ static void *class_main(void *arg)
 	struct run *R = C->R;
 	struct target *T = R->T;
 	struct state *s = mo_calloc(1, sizeof *s);
+	if (s) { /* without it the enumeration is slower, not different */
+		s->memo = mo_malloc(sizeof *s->memo * MEMO_SIZE);
+		for (int i = 0; s->memo && i < MEMO_SIZE; i++)
+			s->memo[i].rank = -1;
+	}
 	pthread_mutex_lock(&R->lock);
 	take_permit(R);
 	pthread_mutex_unlock(&R->lock);
@@ -1412,6 +1479,8 @@ static void *class_main(void *arg)
 		T->o->progress(T->o->progress_ctx, line);
 		pthread_mutex_unlock(&R->progress_lock);
 	}
+	if (s)
+		mo_free(s->memo);
 	mo_free(s);
 	return NULL;
 }
