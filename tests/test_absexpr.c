@@ -193,6 +193,76 @@ static void theorem1_needs_the_solver(void **state)
 	mo_ae_pool_free(&p);
 }
 
+/* The congruence closure answers every query as Z3 does over the same
+ * formulas (MO_SUBEXPR_Z3=1): random programs as above, both checkers (and
+ * their regrouping kind), each asked about the program's values and random
+ * terms over its leaves and values, subexpression and equality alike. */
+static int random_term(struct mo_ae_pool *pp, const int *vals, int n, int depth)
+{
+	int a = vals[rnd(n)];
+	if (depth == 0)
+		return a;
+	int b = random_term(pp, vals, n, depth - 1);
+	switch (rnd(6)) {
+	case 0: return mo_ae_make(pp, MO_AE_ADD, a, b, 0);
+	case 1: return mo_ae_make(pp, MO_AE_MUL, b, a, 0);
+	case 2: return mo_ae_make(pp, MO_AE_DIV, a, b, 0);
+	case 3: return mo_ae_make(pp, MO_AE_SUM, b, -1, 8 << rnd(3));
+	case 4: return mo_ae_make(pp, MO_AE_EXP, b, -1, 0);
+	default:
+		return mo_ae_make(pp, MO_AE_SUM, mo_ae_make(pp, MO_AE_MUL, a, b, 0), -1, 16);
+	}
+}
+
+static void closure_agrees_with_z3(void **state)
+{
+	(void)state;
+	int asked = 0, kept = 0;
+	for (int round = 0; round < 40; round++) {
+		struct mo_ae_pool p;
+		mo_ae_pool_init(&p);
+		int vals[24], n = 0;
+		vals[n++] = mo_ae_var(&p, "A");
+		vals[n++] = mo_ae_var(&p, "B");
+		vals[n++] = mo_ae_var(&p, "C");
+		for (int i = 0, ops = 3 + rnd(5); i < ops; i++) {
+			int v = random_term(&p, vals, n, 1);
+			vals[n++] = v;
+		}
+		int targets[2] = { vals[n - 1], SUM(2, SUM(3, vals[n - 2])) };
+		bool regroup = round % 2;
+		struct mo_subexpr *cc = regroup ? mo_subexpr_new_regrouping(&p, targets, 2)
+						: mo_subexpr_new(&p, targets, 2);
+		setenv("MO_SUBEXPR_Z3", "1", 1);
+		struct mo_subexpr *z3 = regroup ? mo_subexpr_new_regrouping(&p, targets, 2)
+						: mo_subexpr_new(&p, targets, 2);
+		unsetenv("MO_SUBEXPR_Z3");
+		assert_non_null(cc);
+		assert_non_null(z3);
+		for (int q = 0; q < 60; q++) {
+			int e = q < n ? vals[q] : random_term(&p, vals, n, 1 + rnd(3));
+			bool want = mo_subexpr_check(z3, e), got = mo_subexpr_check(cc, e);
+			if (want != got) {
+				fprintf(stderr, "%s: Z3 says %d, the closure %d: ", regroup ? "regrouping" : "plain",
+					want, got);
+				mo_ae_print(&p, e, stderr);
+				fputc('\n', stderr);
+				fail();
+			}
+			for (int t = 0; t < 2; t++)
+				assert_int_equal(mo_subexpr_equal(z3, e, t), mo_subexpr_equal(cc, e, t));
+			asked++;
+			kept += want;
+		}
+		mo_subexpr_free(cc);
+		mo_subexpr_free(z3);
+		mo_ae_pool_free(&p);
+	}
+	/* both answers came up often */
+	assert_true(kept > asked / 10);
+	assert_true(kept < asked - asked / 10);
+}
+
 /* Hash-consing: commutative operands in either order, nested sums and a
  * repeated variable or constant are one node; division keeps its order. */
 static void hash_consing(void **state)
@@ -226,6 +296,7 @@ int main(void)
 		cmocka_unit_test(attention_prefixes),
 		cmocka_unit_test(theorem1_property),
 		cmocka_unit_test(theorem1_needs_the_solver),
+		cmocka_unit_test(closure_agrees_with_z3),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

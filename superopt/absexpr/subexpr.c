@@ -67,6 +67,7 @@ struct mo_subexpr {
 	int cache_n, cache_cap;
 	struct mo_subexpr_stats stats;
 	unsigned long z3_errors0; /* z3_errors when the context was made */
+	struct closure *cc;  /* the same formulas' congruence closure (below), or NULL */
 };
 
 /* Z3 calls that failed, in any context. Z3 crashed in later calls on a
@@ -428,6 +429,221 @@ static void assert_ast(struct mo_subexpr *s, Z3_ast a)
 	Z3_dec_ref(s->ctx, a);
 }
 
+/* ---- the congruence closure of the instantiated axioms ----
+ *
+ * The formulas given to Z3 are ground equalities between terms of
+ * uninterpreted functions (sums and functions carry their count as a
+ * numeral) and ground facts subexpr(u, TOP). Such a query is decided by
+ * congruence closure alone: ¬subexpr(e, TOP) is unsat exactly when e falls
+ * in the class of some known u. The closure of the terms the formulas name
+ * is computed once; a query term's class is then found bottom-up, each node
+ * by the signature (kind, its operands' classes, count) of a node of the
+ * closure, and a node no signature matches is a class of its own (terms
+ * outside the formulas join no class, so neither does anything above
+ * them). Z3 answers the same (MO_SUBEXPR_Z3=1 asks it instead, and
+ * test_absexpr compares the two on random programs); this way a query costs
+ * a few lookups, not a solver call, and needs no lock but the pool's. */
+struct cnode {
+	int kind, a, b; /* a, b: closure nodes, -1 when absent */
+	int64_t k;
+};
+
+struct closure {
+	struct cnode *node;
+	int n, cap;
+	int *parent;
+	int *ids, *at, n_ids, cap_ids; /* pool ids of the nodes, sorted, and their nodes */
+	/* signature (kind, class of a, class of b, k) -> class, open addressing */
+	struct sig { int kind, a, b, cls; int64_t k; } *sig;
+	int sig_cap;
+	bool *known; /* per class: holds a known subexpression */
+	bool failed;
+};
+
+static int cc_find(const struct closure *c, int x)
+{
+	while (c->parent[x] != x)
+		x = c->parent[x];
+	return x;
+}
+
+static bool cc_union(struct closure *c, int x, int y)
+{
+	x = cc_find(c, x);
+	y = cc_find(c, y);
+	if (x == y)
+		return false;
+	if (y < x) { /* the smaller index leads: the same classes in every run */
+		int t = x;
+		x = y;
+		y = t;
+	}
+	c->parent[y] = x;
+	return true;
+}
+
+static int cc_add(struct closure *c, struct cnode nd)
+{
+	if (c->failed || !room(&c->node, c->n, &c->cap, sizeof *c->node))
+		return c->failed = true, -1;
+	int cap = c->cap;
+	int *np = mo_realloc(c->parent, sizeof *np * (size_t)cap);
+	if (!np)
+		return c->failed = true, -1;
+	c->parent = np;
+	c->node[c->n] = nd;
+	c->parent[c->n] = c->n;
+	return c->n++;
+}
+
+/* The closure node of pool term id, made with its operands' when new. */
+static int cc_node(struct closure *c, struct mo_ae_pool *p, int id)
+{
+	if (id < 0 || c->failed)
+		return -1;
+	int at = find_sorted(c->ids, c->n_ids, id);
+	if (at < c->n_ids && c->ids[at] == id)
+		return c->at[at];
+	struct mo_ae x = mo_ae_node(p, id);
+	int a = x.a >= 0 ? cc_node(c, p, x.a) : -1, b = x.b >= 0 ? cc_node(c, p, x.b) : -1;
+	if ((x.a >= 0 && a < 0) || (x.b >= 0 && b < 0))
+		return -1;
+	int k = cc_add(c, (struct cnode){ x.kind, a, b, x.k });
+	int cap = c->cap_ids;
+	if (k < 0 || !room(&c->ids, c->n_ids, &c->cap_ids, sizeof *c->ids))
+		return c->failed = true, -1;
+	if (c->cap_ids != cap || !c->at) {
+		int *na = mo_realloc(c->at, sizeof *na * (size_t)c->cap_ids);
+		if (!na)
+			return c->failed = true, -1;
+		c->at = na;
+	}
+	at = find_sorted(c->ids, c->n_ids, id);
+	memmove(&c->ids[at + 1], &c->ids[at], sizeof *c->ids * (size_t)(c->n_ids - at));
+	memmove(&c->at[at + 1], &c->at[at], sizeof *c->at * (size_t)(c->n_ids - at));
+	c->ids[at] = id;
+	c->at[at] = k;
+	c->n_ids++;
+	return k;
+}
+
+static uint64_t sig_hash(int kind, int a, int b, int64_t k)
+{
+	uint64_t h = ((uint64_t)(uint32_t)kind << 32 | (uint32_t)(a + 1)) * 0x9e3779b97f4a7c15ull;
+	h = (h ^ (uint32_t)(b + 1)) * 0x9e3779b97f4a7c15ull;
+	return ((h ^ (uint64_t)k) * 0x9e3779b97f4a7c15ull) >> 16;
+}
+
+/* The class of the node of signature (kind, a, b, k) in the table, or -1. */
+static int sig_get(const struct closure *c, int kind, int a, int b, int64_t k)
+{
+	for (uint64_t h = sig_hash(kind, a, b, k) & (uint64_t)(c->sig_cap - 1);;
+	     h = (h + 1) & (uint64_t)(c->sig_cap - 1)) {
+		const struct sig *e = &c->sig[h];
+		if (e->cls < 0)
+			return -1;
+		if (e->kind == kind && e->a == a && e->b == b && e->k == k)
+			return e->cls;
+	}
+}
+
+/* One pass over every node: its signature in a fresh table, and two nodes of
+ * one signature in one class. True when a class merged. */
+static bool cc_pass(struct closure *c)
+{
+	bool merged = false;
+	for (int i = 0; i < c->sig_cap; i++)
+		c->sig[i].cls = -1;
+	for (int i = 0; i < c->n; i++) {
+		const struct cnode *x = &c->node[i];
+		int a = x->a >= 0 ? cc_find(c, x->a) : -1, b = x->b >= 0 ? cc_find(c, x->b) : -1;
+		uint64_t h = sig_hash(x->kind, a, b, x->k) & (uint64_t)(c->sig_cap - 1);
+		for (;; h = (h + 1) & (uint64_t)(c->sig_cap - 1)) {
+			struct sig *e = &c->sig[h];
+			if (e->cls < 0) {
+				*e = (struct sig){ x->kind, a, b, cc_find(c, i), x->k };
+				break;
+			}
+			if (e->kind == x->kind && e->a == a && e->b == b && e->k == x->k) {
+				merged |= cc_union(c, e->cls, i);
+				e->cls = cc_find(c, i);
+				break;
+			}
+		}
+	}
+	return merged;
+}
+
+static void cc_free(struct closure *c)
+{
+	if (!c)
+		return;
+	mo_free(c->node);
+	mo_free(c->parent);
+	mo_free(c->ids);
+	mo_free(c->at);
+	mo_free(c->sig);
+	mo_free(c->known);
+	mo_free(c);
+}
+
+/* The closure of s's equalities, nests and known terms; NULL when out of
+ * memory (the solver answers then). */
+static struct closure *cc_build(struct mo_subexpr *s)
+{
+	struct closure *c = mo_calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	struct mo_ae_pool *p = s->pool;
+	for (int i = 0; i < s->n_eqs; i++) {
+		int l = cc_node(c, p, s->eqs[i][0]), r = cc_node(c, p, s->eqs[i][1]);
+		if (l >= 0 && r >= 0)
+			cc_union(c, l, r);
+	}
+	for (int i = 0; i < s->n_nests; i++) { /* u = sum(i, inner), a term of Z3's only */
+		int u = cc_node(c, p, s->nests[i].u), in = cc_node(c, p, s->nests[i].inner);
+		int sum = in < 0 ? -1 : cc_add(c, (struct cnode){ MO_AE_SUM, in, -1, s->nests[i].i });
+		if (u >= 0 && sum >= 0)
+			cc_union(c, u, sum);
+	}
+	for (int i = 0; i < s->n_known; i++)
+		cc_node(c, p, s->known[i]);
+	for (c->sig_cap = 256; c->sig_cap < 2 * c->n; c->sig_cap *= 2)
+		;
+	c->sig = mo_malloc(sizeof *c->sig * (size_t)c->sig_cap);
+	c->known = mo_calloc((size_t)c->n + 1, sizeof *c->known);
+	if (c->failed || !c->sig || !c->known) {
+		cc_free(c);
+		return NULL;
+	}
+	while (cc_pass(c))
+		;
+	cc_pass(c); /* the table of the final classes */
+	for (int i = 0; i < s->n_known; i++)
+		c->known[cc_find(c, cc_node(c, p, s->known[i]))] = true;
+	return c;
+}
+
+/* The class of pool term id; -1 when it is in no class of the closure. */
+static int cc_class(const struct closure *c, struct mo_ae_pool *p, int id, int depth)
+{
+	if (id < 0 || depth > 10000)
+		return -1;
+	int at = find_sorted(c->ids, c->n_ids, id);
+	if (at < c->n_ids && c->ids[at] == id)
+		return cc_find(c, c->at[at]);
+	struct mo_ae x = mo_ae_node(p, id);
+	if (x.kind == MO_AE_VAR || x.kind == MO_AE_CONST)
+		return -1; /* a leaf the formulas do not name */
+	int a = cc_class(c, p, x.a, depth + 1);
+	if (a < 0)
+		return -1;
+	int b = -1;
+	if (x.b >= 0 && (b = cc_class(c, p, x.b, depth + 1)) < 0)
+		return -1;
+	return sig_get(c, x.kind, a, b, x.k);
+}
+
 static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, int n,
 				      bool regroup)
 {
@@ -540,6 +756,9 @@ static struct mo_subexpr *subexpr_new(struct mo_ae_pool *p, const int *targets, 
 	}
 	if (!ok || Z3_get_error_code(c) != Z3_OK || z3_broken(s))
 		goto fail;
+	const char *z3 = getenv("MO_SUBEXPR_Z3");
+	if (!(z3 && z3[0] == '1'))
+		s->cc = cc_build(s);
 	return s;
 fail:
 	mo_subexpr_free(s);
@@ -579,6 +798,7 @@ void mo_subexpr_free(struct mo_subexpr *s)
 	mo_free(s->ast_ids);
 	mo_free(s->asts);
 	mo_free(s->cache);
+	cc_free(s->cc);
 	mo_free(s);
 }
 
@@ -607,6 +827,11 @@ static Z3_lbool check_not(struct mo_subexpr *s, Z3_ast q)
 /* One solver query: do the instantiated axioms entail subexpr(e, TOP)? */
 static bool solve(struct mo_subexpr *s, int e)
 {
+	if (s->cc) { /* counted as a call all the same: the budget prices it */
+		s->stats.solver_calls++;
+		int k = cc_class(s->cc, s->pool, e, 0);
+		return k >= 0 && s->cc->known[k];
+	}
 	Z3_ast t = term(s, e);
 	Z3_lbool r = check_not(s, t ? Z3_mk_app(s->ctx, s->sub, 2, (Z3_ast[]){ t, s->top }) : NULL);
 	if (r == Z3_L_UNDEF)
@@ -698,6 +923,13 @@ bool mo_subexpr_equal(struct mo_subexpr *s, int e, int t)
 		return false;
 	if (e == s->targets[t])
 		return true;
+	if (s->cc) {
+		int a = cc_class(s->cc, s->pool, e, 0), b = cc_class(s->cc, s->pool, s->targets[t], 0);
+		pthread_mutex_lock(&s->lock); /* counted as the solver's call (solve) */
+		s->stats.solver_calls++;
+		pthread_mutex_unlock(&s->lock);
+		return a >= 0 && a == b;
+	}
 	pthread_mutex_lock(&s->lock);
 	Z3_ast a = term(s, e), b = term(s, s->targets[t]);
 	Z3_lbool r = check_not(s, a && b ? Z3_mk_eq(s->ctx, a, b) : NULL);

@@ -73,7 +73,7 @@ struct ken {
 	int n_kinds, max_new;
 	struct kop ops[MAX_NEW];
 	int n_new;
-	uint64_t max_states; /* the cap, in kernel graphs visited (work_of): deterministic */
+	uint64_t max_states; /* the cap, in kernel graphs visited: deterministic */
 	double deadline;     /* a safety net only (CPU seconds) */
 	double time_limit;   /* the run's wall-clock limit (0: none) */
 	struct found found[MAX_FOUND];
@@ -358,29 +358,13 @@ static void try_op(struct ken *K, int k, int x, int y)
 	K->n_new--;
 }
 
-/* A solver call of the subexpression check, in kernel graphs visited: the
- * regrouping axioms make it dearer than the block level's (ntrans in fp16:
- * 9M graphs and 82 701 calls took 15.8 s on the 2-core machine, where 9M
- * graphs alone take about 6 s). */
-#define SOLVER_CALL_STATES 360
-
-/* The work so far, in kernel graphs visited: a count, the same on every run
- * (the level runs on one thread). */
-static uint64_t work_of(struct ken *K)
-{
-	struct mo_subexpr_stats ss = { 0 };
-	if (K->sub)
-		mo_subexpr_get_stats(K->sub, &ss);
-	return K->st->states + ss.solver_calls * SOLVER_CALL_STATES;
-}
-
 static bool out_of_time(struct ken *K)
 {
 	if (K->st->budget_hit)
 		return true;
-	if ((K->st->states & 255) != 0)
-		return false;
-	if (work_of(K) < K->max_states) {
+	if (K->st->states < K->max_states) {
+		if ((K->st->states & 255) != 0)
+			return false;
 		K->st->safety_net = mo_search_cpu_seconds() > K->deadline;
 		K->st->time_limit = K->time_limit > 0 && mo_seconds() > K->time_limit;
 		if (!K->st->safety_net && !K->st->time_limit)
@@ -618,7 +602,6 @@ enum mo_status mo_kenum_rewrites(const struct mo_tp *prog, const struct mo_searc
 		mo_subexpr_get_stats(K.sub, &ss);
 		st->solver_calls += ss.solver_calls;
 	}
-	st->work += work_of(&K);
 	teardown(&K);
 	st->seconds += mo_seconds() - t0;
 	return s;

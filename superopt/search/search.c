@@ -676,8 +676,7 @@ static enum mo_status search_program(const struct mo_tp *sp, const struct mo_sea
  * later one's μGraph is proven only when it is estimated faster than the
  * best so far (options.beat_us). The kernel-graph enumeration itself visits
  * at most KENUM_STATES_PER_S kernel graphs per second of min(KENUM_SHARE of
- * the budget, KENUM_MAX_S), a solver call counted as several (kenum.c): a
- * count, so that the same region gives the same
+ * the budget, KENUM_MAX_S): a count, so that the same region gives the same
  * rewrites on every run (about twice the rate of the 2-core machine; only
  * the whole search's CPU-time safety net, options.deadline, and the run's
  * time limit stop it by a clock). */
@@ -739,8 +738,8 @@ static enum mo_status search_programs(const struct mo_tp *prog,
 	spent->rewrites += ks.rewrites;
 	spent->safety_net |= ks.safety_net;
 	spent->time_limit |= ks.time_limit;
-	double left = enum_s - (double)ks.work / KENUM_STATES_PER_S;
-	hard_s -= (double)ks.work / KENUM_STATES_PER_S;
+	double left = enum_s - (double)ks.states / KENUM_STATES_PER_S;
+	hard_s -= (double)ks.states / KENUM_STATES_PER_S;
 	mo_progressf(o->progress, o->progress_ctx, "  kernel graphs: %" PRIu64 " visited in "
 		     "%.2f s%s (pruned: %" PRIu64 " by shape, %" PRIu64 " as duplicates, %" PRIu64
 		     " by abstract expression; %" PRIu64 " solver calls); %" PRIu64 " other ways to "

@@ -53,7 +53,6 @@ struct mo_kenum_stats {
 	uint64_t states, pruned_shape, pruned_duplicate, pruned_absexpr;
 	uint64_t rewrites;   /* ways found to compute a tensor of the region */
 	uint64_t solver_calls; /* of its subexpression check */
-	uint64_t work;       /* what the cap counts: states, and solver calls priced as states */
 	int screened;        /* rewritten programs given a field trial */
 	double seconds;
 	bool budget_hit;
