@@ -14,7 +14,10 @@
  * carries every rewrite up through the terms above it: unsat means e is
  * equal, by the instantiated axioms, to a subexpression of the target.
  * Ground queries always terminate with sat or unsat and do not depend on
- * order, so the search stays deterministic.
+ * order, so the search stays deterministic. Since the formulas are ground
+ * equalities, the congruence closure of their terms, computed once, gives
+ * the same answers by lookups (below): that is what answers queries, Z3
+ * only where the closure could not be built or MO_SUBEXPR_Z3=1 asks.
  *
  * Two answers come before the solver: a syntactic subterm is kept, and a
  * term with a leaf the target lacks is pruned (every axiom keeps the set of
