@@ -90,17 +90,23 @@ static int rnd(int n)
 	return (int)(rng % (uint64_t)n);
 }
 
+/* A fresh pool with the leaves A, B, C in vals; their number. */
+static int pool_abc(struct mo_ae_pool *p, int *vals)
+{
+	mo_ae_pool_init(p);
+	vals[0] = mo_ae_var(p, "A");
+	vals[1] = mo_ae_var(p, "B");
+	vals[2] = mo_ae_var(p, "C");
+	return 3;
+}
+
 static void theorem1_property(void **state)
 {
 	(void)state;
 	int checked = 0;
 	for (int round = 0; round < 30; round++) {
 		struct mo_ae_pool p;
-		mo_ae_pool_init(&p);
-		int vals[16], n = 0;
-		vals[n++] = mo_ae_var(&p, "A");
-		vals[n++] = mo_ae_var(&p, "B");
-		vals[n++] = mo_ae_var(&p, "C");
+		int vals[16], n = pool_abc(&p, vals);
 		int ops = 3 + rnd(4);
 		bool used_exp = false;
 		for (int i = 0; i < ops; i++) {
@@ -220,11 +226,7 @@ static void closure_agrees_with_z3(void **state)
 	int asked = 0, kept = 0;
 	for (int round = 0; round < 40; round++) {
 		struct mo_ae_pool p;
-		mo_ae_pool_init(&p);
-		int vals[24], n = 0;
-		vals[n++] = mo_ae_var(&p, "A");
-		vals[n++] = mo_ae_var(&p, "B");
-		vals[n++] = mo_ae_var(&p, "C");
+		int vals[24], n = pool_abc(&p, vals);
 		for (int i = 0, ops = 3 + rnd(5); i < ops; i++) {
 			int v = random_term(&p, vals, n, 1);
 			vals[n++] = v;

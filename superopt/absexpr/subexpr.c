@@ -105,6 +105,23 @@ static int find_sorted(const int *v, int n, int id)
 	return lo;
 }
 
+/* The same, in an array of n structs of elem bytes sorted by their first
+ * member, an int id. */
+static int find_by_id(const void *v, size_t elem, int n, int id)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		int at;
+		memcpy(&at, (const char *)v + elem * (size_t)mid, sizeof at);
+		if (at < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* Makes room for one more element in the array *v of n (doubling *cap when
  * full); false when out of memory. */
 static bool room(void *v, int n, int *cap, size_t elem)
@@ -455,7 +472,8 @@ struct closure {
 	struct cnode *node;
 	int n, cap;
 	int *parent;
-	int *ids, *at, n_ids, cap_ids; /* pool ids of the nodes, sorted, and their nodes */
+	struct idnode { int id, node; } *map; /* pool id -> node, sorted by id */
+	int n_map, cap_map;
 	/* signature (kind, class of a, class of b, k) -> class, open addressing */
 	struct sig { int kind, a, b, cls; int64_t k; } *sig;
 	int sig_cap;
@@ -499,34 +517,30 @@ static int cc_add(struct closure *c, struct cnode nd)
 	return c->n++;
 }
 
+static int map_find(const struct closure *c, int id)
+{
+	return find_by_id(c->map, sizeof *c->map, c->n_map, id);
+}
+
 /* The closure node of pool term id, made with its operands' when new. */
 static int cc_node(struct closure *c, struct mo_ae_pool *p, int id)
 {
 	if (id < 0 || c->failed)
 		return -1;
-	int at = find_sorted(c->ids, c->n_ids, id);
-	if (at < c->n_ids && c->ids[at] == id)
-		return c->at[at];
+	int at = map_find(c, id);
+	if (at < c->n_map && c->map[at].id == id)
+		return c->map[at].node;
 	struct mo_ae x = mo_ae_node(p, id);
 	int a = x.a >= 0 ? cc_node(c, p, x.a) : -1, b = x.b >= 0 ? cc_node(c, p, x.b) : -1;
 	if ((x.a >= 0 && a < 0) || (x.b >= 0 && b < 0))
 		return -1;
 	int k = cc_add(c, (struct cnode){ x.kind, a, b, x.k });
-	int cap = c->cap_ids;
-	if (k < 0 || !room(&c->ids, c->n_ids, &c->cap_ids, sizeof *c->ids))
+	if (k < 0 || !room(&c->map, c->n_map, &c->cap_map, sizeof *c->map))
 		return c->failed = true, -1;
-	if (c->cap_ids != cap || !c->at) {
-		int *na = mo_realloc(c->at, sizeof *na * (size_t)c->cap_ids);
-		if (!na)
-			return c->failed = true, -1;
-		c->at = na;
-	}
-	at = find_sorted(c->ids, c->n_ids, id);
-	memmove(&c->ids[at + 1], &c->ids[at], sizeof *c->ids * (size_t)(c->n_ids - at));
-	memmove(&c->at[at + 1], &c->at[at], sizeof *c->at * (size_t)(c->n_ids - at));
-	c->ids[at] = id;
-	c->at[at] = k;
-	c->n_ids++;
+	at = map_find(c, id); /* (the operands' came in between) */
+	memmove(&c->map[at + 1], &c->map[at], sizeof *c->map * (size_t)(c->n_map - at));
+	c->map[at] = (struct idnode){ id, k };
+	c->n_map++;
 	return k;
 }
 
@@ -583,8 +597,7 @@ static void cc_free(struct closure *c)
 		return;
 	mo_free(c->node);
 	mo_free(c->parent);
-	mo_free(c->ids);
-	mo_free(c->at);
+	mo_free(c->map);
 	mo_free(c->sig);
 	mo_free(c->known);
 	mo_free(c);
@@ -632,9 +645,9 @@ static int cc_class(const struct closure *c, struct mo_ae_pool *p, int id, int d
 {
 	if (id < 0 || depth > 10000)
 		return -1;
-	int at = find_sorted(c->ids, c->n_ids, id);
-	if (at < c->n_ids && c->ids[at] == id)
-		return cc_find(c, c->at[at]);
+	int at = map_find(c, id);
+	if (at < c->n_map && c->map[at].id == id)
+		return cc_find(c, c->map[at].node);
 	struct mo_ae x = mo_ae_node(p, id);
 	if (x.kind == MO_AE_VAR || x.kind == MO_AE_CONST)
 		return -1; /* a leaf the formulas do not name */
@@ -844,15 +857,7 @@ static bool solve(struct mo_subexpr *s, int e)
 
 static int cache_find(struct mo_subexpr *s, int id)
 {
-	int lo = 0, hi = s->cache_n;
-	while (lo < hi) {
-		int mid = (lo + hi) / 2;
-		if (s->cache[mid].id < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return find_by_id(s->cache, sizeof *s->cache, s->cache_n, id);
 }
 
 /* The cached answer for e, if any. */
