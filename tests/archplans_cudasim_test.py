@@ -63,6 +63,13 @@ def blocks_of(src, run, avail):
     return n
 
 
+# Since before 7421bbd the cost model finds no μGraph of this decode shape
+# faster than its unfused ops (14.4 against 13.7 µs), so nothing is fused and
+# there is no CUDA to run; this test said "no nvcc" then, and passed.
+NOT_FUSED = ("the decode attention is not fused (the cost model finds no μGraph faster than "
+             "its unfused ops): no CUDA to run")
+
+
 class EveryGpu(unittest.TestCase):
     def test_decode_attention_on_t4_a100_l4_h100(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -75,6 +82,8 @@ class EveryGpu(unittest.TestCase):
                                 "--no-cuda"],  # the kept .cu runs here, not nvcc's
                                capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
+            if not os.path.exists(os.path.join(src, "mo_ops.c")):
+                self.skipTest(NOT_FUSED)
             if not os.path.exists(os.path.join(src, "mo_op0.cu")):
                 self.fail("--keep-sources wrote no CUDA source")
             ops = cb.parse_ops(src)
@@ -125,4 +134,6 @@ if __name__ == "__main__":
     p.add_argument("--sanitize", choices=["address", "thread"])
     args, rest = p.parse_known_args()
     CLI, SANITIZE = args.cli, args.sanitize
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    res = unittest.main(argv=[sys.argv[0]] + rest, verbosity=2, exit=False).result
+    # CTest's "Skipped" (SKIP_RETURN_CODE 77) when nothing ran, not "Passed"
+    sys.exit(1 if not res.wasSuccessful() else 77 if len(res.skipped) == res.testsRun else 0)

@@ -127,6 +127,11 @@ class ArchPlans(unittest.TestCase):
             cmd += ["--cuda-arch", archs]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
+        if not os.path.exists(os.path.join(src, "mo_ops.c")):
+            # the decode shape, since before 7421bbd: the cost model finds no
+            # μGraph faster than its unfused ops (14.4 against 13.7 µs)
+            self.skipTest("not fused: the cost model finds no μGraph faster than the "
+                          "unfused ops")
         cus = sorted(glob.glob(os.path.join(src, "mo_op*.cu")))
         if not cus:
             self.skipTest("no nvcc: no CUDA generated")
