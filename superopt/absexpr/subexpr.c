@@ -466,12 +466,12 @@ static void assert_ast(struct mo_subexpr *s, Z3_ast a)
 struct cnode {
 	int kind, a, b; /* a, b: closure nodes, -1 when absent */
 	int64_t k;
+	int parent;     /* union-find */
 };
 
 struct closure {
 	struct cnode *node;
 	int n, cap;
-	int *parent;
 	struct idnode { int id, node; } *map; /* pool id -> node, sorted by id */
 	int n_map, cap_map;
 	/* signature (kind, class of a, class of b, k) -> class, open addressing */
@@ -483,8 +483,8 @@ struct closure {
 
 static int cc_find(const struct closure *c, int x)
 {
-	while (c->parent[x] != x)
-		x = c->parent[x];
+	while (c->node[x].parent != x)
+		x = c->node[x].parent;
 	return x;
 }
 
@@ -499,7 +499,7 @@ static bool cc_union(struct closure *c, int x, int y)
 		x = y;
 		y = t;
 	}
-	c->parent[y] = x;
+	c->node[y].parent = x;
 	return true;
 }
 
@@ -507,13 +507,8 @@ static int cc_add(struct closure *c, struct cnode nd)
 {
 	if (c->failed || !room(&c->node, c->n, &c->cap, sizeof *c->node))
 		return c->failed = true, -1;
-	int cap = c->cap;
-	int *np = mo_realloc(c->parent, sizeof *np * (size_t)cap);
-	if (!np)
-		return c->failed = true, -1;
-	c->parent = np;
+	nd.parent = c->n;
 	c->node[c->n] = nd;
-	c->parent[c->n] = c->n;
 	return c->n++;
 }
 
@@ -534,7 +529,7 @@ static int cc_node(struct closure *c, struct mo_ae_pool *p, int id)
 	int a = x.a >= 0 ? cc_node(c, p, x.a) : -1, b = x.b >= 0 ? cc_node(c, p, x.b) : -1;
 	if ((x.a >= 0 && a < 0) || (x.b >= 0 && b < 0))
 		return -1;
-	int k = cc_add(c, (struct cnode){ x.kind, a, b, x.k });
+	int k = cc_add(c, (struct cnode){ x.kind, a, b, x.k, 0 });
 	if (k < 0 || !room(&c->map, c->n_map, &c->cap_map, sizeof *c->map))
 		return c->failed = true, -1;
 	at = map_find(c, id); /* (the operands' came in between) */
@@ -596,7 +591,6 @@ static void cc_free(struct closure *c)
 	if (!c)
 		return;
 	mo_free(c->node);
-	mo_free(c->parent);
 	mo_free(c->map);
 	mo_free(c->sig);
 	mo_free(c->known);
@@ -618,7 +612,7 @@ static struct closure *cc_build(struct mo_subexpr *s)
 	}
 	for (int i = 0; i < s->n_nests; i++) { /* u = sum(i, inner), a term of Z3's only */
 		int u = cc_node(c, p, s->nests[i].u), in = cc_node(c, p, s->nests[i].inner);
-		int sum = in < 0 ? -1 : cc_add(c, (struct cnode){ MO_AE_SUM, in, -1, s->nests[i].i });
+		int sum = in < 0 ? -1 : cc_add(c, (struct cnode){ MO_AE_SUM, in, -1, s->nests[i].i, 0 });
 		if (u >= 0 && sum >= 0)
 			cc_union(c, u, sum);
 	}

@@ -678,7 +678,7 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 		}
 	}
 	bool keep = m && m->rank >= 0 && m->keep >= 0 ? m->keep : mo_subexpr_check(T->sub, e);
-	if (m && m->rank >= 0 && m->e == e)
+	if (m && m->rank >= 0)
 		m->keep = keep;
 	if (!keep) {
 		s->st.pruned_absexpr++;
