@@ -524,6 +524,35 @@ def transposed_models(out):
     return models
 
 
+def heads_merge_models(out):
+    """(name, path) of an attention's output projection as every exporter
+    writes it: the heads [b, h, s, d] transposed to [b, s, h, d], merged to
+    [b, s, h·d] by a Reshape, times W, plus the residual. One kernel reads
+    the heads in place: a for-loop over h takes one head's d columns of the
+    input and the matching d rows of W per step (the search's merged axes),
+    so no Transpose is left outside it; fp16 and fp32."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(4)
+    models = []
+    b, h, s, d, n = 2, 4, 32, 16, 64
+    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                          (TensorProto.FLOAT, np.float32, "fp32")):
+        w = numpy_helper.from_array((rng.standard_normal((h * d, n)) / 8).astype(npdt), "W")
+        to = numpy_helper.from_array(np.array([b, s, h * d], np.int64), "to")
+        g = helper.make_graph(
+            [helper.make_node("Transpose", ["X"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "to"], ["r"]),
+             helper.make_node("MatMul", ["r", "W"], ["m"]),
+             helper.make_node("Add", ["m", "R"], ["Y"])], "heads_merge",
+            [helper.make_tensor_value_info("X", dt, [b, h, s, d]),
+             helper.make_tensor_value_info("R", dt, [b, s, n])],
+            [helper.make_tensor_value_info("Y", dt, [b, s, n])], [w, to])
+        save_model(out, "matmul_heads_merge_%s" % tag, g, models)
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -661,7 +690,8 @@ def main():
         if args.activations:
             d = os.path.join(work, "activations")
             for name, path in (activation_models(d) + reshape_models(d) + slice_models(d) +
-                               transposed_models(d) + mask_models(d)):
+                               transposed_models(d) + heads_merge_models(d) +
+                               mask_models(d)):
                 paths[name] = path
                 # under TSan the arch without cp.async and one with it
                 jobs.append((name, [None, 800] if args.tsan else [None, 800, 900], "tiny"))
@@ -722,10 +752,18 @@ def main():
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch
                 mine = [r for r in rows if r.split()[0] == name]
-                if name.startswith("matmul_transb_") and (
+                if name.startswith(("matmul_transb_", "matmul_heads_merge_")) and (
                         len({r.split()[1] for r in mine}) != 1 or
                         any("launches=1 " not in r for r in mine)):
                     failures.append("%s: not one kernel" % name)
+                # the heads read in place: no Transpose left beside the op
+                fused = os.path.join(work, name + ".onnx")
+                if name.startswith("matmul_heads_merge_") and os.path.exists(fused):
+                    import onnx
+                    left = [nd.op_type for nd in onnx.load(fused).graph.node
+                            if nd.op_type != "Constant" and not nd.domain]
+                    if left:
+                        failures.append("%s: %s left outside the fused op" % (name, left))
         if args.no_suite and args.mugraphs:
             # the hand-built attention graphs are a split-KV pair of kernels
             # and a one-kernel online softmax: their paths must have run

@@ -210,6 +210,12 @@ struct target {
 	 * such op over any pair of tiles would swamp the enumeration) */
 	int n_logic_e;
 	int logic_e[32];
+	/* axes a Reshape merges from two (heads x head_dim -> hidden, as an
+	 * attention's output before its projection): a loop over `outer`, one
+	 * step at a time, walks `whole` inner_size elements at a time, and
+	 * such a chunk of `whole` is an `inner` axis */
+	struct merge { int whole, outer, inner; int64_t inner_size; } merges[8];
+	int n_merges;
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
 	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
@@ -236,6 +242,74 @@ static int64_t label_size(struct target *T, int label)
 				return x->dims[d];
 	}
 	return 1;
+}
+
+/* The merges of the program's Reshapes (struct target): walking the dims of
+ * size above 1 of both sides, a dim of one side that is the product of the
+ * next two of the other. Only the first merge of an axis counts. */
+static void find_merges(struct target *T)
+{
+	const struct mo_tp *tp = T->tp;
+	for (int k = 0; k < tp->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[k];
+		if ((op->kind != MO_OP_RESHAPE && op->kind != MO_OP_FLATTEN) || op->n_out < 1 ||
+		    op->out[0] < 0)
+			continue;
+		int t[2] = { op->in[0], op->out[0] };
+		if (!tp->tensors[t[0]].shape_known || !tp->tensors[t[1]].shape_known)
+			continue;
+		int d[2][MO_MAX_RANK], n[2] = { 0, 0 };
+		for (int side = 0; side < 2; side++)
+			for (int i = 0; i < tp->tensors[t[side]].rank; i++)
+				if (tp->tensors[t[side]].dims[i] > 1)
+					d[side][n[side]++] = i;
+		int i[2] = { 0, 0 };
+		while (i[0] < n[0] && i[1] < n[1]) {
+			int64_t a = tp->tensors[t[0]].dims[d[0][i[0]]];
+			int64_t b = tp->tensors[t[1]].dims[d[1][i[1]]];
+			if (a == b) {
+				i[0]++;
+				i[1]++;
+				continue;
+			}
+			int w = a > b ? 0 : 1, f = 1 - w; /* the whole's side, the factors' */
+			if (i[f] + 1 >= n[f])
+				break;
+			int dout = d[f][i[f]], din = d[f][i[f] + 1];
+			int64_t inner = tp->tensors[t[f]].dims[din];
+			if (tp->tensors[t[f]].dims[dout] * inner != tp->tensors[t[w]].dims[d[w][i[w]]])
+				break;
+			int whole = ax_label(&T->ax, t[w], d[w][i[w]]);
+			bool known = false;
+			for (int m = 0; m < T->n_merges; m++)
+				known |= T->merges[m].whole == whole;
+			if (!known && T->n_merges < 8)
+				T->merges[T->n_merges++] = (struct merge){
+					whole, ax_label(&T->ax, t[f], dout), ax_label(&T->ax, t[f], din),
+					inner };
+			i[w]++;
+			i[f] += 2;
+		}
+	}
+}
+
+/* The merge whose whole is `label`, or NULL. */
+static const struct merge *merge_of(const struct target *T, int label)
+{
+	for (int m = 0; m < T->n_merges; m++)
+		if (T->merges[m].whole == label)
+			return &T->merges[m];
+	return NULL;
+}
+
+/* Whether `label` is the outer axis of a merge (a loop over it goes one
+ * step at a time). */
+static bool merge_outer(const struct target *T, int label)
+{
+	for (int m = 0; m < T->n_merges; m++)
+		if (T->merges[m].outer == label)
+			return true;
+	return false;
 }
 
 /* ---- the enumeration state: a block body as a small tensor program ---- */
@@ -337,9 +411,12 @@ static void maps_of(struct target *T, const struct sched *S, int t, int *imap, i
 				imap[g] = d;
 	}
 	*fmap = MO_PHI;
-	for (int d = 0; S->loop_label >= 0 && d < x->rank && *fmap == MO_PHI; d++)
-		if (x->dims[d] > 1 && ax_label(&T->ax, t, d) == S->loop_label)
-			*fmap = d;
+	for (int d = 0; S->loop_label >= 0 && d < x->rank && *fmap == MO_PHI; d++) {
+		int l = ax_label(&T->ax, t, d);
+		const struct merge *m = merge_of(T, l);
+		if (x->dims[d] > 1 && (l == S->loop_label || (m && m->outer == S->loop_label)))
+			*fmap = d; /* a merged axis walks with its outer one */
+	}
 }
 
 static int grid_of(const struct sched *S, int g, struct target *T)
@@ -392,8 +469,14 @@ static void state_init(struct state *s, struct target *T, const struct sched *S)
 		s->tensors[t].producer = -1;
 		mo_tensor_set_shape(&s->tensors[t], x->rank, dims);
 		s->e[t] = T->e[ins[i]];
-		for (int dd = 0; dd < x->rank; dd++)
-			s->lab[t][dd] = dims[dd] > 1 ? ax_label(&T->ax, ins[i], dd) : -1;
+		for (int dd = 0; dd < x->rank; dd++) {
+			int l = dims[dd] > 1 ? ax_label(&T->ax, ins[i], dd) : -1;
+			/* a merged axis's chunk of one outer step is an inner axis */
+			const struct merge *m = l >= 0 && dd == fmap ? merge_of(T, l) : NULL;
+			if (m && m->outer == S->loop_label && dims[dd] == m->inner_size)
+				l = m->inner;
+			s->lab[t][dd] = l;
+		}
 		s->post[t] = false;
 		s->varies[t] = fmap != MO_PHI && s->forloop > 1;
 		s->steps[s->n_steps] = (struct step){ .kind = -1, .input = i };
@@ -1609,7 +1692,9 @@ static void each_size(struct target *T, const struct sched *rep,
 			if (size % TILE_CHOICES[k] == 0 && TILE_CHOICES[k] < size)
 				opts[g][nopt[g]++] = TILE_CHOICES[k];
 	}
-	if (rep->loop_label >= 0) {
+	if (rep->loop_label >= 0 && merge_outer(T, rep->loop_label)) {
+		opts[3][nopt[3]++] = 1; /* one outer step at a time */
+	} else if (rep->loop_label >= 0) {
 		int64_t size = label_size(T, rep->loop_label);
 		for (size_t k = 0; k < sizeof CHUNK_CHOICES / sizeof *CHUNK_CHOICES; k++)
 			if (size % CHUNK_CHOICES[k] == 0 && CHUNK_CHOICES[k] < size)
@@ -1823,6 +1908,7 @@ static enum mo_status target_new(const struct mo_tp *prog, const struct mo_searc
 		goto fail;
 	}
 	mo_ae_of_tp(&T->pool, prog, T->e);
+	find_merges(T);
 	T->n_out = prog->n_outputs > 8 ? 8 : prog->n_outputs;
 	bool ok = prog->n_outputs <= 8 && prog->n_outputs > 0;
 	for (int j = 0; j < T->n_out; j++) {
@@ -1906,7 +1992,10 @@ static bool schedule_classes(struct run *R)
 			}
 			if (l >= 0) {
 				S.loop_label = T->red_labels[l];
-				S.loop_chunk = representative(label_size(T, S.loop_label), CHUNK_CHOICES, 6);
+				S.loop_chunk = merge_outer(T, S.loop_label)
+					       ? 1
+					       : representative(label_size(T, S.loop_label),
+								CHUNK_CHOICES, 6);
 				fine &= S.loop_chunk > 0;
 			}
 			if (fine)
