@@ -525,12 +525,15 @@ def transposed_models(out):
 
 
 def heads_merge_models(out):
-    """(name, path) of an attention's output projection as every exporter
-    writes it: the heads [b, h, s, d] transposed to [b, s, h, d], merged to
-    [b, s, h·d] by a Reshape, times W, plus the residual. One kernel reads
-    the heads in place: a for-loop over h takes one head's d columns of the
-    input and the matching d rows of W per step (the search's merged axes),
-    so no Transpose is left outside it; fp16 and fp32."""
+    """(name, path) of an attention's projections as every exporter writes
+    them, fp16 and fp32. merge: the heads [b, h, s, d] transposed to
+    [b, s, h, d], merged to [b, s, h·d] by a Reshape, times W, plus the
+    residual; one kernel reads the heads in place, a for-loop over h taking
+    one head's d columns of the input and the matching d rows of W per step.
+    split: X·W reshaped to [b, s, h, d] and transposed to [b, h, s, d]; one
+    kernel per head on the grid takes W's d columns of that head and writes
+    the head in place. Both the search's merged axes: no Transpose or
+    Reshape is left outside the fused op."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
@@ -550,6 +553,14 @@ def heads_merge_models(out):
              helper.make_tensor_value_info("R", dt, [b, s, n])],
             [helper.make_tensor_value_info("Y", dt, [b, s, n])], [w, to])
         save_model(out, "matmul_heads_merge_%s" % tag, g, models)
+        heads = numpy_helper.from_array(np.array([b, s, h, d], np.int64), "heads")
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["X", "W"], ["m"]),
+             helper.make_node("Reshape", ["m", "heads"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["Y"], perm=[0, 2, 1, 3])], "heads_split",
+            [helper.make_tensor_value_info("X", dt, [b, s, n])],
+            [helper.make_tensor_value_info("Y", dt, [b, h, s, d])], [w, heads])
+        save_model(out, "matmul_heads_split_%s" % tag, g, models)
     return models
 
 
@@ -752,13 +763,13 @@ def main():
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch
                 mine = [r for r in rows if r.split()[0] == name]
-                if name.startswith(("matmul_transb_", "matmul_heads_merge_")) and (
+                if name.startswith(("matmul_transb_", "matmul_heads_")) and (
                         len({r.split()[1] for r in mine}) != 1 or
                         any("launches=1 " not in r for r in mine)):
                     failures.append("%s: not one kernel" % name)
                 # the heads read in place: no Transpose left beside the op
                 fused = os.path.join(work, name + ".onnx")
-                if name.startswith("matmul_heads_merge_") and os.path.exists(fused):
+                if name.startswith("matmul_heads_") and os.path.exists(fused):
                     import onnx
                     left = [nd.op_type for nd in onnx.load(fused).graph.node
                             if nd.op_type != "Constant" and not nd.domain]

@@ -406,9 +406,13 @@ static void maps_of(struct target *T, const struct sched *S, int t, int *imap, i
 	const struct mo_tensor *x = &T->tp->tensors[t];
 	for (int g = 0; g < 3; g++) {
 		imap[g] = MO_PHI;
-		for (int d = 0; g < S->n_grid && d < x->rank && imap[g] == MO_PHI; d++)
-			if (x->dims[d] > 1 && ax_label(&T->ax, t, d) == S->grid_label[g])
-				imap[g] = d;
+		for (int d = 0; g < S->n_grid && d < x->rank && imap[g] == MO_PHI; d++) {
+			int l = ax_label(&T->ax, t, d);
+			const struct merge *m = merge_of(T, l);
+			if (x->dims[d] > 1 && (l == S->grid_label[g] ||
+					       (m && m->outer == S->grid_label[g] && S->grid_tile[g] == 1)))
+				imap[g] = d; /* a merged axis, one outer step per block */
+		}
 	}
 	*fmap = MO_PHI;
 	for (int d = 0; S->loop_label >= 0 && d < x->rank && *fmap == MO_PHI; d++) {
@@ -472,8 +476,11 @@ static void state_init(struct state *s, struct target *T, const struct sched *S)
 		for (int dd = 0; dd < x->rank; dd++) {
 			int l = dims[dd] > 1 ? ax_label(&T->ax, ins[i], dd) : -1;
 			/* a merged axis's chunk of one outer step is an inner axis */
-			const struct merge *m = l >= 0 && dd == fmap ? merge_of(T, l) : NULL;
-			if (m && m->outer == S->loop_label && dims[dd] == m->inner_size)
+			const struct merge *m = l >= 0 ? merge_of(T, l) : NULL;
+			bool stepped = m && dd == fmap && m->outer == S->loop_label;
+			for (int g = 0; m && g < S->n_grid; g++)
+				stepped |= dd == imap[g] && m->outer == S->grid_label[g];
+			if (stepped && dims[dd] == m->inner_size)
 				l = m->inner;
 			s->lab[t][dd] = l;
 		}
