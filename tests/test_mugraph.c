@@ -700,6 +700,85 @@ static void append_composes(void **state)
 	test_program_free(&p);
 }
 
+/* rmsnorm_tiny (X [4, 64]) as two kernels, the norm's of grid (4, 1, 1),
+ * one row per block, saving X·g / rms(X); the projection's of grid
+ * (grid_b, 1, 1) reads it back by rows and multiplies by W, with `loop`
+ * steps over W's rows (1: none). With `keep` the norm's result is an output
+ * too. */
+static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_b, int loop,
+					 bool keep)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
+	int w = mg_program_input(mg, p->tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mg, 4, 1, 1, 1);
+	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
+	int gt = mo_bg_iter(mg, a, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int sq = OP(a, MO_OP_MUL, xt, xt);
+	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1 };
+	ax.axes[0] = 1;
+	int rs = mo_bg_op(mg, a, MO_OP_REDUCE_SUM, 1, (int[]){ sq }, &ax);
+	int mean = OP(a, MO_OP_DIV, rs, mo_bg_const(mg, a, 64));
+	int rms = OP(a, MO_OP_SQRT, OP(a, MO_OP_ADD, mean, mo_bg_const(mg, a, (double)(float)1e-6)));
+	int n = OP(a, MO_OP_MUL, OP(a, MO_OP_DIV, xt, rms), gt);
+	int t = mo_bg_save(mg, a, n, 0, MO_PHI, MO_PHI);
+	if (keep)
+		mo_mg_output(mg, t, "normed");
+	struct mo_block_graph *b = mo_mg_block(mg, grid_b, 1, 1, loop);
+	int nt = mo_bg_iter(mg, b, t, 0, MO_PHI, MO_PHI, loop > 1 ? 1 : MO_PHI);
+	int wt = mo_bg_iter(mg, b, w, MO_PHI, MO_PHI, MO_PHI, loop > 1 ? 0 : MO_PHI);
+	int y = OP(b, MO_OP_MATMUL, nt, wt);
+	if (loop > 1)
+		y = mo_bg_accum(mg, b, y, MO_ACC_SUM);
+	mo_mg_output(mg, mo_bg_save(mg, b, y, 0, MO_PHI, MO_PHI), "/proj/MatMul_output_0");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* Kernels that hand each other tiles merge into one that computes the same;
+ * the others stay apart. */
+static void merge_kernels(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *two = norm_then_proj(&p, 4, 1, false);
+	assert_int_equal(two->n_ops, 2);
+	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
+	struct mo_mugraph *one = mo_mg_merge_kernels(two);
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	const struct mo_block_graph *bg = one->ops[0].bg;
+	assert_non_null(bg);
+	/* X, g and W read once each; the norm's tile read in place, not saved */
+	assert_int_equal(bg->n_iters, 3);
+	assert_int_equal(bg->n_savers, 1);
+	assert_int_equal(one->kg.n_tensors, two->kg.n_tensors - 1);
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
+	mo_mg_free(two);
+
+	/* the norm's result also an output: saved, still one kernel */
+	two = norm_then_proj(&p, 4, 1, true);
+	one = mo_mg_merge_kernels(two);
+	assert_non_null(one);
+	assert_int_equal(one->n_ops, 1);
+	assert_int_equal(one->ops[0].bg->n_savers, 2);
+	assert_int_equal(one->kg.n_outputs, 2);
+	mo_mg_free(one);
+	mo_mg_free(two);
+
+	/* another grid, a for-loop over the tile: not the tile the same
+	 * block wrote, or not one it holds at its end */
+	two = norm_then_proj(&p, 2, 1, false);
+	assert_null(mo_mg_merge_kernels(two));
+	mo_mg_free(two);
+	two = norm_then_proj(&p, 4, 2, false);
+	assert_null(mo_mg_merge_kernels(two));
+	mo_mg_free(two);
+	test_program_free(&p);
+}
+
 /* x (8×256) @ w (256×8) in the field, optionally of exp(x): as one
  * pre-defined MatMul (k = 256: four of the evaluator's chunks of 64, folded
  * every 15 products) or summed over a for-loop of 16 tiles of k = 16. The
@@ -780,6 +859,7 @@ int main(void)
 		cmocka_unit_test(thread_graphs),
 		cmocka_unit_test(memory_plan),
 		cmocka_unit_test(append_composes),
+		cmocka_unit_test(merge_kernels),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -494,9 +494,11 @@ static void cost_model(void **state)
 	unload(&r);
 }
 
-/* A region no single kernel computes (ntrans: two normalizations in a row)
- * gets a μGraph of several kernels, at most --max-kernel-ops of them, proven
- * against the whole region; with one kernel allowed it stays unfused. The
+/* A region the block enumeration does not finish as one kernel (ntrans:
+ * two normalizations in a row, past --max-block-ops) gets a μGraph from the
+ * kernel-graph level, at most --max-kernel-ops kernels, proven against the
+ * whole region (its kernels that hand each other row tiles merged back into
+ * one: mo_mg_merge_kernels); with one kernel allowed it stays unfused. The
  * budget is hit by the whole-region search by design, so this checks
  * properties, not a particular μGraph. */
 static void several_kernels(void **state)
@@ -507,7 +509,7 @@ static void several_kernels(void **state)
 	o.budget_s = 8;
 	struct mo_search_result res;
 	search_found(&r, &o, &res);
-	assert_true(res.best->n_ops >= 2);
+	assert_true(res.best->n_ops >= 1);
 	assert_true(res.best->n_ops <= o.max_kernel_ops);
 	int graph_defined = 0;
 	for (int k = 0; k < res.best->n_ops; k++)

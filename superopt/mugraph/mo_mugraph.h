@@ -191,6 +191,12 @@ int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bou
  * does not qualify. */
 struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
 
+/* src with each run of consecutive graph-defined kernels without a for-loop,
+ * the same grid, each reading the tiles the one before saved through the
+ * same maps, as one kernel (superopt/mugraph/merge.c). NULL when no two
+ * kernels merge (or out of memory, or a builder refused the result). */
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src);
+
 /* ---- serializing ---- */
 
 /* The μGraph as JSON: {"steps": [...]} in build order. */

@@ -68,8 +68,10 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * for this one's. 2: comparisons, logic and Where as block ops. 3:
  * ReduceMax and Log as block ops, an output saved through a Reshape of
  * dims of 1, MatMuls reading B transposed. 4: an infinity is one unknown
- * of the field wherever it is (a guard's own -inf now checks). */
-#define SEARCH_GENERATION 4u
+ * of the field wherever it is (a guard's own -inf now checks). 5: axes a
+ * Reshape merges walked one outer step at a time; a cover's kernels that
+ * hand each other tiles merged into one. */
+#define SEARCH_GENERATION 5u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small

@@ -437,6 +437,41 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	return s;
 }
 
+/* The cover mg with the kernels that hand each other tiles merged
+ * (mo_mg_merge_kernels): r->best when it is valid, estimated cheaper and
+ * proven; otherwise r is as it was and the caller goes on with mg. */
+static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
+				 const struct mo_gpu *g, struct mo_search_result *r,
+				 struct mo_diag *d)
+{
+	const struct mo_search_options *o = k->o;
+	struct mo_mugraph *m = mo_mg_merge_kernels(mg);
+	struct mo_cost c;
+	char why[200];
+	if (m)
+		mo_cost_mugraph(m, g, &c);
+	if (!m || c.us >= r->cost_best.us || !mo_search_mg_valid(m, o, why, sizeof why)) {
+		mo_mg_free(m);
+		return MO_OK;
+	}
+	struct mo_equiv_report rep;
+	double t0 = mo_seconds();
+	enum mo_status s = mo_search_prove(m, k->prog, o, &rep, &r->stats, d);
+	mo_progressf(o->progress, o->progress_ctx, "  %d kernels merged into %d (%.1f µs, "
+		     "%.1f before): full verification in %.1f s, %s", mg->n_ops, m->n_ops, c.us,
+		     r->cost_best.us, mo_seconds() - t0,
+		     !s && rep.verdict == MO_EQUIVALENT ? "equivalent" : "not proven, unmerged");
+	if (s || rep.verdict != MO_EQUIVALENT) {
+		mo_mg_free(m);
+		return s;
+	}
+	r->best = m;
+	r->cost_best = c;
+	r->verification = rep;
+	r->why[0] = 0;
+	return MO_OK;
+}
+
 /* Composes the cheapest cover and proves it. r->best when it is valid,
  * faster than the unfused region and equivalent; else r->why says why, and
  * *refuted is the composite when the verdict alone failed it (the caller
@@ -473,8 +508,13 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 		mo_mg_free(mg);
 		return MO_OK;
 	}
+	enum mo_status s = try_merged(k, mg, g, r, d);
+	if (s || r->best) {
+		mo_mg_free(mg);
+		return s;
+	}
 	double t0 = mo_seconds();
-	enum mo_status s = mo_search_prove(mg, k->prog, o, &r->verification, &r->stats, d);
+	s = mo_search_prove(mg, k->prog, o, &r->verification, &r->stats, d);
 	mo_progressf(o->progress, o->progress_ctx, "  full verification of %d kernels in %.1f s",
 		     mg->n_ops, mo_seconds() - t0);
 	if (!s && r->verification.verdict == MO_EQUIVALENT) {

@@ -1,0 +1,310 @@
+/* Merging kernels that hand each other tiles: a graph-defined kernel B that
+ * reads what the kernel A just before it saved, through the same grid and
+ * with the iterator's imap equal to A's saver's omap, reads in each block
+ * exactly the tile the same block of A wrote. One kernel with A's body
+ * followed by B's, B's iterator replaced by A's tile, computes the same
+ * values without a launch and the round trip through device memory (a
+ * norm's kernel feeding the projections' kernel, as the kernel-graph level's
+ * covers cut them). A's saver stays when something else reads the tensor:
+ * a kernel outside the merged one, or the region's outputs.
+ *
+ * Only kernels without a for-loop merge (a tile B reads in a loop is not one
+ * A holds at its end), only consecutive ones, and only when B reads one of
+ * A's tiles: independent kernels stay apart. The result is rebuilt through
+ * the builders, so it is checked like any μGraph; the search keeps it only
+ * when it is valid, estimated cheaper and proven (search.c, try_cover). */
+
+#include "mo_mugraph.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct merge {
+	const struct mo_mugraph *src;
+	struct mo_mugraph *mg;
+	int nb, nk;
+	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
+	int group[MO_MG_MAX];       /* src block -> the first block of its merged group */
+	/* per src kernel tensor: the block that saved it (-1: an input or a
+	 * pre-defined kernel's), that SAVE step, whether a kernel outside its
+	 * block's group or the outputs read it, and its dst tensor */
+	int saved_by[MO_MG_MAX], save_step[MO_MG_MAX];
+	bool read_outside[MO_MG_MAX];
+	int kt[MO_MG_MAX];
+	int step_kt[MO_MG_MAX_STEPS];   /* the kernel tensor a step makes, or -1 */
+	int step_tile[MO_MG_MAX_STEPS]; /* the body tile a step makes, or -1 */
+	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
+	struct mo_block_graph *dst[MO_MG_MAX]; /* group head -> its dst block */
+};
+
+/* Numbers what each step makes, as the builders did: kernel tensors
+ * (INPUT, KERNEL, SAVE) over the graph, tiles (ITER, CONST, OP, ACCUM) per
+ * block. False when the log is not one the builders wrote. */
+static bool number_steps(struct merge *M)
+{
+	const struct mo_mugraph *src = M->src;
+	int next[MO_MG_MAX] = { 0 };
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		M->step_kt[i] = M->step_tile[i] = -1;
+		switch (s->kind) {
+		case MO_STEP_INPUT: case MO_STEP_KERNEL: case MO_STEP_SAVE:
+			if (M->nk >= MO_MG_MAX)
+				return false;
+			M->saved_by[M->nk] = s->kind == MO_STEP_SAVE ? s->block : -1;
+			M->save_step[M->nk] = i;
+			M->step_kt[i] = M->nk++;
+			break;
+		case MO_STEP_BLOCK:
+			if (M->nb >= MO_MG_MAX)
+				return false;
+			M->block_step[M->nb++] = i;
+			break;
+		case MO_STEP_ITER: case MO_STEP_CONST: case MO_STEP_OP: case MO_STEP_ACCUM:
+			if (s->block < 0 || s->block >= M->nb || next[s->block] >= MO_MG_MAX)
+				return false;
+			M->step_tile[i] = next[s->block]++;
+			break;
+		case MO_STEP_THREAD: case MO_STEP_OUTPUT:
+			break;
+		}
+		if (s->kind == MO_STEP_SAVE && (s->block < 0 || s->block >= M->nb))
+			return false;
+	}
+	return true;
+}
+
+static const struct mo_mg_step *block_of(const struct merge *M, int b)
+{
+	return &M->src->steps[M->block_step[b]];
+}
+
+/* Does src block b read a tensor saved by group g's blocks, each such read
+ * the saved tile itself (same maps, same tile shape)? 1: yes; 0: it reads
+ * none; -1: it reads one otherwise. */
+static int reads_group_tiles(const struct merge *M, int b, int g)
+{
+	const struct mo_mugraph *src = M->src;
+	int found = 0;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind != MO_STEP_ITER || s->block != b)
+			continue;
+		int t = s->in[0];
+		if (t < 0 || t >= M->nk || M->saved_by[t] < 0 || M->group[M->saved_by[t]] != g)
+			continue;
+		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
+		if (s->fmap != MO_PHI || memcmp(s->map, sv->map, sizeof s->map) != 0)
+			return -1;
+		/* the saved tile and the iterator's: the same shape */
+		const struct mo_tensor *saved = &src->blocks[sv->block]->body.tensors[sv->in[0]];
+		const struct mo_tensor *read = &src->blocks[b]->body.tensors[M->step_tile[i]];
+		if (saved->rank != read->rank ||
+		    memcmp(saved->dims, read->dims, sizeof(int64_t) * (size_t)read->rank) != 0)
+			return -1;
+		found = 1;
+	}
+	return found;
+}
+
+/* Groups consecutive blocks that merge; false when none does. */
+static bool group_blocks(struct merge *M)
+{
+	const struct mo_mugraph *src = M->src;
+	int prev = -1; /* the previous kernel's block, or -1 after a pre-defined one */
+	bool any = false;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind == MO_STEP_KERNEL)
+			prev = -1;
+		if (s->kind != MO_STEP_BLOCK)
+			continue;
+		int b = 0;
+		while (M->block_step[b] != i)
+			b++;
+		M->group[b] = b;
+		if (prev >= 0) {
+			const struct mo_mg_step *h = block_of(M, M->group[prev]);
+			bool same = s->forloop == 1 && h->forloop == 1 &&
+				    memcmp(s->grid, h->grid, sizeof s->grid) == 0;
+			if (same && reads_group_tiles(M, b, M->group[prev]) == 1) {
+				M->group[b] = M->group[prev];
+				any = true;
+			}
+		}
+		prev = b;
+	}
+	return any;
+}
+
+/* Which kernel tensors are read outside the group that saved them. */
+static void find_outside_reads(struct merge *M)
+{
+	const struct mo_mugraph *src = M->src;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		for (int k = 0; k < 3; k++) {
+			int t = -1;
+			if (s->kind == MO_STEP_KERNEL && k < s->n_in)
+				t = s->in[k];
+			else if ((s->kind == MO_STEP_ITER || s->kind == MO_STEP_OUTPUT) && k == 0)
+				t = s->in[0];
+			if (t < 0 || t >= M->nk || M->saved_by[t] < 0)
+				continue;
+			if (s->kind != MO_STEP_ITER ||
+			    M->group[s->block] != M->group[M->saved_by[t]])
+				M->read_outside[t] = true;
+		}
+	}
+}
+
+static struct mo_op_params params_of(const struct mo_mg_step *s)
+{
+	struct mo_op_params p = s->p;
+	if (p.n_sizes > 0)
+		p.sizes = (int64_t *)s->sizes;
+	return p;
+}
+
+/* One src block's body into dst block D: its own iterators were made; an
+ * iterator over a tile of its group is that tile. */
+static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
+{
+	const struct mo_mugraph *src = M->src;
+	int *tile = M->tile[b];
+	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->block != b || s->kind == MO_STEP_BLOCK)
+			continue;
+		int in[3] = { -1, -1, -1 };
+		for (int k = 0; k < 3 && k < s->n_in; k++)
+			in[k] = s->in[k] >= 0 && s->in[k] < MO_MG_MAX ? tile[s->in[k]] : -1;
+		struct mo_op_params p = params_of(s);
+		switch (s->kind) {
+		case MO_STEP_ITER: {
+			int t = s->in[0];
+			if (M->saved_by[t] >= 0 && M->group[M->saved_by[t]] == M->group[b]) {
+				const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
+				tile[M->step_tile[i]] = M->tile[sv->block][sv->in[0]];
+			}
+			break;
+		}
+		case MO_STEP_CONST:
+			tile[M->step_tile[i]] = mo_bg_const(M->mg, D, s->value);
+			break;
+		case MO_STEP_OP:
+			tile[M->step_tile[i]] = mo_bg_op(M->mg, D, s->op, s->n_in, in, &p);
+			break;
+		case MO_STEP_ACCUM:
+			tile[M->step_tile[i]] = s->fmap == MO_ACC_RESCALED
+				? mo_bg_accum_rescaled(M->mg, D, tile[s->in[0]], tile[s->in[1]])
+				: mo_bg_accum(M->mg, D, tile[s->in[0]], (enum mo_accum_kind)s->fmap);
+			break;
+		case MO_STEP_THREAD:
+			mo_bg_thread_graph(M->mg, D, tile[s->in[0]], tile[s->in[1]]);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* Group g (its blocks in order) as one dst block: every iterator over what
+ * the group does not make first (the same tensor and maps once), then each
+ * block's body, then the savers of what is read outside the group. */
+static void emit_group(struct merge *M, int g)
+{
+	const struct mo_mugraph *src = M->src;
+	const struct mo_mg_step *h = block_of(M, g);
+	struct mo_block_graph *D = mo_mg_block(M->mg, h->grid[0], h->grid[1], h->grid[2],
+					       h->forloop);
+	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind != MO_STEP_ITER || s->block < 0 || M->group[s->block] != g)
+			continue;
+		int t = s->in[0];
+		if (M->saved_by[t] >= 0 && M->group[M->saved_by[t]] == g)
+			continue; /* a tile of the group's own */
+		int made = -1;
+		for (int j = 0; j < i && made < 0; j++) { /* an equal iterator of the group */
+			const struct mo_mg_step *x = &src->steps[j];
+			if (x->kind == MO_STEP_ITER && x->block >= 0 && M->group[x->block] == g &&
+			    x->in[0] == t && x->fmap == s->fmap &&
+			    memcmp(x->map, s->map, sizeof s->map) == 0)
+				made = M->tile[x->block][M->step_tile[j]];
+		}
+		M->tile[s->block][M->step_tile[i]] =
+			made >= 0 ? made
+				  : mo_bg_iter(M->mg, D, M->kt[t], s->map[0], s->map[1], s->map[2],
+					       s->fmap);
+	}
+	for (int b = g; b < M->nb && !M->mg->error[0]; b++)
+		if (M->group[b] == g)
+			emit_body(M, b, D);
+	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		int t = M->step_kt[i];
+		if (s->kind != MO_STEP_SAVE || M->group[s->block] != g)
+			continue;
+		if (M->read_outside[t]) /* else only the group read it */
+			M->kt[t] = mo_bg_save(M->mg, D, M->tile[s->block][s->in[0]], s->map[0],
+					      s->map[1], s->map[2]);
+	}
+}
+
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
+{
+	static const struct merge zero;
+	struct merge *M = mo_malloc(sizeof *M);
+	if (!M)
+		return NULL;
+	*M = zero;
+	M->src = src;
+	struct mo_mugraph *mg = NULL;
+	if (src->error[0] || src->n_ops < 2 || !number_steps(M) || !group_blocks(M))
+		goto out;
+	find_outside_reads(M);
+	for (int b = 0; b < MO_MG_MAX; b++)
+		for (int t = 0; t < MO_MG_MAX; t++)
+			M->tile[b][t] = -1;
+	for (int t = 0; t < MO_MG_MAX; t++)
+		M->kt[t] = -1;
+	mg = M->mg = mo_mg_new();
+	if (!mg)
+		goto out;
+	/* the inputs first: a later kernel's are read by the merged one */
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind == MO_STEP_INPUT)
+			M->kt[M->step_kt[i]] = mo_mg_input(mg, s->name, s->dtype, s->rank, s->dims);
+	}
+	for (int i = 0; i < src->n_steps && !mg->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind == MO_STEP_KERNEL) {
+			int in[3] = { -1, -1, -1 };
+			for (int k = 0; k < 3 && k < s->n_in; k++)
+				in[k] = s->in[k] >= 0 && s->in[k] < M->nk ? M->kt[s->in[k]] : -1;
+			struct mo_op_params p = params_of(s);
+			M->kt[M->step_kt[i]] = mo_mg_kernel(mg, s->op, s->n_in, in, &p);
+		} else if (s->kind == MO_STEP_BLOCK) {
+			int b = 0;
+			while (M->block_step[b] != i)
+				b++;
+			if (M->group[b] == b)
+				emit_group(M, b);
+		} else if (s->kind == MO_STEP_OUTPUT) {
+			int t = s->in[0] >= 0 && s->in[0] < M->nk ? M->kt[s->in[0]] : -1;
+			if (t < 0)
+				snprintf(mg->error, sizeof mg->error, "merging: an output is lost");
+			else
+				mo_mg_output(mg, t, s->name);
+		}
+	}
+	if (mg->error[0]) {
+		mo_mg_free(mg);
+		mg = NULL;
+	}
+out:
+	mo_free(M);
+	return mg;
+}
