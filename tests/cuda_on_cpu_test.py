@@ -405,13 +405,13 @@ def activation_models(out):
     return models
 
 
-def save_model(out, name, graph, models):
-    """Saves graph as out/name.onnx (opset 17, IR 8) and appends (name, path)
-    to models."""
+def save_model(out, name, graph, models, opset=17):
+    """Saves graph as out/name.onnx (opset 17 unless said, IR 8) and appends
+    (name, path) to models."""
     import onnx
     from onnx import helper
     path = os.path.join(out, name + ".onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                                 ir_version=8), path)
     models.append((name, path))
 
@@ -564,6 +564,52 @@ def heads_merge_models(out):
     return models
 
 
+def merged_models(out):
+    """(name, path) of regions the search covers with kernels that hand each
+    other tiles, merged back into one kernel (mo_mg_merge_kernels): RMSNorm
+    then the Q, K and V projections (three outputs; one row per block, the
+    same grid), fp32; and a residual Add, RMSNorm and the projection to a
+    vocabulary of 256, where the merged kernel takes the projection's grid
+    and each block computes its rows' norm again, fp16 and fp32."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(5)
+    models = []
+    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                          (TensorProto.FLOAT, np.float32, "fp32")):
+        vi = lambda n, s: helper.make_tensor_value_info(n, dt, s)  # noqa: E731
+        c = lambda v, n: numpy_helper.from_array(np.asarray(v).astype(npdt), n)  # noqa: E731
+        norm = [c(2.0, "two"), c(1e-6, "eps"), c(1 + rng.standard_normal(64) / 4, "nw"),
+                numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+
+        def rmsnorm(x):
+            return [helper.make_node("Pow", [x, "two"], ["p"]),
+                    helper.make_node("ReduceMean", ["p", "ax"], ["m"], keepdims=1),
+                    helper.make_node("Add", ["m", "eps"], ["a"]),
+                    helper.make_node("Sqrt", ["a"], ["s"]),
+                    helper.make_node("Reciprocal", ["s"], ["r"]),
+                    helper.make_node("Mul", [x, "r"], ["n"]),
+                    helper.make_node("Mul", ["nw", "n"], ["y"])]
+        w = lambda n, cols: c(rng.standard_normal((64, cols)) / 8, n)  # noqa: E731
+        if tag == "fp32":
+            g = helper.make_graph(
+                rmsnorm("x") + [helper.make_node("MatMul", ["y", "Wq"], ["Q"]),
+                                helper.make_node("MatMul", ["y", "Wk"], ["K"]),
+                                helper.make_node("MatMul", ["y", "Wv"], ["V"])], "norm_qkv",
+                [vi("x", [2, 8, 64])], [vi("Q", [2, 8, 64]), vi("K", [2, 8, 32]),
+                                        vi("V", [2, 8, 32])],
+                norm + [w("Wq", 64), w("Wk", 32), w("Wv", 32)])
+            save_model(out, "merged_norm_qkv_fp32", g, models, opset=18)
+        g = helper.make_graph(
+            [helper.make_node("Add", ["x", "res"], ["h"])] + rmsnorm("h") +
+            [helper.make_node("MatMul", ["y", "W"], ["logits"])], "norm_head",
+            [vi("x", [2, 8, 64]), vi("res", [2, 8, 64])], [vi("logits", [2, 8, 256])],
+            norm + [w("W", 256)])
+        save_model(out, "merged_norm_head_%s" % tag, g, models, opset=18)
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -702,7 +748,7 @@ def main():
             d = os.path.join(work, "activations")
             for name, path in (activation_models(d) + reshape_models(d) + slice_models(d) +
                                transposed_models(d) + heads_merge_models(d) +
-                               mask_models(d)):
+                               merged_models(d) + mask_models(d)):
                 paths[name] = path
                 # under TSan the arch without cp.async and one with it
                 jobs.append((name, [None, 800] if args.tsan else [None, 800, 900], "tiny"))
@@ -757,19 +803,20 @@ def main():
             failures.append("no third-party model's kernel ran")
         if args.activations:  # one graph-defined kernel each, or the search lost them
             for name in (j[0] for j in jobs if j[0] in paths):
-                if name.startswith(("matmul_", "mask_", "rows_")) and \
+                if name.startswith(("matmul_", "mask_", "rows_", "merged_")) and \
                         not any(r.split()[0] == name for r in rows):
                     failures.append("%s: no kernel ran (not fused?)" % name)
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch
                 mine = [r for r in rows if r.split()[0] == name]
-                if name.startswith(("matmul_transb_", "matmul_heads_")) and (
+                if name.startswith(("matmul_transb_", "matmul_heads_", "merged_")) and (
                         len({r.split()[1] for r in mine}) != 1 or
                         any("launches=1 " not in r for r in mine)):
                     failures.append("%s: not one kernel" % name)
-                # the heads read in place: no Transpose left beside the op
+                # the heads read in place, the kernels merged: no op left
+                # beside the fused one
                 fused = os.path.join(work, name + ".onnx")
-                if name.startswith("matmul_heads_") and os.path.exists(fused):
+                if name.startswith(("matmul_heads_", "merged_")) and os.path.exists(fused):
                     import onnx
                     left = [nd.op_type for nd in onnx.load(fused).graph.node
                             if nd.op_type != "Constant" and not nd.domain]

@@ -702,11 +702,11 @@ static void append_composes(void **state)
 
 /* rmsnorm_tiny (X [4, 64]) as two kernels, the norm's of grid (4, 1, 1),
  * one row per block, saving X·g / rms(X); the projection's of grid
- * (grid_b, 1, 1) reads it back by rows and multiplies by W, with `loop`
- * steps over W's rows (1: none). With `keep` the norm's result is an output
- * too. */
-static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_b, int loop,
-					 bool keep)
+ * (grid_b, cols, 1) reads it back by rows and multiplies by W (its columns
+ * in `cols` parts), with `loop` steps over W's rows (1: none). With `keep`
+ * the norm's result is an output too. */
+static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_b, int cols,
+					 int loop, bool keep)
 {
 	struct mo_mugraph *mg = mo_mg_new();
 	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
@@ -724,13 +724,14 @@ static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_
 	int t = mo_bg_save(mg, a, n, 0, MO_PHI, MO_PHI);
 	if (keep)
 		mo_mg_output(mg, t, "normed");
-	struct mo_block_graph *b = mo_mg_block(mg, grid_b, 1, 1, loop);
+	struct mo_block_graph *b = mo_mg_block(mg, grid_b, cols, 1, loop);
 	int nt = mo_bg_iter(mg, b, t, 0, MO_PHI, MO_PHI, loop > 1 ? 1 : MO_PHI);
-	int wt = mo_bg_iter(mg, b, w, MO_PHI, MO_PHI, MO_PHI, loop > 1 ? 0 : MO_PHI);
+	int wt = mo_bg_iter(mg, b, w, MO_PHI, cols > 1 ? 1 : MO_PHI, MO_PHI, loop > 1 ? 0 : MO_PHI);
 	int y = OP(b, MO_OP_MATMUL, nt, wt);
 	if (loop > 1)
 		y = mo_bg_accum(mg, b, y, MO_ACC_SUM);
-	mo_mg_output(mg, mo_bg_save(mg, b, y, 0, MO_PHI, MO_PHI), "/proj/MatMul_output_0");
+	mo_mg_output(mg, mo_bg_save(mg, b, y, 0, cols > 1 ? 1 : MO_PHI, MO_PHI),
+		     "/proj/MatMul_output_0");
 	assert_string_equal(mg->error, "");
 	return mg;
 }
@@ -741,7 +742,7 @@ static void merge_kernels(void **state)
 {
 	(void)state;
 	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
-	struct mo_mugraph *two = norm_then_proj(&p, 4, 1, false);
+	struct mo_mugraph *two = norm_then_proj(&p, 4, 1, 1, false);
 	assert_int_equal(two->n_ops, 2);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	struct mo_mugraph *one = mo_mg_merge_kernels(two);
@@ -759,7 +760,7 @@ static void merge_kernels(void **state)
 	mo_mg_free(two);
 
 	/* the norm's result also an output: saved, still one kernel */
-	two = norm_then_proj(&p, 4, 1, true);
+	two = norm_then_proj(&p, 4, 1, 1, true);
 	one = mo_mg_merge_kernels(two);
 	assert_non_null(one);
 	assert_int_equal(one->n_ops, 1);
@@ -768,12 +769,29 @@ static void merge_kernels(void **state)
 	mo_mg_free(one);
 	mo_mg_free(two);
 
-	/* another grid, a for-loop over the tile: not the tile the same
-	 * block wrote, or not one it holds at its end */
-	two = norm_then_proj(&p, 2, 1, false);
+	/* the projection over 3 parts of W's columns as well: the norm runs
+	 * again in each of them, unless its result is read outside */
+	two = norm_then_proj(&p, 4, 3, 1, false);
+	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
+	one = mo_mg_merge_kernels(two);
+	assert_non_null(one);
+	assert_int_equal(one->n_ops, 1);
+	assert_int_equal(one->ops[0].bg->grid[0], 4);
+	assert_int_equal(one->ops[0].bg->grid[1], 3);
+	assert_int_equal(one->ops[0].bg->n_savers, 1);
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
+	mo_mg_free(two);
+	two = norm_then_proj(&p, 4, 3, 1, true);
 	assert_null(mo_mg_merge_kernels(two));
 	mo_mg_free(two);
-	two = norm_then_proj(&p, 4, 2, false);
+
+	/* another grid, a for-loop over the tile: not the tile the same
+	 * block wrote, or not one it holds at its end */
+	two = norm_then_proj(&p, 2, 1, 1, false);
+	assert_null(mo_mg_merge_kernels(two));
+	mo_mg_free(two);
+	two = norm_then_proj(&p, 4, 1, 2, false);
 	assert_null(mo_mg_merge_kernels(two));
 	mo_mg_free(two);
 	test_program_free(&p);

@@ -8,6 +8,13 @@
  * covers cut them). A's saver stays when something else reads the tensor:
  * a kernel outside the merged one, or the region's outputs.
  *
+ * B's grid may be larger: each grid dim that splits A must be one of B's,
+ * of the same size, through which B reads A's tiles; along B's other grid
+ * dims A's body then runs again in each block (the row statistics of a norm
+ * recomputed by every block of the projection over the vocabulary), which
+ * is allowed only when nothing else reads what A saved (a saver's omap
+ * must cover the grid).
+ *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
  * A holds at its end), only consecutive ones, and only when B reads one of
  * A's tiles: independent kernels stay apart. The result is rebuilt through
@@ -34,6 +41,8 @@ struct merge {
 	int step_kt[MO_MG_MAX_STEPS];   /* the kernel tensor a step makes, or -1 */
 	int step_tile[MO_MG_MAX_STEPS]; /* the body tile a step makes, or -1 */
 	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
+	int gmap[MO_MG_MAX][3];  /* src block's grid dim -> its group's, -1 for a dim of 1 */
+	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
 	struct mo_block_graph *dst[MO_MG_MAX]; /* group head -> its dst block */
 };
 
@@ -80,12 +89,17 @@ static const struct mo_mg_step *block_of(const struct merge *M, int b)
 }
 
 /* Does src block b read a tensor saved by group g's blocks, each such read
- * the saved tile itself (same maps, same tile shape)? 1: yes; 0: it reads
- * none; -1: it reads one otherwise. */
-static int reads_group_tiles(const struct merge *M, int b, int g)
+ * the saved tile itself (no loop, the same tile shape, each grid dim of the
+ * group that splits it one of b's grid dims of the same size)? 1: yes, with
+ * phi[G] the grid dim of b that the group's grid dim G becomes (-1 for
+ * dims of 1); 0: it reads none; -1: it reads one otherwise. */
+static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 {
 	const struct mo_mugraph *src = M->src;
+	const struct mo_mg_step *B = block_of(M, b);
 	int found = 0;
+	for (int G = 0; G < 3; G++)
+		phi[G] = -1;
 	for (int i = 0; i < src->n_steps; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		if (s->kind != MO_STEP_ITER || s->block != b)
@@ -94,20 +108,74 @@ static int reads_group_tiles(const struct merge *M, int b, int g)
 		if (t < 0 || t >= M->nk || M->saved_by[t] < 0 || M->group[M->saved_by[t]] != g)
 			continue;
 		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
-		if (s->fmap != MO_PHI || memcmp(s->map, sv->map, sizeof s->map) != 0)
+		int m = sv->block;
+		if (s->fmap != MO_PHI)
 			return -1;
+		for (int gp = 0; gp < 3; gp++) {
+			int G = M->gmap[m][gp], d = sv->map[gp];
+			if (G < 0)
+				continue; /* a grid dim of 1 */
+			int gc = -1;
+			for (int k = 0; k < 3 && d != MO_PHI; k++)
+				if (s->map[k] == d)
+					gc = k;
+			if (gc < 0 || B->grid[gc] != M->ggrid[g][G] || (phi[G] >= 0 && phi[G] != gc))
+				return -1;
+			phi[G] = gc;
+		}
 		/* the saved tile and the iterator's: the same shape */
-		const struct mo_tensor *saved = &src->blocks[sv->block]->body.tensors[sv->in[0]];
+		const struct mo_tensor *saved = &src->blocks[m]->body.tensors[sv->in[0]];
 		const struct mo_tensor *read = &src->blocks[b]->body.tensors[M->step_tile[i]];
 		if (saved->rank != read->rank ||
 		    memcmp(saved->dims, read->dims, sizeof(int64_t) * (size_t)read->rank) != 0)
 			return -1;
 		found = 1;
 	}
+	for (int G = 0; G < 3 && found; G++) { /* every split dim placed, one to one */
+		if (M->ggrid[g][G] > 1 && phi[G] < 0)
+			return -1;
+		for (int H = 0; H < G; H++)
+			if (phi[G] >= 0 && phi[G] == phi[H])
+				return -1;
+	}
 	return found;
 }
 
-/* Groups consecutive blocks that merge; false when none does. */
+/* Whether b's grid has a dim of more than 1 block that none of the group's
+ * becomes (phi): the group's blocks then run again along it. */
+static bool has_free_dim(const struct merge *M, int b, const int *phi)
+{
+	const struct mo_mg_step *B = block_of(M, b);
+	for (int gc = 0; gc < 3; gc++)
+		if (B->grid[gc] > 1 && phi[0] != gc && phi[1] != gc && phi[2] != gc)
+			return true;
+	return false;
+}
+
+/* Is every tensor group g saved read by g's blocks and b alone? */
+static bool saves_read_within(const struct merge *M, int g, int b)
+{
+	const struct mo_mugraph *src = M->src;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		for (int k = 0; k < 3; k++) {
+			int t = -1;
+			if (s->kind == MO_STEP_KERNEL && k < s->n_in)
+				t = s->in[k];
+			else if ((s->kind == MO_STEP_ITER || s->kind == MO_STEP_OUTPUT) && k == 0)
+				t = s->in[0];
+			if (t < 0 || t >= M->nk || M->saved_by[t] < 0 || M->group[M->saved_by[t]] != g)
+				continue;
+			if (s->kind != MO_STEP_ITER || (s->block != b && M->group[s->block] != g))
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Groups consecutive blocks that merge; false when none does. A group
+ * takes the grid of its last block; each block's grid dims map to the
+ * group's (gmap). */
 static bool group_blocks(struct merge *M)
 {
 	const struct mo_mugraph *src = M->src;
@@ -123,14 +191,21 @@ static bool group_blocks(struct merge *M)
 		while (M->block_step[b] != i)
 			b++;
 		M->group[b] = b;
-		if (prev >= 0) {
-			const struct mo_mg_step *h = block_of(M, M->group[prev]);
-			bool same = s->forloop == 1 && h->forloop == 1 &&
-				    memcmp(s->grid, h->grid, sizeof s->grid) == 0;
-			if (same && reads_group_tiles(M, b, M->group[prev]) == 1) {
-				M->group[b] = M->group[prev];
-				any = true;
-			}
+		for (int gp = 0; gp < 3; gp++) {
+			M->gmap[b][gp] = s->grid[gp] > 1 ? gp : -1;
+			M->ggrid[b][gp] = s->grid[gp];
+		}
+		int g = prev >= 0 ? M->group[prev] : -1, phi[3];
+		if (g >= 0 && s->forloop == 1 && block_of(M, g)->forloop == 1 &&
+		    reads_group_tiles(M, b, g, phi) == 1 &&
+		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
+			for (int m = g; m < b; m++)
+				for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
+					if (M->gmap[m][gp] >= 0)
+						M->gmap[m][gp] = phi[M->gmap[m][gp]];
+			memcpy(M->ggrid[g], s->grid, sizeof M->ggrid[g]);
+			M->group[b] = g;
+			any = true;
 		}
 		prev = b;
 	}
@@ -212,12 +287,21 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 /* Group g (its blocks in order) as one dst block: every iterator over what
  * the group does not make first (the same tensor and maps once), then each
  * block's body, then the savers of what is read outside the group. */
+/* A member's imap or omap in its group's grid dims. */
+static void group_map(const struct merge *M, const struct mo_mg_step *s, int *map)
+{
+	for (int G = 0; G < 3; G++)
+		map[G] = MO_PHI;
+	for (int gp = 0; gp < 3; gp++)
+		if (M->gmap[s->block][gp] >= 0)
+			map[M->gmap[s->block][gp]] = s->map[gp];
+}
+
 static void emit_group(struct merge *M, int g)
 {
 	const struct mo_mugraph *src = M->src;
-	const struct mo_mg_step *h = block_of(M, g);
-	struct mo_block_graph *D = mo_mg_block(M->mg, h->grid[0], h->grid[1], h->grid[2],
-					       h->forloop);
+	const int *grid = M->ggrid[g];
+	struct mo_block_graph *D = mo_mg_block(M->mg, grid[0], grid[1], grid[2], 1);
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		if (s->kind != MO_STEP_ITER || s->block < 0 || M->group[s->block] != g)
@@ -225,18 +309,21 @@ static void emit_group(struct merge *M, int g)
 		int t = s->in[0];
 		if (M->saved_by[t] >= 0 && M->group[M->saved_by[t]] == g)
 			continue; /* a tile of the group's own */
-		int made = -1;
+		int map[3], made = -1;
+		group_map(M, s, map);
 		for (int j = 0; j < i && made < 0; j++) { /* an equal iterator of the group */
 			const struct mo_mg_step *x = &src->steps[j];
-			if (x->kind == MO_STEP_ITER && x->block >= 0 && M->group[x->block] == g &&
-			    x->in[0] == t && x->fmap == s->fmap &&
-			    memcmp(x->map, s->map, sizeof s->map) == 0)
+			int xmap[3];
+			if (x->kind != MO_STEP_ITER || x->block < 0 || M->group[x->block] != g ||
+			    x->in[0] != t || x->fmap != s->fmap)
+				continue;
+			group_map(M, x, xmap);
+			if (memcmp(xmap, map, sizeof map) == 0)
 				made = M->tile[x->block][M->step_tile[j]];
 		}
 		M->tile[s->block][M->step_tile[i]] =
 			made >= 0 ? made
-				  : mo_bg_iter(M->mg, D, M->kt[t], s->map[0], s->map[1], s->map[2],
-					       s->fmap);
+				  : mo_bg_iter(M->mg, D, M->kt[t], map[0], map[1], map[2], s->fmap);
 	}
 	for (int b = g; b < M->nb && !M->mg->error[0]; b++)
 		if (M->group[b] == g)
@@ -246,9 +333,11 @@ static void emit_group(struct merge *M, int g)
 		int t = M->step_kt[i];
 		if (s->kind != MO_STEP_SAVE || M->group[s->block] != g)
 			continue;
+		int map[3];
+		group_map(M, s, map);
 		if (M->read_outside[t]) /* else only the group read it */
-			M->kt[t] = mo_bg_save(M->mg, D, M->tile[s->block][s->in[0]], s->map[0],
-					      s->map[1], s->map[2]);
+			M->kt[t] = mo_bg_save(M->mg, D, M->tile[s->block][s->in[0]], map[0], map[1],
+					      map[2]);
 	}
 }
 
