@@ -204,9 +204,12 @@ def case_oom_last_error(args, tmp):
     import cudasim_build as cb  # noqa: E402 - tests/cudasim, the CUDA execution layer
     san = "address" if args.sanitized else None
     src = os.path.join(tmp, "src")
-    # ntrans: two normalizations in a row, so a kernel tensor between kernels
-    model = os.path.join(args.models, "ntrans_tiny_fp16.onnx")
-    r = subprocess.run([args.cli, "-q", model, "-o", os.path.join(tmp, "ntrans.onnx"),
+    # a Llama layer: its residual + RMSNorm + gated MLP's first kernel splits
+    # over the grid the dim the down projection's kernel contracts, so a
+    # kernel tensor passes between them (ntrans did until kernels that hand
+    # each other tiles were merged into one)
+    model = os.path.join(args.models, "llama_layer_tiny_fp16.onnx")
+    r = subprocess.run([args.cli, "-q", model, "-o", os.path.join(tmp, "layer.onnx"),
                         "--budget", "10", "--keep-sources", src, "--no-cuda"],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -214,7 +217,8 @@ def case_oom_last_error(args, tmp):
     ops = [op for op in cb.parse_ops(src)
            if "cudaMallocAsync" in open(os.path.join(src, f"mo_op{op.index}.cu")).read()]
     if not ops:
-        raise AssertionError("no fused op of ntrans allocates a tensor between kernels")
+        raise AssertionError("no fused op of the Llama layer allocates a tensor between "
+                             "kernels: pick a region that keeps one, or this case tests nothing")
     op = ops[0]
     work = os.path.join(tmp, "work")
     os.makedirs(work)
