@@ -152,6 +152,18 @@ static bool has_free_dim(const struct merge *M, int b, const int *phi)
 	return false;
 }
 
+/* The k-th block-saved kernel tensor step s reads (a pre-defined kernel's
+ * operand, an iterator's tensor, an output), or -1. */
+static int saved_read(const struct merge *M, const struct mo_mg_step *s, int k)
+{
+	int t = -1;
+	if (s->kind == MO_STEP_KERNEL && k < s->n_in)
+		t = s->in[k];
+	else if ((s->kind == MO_STEP_ITER || s->kind == MO_STEP_OUTPUT) && k == 0)
+		t = s->in[0];
+	return t >= 0 && t < M->nk && M->saved_by[t] >= 0 ? t : -1;
+}
+
 /* Is every tensor group g saved read by g's blocks and b alone? */
 static bool saves_read_within(const struct merge *M, int g, int b)
 {
@@ -159,12 +171,8 @@ static bool saves_read_within(const struct merge *M, int g, int b)
 	for (int i = 0; i < src->n_steps; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		for (int k = 0; k < 3; k++) {
-			int t = -1;
-			if (s->kind == MO_STEP_KERNEL && k < s->n_in)
-				t = s->in[k];
-			else if ((s->kind == MO_STEP_ITER || s->kind == MO_STEP_OUTPUT) && k == 0)
-				t = s->in[0];
-			if (t < 0 || t >= M->nk || M->saved_by[t] < 0 || M->group[M->saved_by[t]] != g)
+			int t = saved_read(M, s, k);
+			if (t < 0 || M->group[M->saved_by[t]] != g)
 				continue;
 			if (s->kind != MO_STEP_ITER || (s->block != b && M->group[s->block] != g))
 				return false;
@@ -219,12 +227,8 @@ static void find_outside_reads(struct merge *M)
 	for (int i = 0; i < src->n_steps; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		for (int k = 0; k < 3; k++) {
-			int t = -1;
-			if (s->kind == MO_STEP_KERNEL && k < s->n_in)
-				t = s->in[k];
-			else if ((s->kind == MO_STEP_ITER || s->kind == MO_STEP_OUTPUT) && k == 0)
-				t = s->in[0];
-			if (t < 0 || t >= M->nk || M->saved_by[t] < 0)
+			int t = saved_read(M, s, k);
+			if (t < 0)
 				continue;
 			if (s->kind != MO_STEP_ITER ||
 			    M->group[s->block] != M->group[M->saved_by[t]])
