@@ -43,7 +43,6 @@ struct merge {
 	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
 	int gmap[MO_MG_MAX][3];  /* src block's grid dim -> its group's, -1 for a dim of 1 */
 	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
-	struct mo_block_graph *dst[MO_MG_MAX]; /* group head -> its dst block */
 };
 
 /* Numbers what each step makes, as the builders did: kernel tensors
@@ -288,9 +287,6 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 	}
 }
 
-/* Group g (its blocks in order) as one dst block: every iterator over what
- * the group does not make first (the same tensor and maps once), then each
- * block's body, then the savers of what is read outside the group. */
 /* A member's imap or omap in its group's grid dims. */
 static void group_map(const struct merge *M, const struct mo_mg_step *s, int *map)
 {
@@ -301,6 +297,9 @@ static void group_map(const struct merge *M, const struct mo_mg_step *s, int *ma
 			map[M->gmap[s->block][gp]] = s->map[gp];
 }
 
+/* Group g (its blocks in order) as one dst block: every iterator over what
+ * the group does not make first (the same tensor and maps once), then each
+ * block's body, then the savers of what is read outside the group. */
 static void emit_group(struct merge *M, int g)
 {
 	const struct mo_mugraph *src = M->src;
