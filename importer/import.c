@@ -1612,6 +1612,8 @@ static void settle(struct mo_tp *tp, struct mo_tp_op *op, const char *why, bool 
 /* The most steps a decomposition of few operands makes (one of n operands
  * makes at most n). */
 #define MAX_STEPS 12
+/* The most parts of a Split read as Slices. */
+#define MAX_SPLIT_PARTS 64
 
 /* A step of a decomposition: an op of kind over tensors in[0..n_in) (and
  * parameter tensor param, or -1) making tensor out. */
@@ -2096,6 +2098,40 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	return add_steps(im, ni, s, ns);
 }
 
+/* A Split whose parts are all known and named, as one Slice per part
+ * along its axis (*done): each op of the table makes one tensor, and as
+ * the steps of one node the parts stay in one region (a fused QKV
+ * projection splits into Q, K and V inside the region). */
+static enum mo_status split_as_slices(struct importer *im, int ni, const struct mo_tp_op *op,
+				      bool *done)
+{
+	struct mo_tp *tp = im->tp;
+	*done = false;
+	if (op->kind != MO_OP_SPLIT || op->lax == MO_LAX_NONE || op->n_out < 2 ||
+	    op->n_out > MAX_SPLIT_PARTS || op->n_in < 1 || op->in[0] < 0)
+		return MO_OK;
+	const struct mo_tensor *x = &tp->tensors[op->in[0]];
+	int64_t axis = op->p.axes[0], at = 0;
+	if (!x->shape_known || axis < 0 || axis >= x->rank)
+		return MO_OK;
+	struct step s[MAX_SPLIT_PARTS];
+	for (int i = 0; i < op->n_out; i++) {
+		const struct mo_tensor *y = op->out[i] >= 0 ? &tp->tensors[op->out[i]] : NULL;
+		if (!y || !y->shape_known || y->rank != x->rank)
+			return MO_OK;
+		int64_t size = y->dims[axis];
+		s[i] = (struct step){ .kind = MO_OP_SLICE, .in = { op->in[0] }, .n_in = 1,
+				      .param = -1, .out = op->out[i],
+				      .p = { .n_axes = 1, .axes = { axis }, .starts = { at },
+					     .ends = { at + size }, .steps = { 1 } } };
+		at += size;
+	}
+	if (at != x->dims[axis])
+		return MO_OK;
+	*done = true;
+	return add_steps(im, ni, s, op->n_out);
+}
+
 static enum mo_status import_node(struct importer *im, int ni)
 {
 	struct mo_tp *tp = im->tp;
@@ -2290,6 +2326,10 @@ static enum mo_status import_node(struct importer *im, int ni)
 			shape_from_type(im, vinfo_at(im, *v)->type, t);
 	}
 	settle(tp, &op, why, unbound);
+	bool sliced = false;
+	enum mo_status st = split_as_slices(im, ni, &op, &sliced);
+	if (st || sliced)
+		return st;
 	int index = tp->n_ops++;
 	tp->ops[index] = op;
 	tp->node_op[ni] = index;
@@ -2525,6 +2565,8 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 								 n->n_input);
 		if (a && a->decomp)
 			n_ops += n->n_input > MAX_STEPS ? n->n_input : MAX_STEPS;
+		else if (strcmp(str(n->op_type), "Split") == 0)
+			n_ops += n->n_output; /* one Slice per part */
 	}
 	im.cap_ops = n_ops;
 	tp->ops = mo_arena_array(&tp->arena, n_ops, sizeof *tp->ops);

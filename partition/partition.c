@@ -201,18 +201,22 @@ static void path_maxima(const struct mo_tp *tp, const struct opgraph *g, struct 
 
 struct cand {
 	int core;
+	bool epilogue;
 	uint64_t bytes;
 	int u, v;
 };
 
-/* Core edges first, then larger tensors first; ties from the end of the
- * graph backwards, so a region grows from the consumer towards its inputs
- * (a norm joins the MatMul it feeds rather than being cut in the middle). */
+/* Core edges first, then epilogues, then larger tensors first; ties from
+ * the end of the graph backwards, so a region grows from the consumer
+ * towards its inputs (a norm joins the MatMul it feeds rather than being
+ * cut in the middle). */
 static int cand_cmp(const void *x, const void *y)
 {
 	const struct cand *a = x, *b = y;
 	if (a->core != b->core)
 		return a->core < b->core ? 1 : -1;
+	if (a->epilogue != b->epilogue)
+		return a->epilogue ? -1 : 1;
 	if (a->bytes != b->bytes)
 		return a->bytes < b->bytes ? 1 : -1;
 	if (a->v != b->v)
@@ -233,6 +237,34 @@ static bool activation_matmul(const struct mo_tp *tp, const struct mo_tp_op *op)
 			return false;
 	}
 	return true;
+}
+
+/* The Add after a projection (a MatMul with a weight): its bias or the
+ * residual it joins. The Add goes with the MatMul before the norm or MLP
+ * after it claims it, so the projection is not left alone in a region too
+ * small to pay for a launch (an attention's output projection: the norm and
+ * MLP after its residual already chain two MatMuls). */
+static bool epilogue(const struct mo_tp *tp, const struct mo_tp_op *u, const struct mo_tp_op *v)
+{
+	return is_matmul(u) && !activation_matmul(tp, u) && v->kind == MO_OP_ADD;
+}
+
+/* The projection whose residual Add v is (an epilogue Add whose other
+ * operand is computed or a graph input, not a bias), or -1. Once they are one set, the
+ * residual's readers do not join it: a norm after it is not cut in the
+ * middle when the MLP it feeds cannot take the projection too. */
+static int residual_of(const struct mo_tp *tp, const struct mo_tp_op *v)
+{
+	if (v->kind != MO_OP_ADD || v->n_in != 2)
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		int a = v->in[i], b = v->in[1 - i];
+		int u = a >= 0 ? tp->tensors[a].producer : -1;
+		if (u >= 0 && epilogue(tp, &tp->ops[u], v) && b >= 0 &&
+		    (tp->tensors[b].kind == MO_T_VALUE || tp->tensors[b].kind == MO_T_INPUT))
+			return u;
+	}
+	return -1;
 }
 
 /* Core edges lie between two activation MatMuls with no other MatMul in
@@ -501,7 +533,7 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 			int u = t >= 0 ? tp->tensors[t].producer : -1;
 			if (u < 0 || !fusable(&tp->ops[u]))
 				continue;
-			cands[nc++] = (struct cand){ fwd[u] && bwd[v],
+			cands[nc++] = (struct cand){ fwd[u] && bwd[v], epilogue(tp, &tp->ops[u], op),
 						     mo_tensor_bytes(&tp->tensors[t]), u, v };
 		}
 	}
@@ -513,6 +545,9 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	for (int i = 0; i < nc; i++) {
 		int a = find(&s, cands[i].u), b = find(&s, cands[i].v);
 		if (a == b)
+			continue;
+		int proj = residual_of(tp, &tp->ops[cands[i].u]);
+		if (proj >= 0 && find(&s, proj) == a)
 			continue;
 		int nb = between(&g, &s, okv, a, b, reps + 2);
 		if (nb < 0)

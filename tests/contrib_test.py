@@ -33,10 +33,10 @@ holds the contrib nodes as they were).
 - A model ONNX Runtime's transformer optimizer wrote: the Optimum BERT
   (tests/data/contrib/bert_ortopt.onnx, models/ort_optimize.py), with
   EmbedLayerNormalization, Attention, SkipLayerNormalization and BiasGelu.
-  Fused with no --dim and the default --min-saving, each layer's feed-forward
-  block (SkipLayerNormalization, MatMul, BiasGelu, MatMul,
-  SkipLayerNormalization) is a region and its MatMul + BiasGelu a fused op;
-  the fused model matches the optimized one at (batch, sequence) (1, 1),
+  Fused with no --dim and the default --min-saving, each SkipLayerNormalization
+  is a region with the projection whose residual it adds (the attention's
+  output projection; the feed-forward block's MatMul, BiasGelu, MatMul), and
+  all four regions fuse; the fused model matches the optimized one at (batch, sequence) (1, 1),
   (2, 8) and (3, 37), with the plugin and without.
 """
 import argparse
@@ -248,10 +248,19 @@ def check_ortopt(cli, tmp):
     for layer in range(2):
         if f"Gelu_AddBias_{layer}" not in fused:
             raise AssertionError(f"layer {layer}'s BiasGelu is in no fused op: {sorted(fused)}")
-    whole = [g for g in regions if g["nodes"][0].startswith("SkipLayerNorm")]
-    if len(whole) != 2 or any(len(g["nodes"]) != 5 for g in whole):
-        raise AssertionError("the feed-forward blocks are not regions of their own: "
-                             f"{[g['nodes'] for g in regions]}")
+    # each SkipLayerNorm (its residual Add first) goes whole with the
+    # projection it adds to: the attention's output projection, and the
+    # feed-forward block's second MatMul; all four fuse
+    want = []
+    for layer in range(2):
+        e = f"/encoder/layer.{layer}"
+        want += [[f"{e}/attention/output/dense/MatMul", f"SkipLayerNorm_AddBias_{2 * layer}"],
+                 [f"{e}/intermediate/dense/MatMul", f"Gelu_AddBias_{layer}",
+                  f"{e}/output/dense/MatMul", f"SkipLayerNorm_AddBias_{2 * layer + 1}"]]
+    got = [g["nodes"] for g in regions if "." not in str(g["region"])]
+    if sorted(got) != sorted(want) or not all(g["fused"] for g in regions):
+        raise AssertionError("the projections with their SkipLayerNorms are not fused regions "
+                             f"of their own: {[(g['nodes'], g['fused']) for g in regions]}")
     rng = np.random.default_rng(0)
     ref = session(ORTOPT)
     for b, s in ((1, 1), (2, 8), (3, 37)):

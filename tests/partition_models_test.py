@@ -105,6 +105,11 @@ class Partition(unittest.TestCase):
         self.assert_together(doc, norm2 + [f"{m}/gate_proj/MatMul", f"{m}/act_fn/Sigmoid",
                                            f"{m}/act_fn/Mul", f"{m}/up_proj/MatMul",
                                            f"{m}/Mul"])
+        # the output projection takes its residual Add (the norm and MLP after
+        # it chain two MatMuls already), and the norm is not cut after it
+        self.assert_together(doc, [f"{a}/o_proj/MatMul", f"{p}/Add"])
+        self.assertNotEqual(self.region_of(doc, f"{p}/Add"),
+                            self.region_of(doc, norm2[0]))
         for r in doc["regions"]:
             self.assertLessEqual(r["exps"], 1)
             self.assertLessEqual(r["matmul_chain"], 2)
@@ -117,13 +122,13 @@ class Partition(unittest.TestCase):
         m = "/transformer/h.0/mlp"
         self.assert_together(doc, ["/transformer/h.0/ln_2/LayerNormalization",
                                    f"{m}/c_fc/MatMul", f"{m}/act/Tanh", f"{m}/act/Pow"])
-        # the qkv Split has three outputs, which no μGraph op makes: it stays
-        # out, and ln_1 with c_attn is a region of its own (LayerNorm + Linear)
+        # the qkv Split is read as one Slice per part, which stay together:
+        # ln_1, c_attn and the Split are one region with Q, K and V its outputs
         self.assert_together(doc, ["/transformer/h.0/ln_1/LayerNormalization",
-                                   f"{a}/c_attn/MatMul", f"{a}/c_attn/Add"])
-        split = [u for u in doc["unfused"] if u["node"] == f"{a}/Split"]
-        self.assertEqual(len(split), 1, doc["unfused"])
-        self.assertIn("several outputs", split[0]["reason"])
+                                   f"{a}/c_attn/MatMul", f"{a}/c_attn/Add", f"{a}/Split"])
+        r = doc["regions"][self.region_of(doc, f"{a}/Split")]
+        self.assertEqual(r["outputs"], [f"{a}/Split_output_{k}" for k in range(3)])
+        self.assertEqual(doc["unfused"], [])
 
     def test_bert_layer_keeps_layernorms_whole(self):
         doc = regions(self.model("bert_layer"))

@@ -353,6 +353,14 @@ static void one_op(struct one *o, const struct recipe *r, bool variant)
 	if (mo_tp_import(o->m, NULL, &o->tp, &d))
 		fail_msg("%s: does not import: %s", r->op, d.msg);
 	struct mo_tp *tp = o->tp;
+	if (r->kind == MO_OP_SPLIT) { /* one Slice per part, over the same operand */
+		for (int k = 0; k < tp->n_ops; k++)
+			if (tp->ops[k].kind != MO_OP_SLICE || tp->ops[k].in[0] != tp->ops[0].in[0])
+				fail_msg("Split: op %d of its parts is no Slice of its operand", k);
+		if (tp->n_ops != r->n_out)
+			fail_msg("Split: imports to %d Slices, not %d", tp->n_ops, r->n_out);
+		return;
+	}
 	if (tp->n_ops != 1 || tp->ops[0].kind != r->kind)
 		fail_msg("%s: imports to %d ops, the first a %s", r->op, tp->n_ops,
 			 tp->n_ops ? mo_op_table[tp->ops[0].kind].name : "-");
