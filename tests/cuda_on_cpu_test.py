@@ -568,9 +568,12 @@ def merged_models(out):
     """(name, path) of regions the search covers with kernels that hand each
     other tiles, merged back into one kernel (mo_mg_merge_kernels): RMSNorm
     then the Q, K and V projections (three outputs; one row per block, the
-    same grid), fp32; and a residual Add, RMSNorm and the projection to a
+    same grid), fp32; a residual Add, RMSNorm and the projection to a
     vocabulary of 256, where the merged kernel takes the projection's grid
-    and each block computes its rows' norm again, fp16 and fp32."""
+    and each block computes its rows' norm again, fp16 and fp32; and RMSNorm
+    then one projection to Q, K and V side by side, Split into the three
+    (the Split's Slices saved by the kernel: mo_mg_absorb_slices), fp16 and
+    fp32."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
@@ -607,6 +610,18 @@ def merged_models(out):
             [vi("x", [2, 8, 64]), vi("res", [2, 8, 64])], [vi("logits", [2, 8, 256])],
             norm + [w("W", 256)])
         save_model(out, "merged_norm_head_%s" % tag, g, models, opset=18)
+        # a fused QKV projection split into Q, K and V (GPT-2's and Phi-3's
+        # c_attn/qkv_proj): the Split's Slices absorbed by the kernel
+        # computing the projection (mo_mg_absorb_slices)
+        g = helper.make_graph(
+            rmsnorm("x") + [helper.make_node("MatMul", ["y", "Wqkv"], ["qkv"]),
+                            helper.make_node("Split", ["qkv", "parts"], ["Q", "K", "V"],
+                                             axis=-1)], "norm_qkv_split",
+            [vi("x", [2, 8, 64])], [vi("Q", [2, 8, 64]), vi("K", [2, 8, 32]),
+                                    vi("V", [2, 8, 32])],
+            norm + [w("Wqkv", 128),
+                    numpy_helper.from_array(np.array([64, 32, 32], np.int64), "parts")])
+        save_model(out, "merged_norm_qkv_split_%s" % tag, g, models, opset=18)
     return models
 
 

@@ -797,6 +797,92 @@ static void merge_kernels(void **state)
 	test_program_free(&p);
 }
 
+/* rmsnorm_tiny's norm and projection as one kernel of grid (4, 3, 1) (rows,
+ * three parts of W's 96 columns), its result Y [4, 96] then sliced by
+ * pre-defined Slice kernels into "q" (columns 0..63) and "k" (64..95, or
+ * every other one of 64..95 with `stride`); with `keep` Y is an output. */
+static struct mo_mugraph *proj_then_slices(const struct test_program *p, bool keep, bool stride)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
+	int w = mg_program_input(mg, p->tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mg, 4, 3, 1, 1);
+	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
+	int gt = mo_bg_iter(mg, a, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int wt = mo_bg_iter(mg, a, w, MO_PHI, 1, MO_PHI, MO_PHI);
+	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1, .axes = { 1 } };
+	int rs = mo_bg_op(mg, a, MO_OP_REDUCE_SUM, 1, (int[]){ OP(a, MO_OP_MUL, xt, xt) }, &ax);
+	int mean = OP(a, MO_OP_DIV, rs, mo_bg_const(mg, a, 64));
+	int rms = OP(a, MO_OP_SQRT, OP(a, MO_OP_ADD, mean, mo_bg_const(mg, a, (double)(float)1e-6)));
+	int n = OP(a, MO_OP_MUL, OP(a, MO_OP_DIV, xt, rms), gt);
+	int y = mo_bg_save(mg, a, OP(a, MO_OP_MATMUL, n, wt), 0, 1, MO_PHI);
+	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { 64 },
+				  .steps = { 1 } };
+	struct mo_op_params k = { .n_axes = 1, .axes = { -1 }, .starts = { 64 },
+				  .ends = { INT64_MAX }, .steps = { stride ? 2 : 1 } };
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &q), "q");
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &k), "k");
+	if (keep)
+		mo_mg_output(mg, y, "/proj/MatMul_output_0");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* Every output of a and b: the same field values on the same inputs. */
+static void same_outputs(const struct mo_mugraph *a, const struct mo_mugraph *b,
+			 const struct test_program *p)
+{
+	struct mo_eval_result ra, rb;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_eval(a, p->tp, MO_EVAL_FF, 11, 1.0, &ra, &d) ||
+	    mo_mg_eval(b, p->tp, MO_EVAL_FF, 11, 1.0, &rb, &d))
+		fail_msg("%s", d.msg);
+	assert_int_equal(ra.n_outputs, rb.n_outputs);
+	for (int i = 0; i < ra.n_outputs; i++) {
+		assert_string_equal(ra.names[i], rb.names[i]);
+		assert_int_equal(ra.counts[i], rb.counts[i]);
+		assert_memory_equal(ra.values[i], rb.values[i], sizeof(struct mo_ff) * ra.counts[i]);
+	}
+	mo_eval_result_free(&ra);
+	mo_eval_result_free(&rb);
+}
+
+/* Slices of what a block saved are made by that block: the grid dim that
+ * split the sliced axis dropped, a block Slice and a saver per part, the
+ * same values; Y saved only while something reads it. */
+static void absorb_slices(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	for (int keep = 0; keep <= 1; keep++) {
+		struct mo_mugraph *three = proj_then_slices(&p, keep, false);
+		assert_int_equal(three->n_ops, 3);
+		struct mo_mugraph *one = mo_mg_absorb_slices(three);
+		assert_non_null(one);
+		assert_string_equal(one->error, "");
+		assert_int_equal(one->n_ops, 1);
+		const struct mo_block_graph *bg = one->ops[0].bg;
+		assert_non_null(bg);
+		assert_int_equal(bg->grid[0], 4);
+		assert_int_equal(bg->grid[1], 1); /* the columns whole in each block */
+		assert_int_equal(bg->n_savers, keep ? 3 : 2);
+		assert_int_equal(one->kg.n_outputs, keep ? 3 : 2);
+		same_outputs(three, one, &p);
+		mo_mg_free(one);
+		mo_mg_free(three);
+	}
+	/* a step of 2: not a part the tile holds contiguously; it stays */
+	struct mo_mugraph *three = proj_then_slices(&p, false, true);
+	struct mo_mugraph *two = mo_mg_absorb_slices(three);
+	assert_non_null(two);
+	assert_int_equal(two->n_ops, 2);
+	same_outputs(three, two, &p);
+	mo_mg_free(two);
+	mo_mg_free(three);
+	test_program_free(&p);
+}
+
 /* x (8×256) @ w (256×8) in the field, optionally of exp(x): as one
  * pre-defined MatMul (k = 256: four of the evaluator's chunks of 64, folded
  * every 15 products) or summed over a for-loop of 16 tiles of k = 16. The
@@ -878,6 +964,7 @@ int main(void)
 		cmocka_unit_test(memory_plan),
 		cmocka_unit_test(append_composes),
 		cmocka_unit_test(merge_kernels),
+		cmocka_unit_test(absorb_slices),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,15 @@
  * A holds at its end), only consecutive ones, and only when B reads one of
  * A's tiles: independent kernels stay apart. The result is rebuilt through
  * the builders, so it is checked like any μGraph; the search keeps it only
- * when it is valid, estimated cheaper and proven (search.c, try_cover). */
+ * when it is valid, estimated cheaper and proven (search.c, try_cover).
+ *
+ * The same rebuild absorbs slices (mo_mg_absorb_slices): a pre-defined
+ * Slice kernel (a Split's part: a fused QKV projection's Q, K or V) over a
+ * tensor a block saved becomes a block Slice of the saved tile and a saver
+ * of its own, so the parts leave the kernel that computes them and no copy
+ * kernel runs. Each block's tile must then hold the whole sliced axis: a
+ * grid dim that splits it is dropped (its blocks' work done by one block),
+ * which the builders refuse where the tiles no longer fit. */
 
 #include "mo_mugraph.h"
 
@@ -43,6 +51,7 @@ struct merge {
 	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
 	int gmap[MO_MG_MAX][3];  /* src block's grid dim -> its group's, -1 for a dim of 1 */
 	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
+	bool absorbed[MO_MG_MAX_STEPS]; /* a Slice kernel step its reader's group makes */
 };
 
 /* Numbers what each step makes, as the builders did: kernel tensors
@@ -180,10 +189,10 @@ static bool saves_read_within(const struct merge *M, int g, int b)
 	return true;
 }
 
-/* Groups consecutive blocks that merge; false when none does. A group
- * takes the grid of its last block; each block's grid dims map to the
- * group's (gmap). */
-static bool group_blocks(struct merge *M)
+/* Groups consecutive blocks that merge (when `merge`; else each block is
+ * its own group); false when none does. A group takes the grid of its last
+ * block; each block's grid dims map to the group's (gmap). */
+static bool group_blocks(struct merge *M, bool merge)
 {
 	const struct mo_mugraph *src = M->src;
 	int prev = -1; /* the previous kernel's block, or -1 after a pre-defined one */
@@ -203,7 +212,7 @@ static bool group_blocks(struct merge *M)
 			M->ggrid[b][gp] = s->grid[gp];
 		}
 		int g = prev >= 0 ? M->group[prev] : -1, phi[3];
-		if (g >= 0 && s->forloop == 1 && block_of(M, g)->forloop == 1 &&
+		if (merge && g >= 0 && s->forloop == 1 && block_of(M, g)->forloop == 1 &&
 		    reads_group_tiles(M, b, g, phi) == 1 &&
 		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
 			for (int m = g; m < b; m++)
@@ -219,12 +228,57 @@ static bool group_blocks(struct merge *M)
 	return any;
 }
 
+/* A member's imap or omap in its group's grid dims. */
+static void group_map(const struct merge *M, const struct mo_mg_step *s, int *map)
+{
+	for (int G = 0; G < 3; G++)
+		map[G] = MO_PHI;
+	for (int gp = 0; gp < 3; gp++)
+		if (M->gmap[s->block][gp] >= 0)
+			map[M->gmap[s->block][gp]] = s->map[gp];
+}
+
+/* Marks the Slice kernels the group saving their operand makes instead:
+ * one axis, step 1, over a tensor a block saved. A grid dim of the group
+ * that splits the axis is dropped. False when none is. */
+static bool absorb_slices(struct merge *M)
+{
+	const struct mo_mugraph *src = M->src;
+	bool any = false;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		int t = s->kind == MO_STEP_KERNEL && s->op == MO_OP_SLICE && s->n_in == 1 &&
+				s->p.n_axes == 1 && s->p.steps[0] == 1 ? saved_read(M, s, 0) : -1;
+		if (t < 0)
+			continue;
+		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
+		int g = M->group[sv->block], rank = src->kg.tensors[t].rank, map[3];
+		int64_t d = s->p.axes[0] < 0 ? s->p.axes[0] + rank : s->p.axes[0];
+		if (d < 0 || d >= rank)
+			continue;
+		group_map(M, sv, map);
+		for (int G = 0; G < 3; G++) {
+			if (map[G] != d)
+				continue;
+			M->ggrid[g][G] = 1;
+			for (int m = g; m < M->nb; m++)
+				for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
+					if (M->gmap[m][gp] == G)
+						M->gmap[m][gp] = -1;
+		}
+		M->absorbed[i] = any = true;
+	}
+	return any;
+}
+
 /* Which kernel tensors are read outside the group that saved them. */
 static void find_outside_reads(struct merge *M)
 {
 	const struct mo_mugraph *src = M->src;
 	for (int i = 0; i < src->n_steps; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
+		if (M->absorbed[i])
+			continue; /* its reader is the group */
 		for (int k = 0; k < 3; k++) {
 			int t = saved_read(M, s, k);
 			if (t < 0)
@@ -287,16 +341,6 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 	}
 }
 
-/* A member's imap or omap in its group's grid dims. */
-static void group_map(const struct merge *M, const struct mo_mg_step *s, int *map)
-{
-	for (int G = 0; G < 3; G++)
-		map[G] = MO_PHI;
-	for (int gp = 0; gp < 3; gp++)
-		if (M->gmap[s->block][gp] >= 0)
-			map[M->gmap[s->block][gp]] = s->map[gp];
-}
-
 /* Group g (its blocks in order) as one dst block: every iterator over what
  * the group does not make first (the same tensor and maps once), then each
  * block's body, then the savers of what is read outside the group. */
@@ -342,9 +386,32 @@ static void emit_group(struct merge *M, int g)
 			M->kt[t] = mo_bg_save(M->mg, D, M->tile[s->block][s->in[0]], map[0], map[1],
 					      map[2]);
 	}
+	/* the absorbed slices of what the group saved: sliced tiles, saved */
+	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (!M->absorbed[i])
+			continue;
+		const struct mo_mg_step *sv = &src->steps[M->save_step[s->in[0]]];
+		if (M->group[sv->block] != g)
+			continue;
+		int map[3], y = M->tile[sv->block][sv->in[0]];
+		group_map(M, sv, map);
+		struct mo_op_params p = params_of(s);
+		int part = mo_bg_op(M->mg, D, MO_OP_SLICE, 1, &y, &p);
+		M->kt[M->step_kt[i]] = mo_bg_save(M->mg, D, part, map[0], map[1], map[2]);
+		const struct mo_tensor *was = &src->kg.tensors[M->step_kt[i]];
+		const struct mo_tensor *now = M->kt[M->step_kt[i]] >= 0
+			? &M->mg->kg.tensors[M->kt[M->step_kt[i]]] : NULL;
+		if (now && (now->rank != was->rank ||
+			    memcmp(now->dims, was->dims, sizeof(int64_t) * (size_t)was->rank) != 0))
+			snprintf(M->mg->error, sizeof M->mg->error,
+				 "absorbing a slice: the saved part has another shape");
+	}
 }
 
-struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
+/* src rebuilt with its consecutive kernels merged (merge) or its slices
+ * absorbed (slices); NULL when there is nothing to do. */
+static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool merge, bool slices)
 {
 	static const struct merge zero;
 	struct merge *M = mo_malloc(sizeof *M);
@@ -353,7 +420,10 @@ struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
 	*M = zero;
 	M->src = src;
 	struct mo_mugraph *mg = NULL;
-	if (src->error[0] || src->n_ops < 2 || !number_steps(M) || !group_blocks(M))
+	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
+		goto out;
+	bool merged = group_blocks(M, merge);
+	if (!(merge ? merged : slices && absorb_slices(M)))
 		goto out;
 	find_outside_reads(M);
 	for (int b = 0; b < MO_MG_MAX; b++)
@@ -372,7 +442,7 @@ struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
 	}
 	for (int i = 0; i < src->n_steps && !mg->error[0]; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
-		if (s->kind == MO_STEP_KERNEL) {
+		if (s->kind == MO_STEP_KERNEL && !M->absorbed[i]) {
 			int in[3] = { -1, -1, -1 };
 			for (int k = 0; k < 3 && k < s->n_in; k++)
 				in[k] = s->in[k] >= 0 && s->in[k] < M->nk ? M->kt[s->in[k]] : -1;
@@ -399,4 +469,14 @@ struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
 out:
 	mo_free(M);
 	return mg;
+}
+
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
+{
+	return rebuild(src, true, false);
+}
+
+struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src)
+{
+	return rebuild(src, false, true);
 }

@@ -196,6 +196,11 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
  * same maps, as one kernel (superopt/mugraph/merge.c). NULL when no two
  * kernels merge (or out of memory, or a builder refused the result). */
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src);
+/* src with each pre-defined Slice kernel (one axis, step 1) over a tensor
+ * a block saved made by that block instead: a block Slice of the saved
+ * tile and its own saver, the grid dim that split the axis dropped. NULL
+ * when there is none (or out of memory, or a builder refused the result). */
+struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src);
 
 /* ---- serializing ---- */
 

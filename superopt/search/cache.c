@@ -70,8 +70,9 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * dims of 1, MatMuls reading B transposed. 4: an infinity is one unknown
  * of the field wherever it is (a guard's own -inf now checks). 5: axes a
  * Reshape merges walked one outer step at a time; a cover's kernels that
- * hand each other tiles merged into one. */
-#define SEARCH_GENERATION 5u
+ * hand each other tiles merged into one. 6: a Split's parts (Slices of what
+ * a kernel saved) saved by that kernel. */
+#define SEARCH_GENERATION 6u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small

@@ -437,15 +437,13 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	return s;
 }
 
-/* The cover mg with the kernels that hand each other tiles merged
- * (mo_mg_merge_kernels): r->best when it is valid, estimated cheaper and
- * proven; otherwise r is as it was and the caller goes on with mg. */
-static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
-				 const struct mo_gpu *g, struct mo_search_result *r,
-				 struct mo_diag *d)
+/* m (a rewrite of the cover mg, owned here) as r->best when it is valid,
+ * estimated cheaper than r's best and proven; else freed. */
+static enum mo_status try_rebuilt(struct kg *k, const struct mo_mugraph *mg, struct mo_mugraph *m,
+				  const char *how, const struct mo_gpu *g,
+				  struct mo_search_result *r, struct mo_diag *d)
 {
 	const struct mo_search_options *o = k->o;
-	struct mo_mugraph *m = mo_mg_merge_kernels(mg);
 	struct mo_cost c;
 	char why[200];
 	if (m)
@@ -457,19 +455,41 @@ static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
 	struct mo_equiv_report rep;
 	double t0 = mo_seconds();
 	enum mo_status s = mo_search_prove(m, k->prog, o, &rep, &r->stats, d);
-	mo_progressf(o->progress, o->progress_ctx, "  %d kernels merged into %d (%.1f µs, "
-		     "%.1f before): full verification in %.1f s, %s", mg->n_ops, m->n_ops, c.us,
+	mo_progressf(o->progress, o->progress_ctx, "  %d kernels %s %d (%.1f µs, "
+		     "%.1f before): full verification in %.1f s, %s", mg->n_ops, how, m->n_ops, c.us,
 		     r->cost_best.us, mo_seconds() - t0,
-		     !s && rep.verdict == MO_EQUIVALENT ? "equivalent" : "not proven, unmerged");
+		     !s && rep.verdict == MO_EQUIVALENT ? "equivalent" : "not proven, kept apart");
 	if (s || rep.verdict != MO_EQUIVALENT) {
 		mo_mg_free(m);
 		return s;
 	}
+	mo_mg_free(r->best);
 	r->best = m;
 	r->cost_best = c;
 	r->verification = rep;
 	r->why[0] = 0;
 	return MO_OK;
+}
+
+/* The cover mg with the kernels that hand each other tiles merged
+ * (mo_mg_merge_kernels) and then the slices of what a kernel saved made by
+ * that kernel (mo_mg_absorb_slices): r->best when one of them is valid,
+ * estimated cheaper and proven (both rewrites first, then the merge alone);
+ * otherwise r is as it was and the caller goes on with mg. */
+static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
+				 const struct mo_gpu *g, struct mo_search_result *r,
+				 struct mo_diag *d)
+{
+	struct mo_mugraph *merged = mo_mg_merge_kernels(mg);
+	struct mo_mugraph *sliced = mo_mg_absorb_slices(merged ? merged : mg);
+	enum mo_status s = try_rebuilt(k, mg, sliced, merged ? "merged, slices absorbed, into"
+							      : "with slices absorbed into",
+				       g, r, d);
+	if (s || r->best) {
+		mo_mg_free(merged);
+		return s;
+	}
+	return try_rebuilt(k, mg, merged, "merged into", g, r, d);
 }
 
 /* Composes the cheapest cover and proves it. r->best when it is valid,
