@@ -700,6 +700,25 @@ static void append_composes(void **state)
 	test_program_free(&p);
 }
 
+/* A block of grid (4, cols, 1) over rmsnorm_tiny's program: *n its tile of
+ * X's row normalized, x / sqrt(mean(x²) + 1e-6) · g; *w the kernel tensor
+ * of the projection's weight. */
+static struct mo_block_graph *rms_rows(struct mo_mugraph *mg, const struct test_program *p,
+				       int cols, int *n, int *w)
+{
+	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
+	*w = mg_program_input(mg, p->tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mg, 4, cols, 1, 1);
+	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
+	int gt = mo_bg_iter(mg, a, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1, .axes = { 1 } };
+	int rs = mo_bg_op(mg, a, MO_OP_REDUCE_SUM, 1, (int[]){ OP(a, MO_OP_MUL, xt, xt) }, &ax);
+	int mean = OP(a, MO_OP_DIV, rs, mo_bg_const(mg, a, 64));
+	int rms = OP(a, MO_OP_SQRT, OP(a, MO_OP_ADD, mean, mo_bg_const(mg, a, (double)(float)1e-6)));
+	*n = OP(a, MO_OP_MUL, OP(a, MO_OP_DIV, xt, rms), gt);
+	return a;
+}
+
 /* rmsnorm_tiny (X [4, 64]) as two kernels, the norm's of grid (4, 1, 1),
  * one row per block, saving X·g / rms(X); the projection's of grid
  * (grid_b, cols, 1) reads it back by rows and multiplies by W (its columns
@@ -709,18 +728,8 @@ static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_
 					 int loop, bool keep)
 {
 	struct mo_mugraph *mg = mo_mg_new();
-	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
-	int w = mg_program_input(mg, p->tp, "proj.weight");
-	struct mo_block_graph *a = mo_mg_block(mg, 4, 1, 1, 1);
-	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
-	int gt = mo_bg_iter(mg, a, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
-	int sq = OP(a, MO_OP_MUL, xt, xt);
-	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1 };
-	ax.axes[0] = 1;
-	int rs = mo_bg_op(mg, a, MO_OP_REDUCE_SUM, 1, (int[]){ sq }, &ax);
-	int mean = OP(a, MO_OP_DIV, rs, mo_bg_const(mg, a, 64));
-	int rms = OP(a, MO_OP_SQRT, OP(a, MO_OP_ADD, mean, mo_bg_const(mg, a, (double)(float)1e-6)));
-	int n = OP(a, MO_OP_MUL, OP(a, MO_OP_DIV, xt, rms), gt);
+	int n, w;
+	struct mo_block_graph *a = rms_rows(mg, p, 1, &n, &w);
 	int t = mo_bg_save(mg, a, n, 0, MO_PHI, MO_PHI);
 	if (keep)
 		mo_mg_output(mg, t, "normed");
@@ -804,17 +813,9 @@ static void merge_kernels(void **state)
 static struct mo_mugraph *proj_then_slices(const struct test_program *p, bool keep, bool stride)
 {
 	struct mo_mugraph *mg = mo_mg_new();
-	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
-	int w = mg_program_input(mg, p->tp, "proj.weight");
-	struct mo_block_graph *a = mo_mg_block(mg, 4, 3, 1, 1);
-	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
-	int gt = mo_bg_iter(mg, a, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int n, w;
+	struct mo_block_graph *a = rms_rows(mg, p, 3, &n, &w);
 	int wt = mo_bg_iter(mg, a, w, MO_PHI, 1, MO_PHI, MO_PHI);
-	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1, .axes = { 1 } };
-	int rs = mo_bg_op(mg, a, MO_OP_REDUCE_SUM, 1, (int[]){ OP(a, MO_OP_MUL, xt, xt) }, &ax);
-	int mean = OP(a, MO_OP_DIV, rs, mo_bg_const(mg, a, 64));
-	int rms = OP(a, MO_OP_SQRT, OP(a, MO_OP_ADD, mean, mo_bg_const(mg, a, (double)(float)1e-6)));
-	int n = OP(a, MO_OP_MUL, OP(a, MO_OP_DIV, xt, rms), gt);
 	int y = mo_bg_save(mg, a, OP(a, MO_OP_MATMUL, n, wt), 0, 1, MO_PHI);
 	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { 64 },
 				  .steps = { 1 } };
