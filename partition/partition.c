@@ -304,9 +304,10 @@ static void mark_core(const struct mo_tp *tp, const struct opgraph *g, bool *fwd
 }
 
 /* An op a region may hold: in the Lax fragment, with one output. A μGraph's
- * kernel ops and block ops each make one tensor, so a region that holds a
- * Split (several outputs) cannot be one μGraph; its MatMuls and norms fuse
- * without it, and the Split runs as it is. */
+ * kernel ops and block ops each make one tensor, so a region that holds an
+ * op of several outputs (a Split of unknown shapes: the importer reads the
+ * others as one Slice per part) cannot be one μGraph; its MatMuls and norms
+ * fuse without it, and the op runs as it is. */
 static bool fusable(const struct mo_tp_op *op)
 {
 	return op->lax != MO_LAX_NONE && op->n_out <= 1;

@@ -532,8 +532,11 @@ def heads_merge_models(out):
     one head's d columns of the input and the matching d rows of W per step.
     split: X·W reshaped to [b, s, h, d] and transposed to [b, h, s, d]; one
     kernel per head on the grid takes W's d columns of that head and writes
-    the head in place. Both the search's merged axes: no Transpose or
-    Reshape is left outside the fused op."""
+    the head in place. rows_merge: [b, s, n] merged to [b·s, n] by a
+    Reshape, a Gemm with its bias, a Relu (GPT-2's Conv1D, dynamo);
+    rows_heads_merge: the heads transposed and merged to [b·s, h·d], a Gemm
+    with its bias and a residual Add (its c_proj). All the search's merged
+    axes: no Transpose or Reshape is left outside the fused op."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
@@ -561,6 +564,30 @@ def heads_merge_models(out):
             [helper.make_tensor_value_info("X", dt, [b, s, n])],
             [helper.make_tensor_value_info("Y", dt, [b, h, s, d])], [w, heads])
         save_model(out, "matmul_heads_split_%s" % tag, g, models)
+        # GPT-2's Conv1D as torch's dynamo exporter writes it: the rows
+        # [b, s] merged into one by a Reshape, a Gemm with its bias (and an
+        # activation, so that the fused op saves a launch); and its
+        # c_proj, the heads transposed and merged as well ([b·s, h·d]), with
+        # its bias and a residual: the grid walks b one step per block, the
+        # rows of one step s's chunk
+        rows = numpy_helper.from_array(np.array([b * s, h * d], np.int64), "rows")
+        bias = numpy_helper.from_array((rng.standard_normal(n) / 4).astype(npdt), "B")
+        g = helper.make_graph(
+            [helper.make_node("Reshape", ["X", "rows"], ["r"]),
+             helper.make_node("Gemm", ["r", "W", "B"], ["g"]),
+             helper.make_node("Relu", ["g"], ["Y"])], "rows_merge",
+            [helper.make_tensor_value_info("X", dt, [b, s, h * d])],
+            [helper.make_tensor_value_info("Y", dt, [b * s, n])], [w, bias, rows])
+        save_model(out, "matmul_rows_merge_%s" % tag, g, models)
+        g = helper.make_graph(
+            [helper.make_node("Transpose", ["X"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "rows"], ["r"]),
+             helper.make_node("Gemm", ["r", "W", "B"], ["g"]),
+             helper.make_node("Add", ["g", "R"], ["Y"])], "rows_heads_merge",
+            [helper.make_tensor_value_info("X", dt, [b, h, s, d]),
+             helper.make_tensor_value_info("R", dt, [b * s, n])],
+            [helper.make_tensor_value_info("Y", dt, [b * s, n])], [w, bias, rows])
+        save_model(out, "matmul_rows_heads_merge_%s" % tag, g, models)
     return models
 
 
@@ -824,14 +851,16 @@ def main():
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch
                 mine = [r for r in rows if r.split()[0] == name]
-                if name.startswith(("matmul_transb_", "matmul_heads_", "merged_")) and (
+                if name.startswith(("matmul_transb_", "matmul_heads_", "matmul_rows_",
+                                     "merged_")) and (
                         len({r.split()[1] for r in mine}) != 1 or
                         any("launches=1 " not in r for r in mine)):
                     failures.append("%s: not one kernel" % name)
                 # the heads read in place, the kernels merged: no op left
                 # beside the fused one
                 fused = os.path.join(work, name + ".onnx")
-                if name.startswith(("matmul_heads_", "merged_")) and os.path.exists(fused):
+                if name.startswith(("matmul_heads_", "matmul_rows_", "merged_")) and \
+                        os.path.exists(fused):
                     import onnx
                     left = [nd.op_type for nd in onnx.load(fused).graph.node
                             if nd.op_type != "Constant" and not nd.domain]

@@ -155,7 +155,10 @@ static bool axes_build(struct axes *a, const struct mo_tp *tp)
 				ax_union(a, tp, op->in[0], (int)op->p.axes[d], y, d);
 			break;
 		case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE: case MO_OP_FLATTEN: {
-			/* the same non-1 dims in the same order: tie them */
+			/* the same non-1 dims in the same order: tie them, from
+			 * the front and then from the back (row-major: the
+			 * trailing dims a Reshape leaves are the same axes, as
+			 * [b, s, k] to [b·s, k] keeps k) */
 			const struct mo_tensor *x = &tp->tensors[op->in[0]];
 			int i = 0, j = 0;
 			while (i < x->rank && j < R) {
@@ -164,6 +167,14 @@ static bool axes_build(struct axes *a, const struct mo_tp *tp)
 				if (x->dims[i] != tp->tensors[y].dims[j])
 					break;
 				ax_union(a, tp, op->in[0], i++, y, j++);
+			}
+			int bi = x->rank - 1, bj = R - 1;
+			while (bi >= i && bj >= j) {
+				if (x->dims[bi] == 1) { bi--; continue; }
+				if (tp->tensors[y].dims[bj] == 1) { bj--; continue; }
+				if (x->dims[bi] != tp->tensors[y].dims[bj])
+					break;
+				ax_union(a, tp, op->in[0], bi--, y, bj--);
 			}
 			break;
 		}
@@ -824,6 +835,22 @@ static bool same_dims(const struct mo_tensor *t, const int64_t *dims, int rank)
  * TorchScript and Optimum export a Linear: the block graph computes in the
  * operand's rank and one Reshape block op before the saver gives the
  * output's, the same elements in the same order: build() adds it). */
+/* The label of dim dd of output tensor `out` in a block, whose tile there
+ * is `size` long: a merged axis the grid walks one outer step per block
+ * (rows that a Reshape merged from batch and sequence) holds one chunk of
+ * its inner axis. */
+static int out_tile_label(const struct state *s, int out, int dd, int64_t size)
+{
+	struct target *T = s->T;
+	int l = ax_label(&T->ax, out, dd);
+	const struct merge *m = merge_of(T, l);
+	for (int g = 0; m && g < s->S->n_grid; g++)
+		if (s->S->grid_label[g] == m->outer && s->S->grid_tile[g] == 1 &&
+		    size == m->inner_size)
+			return m->inner;
+	return l;
+}
+
 static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank)
 {
 	struct target *T = s->T;
@@ -835,14 +862,14 @@ static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, i
 		if (dims[dd] <= 1)
 			continue;
 		if (!reshape) {
-			if (s->lab[t][dd] != ax_label(&T->ax, out, dd))
+			if (s->lab[t][dd] != out_tile_label(s, out, dd, dims[dd]))
 				return false;
 			continue;
 		}
 		while (d < x->rank && x->dims[d] == 1)
 			d++;
 		if (d == x->rank || x->dims[d] != dims[dd] ||
-		    s->lab[t][d] != ax_label(&T->ax, out, dd))
+		    s->lab[t][d] != out_tile_label(s, out, dd, dims[dd]))
 			return false;
 		d++;
 	}
@@ -1995,6 +2022,14 @@ static bool schedule_classes(struct run *R)
 				int64_t t = representative(size, TILE_CHOICES, 6);
 				fine &= t > 0;
 				S.grid_label[S.n_grid] = T->out_labels[i];
+				/* an output axis a Reshape merged from two of the
+				 * inputs' (rows from batch and sequence): the grid
+				 * walks the outer one a step per block */
+				const struct merge *m = merge_of(T, T->out_labels[i]);
+				if (m) {
+					S.grid_label[S.n_grid] = m->outer;
+					t = 1;
+				}
 				S.grid_tile[S.n_grid++] = t;
 			}
 			if (l >= 0) {
