@@ -71,7 +71,8 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * of the field wherever it is (a guard's own -inf now checks). 5: axes a
  * Reshape merges walked one outer step at a time; a cover's kernels that
  * hand each other tiles merged into one. 6: a Split's parts (Slices of what
- * a kernel saved) saved by that kernel. */
+ * a kernel saved) saved by that kernel; an output axis a Reshape merged on
+ * the grid through its outer axis. */
 #define SEARCH_GENERATION 6u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
