@@ -239,20 +239,40 @@ static bool activation_matmul(const struct mo_tp *tp, const struct mo_tp_op *op)
 	return true;
 }
 
-/* The Add after a projection (a MatMul with a weight): its bias or the
- * residual it joins. The Add goes with the MatMul before the norm or MLP
- * after it claims it, so the projection is not left alone in a region too
- * small to pay for a launch (an attention's output projection: the norm and
- * MLP after its residual already chain two MatMuls). */
-static bool epilogue(const struct mo_tp *tp, const struct mo_tp_op *u, const struct mo_tp_op *v)
+static bool is_view(const struct mo_tp_op *op)
 {
-	return is_matmul(u) && !activation_matmul(tp, u) && v->kind == MO_OP_ADD;
+	return op->kind == MO_OP_RESHAPE || op->kind == MO_OP_SQUEEZE ||
+	       op->kind == MO_OP_UNSQUEEZE || op->kind == MO_OP_FLATTEN;
+}
+
+/* The projection (a MatMul with a weight) whose result op u makes, itself or
+ * through one Reshape-like view (GPT-2's Conv1D: a Gemm over the rows, viewed
+ * back as [batch, sequence, n]); -1 if none. */
+static int projection_of(const struct mo_tp *tp, int u)
+{
+	if (is_view(&tp->ops[u]))
+		u = tp->ops[u].in[0] >= 0 ? tp->tensors[tp->ops[u].in[0]].producer : -1;
+	return u >= 0 && is_matmul(&tp->ops[u]) && !activation_matmul(tp, &tp->ops[u]) ? u : -1;
+}
+
+/* Whether edge u -> v is a projection's epilogue: the Add after it (its
+ * bias or the residual it joins), or the view between it and such an Add
+ * (feeds_add: op v's result is an Add's operand). The epilogue goes with
+ * the MatMul before the norm or MLP after it claims the Add, so the
+ * projection is not left alone in a region too small to pay for a launch
+ * (an attention's output projection: the norm and MLP after its residual
+ * already chain two MatMuls). */
+static bool epilogue(const struct mo_tp *tp, int u, int v, const bool *feeds_add)
+{
+	if (tp->ops[v].kind == MO_OP_ADD)
+		return projection_of(tp, u) >= 0;
+	return is_view(&tp->ops[v]) && feeds_add[v] && projection_of(tp, u) == u;
 }
 
 /* The projection whose residual Add v is (an epilogue Add whose other
- * operand is computed or a graph input, not a bias), or -1. Once they are one set, the
- * residual's readers do not join it: a norm after it is not cut in the
- * middle when the MLP it feeds cannot take the projection too. */
+ * operand is computed or a graph input, not a bias), or -1. Once they are
+ * one set, the residual's readers do not join it: a norm after it is not
+ * cut in the middle when the MLP it feeds cannot take the projection too. */
 static int residual_of(const struct mo_tp *tp, const struct mo_tp_op *v)
 {
 	if (v->kind != MO_OP_ADD || v->n_in != 2)
@@ -260,9 +280,10 @@ static int residual_of(const struct mo_tp *tp, const struct mo_tp_op *v)
 	for (int i = 0; i < 2; i++) {
 		int a = v->in[i], b = v->in[1 - i];
 		int u = a >= 0 ? tp->tensors[a].producer : -1;
-		if (u >= 0 && epilogue(tp, &tp->ops[u], v) && b >= 0 &&
+		int proj = u >= 0 ? projection_of(tp, u) : -1;
+		if (proj >= 0 && b >= 0 &&
 		    (tp->tensors[b].kind == MO_T_VALUE || tp->tensors[b].kind == MO_T_INPUT))
-			return u;
+			return proj;
 	}
 	return -1;
 }
@@ -517,11 +538,19 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	int nc = 0;
 	cands = mo_calloc((size_t)g.pred_start[n] + 1, sizeof *cands);
 	bool *fwd = mo_calloc(nn, sizeof(bool)), *bwd = mo_calloc(nn, sizeof(bool));
+	bool *feeds_add = mo_calloc(nn, sizeof(bool));
 	if (fwd && bwd)
 		mark_core(tp, &g, fwd, bwd);
-	if (!cands || !fwd || !bwd) {
+	for (int v = 0; feeds_add && v < n; v++)
+		for (int k = 0; tp->ops[v].kind == MO_OP_ADD && k < tp->ops[v].n_in; k++) {
+			int t = tp->ops[v].in[k], u = t >= 0 ? tp->tensors[t].producer : -1;
+			if (u >= 0)
+				feeds_add[u] = true;
+		}
+	if (!cands || !fwd || !bwd || !feeds_add) {
 		mo_free(fwd);
 		mo_free(bwd);
+		mo_free(feeds_add);
 		st = mo_diag_nomem(d);
 		goto out;
 	}
@@ -534,12 +563,13 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 			int u = t >= 0 ? tp->tensors[t].producer : -1;
 			if (u < 0 || !fusable(&tp->ops[u]))
 				continue;
-			cands[nc++] = (struct cand){ fwd[u] && bwd[v], epilogue(tp, &tp->ops[u], op),
+			cands[nc++] = (struct cand){ fwd[u] && bwd[v], epilogue(tp, u, v, feeds_add),
 						     mo_tensor_bytes(&tp->tensors[t]), u, v };
 		}
 	}
 	mo_free(fwd);
 	mo_free(bwd);
+	mo_free(feeds_add);
 	qsort(cands, (size_t)nc, sizeof *cands, cand_cmp);
 	for (int v = 0; v < n; v++)
 		okv[v] = fusable(&tp->ops[v]);

@@ -535,7 +535,8 @@ def heads_merge_models(out):
     the head in place. rows_merge: [b, s, n] merged to [b·s, n] by a
     Reshape, a Gemm with its bias, a Relu (GPT-2's Conv1D, dynamo);
     rows_heads_merge: the heads transposed and merged to [b·s, h·d], a Gemm
-    with its bias and a residual Add (its c_proj). All the search's merged
+    with its bias, the view back to [b, s, n] and the residual Add (its
+    c_proj). All the search's merged
     axes: no Transpose or Reshape is left outside the fused op."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -568,8 +569,8 @@ def heads_merge_models(out):
         # [b, s] merged into one by a Reshape, a Gemm with its bias (and an
         # activation, so that the fused op saves a launch); and its
         # c_proj, the heads transposed and merged as well ([b·s, h·d]), with
-        # its bias and a residual: the grid walks b one step per block, the
-        # rows of one step s's chunk
+        # its bias, viewed back as [b, s, n] and added to the residual: the
+        # grid walks b one step per block, the rows of one step s's chunk
         rows = numpy_helper.from_array(np.array([b * s, h * d], np.int64), "rows")
         bias = numpy_helper.from_array((rng.standard_normal(n) / 4).astype(npdt), "B")
         g = helper.make_graph(
@@ -583,10 +584,12 @@ def heads_merge_models(out):
             [helper.make_node("Transpose", ["X"], ["t"], perm=[0, 2, 1, 3]),
              helper.make_node("Reshape", ["t", "rows"], ["r"]),
              helper.make_node("Gemm", ["r", "W", "B"], ["g"]),
-             helper.make_node("Add", ["g", "R"], ["Y"])], "rows_heads_merge",
+             helper.make_node("Reshape", ["g", "back"], ["v"]),
+             helper.make_node("Add", ["v", "R"], ["Y"])], "rows_heads_merge",
             [helper.make_tensor_value_info("X", dt, [b, h, s, d]),
-             helper.make_tensor_value_info("R", dt, [b * s, n])],
-            [helper.make_tensor_value_info("Y", dt, [b * s, n])], [w, bias, rows])
+             helper.make_tensor_value_info("R", dt, [b, s, n])],
+            [helper.make_tensor_value_info("Y", dt, [b, s, n])],
+            [w, bias, rows, numpy_helper.from_array(np.array([b, s, n], np.int64), "back")])
         save_model(out, "matmul_rows_heads_merge_%s" % tag, g, models)
     return models
 

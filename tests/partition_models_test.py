@@ -20,9 +20,9 @@ CLI = None
 MODELS = None
 
 
-def regions(path):
-    r = subprocess.run([CLI, "-q", path, "--list-regions", "--json"], capture_output=True,
-                       text=True, timeout=60)
+def regions(path, *flags):
+    r = subprocess.run([CLI, "-q", path, "--list-regions", "--json", *flags],
+                       capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         raise AssertionError(f"{path}: exit {r.returncode}: {r.stderr}")
     return json.loads(r.stdout)
@@ -129,6 +129,18 @@ class Partition(unittest.TestCase):
         r = doc["regions"][self.region_of(doc, f"{a}/Split")]
         self.assertEqual(r["outputs"], [f"{a}/Split_output_{k}" for k in range(3)])
         self.assertEqual(doc["unfused"], [])
+
+    def test_gpt2_dynamo_projection_takes_its_residual(self):
+        # torch's dynamo exporter writes GPT-2's Conv1D as a view to rows, a
+        # Gemm and a view back: the residual Add after the view is the
+        # projection's epilogue, with the heads' Transpose and Reshape before
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "whole",
+                            "gpt2_dynamo.onnx")
+        doc = regions(path, "--dim", "batch=2", "--dim", "sequence=8")
+        c_proj = ["node_transpose_4", "node_Reshape_247", "node_Gemm_248", "node_view_8",
+                  "node_add_5"]
+        r = self.assert_together(doc, c_proj)
+        self.assertEqual(sorted(doc["regions"][r]["nodes"]), sorted(c_proj))
 
     def test_bert_layer_keeps_layernorms_whole(self):
         doc = regions(self.model("bert_layer"))

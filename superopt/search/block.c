@@ -225,7 +225,11 @@ struct target {
 	 * attention's output before its projection): a loop over `outer`, one
 	 * step at a time, walks `whole` inner_size elements at a time, and
 	 * such a chunk of `whole` is an `inner` axis */
-	struct merge { int whole, outer, inner; int64_t inner_size; } merges[8];
+	struct merge {
+		int whole, outer, inner; /* labels */
+		int whole_el, outer_el, inner_el; /* a tensor dim of each (ax's elements) */
+		int64_t inner_size;
+	} merges[8];
 	int n_merges;
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
@@ -291,16 +295,35 @@ static void find_merges(struct target *T)
 			if (tp->tensors[t[f]].dims[dout] * inner != tp->tensors[t[w]].dims[d[w][i[w]]])
 				break;
 			int whole = ax_label(&T->ax, t[w], d[w][i[w]]);
+			struct merge mg = { .whole_el = t[w] * MO_MAX_RANK + d[w][i[w]],
+					    .outer_el = t[f] * MO_MAX_RANK + dout,
+					    .inner_el = t[f] * MO_MAX_RANK + din, .inner_size = inner };
 			bool known = false;
-			for (int m = 0; m < T->n_merges; m++)
-				known |= T->merges[m].whole == whole;
+			for (int m = 0; m < T->n_merges && !known; m++) {
+				struct merge *k = &T->merges[m];
+				if (ax_find(&T->ax, k->whole_el) != whole)
+					continue;
+				known = true;
+				/* the same whole split again the same way (merged rows
+				 * viewed back as [b, s, n]): the same factors */
+				if (k->inner_size == inner) {
+					ax_union(&T->ax, tp, k->outer_el / MO_MAX_RANK,
+						 k->outer_el % MO_MAX_RANK, t[f], dout);
+					ax_union(&T->ax, tp, k->inner_el / MO_MAX_RANK,
+						 k->inner_el % MO_MAX_RANK, t[f], din);
+				}
+			}
 			if (!known && T->n_merges < 8)
-				T->merges[T->n_merges++] = (struct merge){
-					whole, ax_label(&T->ax, t[f], dout), ax_label(&T->ax, t[f], din),
-					inner };
+				T->merges[T->n_merges++] = mg;
 			i[w]++;
 			i[f] += 2;
 		}
+	}
+	for (int m = 0; m < T->n_merges; m++) { /* the labels after every union */
+		struct merge *k = &T->merges[m];
+		k->whole = ax_find(&T->ax, k->whole_el);
+		k->outer = ax_find(&T->ax, k->outer_el);
+		k->inner = ax_find(&T->ax, k->inner_el);
 	}
 }
 
