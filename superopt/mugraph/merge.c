@@ -409,9 +409,9 @@ static void emit_group(struct merge *M, int g)
 	}
 }
 
-/* src rebuilt with its consecutive kernels merged (merge) or its slices
- * absorbed (slices); NULL when there is nothing to do. */
-static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool merge, bool slices)
+/* src rebuilt with its slices absorbed (absorb), else with its consecutive
+ * kernels merged; NULL when there is nothing to do. */
+static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb)
 {
 	static const struct merge zero;
 	struct merge *M = mo_malloc(sizeof *M);
@@ -422,8 +422,8 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool merge, bool
 	struct mo_mugraph *mg = NULL;
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
 		goto out;
-	bool merged = group_blocks(M, merge);
-	if (!(merge ? merged : slices && absorb_slices(M)))
+	bool merged = group_blocks(M, !absorb);
+	if (absorb ? !absorb_slices(M) : !merged)
 		goto out;
 	find_outside_reads(M);
 	for (int b = 0; b < MO_MG_MAX; b++)
@@ -473,10 +473,10 @@ out:
 
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
 {
-	return rebuild(src, true, false);
+	return rebuild(src, false);
 }
 
 struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src)
 {
-	return rebuild(src, false, true);
+	return rebuild(src, true);
 }

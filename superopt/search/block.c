@@ -851,13 +851,6 @@ static bool same_dims(const struct mo_tensor *t, const int64_t *dims, int rank)
 	return true;
 }
 
-/* Whether tile t may be saved as output j, whose tile has dims[0..rank):
- * the same dims and axis labels, or the same dims of size above 1 with the
- * same labels, in the same order, and only dims of 1 inserted or left out
- * (a region that reshapes [1, n, k] to [n, k] around a 2-D Gemm, as
- * TorchScript and Optimum export a Linear: the block graph computes in the
- * operand's rank and one Reshape block op before the saver gives the
- * output's, the same elements in the same order: build() adds it). */
 /* The label of dim dd of output tensor `out` in a block, whose tile there
  * is `size` long: a merged axis the grid walks one outer step per block
  * (rows that a Reshape merged from batch and sequence) holds one chunk of
@@ -874,6 +867,13 @@ static int out_tile_label(const struct state *s, int out, int dd, int64_t size)
 	return l;
 }
 
+/* Whether tile t may be saved as output j, whose tile has dims[0..rank):
+ * the same dims and axis labels, or the same dims of size above 1 with the
+ * same labels, in the same order, and only dims of 1 inserted or left out
+ * (a region that reshapes [1, n, k] to [n, k] around a 2-D Gemm, as
+ * TorchScript and Optimum export a Linear: the block graph computes in the
+ * operand's rank and one Reshape block op before the saver gives the
+ * output's, the same elements in the same order: build() adds it). */
 static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank)
 {
 	struct target *T = s->T;
