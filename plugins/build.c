@@ -813,7 +813,7 @@ enum mo_status mo_plugin_build(const struct mo_cg_op *ops, int n, const struct m
 		st = mo_diag_set(d, MO_ERR_INPUT, "cannot build the plugin in the temporary folder "
 				 "%s: %s", dir, b.disk);
 	for (int i = 0; !st && i < n; i++)
-		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda && ops[i].rows <= 0;
+		rep[i].tensorrt = trt && rep[i].built && rep[i].cuda;
 out:
 	link_list_free(&L, n);
 	if (o->sources_dir)

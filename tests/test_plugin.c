@@ -561,22 +561,27 @@ static int run_capture(const char *cmd, char *out, size_t len)
 }
 
 /* Builds the RMSNorm+MatMul plugin with CUDA and the options' TensorRT
- * headers (NULL: searched) at tmpdir/TAG.so. */
+ * headers (NULL: searched) at tmpdir/TAG.so: two ops of one μGraph, one of
+ * static shapes and one serving rows (X's first dim, 4 a launch, as a
+ * region fused with dims left unbound is). */
 static void build_trt_plugin(const char *trt_include, const char *tag, char *so, size_t so_len,
-			     struct mo_plugin_op_report *rep)
+			     struct mo_plugin_op_report rep[2])
 {
 	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mg_rmsnorm_matmul(p.tp, RMS_OK, 2, 2, 4);
 	struct mo_plugin_options o = { .cuda = true, .archs = "90", .tensorrt_include = trt_include,
 				       .cg = { .banner = "test_plugin", .target = MO_SM90 },
 				       .warning = keep_warning };
-	struct mo_cg_op op = { .name = "MirageTest", .mg = mg };
+	static const int in_rows[] = { 1, 0, 0 }, out_rows[] = { 1 }; /* X, norm.weight, proj.weight */
+	struct mo_cg_op ops[2] = { { .name = "MirageTest", .mg = mg },
+				   { .name = "MirageTestRows", .mg = mg, .rows = 4, .in_rows = in_rows,
+				     .out_rows = out_rows } };
 	struct mo_diag d;
 	mo_diag_init(&d);
 	warned[0] = 0;
 	snprintf(so, so_len, "%s/%s.so", tmpdir, tag);
-	if (mo_plugin_build(&op, 1, &o, so, rep, &d))
-		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep->why);
+	if (mo_plugin_build(ops, 2, &o, so, rep, &d))
+		fail_msg("%s: build failed: %s (%s)", tag, d.msg, rep[0].why);
 	mo_mg_free(mg);
 	test_program_free(&p);
 }
@@ -605,12 +610,14 @@ static void tensorrt_glue_exports_its_entry_points(void **state)
 	char trt[1024];
 	snprintf(trt, sizeof trt, "%s", found);
 	char so[256];
-	struct mo_plugin_op_report rep;
-	build_trt_plugin(NULL, "trt", so, sizeof so, &rep);
-	assert_true(rep.built);
-	assert_true(rep.cuda);
-	if (!rep.tensorrt)
-		fail_msg("no TensorRT glue in the plugin: %s", warned[0] ? warned : "(no warning)");
+	struct mo_plugin_op_report rep[2];
+	build_trt_plugin(NULL, "trt", so, sizeof so, rep);
+	for (int k = 0; k < 2; k++) {
+		assert_true(rep[k].built);
+		assert_true(rep[k].cuda);
+		if (!rep[k].tensorrt)
+			fail_msg("op %d has no TensorRT plugin: %s", k, warned[0] ? warned : "(no warning)");
+	}
 
 	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
@@ -622,6 +629,7 @@ static void tensorrt_glue_exports_its_entry_points(void **state)
 
 	/* exactly these are exported (what linkers add themselves aside) */
 	static const char *const exported[] = { "RegisterCustomOps", "MirageOnnxPluginOps",
+						"MirageOnnxPluginCheckOps", "MirageOnnxPluginProfile",
 						"getCreators", "setLoggerFinder", "_init", "_fini",
 						"_edata", "_end", "__bss_start" };
 	char cmd[2048], out[16384];
@@ -681,11 +689,13 @@ static void tensorrt_glue_that_fails_is_left_out(void **state)
 	assert_string_equal(mo_plugin_find_tensorrt(&(struct mo_plugin_options){ .tensorrt_include = fake }),
 			    fake);
 	char so[256];
-	struct mo_plugin_op_report rep;
-	build_trt_plugin(fake, "trt_broken", so, sizeof so, &rep);
-	assert_true(rep.built);
-	assert_true(rep.cuda);
-	assert_false(rep.tensorrt);
+	struct mo_plugin_op_report rep[2];
+	build_trt_plugin(fake, "trt_broken", so, sizeof so, rep);
+	for (int k = 0; k < 2; k++) {
+		assert_true(rep[k].built);
+		assert_true(rep[k].cuda);
+		assert_false(rep[k].tensorrt);
+	}
 	if (!strstr(warned, "TensorRT glue did not compile") ||
 	    !strstr(warned, "these are not TensorRT's headers"))
 		fail_msg("the warning does not carry the compiler's error: \"%s\"", warned);

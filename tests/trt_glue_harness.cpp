@@ -111,9 +111,17 @@ public:
 		dims_.push_back(std::make_unique<harness_dim>(value));
 		return dims_.back().get();
 	}
-	const IDimensionExpr *operation(DimensionOperation, const IDimensionExpr &,
-					const IDimensionExpr &) override
+	/* sums and products of constants are constants; anything else is a
+	 * dimension not known at build time */
+	const IDimensionExpr *operation(DimensionOperation op, const IDimensionExpr &a,
+					const IDimensionExpr &b) override
 	{
+		bool known = a.isConstant() && b.isConstant();
+		int64_t x = known ? a.getConstantValue() : 0, y = known ? b.getConstantValue() : 0;
+		if (op == DimensionOperation::kPROD)
+			return constant(known ? x * y : -1);
+		if (op == DimensionOperation::kSUM)
+			return constant(known ? x + y : -1);
 		return nullptr;
 	}
 	const IDimensionExpr *declareSizeTensor(int32_t, const IDimensionExpr &,
@@ -151,17 +159,48 @@ static Dims dims_of(const struct mo_plugin_tensor *t)
 	return d;
 }
 
-static uint64_t numel(const struct mo_plugin_tensor *t)
+/* Leading dims that are rows: input i's, output j's (0 for a static op). */
+static int lead_in(const struct mo_plugin_op *op, int i)
+{
+	return op->rows > 0 ? op->in_rows[i] : 0;
+}
+
+static int lead_out(const struct mo_plugin_op *op, int j)
+{
+	return op->rows > 0 ? op->out_rows[j] : 0;
+}
+
+/* t's dims with its first lead dims holding n rows: 1, ..., 1, n. */
+static Dims dims_rows(const struct mo_plugin_tensor *t, int lead, int64_t n)
+{
+	Dims d = dims_of(t);
+	for (int k = 0; k < lead; k++)
+		d.d[k] = k + 1 == lead ? n : 1;
+	return d;
+}
+
+static uint64_t numel(const Dims &d)
 {
 	uint64_t n = 1;
-	for (int k = 0; k < t->rank; k++)
-		n *= (uint64_t)t->dims[k];
+	for (int k = 0; k < d.nbDims; k++)
+		n *= (uint64_t)d.d[k];
 	return n;
 }
 
 static size_t elem_size(const struct mo_plugin_tensor *t)
 {
 	return t->dtype == 1 ? 4 : 2;
+}
+
+/* The first input with a dim past its rows, and that dim; -1 when none. */
+static int fixed_dim(const struct mo_plugin_op *op, int *dim)
+{
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i].rank > lead_in(op, i)) {
+			*dim = op->in[i].rank - 1;
+			return i;
+		}
+	return -1;
 }
 
 static double load(const std::vector<unsigned char> &b, uint64_t i, int32_t dtype)
@@ -228,15 +267,56 @@ static void check_build(IPluginV3OneBuild *b, const struct mo_plugin_op *op, har
 			      (long long)op->out[i].dims[k]);
 	}
 	/* a dimension not known yet is let through; a known wrong one is not */
-	if (op->n_in > 0 && op->in[0].rank > 0) {
-		ins[0].d[0] = eb.constant(-1);
+	int fi, fd = 0;
+	if ((fi = fixed_dim(op, &fd)) >= 0) {
+		ins[fi].d[fd] = eb.constant(-1);
 		CHECK(b->getOutputShapes(ins.data(), op->n_in, nullptr, 0, outs.data(), op->n_out, eb) == 0,
 		      "getOutputShapes refused an unknown dimension");
-		ins[0].d[0] = eb.constant(op->in[0].dims[0] + 1);
+		ins[fi].d[fd] = eb.constant(op->in[fi].dims[fd] + 1);
 		CHECK(b->getOutputShapes(ins.data(), op->n_in, nullptr, 0, outs.data(), op->n_out, eb) != 0,
 		      "getOutputShapes took a wrong input shape");
 		CHECK(log.take().find("expected shape") != std::string::npos,
 		      "a wrong shape in getOutputShapes is not explained");
+		ins[fi].d[fd] = eb.constant(op->in[fi].dims[fd]);
+	}
+	if (op->rows > 0) {
+		/* rows: 7 of them give outputs of 7 rows; unknown ones give
+		 * outputs whose row dims are unknown, the inputs' own where
+		 * they have as many */
+		for (int i = 0; i < op->n_in; i++) {
+			Dims d = dims_rows(&op->in[i], lead_in(op, i), 7);
+			for (int k = 0; k < lead_in(op, i); k++)
+				ins[i].d[k] = eb.constant(d.d[k]);
+		}
+		CHECK(b->getOutputShapes(ins.data(), op->n_in, nullptr, 0, outs.data(), op->n_out, eb) == 0,
+		      "getOutputShapes refused 7 rows: %s", log.take().c_str());
+		for (int j = 0; j < op->n_out; j++) {
+			Dims want = dims_rows(&op->out[j], lead_out(op, j), 7);
+			for (int k = 0; k < want.nbDims && k < outs[j].nbDims; k++)
+				CHECK(outs[j].d[k] && outs[j].d[k]->isConstant() &&
+					      outs[j].d[k]->getConstantValue() == want.d[k],
+				      "7 rows: output %d dim %d is not %lld", j, k, (long long)want.d[k]);
+		}
+		for (int i = 0; i < op->n_in; i++)
+			for (int k = 0; k < lead_in(op, i); k++)
+				ins[i].d[k] = eb.constant(-1);
+		CHECK(b->getOutputShapes(ins.data(), op->n_in, nullptr, 0, outs.data(), op->n_out, eb) == 0,
+		      "getOutputShapes refused unknown rows: %s", log.take().c_str());
+		for (int j = 0; j < op->n_out; j++) {
+			int src = -1;
+			for (int i = 0; i < op->n_in && src < 0; i++)
+				if (lead_in(op, i) == lead_out(op, j))
+					src = i;
+			for (int k = 0; k < lead_out(op, j); k++)
+				CHECK(outs[j].d[k] && !outs[j].d[k]->isConstant() &&
+					      (src < 0 || outs[j].d[k] == ins[src].d[k]),
+				      "unknown rows: output %d dim %d is not the input's unknown dim", j, k);
+			for (int k = lead_out(op, j); k < op->out[j].rank; k++)
+				CHECK(outs[j].d[k] && outs[j].d[k]->isConstant() &&
+					      outs[j].d[k]->getConstantValue() == op->out[j].dims[k],
+				      "unknown rows: output %d dim %d is not the constant %lld", j, k,
+				      (long long)op->out[j].dims[k]);
+		}
 	}
 
 	/* formats: the table's dtype in the linear format, nothing else */
@@ -265,35 +345,49 @@ static void check_build(IPluginV3OneBuild *b, const struct mo_plugin_op *op, har
 	}
 
 	/* configurePlugin: the exact shape, a profile of that one shape, and
-	 * a profile wider than the kernel */
+	 * a profile wider than the kernel; an op's rows take any range */
 	CHECK(b->configurePlugin(io.data(), op->n_in, io.data() + op->n_in, op->n_out) == 0,
 	      "configurePlugin refused the op's own shapes: %s", log.take().c_str());
-	if (op->n_in > 0 && op->in[0].rank > 0) {
-		io[0].desc.dims.d[0] = -1;
+	if ((fi = fixed_dim(op, &fd)) >= 0) {
+		DynamicPluginTensorDesc keep = io[fi];
+		io[fi].desc.dims.d[fd] = -1;
 		CHECK(b->configurePlugin(io.data(), op->n_in, io.data() + op->n_in, op->n_out) == 0,
 		      "configurePlugin refused a profile of the op's one shape: %s", log.take().c_str());
-		io[0].max.d[0] = op->in[0].dims[0] * 2;
+		io[fi].max.d[fd] = op->in[fi].dims[fd] * 2;
 		CHECK(b->configurePlugin(io.data(), op->n_in, io.data() + op->n_in, op->n_out) != 0,
 		      "configurePlugin took a profile wider than the kernel's shape");
 		CHECK(log.take().find("profile min") != std::string::npos,
 		      "a wide profile is not explained");
+		io[fi] = keep;
+	}
+	if (op->rows > 0) {
+		for (int i = 0; i < op->n_in; i++)
+			for (int k = 0; k < lead_in(op, i); k++) {
+				io[i].desc.dims.d[k] = -1;
+				io[i].min.d[k] = k + 1 == lead_in(op, i) ? 0 : 1;
+				io[i].max.d[k] = 4096;
+			}
+		CHECK(b->configurePlugin(io.data(), op->n_in, io.data() + op->n_in, op->n_out) == 0,
+		      "configurePlugin refused rows from 0 to 4096: %s", log.take().c_str());
 	}
 	CHECK(b->configurePlugin(io.data(), op->n_in + 1, io.data() + op->n_in, op->n_out) != 0,
 	      "configurePlugin took one input too many");
 	log.take();
 }
 
-/* Runs the CUDA kernel through enqueue on the table's inputs and compares it
- * with the CPU kernel; without a GPU, enqueue must fail and say so. */
+/* Runs the CUDA kernel through enqueue on the table's inputs (an op serving
+ * rows: on 7 rows, which no launch size divides evenly) and compares it with
+ * the CPU kernel; without a GPU, enqueue must fail and say so. */
 static void check_enqueue(IPluginV3OneRuntime *r, const struct mo_plugin_op *op, harness_logger &log)
 {
+	const int64_t n_rows = 7;
 	std::vector<PluginTensorDesc> in_desc(op->n_in + 1), out_desc(op->n_out + 1);
 	for (int i = 0; i < op->n_in; i++)
-		in_desc[i] = PluginTensorDesc{ dims_of(&op->in[i]), trt_dtype(op->in[i].dtype),
-					       TensorFormat::kLINEAR, -1.0F };
+		in_desc[i] = PluginTensorDesc{ dims_rows(&op->in[i], lead_in(op, i), n_rows),
+					       trt_dtype(op->in[i].dtype), TensorFormat::kLINEAR, -1.0F };
 	for (int i = 0; i < op->n_out; i++)
-		out_desc[i] = PluginTensorDesc{ dims_of(&op->out[i]), trt_dtype(op->out[i].dtype),
-						TensorFormat::kLINEAR, -1.0F };
+		out_desc[i] = PluginTensorDesc{ dims_rows(&op->out[i], lead_out(op, i), n_rows),
+						trt_dtype(op->out[i].dtype), TensorFormat::kLINEAR, -1.0F };
 
 	if (!has_gpu()) {
 		std::vector<const void *> din(op->n_in + 1, nullptr);
@@ -314,8 +408,9 @@ static void check_enqueue(IPluginV3OneRuntime *r, const struct mo_plugin_op *op,
 	uint64_t seed = 12345;
 	for (int i = 0; i < op->n_in; i++) {
 		const struct mo_plugin_tensor *t = &op->in[i];
-		hin[i].resize(numel(t) * elem_size(t) + 1);
-		for (uint64_t k = 0; k < numel(t); k++) {
+		uint64_t n = numel(in_desc[i].dims);
+		hin[i].resize(n * elem_size(t) + 1);
+		for (uint64_t k = 0; k < n; k++) {
 			seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
 			store(hin[i], k, t->dtype, (float)((seed >> 40) % 2001) / 1000.0F - 1.0F);
 		}
@@ -327,14 +422,16 @@ static void check_enqueue(IPluginV3OneRuntime *r, const struct mo_plugin_op *op,
 		din[i] = p;
 	}
 	for (int i = 0; i < op->n_out; i++) {
-		size_t bytes = numel(&op->out[i]) * elem_size(&op->out[i]) + 1;
+		size_t bytes = numel(out_desc[i].dims) * elem_size(&op->out[i]) + 1;
 		hout[i].assign(bytes, 0);
 		gout[i].assign(bytes, 0);
 		cout_[i] = hout[i].data();
 		CHECK(cudaMalloc(&dout[i], bytes) == cudaSuccess, "cudaMalloc");
 	}
 	char err[256] = "";
-	CHECK(op->cpu(cin.data(), cout_.data(), err, sizeof err) == 0, "the CPU kernel failed: %s", err);
+	CHECK((op->rows > 0 ? op->cpu_rows(cin.data(), cout_.data(), n_rows, err, sizeof err)
+			    : op->cpu(cin.data(), cout_.data(), err, sizeof err)) == 0,
+	      "the CPU kernel failed: %s", err);
 	cudaStream_t stream = nullptr;
 	CHECK(cudaStreamCreate(&stream) == cudaSuccess, "cudaStreamCreate");
 	CHECK(r->enqueue(in_desc.data(), out_desc.data(), din.data(), dout.data(), nullptr, stream) == 0,
@@ -345,7 +442,7 @@ static void check_enqueue(IPluginV3OneRuntime *r, const struct mo_plugin_op *op,
 		CHECK(cudaMemcpy(gout[i].data(), dout[i], gout[i].size(), cudaMemcpyDeviceToHost) ==
 			      cudaSuccess, "cudaMemcpy");
 		double big = 0, worst = 0;
-		for (uint64_t k = 0; k < numel(t); k++) {
+		for (uint64_t k = 0; k < numel(out_desc[i].dims); k++) {
 			double want = load(hout[i], k, t->dtype), got = load(gout[i], k, t->dtype);
 			big = std::fmax(big, std::fabs(want));
 			worst = std::isnan(got) ? INFINITY : std::fmax(worst, std::fabs(got - want));
@@ -384,17 +481,38 @@ static void check_runtime(IPluginV3 *p, const struct mo_plugin_op *op, harness_l
 						   TensorFormat::kLINEAR, -1.0F };
 		CHECK(r->onShapeChange(in.data(), op->n_in, out.data(), op->n_out) == 0,
 		      "onShapeChange refused the op's shapes: %s", log.take().c_str());
-		if (op->n_in > 0 && op->in[0].rank > 0) {
-			in[0].dims.d[in[0].dims.nbDims - 1] += 1;
+		int fd = 0, fi = fixed_dim(op, &fd);
+		if (fi >= 0) {
+			in[fi].dims.d[fd] += 1;
 			CHECK(r->onShapeChange(in.data(), op->n_in, out.data(), op->n_out) != 0,
 			      "onShapeChange took a wrong shape");
 			std::string said = log.take();
 			CHECK(said.find("expected shape") != std::string::npos &&
 				      said.find(op->name) != std::string::npos,
 			      "a wrong shape in onShapeChange is not explained (got \"%s\")", said.c_str());
-			in[0].dims.d[in[0].dims.nbDims - 1] -= 1;
+			in[fi].dims.d[fd] -= 1;
 			CHECK(r->onShapeChange(in.data(), op->n_in, out.data(), op->n_out) == 0,
 			      "onShapeChange");
+		}
+		if (op->rows > 0) {
+			/* any rows, as long as every input with rows has as many */
+			int first = -1, second = -1;
+			for (int i = 0; i < op->n_in; i++) {
+				in[i].dims = dims_rows(&op->in[i], lead_in(op, i), 1000);
+				if (lead_in(op, i) > 0 && first < 0)
+					first = i;
+				else if (lead_in(op, i) > 0 && second < 0)
+					second = i;
+			}
+			CHECK(r->onShapeChange(in.data(), op->n_in, out.data(), op->n_out) == 0,
+			      "onShapeChange refused 1000 rows: %s", log.take().c_str());
+			if (second >= 0) {
+				in[second].dims = dims_rows(&op->in[second], lead_in(op, second), 999);
+				CHECK(r->onShapeChange(in.data(), op->n_in, out.data(), op->n_out) != 0,
+				      "onShapeChange took inputs of 1000 and 999 rows");
+				CHECK(log.take().find("rows") != std::string::npos,
+				      "rows that disagree are not explained");
+			}
 		}
 		check_enqueue(r, op, log);
 	}

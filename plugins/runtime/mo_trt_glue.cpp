@@ -15,11 +15,15 @@
  * the library never links libnvinfer, and loads (for ONNX Runtime, or the
  * CPU kernels) where TensorRT is not installed.
  *
- * Shapes and dtypes are static, taken from the table: the plugin declares
- * constant output dimensions, accepts exactly the table's dtype in the linear
- * format at each position, and fails with a message naming expected and
- * actual shapes when TensorRT configures it for others. Nothing is
- * serialized: the op is identified by its name.
+ * Shapes and dtypes are taken from the table: the plugin declares constant
+ * output dimensions, accepts exactly the table's dtype in the linear format
+ * at each position, and fails with a message naming expected and actual
+ * shapes when TensorRT configures it for others. An op serving rows (fused
+ * with dims left unbound) takes any sizes of its inputs' leading row dims:
+ * its outputs' are the inputs' dimension expressions (IExprBuilder), any
+ * profile range is accepted there, and enqueue runs its rows entry on the
+ * rows the inputs have. Nothing is serialized: the op is identified by its
+ * name.
  *
  * Every method TensorRT calls is noexcept and nothing here throws (nothrow
  * allocations; the one call into foreign code that may throw, the logger
@@ -140,16 +144,6 @@ void mo_trt_fmt_trt_dims(char *buf, size_t len, const nvinfer1::Dims &d) noexcep
 		mo_trt_fmt_dims(buf, len, d.d, (int)d.nbDims);
 }
 
-bool mo_trt_same_dims(const nvinfer1::Dims &d, const struct mo_plugin_tensor *t) noexcept
-{
-	if (d.nbDims != t->rank)
-		return false;
-	for (int k = 0; k < t->rank; k++)
-		if (d.d[k] != t->dims[k])
-			return false;
-	return true;
-}
-
 /* The table's description of position pos (inputs, then outputs), as
  * TensorRT numbers a plugin's tensors. */
 const struct mo_plugin_tensor *mo_trt_tensor(const struct mo_plugin_op *op, int32_t pos) noexcept
@@ -176,7 +170,35 @@ bool mo_trt_op_ok(const struct mo_plugin_op *op) noexcept
 
 		ok = t->rank >= 0 && t->rank <= MO_PLUGIN_MAX_RANK && mo_trt_dtype(t->dtype, &dt);
 	}
+	if (!ok || op->rows <= 0)
+		return ok;
+	/* an op serving rows: its rows entry, and leading dims that exist;
+	 * an output's come from an input with as many, or are the rows */
+	ok = op->cuda_rows && (op->n_in == 0 || op->in_rows) && op->out_rows;
+	for (int i = 0; ok && i < op->n_in; i++)
+		ok = op->in_rows[i] >= 0 && op->in_rows[i] <= op->in[i].rank;
+	for (int j = 0; ok && j < op->n_out; j++) {
+		int lead = op->out_rows[j];
+		bool found = false;
+
+		for (int i = 0; i < op->n_in && !found; i++)
+			found = op->in_rows[i] == lead || (lead == 1 && op->in_rows[i] > 0);
+		ok = lead >= 1 && lead <= op->out[j].rank && found;
+	}
 	return ok;
+}
+
+/* The product of d's first lead dims into *rows: false when one is unknown
+ * (negative) or the product overflows. */
+bool mo_trt_rows_of(const nvinfer1::Dims &d, int lead, int64_t *rows) noexcept
+{
+	*rows = 1;
+	for (int k = 0; k < lead; k++) {
+		if (d.d[k] < 0 || (d.d[k] > 0 && *rows > INT64_MAX / d.d[k]))
+			return false;
+		*rows *= d.d[k];
+	}
+	return true;
 }
 
 /* --- the plugin ------------------------------------------------------------ */
@@ -242,9 +264,12 @@ public:
 		return 0;
 	}
 
-	/* The table's shapes, as constants. An input whose dimension is already
-	 * a known constant is checked here, so that a network of other shapes
-	 * fails where it is built, naming the plugin. */
+	/* The table's shapes, as constants, but for the leading dims of an op
+	 * serving rows: an output's are those of the first input with as many
+	 * (the same expressions), or the product of the first row input's when
+	 * it has one. An input dimension already known is checked here, so
+	 * that a network of other shapes fails where it is built, naming the
+	 * plugin. */
 	int32_t getOutputShapes(const DimsExprs *inputs, int32_t nbInputs, const DimsExprs *shapeInputs,
 				int32_t nbShapeInputs, DimsExprs *outputs, int32_t nbOutputs,
 				nvinfer1::IExprBuilder &exprBuilder) noexcept override
@@ -257,7 +282,7 @@ public:
 			const struct mo_plugin_tensor *t = &op_->in[i];
 			bool same = inputs[i].nbDims == t->rank;
 
-			for (int k = 0; same && k < t->rank; k++) {
+			for (int k = lead_in(i); same && k < t->rank; k++) {
 				const nvinfer1::IDimensionExpr *e = inputs[i].d[k];
 
 				same = !e || !e->isConstant() || e->getConstantValue() == t->dims[k];
@@ -265,15 +290,18 @@ public:
 			if (!same)
 				return shape_error(i, inputs[i], "getOutputShapes");
 		}
-		for (int32_t i = 0; i < nbOutputs; i++) {
-			const struct mo_plugin_tensor *t = &op_->out[i];
+		for (int32_t j = 0; j < nbOutputs; j++) {
+			const struct mo_plugin_tensor *t = &op_->out[j];
+			int lead = lead_out(j);
 
-			outputs[i].nbDims = t->rank;
-			for (int k = 0; k < t->rank; k++) {
-				outputs[i].d[k] = exprBuilder.constant(t->dims[k]);
-				if (!outputs[i].d[k])
+			outputs[j].nbDims = t->rank;
+			for (int k = lead; k < t->rank; k++) {
+				outputs[j].d[k] = exprBuilder.constant(t->dims[k]);
+				if (!outputs[j].d[k])
 					return -1;
 			}
+			if (lead > 0 && !lead_exprs(inputs, lead, outputs[j], exprBuilder))
+				return -1;
 		}
 		return 0;
 	}
@@ -291,8 +319,8 @@ public:
 	}
 
 	/* At build time a dimension may be a wildcard (-1) with the profile's
-	 * range beside it; the kernel was generated for one shape, so the
-	 * range must be that shape. */
+	 * range beside it; past an op's rows the kernel was generated for one
+	 * shape, so the range must be that shape. Rows take any range. */
 	int32_t configurePlugin(const DynamicPluginTensorDesc *in, int32_t nbInputs,
 				const DynamicPluginTensorDesc *out, int32_t nbOutputs) noexcept override
 	{
@@ -304,7 +332,7 @@ public:
 			const nvinfer1::Dims &d = in[i].desc.dims;
 			bool same = d.nbDims == t->rank;
 
-			for (int k = 0; same && k < t->rank; k++)
+			for (int k = lead_in(i); same && k < t->rank; k++)
 				same = d.d[k] == t->dims[k] ||
 				       (d.d[k] == -1 && in[i].min.nbDims == t->rank &&
 					in[i].max.nbDims == t->rank && in[i].min.d[k] == t->dims[k] &&
@@ -320,29 +348,37 @@ public:
 	int32_t onShapeChange(const PluginTensorDesc *in, int32_t nbInputs, const PluginTensorDesc *out,
 			      int32_t nbOutputs) noexcept override
 	{
+		int64_t rows;
+
 		(void)out;
 		if (!counts_ok(nbInputs, nbOutputs, "onShapeChange"))
 			return -1;
-		for (int32_t i = 0; i < nbInputs; i++)
-			if (!mo_trt_same_dims(in[i].dims, &op_->in[i]))
-				return shape_error(i, in[i].dims, "onShapeChange");
-		return 0;
+		return bind_rows(in, "onShapeChange", &rows) ? 0 : -1;
 	}
 
 	/* The generated CUDA entry point launches every kernel of the op on
 	 * TensorRT's stream and allocates its intermediates there
-	 * (cudaMallocAsync), so no workspace is asked for. */
+	 * (cudaMallocAsync), so no workspace is asked for. An op serving rows
+	 * runs on the rows its inputs have now. */
 	int32_t enqueue(const PluginTensorDesc *inputDesc, const PluginTensorDesc *outputDesc,
 			const void *const *inputs, void *const *outputs, void *workspace,
 			cudaStream_t stream) noexcept override
 	{
 		char err[MO_TRT_KERNEL_ERR_LEN];
+		int64_t rows = -1;
+		int rc;
 
-		(void)inputDesc;
 		(void)outputDesc;
 		(void)workspace;
 		err[0] = '\0';
-		if (op_->cuda(inputs, outputs, (void *)stream, err, sizeof(err)) == 0)
+		if (op_->rows > 0 && !bind_rows(inputDesc, "enqueue", &rows))
+			return -1;
+		if (op_->rows > 0)
+			rc = op_->cuda_rows(inputs, outputs, rows < 0 ? 0 : rows, (void *)stream, err,
+					    sizeof(err));
+		else
+			rc = op_->cuda(inputs, outputs, (void *)stream, err, sizeof(err));
+		if (rc == 0)
 			return 0;
 		err[sizeof(err) - 1] = '\0';
 		mo_trt_log(ILogger::Severity::kERROR,
@@ -377,17 +413,92 @@ private:
 		return false;
 	}
 
+	/* Leading dims that are rows: input i's, output j's (0 for a static op). */
+	int lead_in(int32_t i) const noexcept { return op_->rows > 0 ? op_->in_rows[i] : 0; }
+	int lead_out(int32_t j) const noexcept { return op_->rows > 0 ? op_->out_rows[j] : 0; }
+
+	/* out's first lead dims: those of the first input with as many row
+	 * dims, else (lead 1) the product of the first row input's. */
+	bool lead_exprs(const DimsExprs *inputs, int lead, DimsExprs &out,
+			nvinfer1::IExprBuilder &eb) const noexcept
+	{
+		for (int32_t i = 0; i < op_->n_in; i++) {
+			if (lead_in(i) != lead)
+				continue;
+			for (int k = 0; k < lead; k++)
+				out.d[k] = inputs[i].d[k];
+			return true;
+		}
+		for (int32_t i = 0; i < op_->n_in; i++) {
+			if (lead_in(i) == 0)
+				continue;
+			const nvinfer1::IDimensionExpr *e = inputs[i].d[0];
+
+			for (int k = 1; e && k < lead_in(i); k++)
+				e = eb.operation(nvinfer1::DimensionOperation::kPROD, *e, *inputs[i].d[k]);
+			out.d[0] = e;
+			return e != nullptr;
+		}
+		return false; /* refused by mo_trt_op_ok: never here */
+	}
+
+	/* Checks each input's dims against the table (past its rows) and that
+	 * every input with rows has as many; *rows gets them (-1: a static
+	 * op). False after logging why. */
+	bool bind_rows(const PluginTensorDesc *in, const char *where, int64_t *rows) const noexcept
+	{
+		int32_t from = -1;
+
+		*rows = -1;
+		for (int32_t i = 0; i < op_->n_in; i++) {
+			const struct mo_plugin_tensor *t = &op_->in[i];
+			const nvinfer1::Dims &d = in[i].dims;
+			int lead = lead_in(i);
+			int64_t r = -1;
+			bool same = d.nbDims == t->rank && (lead == 0 || mo_trt_rows_of(d, lead, &r));
+
+			for (int k = lead; same && k < t->rank; k++)
+				same = d.d[k] == t->dims[k];
+			if (!same)
+				return shape_error(i, d, where) == 0;
+			if (lead == 0)
+				continue;
+			if (from >= 0 && r != *rows) {
+				mo_trt_log(ILogger::Severity::kERROR,
+					   "mirage_onnx op '%s' (TensorRT, %s): input %d has %lld rows, "
+					   "input %d has %lld",
+					   op_->name, where, (int)i, (long long)r, (int)from,
+					   (long long)*rows);
+				return false;
+			}
+			from = i;
+			*rows = r;
+		}
+		return true;
+	}
+
 	int32_t shape_error(int32_t i, const nvinfer1::Dims &got, const char *where) const noexcept
 	{
 		char want_s[MO_TRT_MSG_LEN / 4], got_s[MO_TRT_MSG_LEN / 4];
 
 		mo_trt_fmt_dims(want_s, sizeof(want_s), op_->in[i].dims, op_->in[i].rank);
 		mo_trt_fmt_trt_dims(got_s, sizeof(got_s), got);
-		mo_trt_log(ILogger::Severity::kERROR,
-			   "mirage_onnx op '%s' (TensorRT, %s): input %d: expected shape %s, got %s "
-			   "(the fused kernel was generated for static shapes; fuse with --dim to "
-			   "bind symbolic dimensions)",
-			   op_->name, where, (int)i, want_s, got_s);
+		if (lead_in(i) > 0)
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, %s): input %d: expected shape %s with "
+				   "any sizes of its first %d dims, got %s",
+				   op_->name, where, (int)i, want_s, lead_in(i), got_s);
+		else if (op_->rows > 0)
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, %s): input %d: expected shape %s, "
+				   "got %s (an input without rows, such as a weight, has one shape)",
+				   op_->name, where, (int)i, want_s, got_s);
+		else
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, %s): input %d: expected shape %s, "
+				   "got %s (the fused kernel was generated for static shapes; fuse "
+				   "with --dim to bind symbolic dimensions)",
+				   op_->name, where, (int)i, want_s, got_s);
 		return -1;
 	}
 
@@ -412,11 +523,24 @@ private:
 		mo_trt_fmt_trt_dims(got_s, sizeof(got_s), got.desc.dims);
 		mo_trt_fmt_trt_dims(min_s, sizeof(min_s), got.min);
 		mo_trt_fmt_trt_dims(max_s, sizeof(max_s), got.max);
-		mo_trt_log(ILogger::Severity::kERROR,
-			   "mirage_onnx op '%s' (TensorRT, configurePlugin): input %d: expected shape %s, "
-			   "got %s (profile min %s, max %s; the fused kernel was generated for static "
-			   "shapes: build the engine for exactly this shape)",
-			   op_->name, (int)i, want_s, got_s, min_s, max_s);
+		if (lead_in(i) > 0)
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, configurePlugin): input %d: expected "
+				   "shape %s with any sizes of its first %d dims, got %s (profile min %s, "
+				   "max %s; past those dims the kernel takes exactly this shape)",
+				   op_->name, (int)i, want_s, lead_in(i), got_s, min_s, max_s);
+		else if (op_->rows > 0)
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, configurePlugin): input %d: expected "
+				   "shape %s, got %s (profile min %s, max %s; an input without rows, such "
+				   "as a weight, has one shape)",
+				   op_->name, (int)i, want_s, got_s, min_s, max_s);
+		else
+			mo_trt_log(ILogger::Severity::kERROR,
+				   "mirage_onnx op '%s' (TensorRT, configurePlugin): input %d: expected "
+				   "shape %s, got %s (profile min %s, max %s; the fused kernel was "
+				   "generated for static shapes: build the engine for exactly this shape)",
+				   op_->name, (int)i, want_s, got_s, min_s, max_s);
 		return -1;
 	}
 
@@ -482,11 +606,6 @@ mo_trt_registry mo_trt_make_registry() noexcept
 		const struct mo_plugin_op *op = mo_plugin_ops[i];
 		mo_trt_creator *c;
 
-		/* an op serving any number of rows is not a TensorRT plugin yet
-		 * (its output dims would be IExprBuilder expressions): TensorRT
-		 * builds its node's local function, the original ops */
-		if (op && op->rows > 0)
-			continue;
 		if (!mo_trt_op_ok(op)) {
 			/* a library built without CUDA has ops, but none
 			 * TensorRT could run; anything else breaks the ABI */
