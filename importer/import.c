@@ -871,12 +871,15 @@ static const char *const like_first_ops[] = {
 	"Floor", "Ceil", "Round", "Sign", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh",
 	"Asinh", "Acosh", "Atanh", "BitwiseNot", "Shrink", "LpNormalization", "Hardmax",
 	"LRN", "CumSum", "Trilu",
+	/* opset 23's, in a form not decomposed (with position_ids) */
+	"RotaryEmbedding",
 	/* ONNX Runtime's, which it registers in ONNX's domain */
 	"SimplifiedLayerNormalization", NULL };
 /* ... and ONNX Runtime's contrib ops of that kind (com.microsoft): an
- * activation, with a bias its first input's last dim */
+ * activation, with a bias its first input's last dim; the rotary
+ * embedding of its first input */
 static const char *const ms_like_first_ops[] = { "FastGelu", "BiasGelu", "QuickGelu", "Gelu",
-						  NULL };
+						  "RotaryEmbedding", NULL };
 
 /* Pad's output shape: each padded axis grows by its begin and end pads
  * (negative ones crop), from the pads input (the attribute before opset
@@ -1611,7 +1614,7 @@ static void settle(struct mo_tp *tp, struct mo_tp_op *op, const char *why, bool 
 
 /* The most steps a decomposition of few operands makes (one of n operands
  * makes at most n). */
-#define MAX_STEPS 12
+#define MAX_STEPS 20
 /* The most parts of a Split read as Slices. */
 #define MAX_SPLIT_PARTS 64
 
@@ -1700,6 +1703,54 @@ static bool attention_form(struct importer *im, const Onnx__NodeProto *n, const 
 	return true;
 }
 
+/* What decompose() needs of a RotaryEmbedding node: X's rank, its
+ * [batch, sequence, heads, head size] view, the rotated dims and whether
+ * the pairs are interleaved. */
+struct rotary_form {
+	int rank;
+	int64_t b, s, heads, head, rot;
+	bool interleaved;
+};
+
+/* Whether opset 23's RotaryEmbedding node n, operands x[0..nin), is the
+ * form decompose() reads: float X of rank 4 [batch, heads, sequence, head
+ * size] or 3 [batch, sequence, hidden] with num_heads dividing hidden, no
+ * position_ids, cos and sin of X's type shaped [batch, sequence, rotary
+ * dim / 2], an even rotary dim of at most the head size. */
+static bool rotary_form(struct importer *im, const Onnx__NodeProto *n, const int *x, size_t nin,
+			struct rotary_form *f)
+{
+	struct mo_tp *tp = im->tp;
+	if (nin < 3 || (nin > 3 && x[3] >= 0) || x[0] < 0 || x[1] < 0 || x[2] < 0)
+		return false; /* position_ids: the caches gathered by a model input */
+	const struct mo_tensor *X = &tp->tensors[x[0]], *c = &tp->tensors[x[1]],
+			       *sn = &tp->tensors[x[2]];
+	if (!X->shape_known || !c->shape_known || !sn->shape_known || !is_float(X->dtype) ||
+	    c->dtype != X->dtype || sn->dtype != X->dtype || (X->rank != 3 && X->rank != 4))
+		return false;
+	int64_t heads = attr_int(n, "num_heads", 0), rot = attr_int(n, "rotary_embedding_dim", 0);
+	f->rank = X->rank;
+	f->b = X->dims[0];
+	f->interleaved = attr_int(n, "interleaved", 0) != 0;
+	if (X->rank == 4) {
+		f->heads = X->dims[1];
+		f->s = X->dims[2];
+		f->head = X->dims[3];
+	} else {
+		if (heads <= 0 || X->dims[2] % heads)
+			return false;
+		f->s = X->dims[1];
+		f->heads = heads;
+		f->head = X->dims[2] / heads;
+	}
+	f->rot = rot > 0 ? rot : f->head;
+	if (rot < 0 || f->rot % 2 || f->rot > f->head || f->rot == 0)
+		return false;
+	int64_t want[3] = { f->b, f->s, f->rot / 2 };
+	return c->rank == 3 && sn->rank == 3 && memcmp(c->dims, want, sizeof want) == 0 &&
+	       memcmp(sn->dims, want, sizeof want) == 0;
+}
+
 /* The ops of the steps, appended to the program for node ni. If any step
  * cannot be fused, none is (with the first step's reason): a region holds
  * the whole node or none of it. */
@@ -1751,6 +1802,21 @@ static enum mo_status add_steps(struct importer *im, int ni, struct step *s, int
 	return MO_OK;
 }
 
+/* A Reshape step's target [a, b, c, d] (d < 0: [a, b, c]) in the
+ * program's arena; NULL when out of memory (the step then fails to infer
+ * its shape and the arena reports it). */
+static const int64_t *rotary_sizes(struct importer *im, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+	int64_t *v = mo_arena_array(&im->tp->arena, 4, sizeof *v);
+	if (v) {
+		v[0] = a;
+		v[1] = b;
+		v[2] = c;
+		v[3] = d;
+	}
+	return v;
+}
+
 /* Node ni as the steps of its alias's decomposition (*done), or left to
  * be one op outside the table (an operand unknown, an output it cannot
  * make). */
@@ -1781,6 +1847,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 	struct mo_tp_op red = { .kind = MO_OP_REDUCE_SUM };
 	double scale = 1, eps = 0;
 	int32_t dtype = 0;
+	struct rotary_form rf = { 0 };
 	switch (a->decomp) {
 	case MO_DECOMP_BIAS_GELU:
 		if (nin != 2 || x[0] < 0 || x[1] < 0)
@@ -1876,6 +1943,10 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 			if (find(im, str(n->input[i])) < 0)
 				return MO_OK;
 		dtype = tp->tensors[find(im, n->input[0])].dtype;
+		break;
+	case MO_DECOMP_ROTARY:
+		if (!rotary_form(im, n, x, nin, &rf))
+			return MO_OK;
 		break;
 	case MO_DECOMP_NONE:
 		return MO_OK;
@@ -2087,6 +2158,96 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		}
 		break;
 	}
+	case MO_DECOMP_ROTARY: {
+		/* on X as [.., rows, head] (a 3-D X viewed as [b, s, heads,
+		 * head]), cos and sin broadcast over the heads: x1, x2 the two
+		 * halves of the rotated dims (their even and odd ones when
+		 * interleaved), real = x1·cos − x2·sin, imag = x1·sin + x2·cos,
+		 * put back side by side (interleaved: pair by pair), then the
+		 * dims not rotated */
+		bool three = rf.rank == 3;
+		int64_t r2 = rf.rot / 2, ax = 3;
+		struct mo_op_params heads_ax = { .n_axes = 1, .axes = { three ? 2 : 1 } };
+		int xv = x[0], c, sn, x1, x2, t1, t2, real, t3, t4, imag, rot;
+		if (three) {
+			TEMP(xv);
+			STEP(MO_OP_RESHAPE, .in = { x[0] }, .n_in = 1, .param = -1, .out = xv,
+			     .p = { .n_sizes = 4, .sizes = rotary_sizes(im, rf.b, rf.s, rf.heads, rf.head) });
+		}
+		TEMP(c);
+		STEP(MO_OP_UNSQUEEZE, .in = { x[1] }, .n_in = 1, .param = -1, .out = c, .p = heads_ax);
+		TEMP(sn);
+		STEP(MO_OP_UNSQUEEZE, .in = { x[2] }, .n_in = 1, .param = -1, .out = sn, .p = heads_ax);
+		TEMP(x1);
+		STEP(MO_OP_SLICE, .in = { xv }, .n_in = 1, .param = -1, .out = x1,
+		     .p = { .n_axes = 1, .axes = { ax }, .starts = { 0 },
+			    .ends = { rf.interleaved ? rf.rot : r2 }, .steps = { rf.interleaved ? 2 : 1 } });
+		TEMP(x2);
+		STEP(MO_OP_SLICE, .in = { xv }, .n_in = 1, .param = -1, .out = x2,
+		     .p = { .n_axes = 1, .axes = { ax }, .starts = { rf.interleaved ? 1 : r2 },
+			    .ends = { rf.rot }, .steps = { rf.interleaved ? 2 : 1 } });
+		TEMP(t1);
+		STEP(MO_OP_MUL, .in = { c, x1 }, .n_in = 2, .param = -1, .out = t1);
+		TEMP(t2);
+		STEP(MO_OP_MUL, .in = { sn, x2 }, .n_in = 2, .param = -1, .out = t2);
+		TEMP(real);
+		STEP(MO_OP_SUB, .in = { t1, t2 }, .n_in = 2, .param = -1, .out = real);
+		TEMP(t3);
+		STEP(MO_OP_MUL, .in = { sn, x1 }, .n_in = 2, .param = -1, .out = t3);
+		TEMP(t4);
+		STEP(MO_OP_MUL, .in = { c, x2 }, .n_in = 2, .param = -1, .out = t4);
+		TEMP(imag);
+		STEP(MO_OP_ADD, .in = { t3, t4 }, .n_in = 2, .param = -1, .out = imag);
+		bool last = rf.rot == rf.head && !three; /* the rotated dims are Y */
+		if (rf.interleaved) {
+			int ru, iu, pairs;
+			struct mo_op_params pair_ax = { .n_axes = 1, .axes = { 4 } };
+			TEMP(ru);
+			STEP(MO_OP_UNSQUEEZE, .in = { real }, .n_in = 1, .param = -1, .out = ru, .p = pair_ax);
+			TEMP(iu);
+			STEP(MO_OP_UNSQUEEZE, .in = { imag }, .n_in = 1, .param = -1, .out = iu, .p = pair_ax);
+			TEMP(pairs);
+			STEP(MO_OP_CONCAT, .in = { ru, iu }, .n_in = 2, .param = -1, .out = pairs,
+			     .p = { .n_axes = 1, .axes = { 4 } });
+			const struct mo_tensor *v = &tp->tensors[x[0]];
+			int64_t d0 = three ? rf.b : v->dims[0], d1 = three ? rf.s : v->dims[1],
+				d2 = three ? rf.heads : v->dims[2];
+			if (last)
+				rot = y[0];
+			else
+				TEMP(rot);
+			STEP(MO_OP_RESHAPE, .in = { pairs }, .n_in = 1, .param = -1, .out = rot,
+			     .p = { .n_sizes = 4, .sizes = rotary_sizes(im, d0, d1, d2, rf.rot) });
+		} else {
+			if (last)
+				rot = y[0];
+			else
+				TEMP(rot);
+			STEP(MO_OP_CONCAT, .in = { real, imag }, .n_in = 2, .param = -1, .out = rot,
+			     .p = { .n_axes = 1, .axes = { ax } });
+		}
+		if (rf.rot < rf.head) {
+			int pass, whole;
+			TEMP(pass);
+			STEP(MO_OP_SLICE, .in = { xv }, .n_in = 1, .param = -1, .out = pass,
+			     .p = { .n_axes = 1, .axes = { ax }, .starts = { rf.rot }, .ends = { rf.head },
+				    .steps = { 1 } });
+			if (three)
+				TEMP(whole);
+			else
+				whole = y[0];
+			STEP(MO_OP_CONCAT, .in = { rot, pass }, .n_in = 2, .param = -1, .out = whole,
+			     .p = { .n_axes = 1, .axes = { ax } });
+			rot = whole;
+		}
+		if (three) {
+			const struct mo_tensor *v = &tp->tensors[x[0]];
+			STEP(MO_OP_RESHAPE, .in = { rot }, .n_in = 1, .param = -1, .out = y[0],
+			     .p = { .n_sizes = 3, .sizes = rotary_sizes(im, v->dims[0], v->dims[1],
+									  v->dims[2], -1) });
+		}
+		break;
+	}
 	case MO_DECOMP_NONE:
 		break;
 	}
@@ -2161,8 +2322,9 @@ static enum mo_status import_node(struct importer *im, int ni)
 			if (st || done)
 				return st;
 		}
-		/* not read: one op outside the table */
+		/* not read: one op outside the table, saying so */
 		op.kind = MO_OP_OPAQUE;
+		op.note = "a form the tool does not decompose (tp/OPS.md)";
 		alias = NULL;
 	}
 	unsigned pmask = alias ? alias->params : param_mask(op.kind, tp->opset);

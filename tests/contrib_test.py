@@ -29,6 +29,8 @@ holds the contrib nodes as they were).
   lowest value, a scale) between MatMuls, decomposed into Transpose,
   MatMul, Mul by the scale, Add of the mask, Softmax and MatMul: the node
   is in a fused op.
+- Opset 23's RotaryEmbedding of 4-D heads without position_ids, between
+  MatMuls (up to 12 kernels a μGraph): the node is in a fused op.
 
 - A model ONNX Runtime's transformer optimizer wrote: the Optimum BERT
   (tests/data/contrib/bert_ortopt.onnx, models/ort_optimize.py), with
@@ -139,6 +141,24 @@ attention.inputs = [(n, [2, 3, 16, 16]) for n in ("q", "k", "v")]
 attention.opset = 23
 
 
+def rotary(rng, dtype):
+    """Opset 23's RotaryEmbedding of a projection's heads (X [2, 4, 3, 16],
+    cos and sin [2, 3, 8], no position_ids), then a MatMul: decomposed into
+    Unsqueezes of cos and sin, two Slices, the rotation's Muls, Sub and Add,
+    and a Concat. Without slices and concats inside block graphs it takes
+    several kernels, so the case allows 12."""
+    W = const(rng, "W", (16, 16), dtype, 0.5)
+    nodes = [h.make_node("MatMul", ["x", "W"], ["q"], name="mm"),
+             h.make_node("RotaryEmbedding", ["q", "cos", "sin"], ["r"], name="op"),
+             h.make_node("MatMul", ["r", "W"], ["y"], name="mm2")]
+    return nodes, [W], [("y", [2, 4, 3, 16])], ["op"]
+
+
+rotary.inputs = [("x", [2, 4, 3, 16]), ("cos", [2, 3, 8]), ("sin", [2, 3, 8])]
+rotary.opset = 23
+rotary.flags = ["--max-kernel-ops", "12"]
+
+
 def channel_op(kind):
     """A MatMul over the last dim of x (channels in dim 1), then one
     decomposed node ('op') over channels: PRelu with a slope per channel
@@ -175,7 +195,7 @@ def channel_op(kind):
     return make
 
 
-CASES = [("chain", chain), ("Attention", attention)] + [(k, decomposition(k)) for k in (
+CASES = [("chain", chain), ("Attention", attention), ("RotaryEmbedding", rotary)] + [(k, decomposition(k)) for k in (
     "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu", "Sum",
     "Mean",
     "ReduceSumSquare", "ReduceL2", "LogSoftmax", "ReduceLogSumExp", "ReduceLogSumExp kept")] + [
@@ -218,7 +238,7 @@ def check(cli, tmp, name, make, dtype):
     out = os.path.join(tmp, f"{tag}_fused.onnx")
     m = model(make, dtype)
     onnx.save(m, src)
-    plugin, regions = fuse(cli, tmp, src, out, "--min-saving", "0")
+    plugin, regions = fuse(cli, tmp, src, out, "--min-saving", "0", *getattr(make, "flags", []))
     fused = {n for g in regions if g["fused"] for n in g["nodes"]}
     _, _, _, wanted = make(np.random.default_rng(0), dtype)
     for n in wanted:

@@ -10,7 +10,10 @@ With --node DIR (ONNX's node tests), the one-op models of the activations
 (the op table's MO_ACTIVATION_LIST: every attribute default and given) and
 Mish and Swish models written here (the Debian test data predates them) are held to
 ORT the same way: the element formulas of tp/mo_elementwise.h are the
-evaluator's and every generated kernel's."""
+evaluator's and every generated kernel's. Always: opset 23's
+RotaryEmbedding in each form the importer decomposes (4-D and 3-D X, halves
+and interleaved pairs, all dims or the first rotary_embedding_dim), so its
+decomposition is ORT's function."""
 import argparse
 import json
 import os
@@ -39,6 +42,29 @@ def activation_model(path, op, opset, **attrs):
                            ir_version=10), path)
 
 
+def rotary_model(path, x_shape, cos_shape, **attrs):
+    """A one-op model of opset 23's RotaryEmbedding without position_ids
+    (the form the importer decomposes)."""
+    from onnx import TensorProto, helper, save
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)] + [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, cos_shape) for n in ("cos", "sin")]
+    g = helper.make_graph([helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"],
+                                            **attrs)], "rotary", ins,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, x_shape)])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)], ir_version=10), path)
+
+
+# RotaryEmbedding's forms: X 4-D [batch, heads, sequence, head] or 3-D
+# [batch, sequence, hidden] with num_heads; halves or interleaved pairs;
+# every dim rotated or the first rotary_embedding_dim
+ROTARY = [("rotary", [2, 4, 3, 8], [2, 3, 4], {}),
+          ("rotary_interleaved", [2, 4, 3, 8], [2, 3, 4], {"interleaved": 1}),
+          ("rotary_dim", [2, 4, 3, 8], [2, 3, 2], {"rotary_embedding_dim": 4}),
+          ("rotary_3d", [2, 3, 32], [2, 3, 4], {"num_heads": 4}),
+          ("rotary_3d_interleaved_dim", [2, 3, 48], [2, 3, 2],
+           {"num_heads": 4, "interleaved": 1, "rotary_embedding_dim": 4})]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", required=True)
@@ -48,6 +74,9 @@ def main():
     passed = failed = 0
     cases = [(n, os.path.join(args.models, f"{n}_tiny_fp32.onnx")) for n in MODELS]
     scratch = tempfile.mkdtemp(prefix="eval_vs_ort_")
+    for name, x_shape, cos_shape, attrs in ROTARY:
+        rotary_model(os.path.join(scratch, name + ".onnx"), x_shape, cos_shape, **attrs)
+        cases.append((name, os.path.join(scratch, name + ".onnx")))
     if args.node:
         cases += [(n, os.path.join(args.node, "test_" + n, "model.onnx")) for n in NODE_TESTS]
         for name, op, opset, attrs in (("mish", "Mish", 18, {}), ("swish", "Swish", 24, {}),

@@ -224,6 +224,8 @@ enum mo_decomp {
 				  * spatial dims, scale and B per channel */
 	MO_DECOMP_BATCH_NORM, /* BatchNormalization (inference): (x − mean) /
 			       * sqrt(var + ε)·scale + B, each per channel */
+	MO_DECOMP_ROTARY,     /* opset 23's RotaryEmbedding: x1·cos − x2·sin and
+			       * x1·sin + x2·cos over the rotated half-pairs */
 };
 struct mo_op_alias {
 	const char *onnx;

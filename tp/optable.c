@@ -317,6 +317,19 @@ const struct mo_op_alias mo_op_aliases[] = {
 	  { 1, 9, 5, 5, 0, 0, 0, 1, 3, { AF("epsilon"), AF("momentum"),
 					 AT("training_mode", INT, 14, 0) }, .bf16_since = 15 },
 	  .decomp = MO_DECOMP_BATCH_NORM, .epsilon = 9.99999974737875163555145263671875e-06 },
+	/* RotaryEmbedding(X, cos_cache, sin_cache[, position_ids]) of opset
+	 * 23: the first rotary_embedding_dim (default: all) of each head's
+	 * values, as pairs (x1, x2) (the two halves, or the even and odd ones
+	 * when interleaved), become (x1·cos − x2·sin, x1·sin + x2·cos); the
+	 * rest pass through. X is [batch, heads, sequence, head size], or
+	 * [batch, sequence, hidden] with num_heads. Decomposed without
+	 * position_ids (cos and sin [batch, sequence, rotary dim / 2]); with
+	 * them, gathering the caches by a model input is not an op of the
+	 * table, and the node stays one op outside it */
+	{ "RotaryEmbedding", MO_OP_CONCAT, 0,
+	  { 23, 23, 3, 4, 0, 0, 0, 1, 1,
+	    { AI("interleaved"), AI("num_heads"), AI("rotary_embedding_dim") }, .bf16_since = 23 },
+	  .decomp = MO_DECOMP_ROTARY },
 	{ NULL, MO_OP_OPAQUE, 0, { 0 }, .n_in = 0 },
 };
 
