@@ -655,6 +655,44 @@ def merged_models(out):
     return models
 
 
+def rotary_models(out):
+    """(name, path) of a projection whose heads get a rotary embedding as
+    the exporters write it (Llama's rotate_half): X·W viewed as [b, heads,
+    s, d], then q·cos + Concat(−q[..., d/2:], q[..., :d/2])·sin, fp16 and
+    fp32: one kernel, its block graph slicing, negating and concatenating
+    the head's halves in shared memory."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(7)
+    angle = np.arange(8)[:, None] * (10000.0 ** (-np.arange(8) / 8))[None, :]
+    emb = np.concatenate([angle, angle], -1)[None, None]
+    models = []
+    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
+                          (TensorProto.FLOAT, np.float32, "fp32")):
+        i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+        inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(npdt), "W"),
+                 numpy_helper.from_array(np.cos(emb).astype(npdt), "cos"),
+                 numpy_helper.from_array(np.sin(emb).astype(npdt), "sin"),
+                 i64([2, 8, 4, 16], "heads"), i64([0], "zero"), i64([8], "half"),
+                 i64([16], "end"), i64([-1], "last")]
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["q"]),
+                 helper.make_node("Reshape", ["q", "heads"], ["qv"]),
+                 helper.make_node("Transpose", ["qv"], ["qt"], perm=[0, 2, 1, 3]),
+                 helper.make_node("Slice", ["qt", "zero", "half", "last"], ["x1"]),
+                 helper.make_node("Slice", ["qt", "half", "end", "last"], ["x2"]),
+                 helper.make_node("Neg", ["x2"], ["nx2"]),
+                 helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+                 helper.make_node("Mul", ["qt", "cos"], ["qc"]),
+                 helper.make_node("Mul", ["rot", "sin"], ["rs"]),
+                 helper.make_node("Add", ["qc", "rs"], ["Y"])]
+        g = helper.make_graph(nodes, "rotary",
+                              [helper.make_tensor_value_info("X", dt, [2, 8, 64])],
+                              [helper.make_tensor_value_info("Y", dt, [2, 4, 8, 16])], inits)
+        save_model(out, "matmul_heads_rotary_%s" % tag, g, models, opset=18)
+    return models
+
+
 def mask_models(out):
     """(name, path) of masks_test.py's models: comparisons, Not/And/Or,
     IsNaN and Where over bool tensors (a byte in memory, 0.0f or 1.0f in
@@ -793,7 +831,7 @@ def main():
             d = os.path.join(work, "activations")
             for name, path in (activation_models(d) + reshape_models(d) + slice_models(d) +
                                transposed_models(d) + heads_merge_models(d) +
-                               merged_models(d) + mask_models(d)):
+                               merged_models(d) + rotary_models(d) + mask_models(d)):
                 paths[name] = path
                 # under TSan the arch without cp.async and one with it
                 jobs.append((name, [None, 800] if args.tsan else [None, 800, 900], "tiny"))

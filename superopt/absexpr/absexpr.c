@@ -209,7 +209,14 @@ static void print_rec(struct mo_ae_pool *p, int id, FILE *out, int depth)
 	case MO_AE_EXP: fputs("exp(", out); break;
 	case MO_AE_SQRT: fputs("sqrt(", out); break;
 	case MO_AE_SUM: fprintf(out, "sum(%lld, ", (long long)x.k); break;
-	case MO_AE_FN: fprintf(out, "%s(", mo_op_table[x.k].name); break;
+	case MO_AE_FN:
+		if (x.k >= MO_OP__COUNT) /* a Slice: start, step, count */
+			fprintf(out, "slice%lld_%lld_%lld(", (long long)((x.k - MO_OP__COUNT) >> 20 & 0xfffff),
+				(long long)(((x.k - MO_OP__COUNT) >> 40 & 0xff) - 128),
+				(long long)((x.k - MO_OP__COUNT) & 0xfffff));
+		else
+			fprintf(out, "%s(", mo_op_table[x.k].name);
+		break;
 	}
 	print_rec(p, x.a, out, depth + 1);
 	if (x.b >= 0) {
@@ -251,6 +258,27 @@ static int64_t tail_size(const struct mo_tensor *x, int64_t axis)
 static int fn(struct mo_ae_pool *p, enum mo_op kind, int a)
 {
 	return mo_ae_make(p, MO_AE_FN, a, -1, kind);
+}
+
+/* A Slice as an uninterpreted function of which elements it takes: its one
+ * axis counted from the end (so a tile of another rank slices alike), the
+ * first element, the step and the count, packed above the op kinds (k of
+ * an MO_AE_FN). -1 when it is not one such axis or does not pack. */
+static int64_t slice_fn(const struct mo_tp *tp, const struct mo_tp_op *op,
+			const struct mo_tensor *x)
+{
+	if (!x || op->p.n_axes != 1 || op->n_out < 1 || op->out[0] < 0)
+		return -1;
+	const struct mo_tensor *y = &tp->tensors[op->out[0]];
+	int64_t a = op->p.axes[0] < 0 ? op->p.axes[0] + x->rank : op->p.axes[0];
+	if (a < 0 || a >= x->rank || y->rank != x->rank)
+		return -1;
+	int64_t start[MO_MAX_RANK], step[MO_MAX_RANK];
+	mo_slice_walk(op, x, start, step);
+	int64_t from_end = x->rank - 1 - a, count = y->dims[a], st = step[a] + 128;
+	if (st < 0 || st > 255 || start[a] >= (1 << 20) || count >= (1 << 20))
+		return -1;
+	return MO_OP__COUNT + ((from_end << 48) | (st << 40) | (start[a] << 20) | count);
 }
 
 /* x / sqrt(sum(k, x·x) / k + eps), the core of both norms */
@@ -334,8 +362,12 @@ int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp
 			r = mo_ae_make(p, MO_AE_ADD, r, in[2], 0);
 		return r;
 	}
+	case MO_OP_SLICE: { /* which part: a rotary embedding's halves differ */
+		int64_t k = slice_fn(tp, op, x);
+		return k < 0 ? a : mo_ae_make(p, MO_AE_FN, a, -1, k);
+	}
 	case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE:
-	case MO_OP_FLATTEN: case MO_OP_SLICE: case MO_OP_EXPAND: case MO_OP_IDENTITY:
+	case MO_OP_FLATTEN: case MO_OP_EXPAND: case MO_OP_IDENTITY:
 	case MO_OP_CAST: case MO_OP_SPLIT:
 		return a;
 	case MO_OP_CONCAT: { /* the parts side by side: as a sum of its operands */

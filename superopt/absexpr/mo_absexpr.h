@@ -21,7 +21,8 @@ enum mo_ae_kind {
 	MO_AE_ADD, MO_AE_MUL, MO_AE_DIV,
 	MO_AE_EXP, MO_AE_SQRT,
 	MO_AE_SUM,   /* sum(k, a): a summed over k elements */
-	MO_AE_FN,    /* an uninterpreted unary function (k: which, an op kind) */
+	MO_AE_FN,    /* an uninterpreted unary function (k: which, an op kind; above
+		      * MO_OP__COUNT, a Slice and which elements it takes) */
 };
 
 struct mo_ae {

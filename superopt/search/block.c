@@ -178,7 +178,23 @@ static bool axes_build(struct axes *a, const struct mo_tp *tp)
 			}
 			break;
 		}
-		case MO_OP_CONCAT: case MO_OP_SPLIT: case MO_OP_SLICE: case MO_OP_GATHER:
+		case MO_OP_CONCAT: case MO_OP_SLICE: {
+			/* the dims it does not cut or join are the operands' */
+			for (int k2 = 0; k2 < op->n_in; k2++) {
+				int x = op->in[k2];
+				if (x < 0 || tp->tensors[x].rank != R)
+					continue;
+				for (int d = 0; d < R; d++) {
+					bool cut = false;
+					for (int i = 0; i < op->p.n_axes; i++)
+						cut |= op->p.axes[i] == d || op->p.axes[i] + R == d;
+					if (!cut)
+						ax_union(a, tp, x, d, y, d);
+				}
+			}
+			break;
+		}
+		case MO_OP_SPLIT: case MO_OP_GATHER:
 		case MO_OP_EXPAND: case MO_OP_OPAQUE: case MO_OP__COUNT:
 			break;
 		default: /* element-wise, softmax, norms, casts: right-aligned */
@@ -231,6 +247,18 @@ struct target {
 		int64_t inner_size;
 	} merges[8];
 	int n_merges;
+	/* the program's Slices over their operand's last axis (step 1 or 2),
+	 * tried as block ops over a tile that holds that axis whole (`size`
+	 * elements); with Neg and a Concat over the last axis, a rotary
+	 * embedding's rotate-half is a few block ops */
+	struct { struct mo_op_params p; int64_t size; int e; } slices[16];
+	int n_slices;
+	/* and the abstract expressions of what they, the program's Negs and
+	 * its Concats read: the only tiles those block ops are tried on (the
+	 * sign and the parts are what expressions leave out, so each would
+	 * otherwise be tried on every tile) */
+	int neg_e[8], n_neg_e;
+	int concat_e[8][2], n_concat_e;
 	int out_labels[8], n_out_labels; /* labels of outputs[0]'s dims (size > 1) */
 	int red_labels[8], n_red_labels;
 	int kept_red[8], n_kept_red; /* output labels the program itself reduces (norms) */
@@ -643,6 +671,26 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 			out[d] = -1;
 		return true;
 	}
+	case MO_OP_SLICE: case MO_OP_CONCAT: {
+		/* over the last axis, which each operand's tile holds whole;
+		 * the result's last axis is no axis of the program's (a part, or
+		 * parts side by side), its others are the operands' */
+		for (int k = 0; k < op->n_in; k++) {
+			int x = op->in[k], rx = s->tensors[x].rank;
+			if (rx != R)
+				return false;
+			int l = s->lab[x][R - 1];
+			if (l >= 0 && (splits(s->S, l) || s->S->loop_label == l))
+				return false;
+			for (int d = 0; d < R - 1; d++) {
+				int lx = s->lab[x][d];
+				if (lx >= 0 && out[d] >= 0 && out[d] != lx)
+					return false;
+				out[d] = lx >= 0 ? lx : out[d];
+			}
+		}
+		return true;
+	}
 	default: /* element-wise: right-aligned, unlike axes do not mix */
 		for (int k = 0; k < op->n_in; k++) {
 			int x = op->in[k];
@@ -664,10 +712,17 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
  * the new tile or -1 (with the reason counted). */
 /* The params of a block op the search makes: what the program's ops of its
  * kind have (a norm's epsilon, Gelu's variant), the reduced axis. */
-static void block_op_params(const struct target *T, int kind, int axis,
+static void block_op_params(const struct target *T, int kind, int axis, int rank,
 			    struct mo_op_params *p)
 {
 	memset(p, 0, sizeof *p);
+	if (kind == MO_OP_SLICE || kind == MO_OP_CONCAT) { /* over the tile's last axis */
+		if (kind == MO_OP_SLICE) /* `axis`: which of the program's */
+			*p = T->slices[axis].p;
+		p->n_axes = 1;
+		p->axes[0] = rank - 1;
+		return;
+	}
 	if (kind == MO_OP_REDUCE_SUM || kind == MO_OP_REDUCE_MAX || kind == MO_OP_LAYER_NORM ||
 	    kind == MO_OP_RMS_NORM) {
 		p->n_axes = 1;
@@ -780,7 +835,13 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 	op->n_in = w >= 0 ? 3 : b >= 0 ? 2 : 1;
 	op->out[0] = y;
 	op->n_out = 1;
-	block_op_params(T, kind, axis, &op->p);
+	block_op_params(T, kind, axis, s->tensors[a].rank, &op->p);
+	if (kind == MO_OP_SLICE && (s->tensors[a].rank < 1 ||
+				    s->tensors[a].dims[s->tensors[a].rank - 1] != T->slices[axis].size)) {
+		s->st.pruned_shape++; /* absolute positions: the whole axis, of its size */
+		s->body.n_tensors = saved_tensors;
+		return -1;
+	}
 	const char *why = NULL;
 	if (!mo_tp_infer(&s->body, op, &why) || !s->tensors[y].shape_known ||
 	    !label_op(s, op, y)) {
@@ -793,8 +854,9 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 	int e = m && m->rank >= 0 ? m->e : mo_ae_of_op(&T->pool, &s->body, op, in);
 	if (m && m->rank < 0 && e >= 0)
 		memo_fill(m, kind, axis, in, &s->tensors[a], e);
-	/* a tile computing what another tile already holds adds nothing */
-	for (int t = 0; t < y; t++) {
+	/* a tile computing what another tile already holds adds nothing (but
+	 * for a Neg: expressions leave the sign out) */
+	for (int t = 0; t < y && kind != MO_OP_NEG; t++) {
 		if (s->e[t] == e && s->tensors[t].kind != MO_T_CONST) {
 			s->st.pruned_duplicate++;
 			s->body.n_tensors = saved_tensors;
@@ -874,6 +936,15 @@ static int out_tile_label(const struct state *s, int out, int dd, int64_t size)
  * TorchScript and Optimum export a Linear: the block graph computes in the
  * operand's rank and one Reshape block op before the saver gives the
  * output's, the same elements in the same order: build() adds it). */
+static bool label_fits(const struct state *s, int tile_label, int out_label)
+{
+	/* a tile's axis of no label (parts side by side: a Concat's) is the
+	 * output's when the tile holds that axis whole */
+	return tile_label == out_label ||
+	       (tile_label < 0 && out_label >= 0 && !splits(s->S, out_label) &&
+		s->S->loop_label != out_label);
+}
+
 static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank)
 {
 	struct target *T = s->T;
@@ -885,14 +956,14 @@ static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, i
 		if (dims[dd] <= 1)
 			continue;
 		if (!reshape) {
-			if (s->lab[t][dd] != out_tile_label(s, out, dd, dims[dd]))
+			if (!label_fits(s, s->lab[t][dd], out_tile_label(s, out, dd, dims[dd])))
 				return false;
 			continue;
 		}
 		while (d < x->rank && x->dims[d] == 1)
 			d++;
 		if (d == x->rank || x->dims[d] != dims[dd] ||
-		    s->lab[t][d] != out_tile_label(s, out, dd, dims[dd]))
+		    !label_fits(s, s->lab[t][d], out_tile_label(s, out, dd, dims[dd])))
 			return false;
 		d++;
 	}
@@ -1071,6 +1142,15 @@ static void dfs(struct state *s)
 		/* unary ops */
 		for (int u = 0; u < T->n_unary; u++)
 			branch(s, T->unary[u], a, -1, 0, 0, 0);
+		for (int k = 0; k < T->n_neg_e; k++)
+			if (T->neg_e[k] == s->e[a]) {
+				branch(s, MO_OP_NEG, a, -1, 0, 0, 0);
+				break;
+			}
+		/* the program's slices of the last axis, of what they slice */
+		for (int k = 0; k < T->n_slices; k++)
+			if (T->slices[k].e == s->e[a])
+				branch(s, MO_OP_SLICE, a, -1, k, 0, 200 + k);
 		/* sums, and maxima (over an axis the tile holds whole) */
 		static const int reductions[] = { MO_OP_REDUCE_SUM, MO_OP_REDUCE_MAX };
 		for (size_t k = 0; k < 2; k++)
@@ -1125,6 +1205,11 @@ static void dfs(struct state *s)
 			for (size_t k = 0; k < 4 && a != b && logic_ab; k++)
 				if (T->kinds[ordered[k]])
 					branch(s, ordered[k], a, b, 0, 0, 0);
+			for (int k = 0; k < T->n_concat_e && a != b; k++)
+				if (T->concat_e[k][0] == s->e[a] && T->concat_e[k][1] == s->e[b]) {
+					branch(s, MO_OP_CONCAT, a, b, 0, 0, 0);
+					break;
+				}
 			if (b < a)
 				continue; /* commutative: one order */
 			static const int symmetric[] = { MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
@@ -1290,7 +1375,7 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 			y = stable_exp(mg, bg, a, sum_axis_of_exp[nt]);
 		} else {
 			struct mo_op_params p;
-			block_op_params(T, st->kind, st->axis, &p);
+			block_op_params(T, st->kind, st->axis, bg->body.tensors[a].rank, &p);
 			y = mo_bg_op(mg, bg, (enum mo_op)st->kind, st->n_in, ops, &p);
 		}
 		tile_mg[nt++] = y;
@@ -1897,7 +1982,41 @@ static void kinds_of(struct target *T)
 				k[MO_OP_DIV] = true;
 			break;
 		case MO_OP_RECIPROCAL: k[MO_OP_DIV] = true; break;
-		case MO_OP_NEG: break;
+		case MO_OP_NEG:
+			if (T->e[op->in[0]] >= 0 && T->n_neg_e < 8) {
+				T->neg_e[T->n_neg_e++] = T->e[op->in[0]];
+				k[MO_OP_NEG] = true;
+			}
+			break;
+		case MO_OP_SLICE: {
+			const struct mo_tensor *x = &tp->tensors[op->in[0]];
+			int64_t ax = op->p.n_axes == 1 && op->p.axes[0] < 0 ? op->p.axes[0] + x->rank
+									     : op->p.axes[0];
+			int e = T->e[op->in[0]];
+			bool known = false;
+			for (int q = 0; q < T->n_slices; q++)
+				known |= memcmp(&T->slices[q].p, &op->p, sizeof op->p) == 0 &&
+					 T->slices[q].size == x->dims[x->rank - 1] && T->slices[q].e == e;
+			if (op->p.n_axes != 1 || !x->shape_known || ax != x->rank - 1 || e < 0 ||
+			    (op->p.steps[0] != 1 && op->p.steps[0] != 2) || known || T->n_slices == 16)
+				break;
+			T->slices[T->n_slices].p = op->p;
+			T->slices[T->n_slices].e = e;
+			T->slices[T->n_slices++].size = x->dims[x->rank - 1];
+			k[MO_OP_SLICE] = true;
+			break;
+		}
+		case MO_OP_CONCAT: {
+			const struct mo_tensor *x = &tp->tensors[op->in[0]];
+			if (op->n_in == 2 && op->in[1] >= 0 && x->shape_known && op->p.n_axes == 1 &&
+			    (op->p.axes[0] == -1 || op->p.axes[0] == x->rank - 1) &&
+			    T->e[op->in[0]] >= 0 && T->e[op->in[1]] >= 0 && T->n_concat_e < 8) {
+				T->concat_e[T->n_concat_e][0] = T->e[op->in[0]];
+				T->concat_e[T->n_concat_e++][1] = T->e[op->in[1]];
+				k[MO_OP_CONCAT] = true;
+			}
+			break;
+		}
 		case MO_OP_GELU: /* one variant per program: a mix fuses the last's */
 			k[MO_OP_GELU] = true;
 			T->gelu_approximate = op->p.approximate;

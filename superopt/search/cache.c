@@ -73,7 +73,7 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * hand each other tiles merged into one. 6: a Split's parts (Slices of what
  * a kernel saved) saved by that kernel; an output axis a Reshape merged on
  * the grid through its outer axis. */
-#define SEARCH_GENERATION 6u
+#define SEARCH_GENERATION 7u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small
