@@ -1042,6 +1042,9 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 			ok = mo_onnx_tensor_doubles(ref->model, r->init, n, 0, n, vals);
 		} else if (ok && r->fvals && r->n_vals == n) {
 			memcpy(vals, r->fvals, n * sizeof *vals);
+		} else if (ok && r->ivals && r->n_vals == n) { /* a folded mask, an index */
+			for (uint64_t k = 0; k < n; k++)
+				vals[k] = (double)r->ivals[k];
 		} else {
 			ok = false;
 		}

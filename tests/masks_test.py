@@ -11,8 +11,9 @@ Runtime on inputs that take both sides of every comparison: LeakyRelu and
 PRelu as ONNX's function bodies write them and a two-comparison mask, every
 op inside fused ops; a chain of every comparison and logic op, every op in a
 region; an attention core with Attention's row-all-masked guard, one
-kernel. cuda_on_cpu_test.py --activations runs the same models' generated
-CUDA through cudasim.
+kernel; a mask folded from constants (Range < 32), which the fused op reads
+as a bool constant. cuda_on_cpu_test.py --activations runs the same models'
+generated CUDA through cudasim.
 """
 import json
 import os
@@ -108,6 +109,24 @@ def guarded_attention():
         [const("last", [-1], np.int64), const("ninf", -np.inf), const("zero", 0.0)])
 
 
+def folded_mask():
+    """Where(Range(64) < 32, X·W, X): the mask depends on constants only,
+    so the importer folds it to a bool constant that the fused op reads
+    (the fused model keeps the Range and Less that make it; the kernel
+    check feeds the folded values)."""
+    n = h.make_node
+    rng = np.random.default_rng(4)
+    return mo_testlib.model(
+        [n("Range", ["start", "limit", "delta"], ["r"], name="range"),
+         n("Less", ["r", "half"], ["m"], name="less"),
+         n("MatMul", ["X", "W"], ["xw"], name="mm"),
+         n("Where", ["m", "xw", "X"], ["Y"], name="where")],
+        [vi("X", [128, 64])], [vi("Y", [128, 64])],
+        [const("start", 0, np.int64), const("limit", 64, np.int64), const("delta", 1, np.int64),
+         const("half", 32, np.int64),
+         const("W", (rng.standard_normal((64, 64)) / 8).astype(np.float32))])
+
+
 class Masks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -162,6 +181,12 @@ class Masks(unittest.TestCase):
         (y,) = self.fuse_and_compare(mask_select(), "select", {"X": x, "Z": z})
         picked = y == 2 * x
         self.assertTrue(picked.any() and not picked.all())
+
+    def test_a_folded_mask_is_read_by_the_fused_op(self):
+        x = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+        (y,) = self.fuse_and_compare(folded_mask(), "folded", {"X": x}, whole=False)
+        np.testing.assert_array_equal(y[:, 32:], x[:, 32:])
+        self.assertFalse(np.allclose(y[:, :32], x[:, :32]))
 
     def test_every_comparison_and_logic_op_is_in_a_region_and_exact(self):
         """Larger than one kernel's block ops: fused in parts, every op
