@@ -225,36 +225,6 @@ static int nonlayout_ops(const struct kg *k, int i, int j)
 	return computing_ops(k->prog, k->order, i, j);
 }
 
-/* Whether ops order[i..j-1] are connected through the tensors they make
- * (not only through what they read from outside: two independent runs
- * side by side are two kernels, or one that merge.c makes of two). */
-static bool connected(const struct kg *k, int i, int j)
-{
-	int comp[MO_MG_MAX];
-	int n = j - i;
-	for (int q = 0; q < n; q++)
-		comp[q] = q;
-	for (bool changed = true; changed;) {
-		changed = false;
-		for (int q = 0; q < n; q++) {
-			const struct mo_tp_op *op = &k->prog->ops[k->order[i + q]];
-			for (int a = 0; a < op->n_in; a++) {
-				int t = op->in[a], prod = t >= 0 ? k->prog->tensors[t].producer : -1;
-				for (int r = 0; prod >= 0 && r < n; r++)
-					if (k->order[i + r] == prod && comp[r] != comp[q]) {
-						int lo = comp[r] < comp[q] ? comp[r] : comp[q];
-						comp[r] = comp[q] = lo;
-						changed = true;
-					}
-			}
-		}
-	}
-	for (int q = 0; q < n; q++)
-		if (comp[q] != 0)
-			return false;
-	return true;
-}
-
 /* Finds the best μGraph of piece (i, j) within `budget` seconds of work. */
 static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 				   struct mo_search_stats *st, struct mo_diag *d)
@@ -271,8 +241,6 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 	const struct mo_gpu *g = k->o->gpu ? k->o->gpu : mo_gpu_of_target(k->o->target);
 	if (j - i == 1) {
 		pc->mg = predefined(sub);
-	} else if (!connected(k, i, j)) {
-		pc->mg = NULL; /* not searched: no work spent on it */
 	} else {
 		struct mo_search_options o = *k->o;
 		o.budget_s = budget;

@@ -64,7 +64,8 @@ def parse_ops(src_dir):
     tables = {}
     for m in re.finditer(r"mo_op(\d+)_(in|out)\[\] = \{(.*?)\n\};", text, re.S):
         ts = []
-        for t in re.finditer(r"\{ (\d+), (\d+), \{ ([\d, ]*) \} \}", m.group(3)):
+        # a scalar's dims are written "{0 }": no space after the brace
+        for t in re.finditer(r"\{ (\d+), (\d+), \{ ?([\d, ]*?) ?\} \}", m.group(3)):
             dims = [int(x) for x in t.group(3).split(",") if x.strip()]
             ts.append((int(t.group(1)), dims[: int(t.group(2))]))
         tables[(int(m.group(1)), m.group(2))] = ts
