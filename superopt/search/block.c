@@ -708,8 +708,6 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 	}
 }
 
-/* Adds a block op (or accumulator) with its shape and expression; returns
- * the new tile or -1 (with the reason counted). */
 /* The params of a block op the search makes: what the program's ops of its
  * kind have (a norm's epsilon, Gelu's variant), the reduced axis. */
 static void block_op_params(const struct target *T, int kind, int axis, int rank,
@@ -779,6 +777,8 @@ static void memo_fill(struct memo *m, int kind, int axis, const int *in,
 	m->keep = -1;
 }
 
+/* Adds a block op (or accumulator) with its shape and expression; returns
+ * the new tile or -1 (with the reason counted). */
 static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis, double cval)
 {
 	struct target *T = s->T;
@@ -929,6 +929,16 @@ static int out_tile_label(const struct state *s, int out, int dd, int64_t size)
 	return l;
 }
 
+/* Whether a tile's axis of label tile_label may be saved as an output axis
+ * of label out_label: the same label, or none (parts side by side: a
+ * Concat's) when the tile holds that output axis whole. */
+static bool label_fits(const struct state *s, int tile_label, int out_label)
+{
+	return tile_label == out_label ||
+	       (tile_label < 0 && out_label >= 0 && !splits(s->S, out_label) &&
+		s->S->loop_label != out_label);
+}
+
 /* Whether tile t may be saved as output j, whose tile has dims[0..rank):
  * the same dims and axis labels, or the same dims of size above 1 with the
  * same labels, in the same order, and only dims of 1 inserted or left out
@@ -936,15 +946,6 @@ static int out_tile_label(const struct state *s, int out, int dd, int64_t size)
  * TorchScript and Optimum export a Linear: the block graph computes in the
  * operand's rank and one Reshape block op before the saver gives the
  * output's, the same elements in the same order: build() adds it). */
-static bool label_fits(const struct state *s, int tile_label, int out_label)
-{
-	/* a tile's axis of no label (parts side by side: a Concat's) is the
-	 * output's when the tile holds that axis whole */
-	return tile_label == out_label ||
-	       (tile_label < 0 && out_label >= 0 && !splits(s->S, out_label) &&
-		s->S->loop_label != out_label);
-}
-
 static bool saves_as(const struct state *s, int t, int j, const int64_t *dims, int rank)
 {
 	struct target *T = s->T;
@@ -1985,7 +1986,6 @@ static void kinds_of(struct target *T)
 		case MO_OP_NEG:
 			if (T->e[op->in[0]] >= 0 && T->n_neg_e < 8) {
 				T->neg_e[T->n_neg_e++] = T->e[op->in[0]];
-				k[MO_OP_NEG] = true;
 			}
 			break;
 		case MO_OP_SLICE: {
@@ -2003,7 +2003,6 @@ static void kinds_of(struct target *T)
 			T->slices[T->n_slices].p = op->p;
 			T->slices[T->n_slices].e = e;
 			T->slices[T->n_slices++].size = x->dims[x->rank - 1];
-			k[MO_OP_SLICE] = true;
 			break;
 		}
 		case MO_OP_CONCAT: {
@@ -2013,7 +2012,6 @@ static void kinds_of(struct target *T)
 			    T->e[op->in[0]] >= 0 && T->e[op->in[1]] >= 0 && T->n_concat_e < 8) {
 				T->concat_e[T->n_concat_e][0] = T->e[op->in[0]];
 				T->concat_e[T->n_concat_e++][1] = T->e[op->in[1]];
-				k[MO_OP_CONCAT] = true;
 			}
 			break;
 		}
