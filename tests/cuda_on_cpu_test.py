@@ -658,24 +658,30 @@ def merged_models(out):
 def rotary_models(out):
     """(name, path) of a projection whose heads get a rotary embedding as
     the exporters write it (Llama's rotate_half): X·W viewed as [b, heads,
-    s, d], then q·cos + Concat(−q[..., d/2:], q[..., :d/2])·sin, fp16 and
-    fp32: one kernel, its block graph slicing, negating and concatenating
-    the head's halves in shared memory."""
+    s, d], then q·cos + Concat(−q[..., d/2:], q[..., :d/2])·sin, one kernel,
+    its block graph slicing, negating and concatenating the head's halves in
+    shared memory: tiny (4 heads of 16, fp16 and fp32) and at a real head
+    size (8 heads of 128 over 64 tokens, K 1024, fp16: tensor cores and a
+    for-loop of cp.async stages)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
-    angle = np.arange(8)[:, None] * (10000.0 ** (-np.arange(8) / 8))[None, :]
-    emb = np.concatenate([angle, angle], -1)[None, None]
     models = []
-    for dt, npdt, tag in ((TensorProto.FLOAT16, np.float16, "fp16"),
-                          (TensorProto.FLOAT, np.float32, "fp32")):
+    for dt, npdt, tag, b, s, heads, d in (
+            (TensorProto.FLOAT16, np.float16, "fp16", 2, 8, 4, 16),
+            (TensorProto.FLOAT, np.float32, "fp32", 2, 8, 4, 16),
+            (TensorProto.FLOAT16, np.float16, "paper_fp16", 1, 64, 8, 128)):
+        angle = np.arange(s)[:, None] * (10000.0 ** (-np.arange(d // 2) / (d // 2)))[None, :]
+        emb = np.concatenate([angle, angle], -1)[None, None]
         i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
-        inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(npdt), "W"),
+        n = heads * d
+        inits = [numpy_helper.from_array((rng.standard_normal((n, n)) / np.sqrt(n)).astype(npdt),
+                                         "W"),
                  numpy_helper.from_array(np.cos(emb).astype(npdt), "cos"),
                  numpy_helper.from_array(np.sin(emb).astype(npdt), "sin"),
-                 i64([2, 8, 4, 16], "heads"), i64([0], "zero"), i64([8], "half"),
-                 i64([16], "end"), i64([-1], "last")]
+                 i64([b, s, heads, d], "heads"), i64([0], "zero"), i64([d // 2], "half"),
+                 i64([d], "end"), i64([-1], "last")]
         nodes = [helper.make_node("MatMul", ["X", "W"], ["q"]),
                  helper.make_node("Reshape", ["q", "heads"], ["qv"]),
                  helper.make_node("Transpose", ["qv"], ["qt"], perm=[0, 2, 1, 3]),
@@ -687,8 +693,8 @@ def rotary_models(out):
                  helper.make_node("Mul", ["rot", "sin"], ["rs"]),
                  helper.make_node("Add", ["qc", "rs"], ["Y"])]
         g = helper.make_graph(nodes, "rotary",
-                              [helper.make_tensor_value_info("X", dt, [2, 8, 64])],
-                              [helper.make_tensor_value_info("Y", dt, [2, 4, 8, 16])], inits)
+                              [helper.make_tensor_value_info("X", dt, [b, s, n])],
+                              [helper.make_tensor_value_info("Y", dt, [b, heads, s, d])], inits)
         save_model(out, "matmul_heads_rotary_%s" % tag, g, models, opset=18)
     return models
 
