@@ -696,6 +696,24 @@ def rotary_models(out):
                               [helper.make_tensor_value_info("X", dt, [b, s, n])],
                               [helper.make_tensor_value_info("Y", dt, [b, heads, s, d])], inits)
         save_model(out, "matmul_heads_rotary_%s" % tag, g, models, opset=18)
+    # the tables themselves, as Llama's rotary module computes them from
+    # the positions' angles: Concat(f, f) of one tile with itself, Cos and
+    # Sin (unary block ops), scaled and viewed to [1, 1, s, d]: one kernel
+    # with two outputs
+    s, d = 8, 16
+    f = helper.make_tensor_value_info("F", TensorProto.FLOAT, [1, s, d // 2])
+    nodes = [helper.make_node("Mul", ["F", "scale"], ["fs"]),
+             helper.make_node("Concat", ["fs", "fs"], ["emb"], axis=-1),
+             helper.make_node("Cos", ["emb"], ["c"]),
+             helper.make_node("Sin", ["emb"], ["sn"]),
+             helper.make_node("Unsqueeze", ["c", "one"], ["cos"]),
+             helper.make_node("Unsqueeze", ["sn", "one"], ["sin"])]
+    g = helper.make_graph(
+        nodes, "rotary_tables", [f],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1, s, d]) for n in ("cos", "sin")],
+        [numpy_helper.from_array(np.array(1.5, np.float32), "scale"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    save_model(out, "rotary_tables_fp32", g, models, opset=18)
     return models
 
 
@@ -712,7 +730,8 @@ def mask_models(out):
                        ("mask_prelu", masks_test.prelu_body),
                        ("mask_select", masks_test.mask_select),
                        ("mask_logic_chain", masks_test.logic_chain),
-                       ("mask_guarded_attention", masks_test.guarded_attention)):
+                       ("mask_guarded_attention", masks_test.guarded_attention),
+                       ("mask_causal_padding", masks_test.causal_padding_mask)):
         path = os.path.join(out, name + ".onnx")
         onnx.save(make(), path)
         models.append((name, path))
@@ -892,22 +911,22 @@ def main():
             failures.append("no third-party model's kernel ran")
         if args.activations:  # one graph-defined kernel each, or the search lost them
             for name in (j[0] for j in jobs if j[0] in paths):
-                if name.startswith(("matmul_", "mask_", "rows_", "merged_")) and \
+                if name.startswith(("matmul_", "mask_", "rows_", "merged_", "rotary_")) and \
                         not any(r.split()[0] == name for r in rows):
                     failures.append("%s: no kernel ran (not fused?)" % name)
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch
                 mine = [r for r in rows if r.split()[0] == name]
                 if name.startswith(("matmul_transb_", "matmul_heads_", "matmul_rows_",
-                                     "merged_")) and (
+                                     "merged_", "rotary_", "mask_causal")) and (
                         len({r.split()[1] for r in mine}) != 1 or
                         any("launches=1 " not in r for r in mine)):
                     failures.append("%s: not one kernel" % name)
                 # the heads read in place, the kernels merged: no op left
                 # beside the fused one
                 fused = os.path.join(work, name + ".onnx")
-                if name.startswith(("matmul_heads_", "matmul_rows_", "merged_")) and \
-                        os.path.exists(fused):
+                if name.startswith(("matmul_heads_", "matmul_rows_", "merged_", "rotary_",
+                                     "mask_causal")) and os.path.exists(fused):
                     import onnx
                     left = [nd.op_type for nd in onnx.load(fused).graph.node
                             if nd.op_type != "Constant" and not nd.domain]

@@ -12,7 +12,8 @@ PRelu as ONNX's function bodies write them and a two-comparison mask, every
 op inside fused ops; a chain of every comparison and logic op, every op in a
 region; an attention core with Attention's row-all-masked guard, one
 kernel; a mask folded from constants (Range < 32), which the fused op reads
-as a bool constant. cuda_on_cpu_test.py --activations runs the same models'
+as a bool constant; the causal and padding mask of torch's dynamo Llama
+(And with a constant True, Where of two constants), one kernel. cuda_on_cpu_test.py --activations runs the same models'
 generated CUDA through cudasim.
 """
 import json
@@ -109,6 +110,21 @@ def guarded_attention():
         [const("last", [-1], np.int64), const("ninf", -np.inf), const("zero", 0.0)])
 
 
+def causal_padding_mask():
+    """The additive attention mask as torch's dynamo exporter writes a
+    Llama's: And(True, causal) and'ed with the padding mask, then
+    Where(mask, 0, lowest float) -- a scalar constant operand of And and
+    a Where of two constants, one kernel."""
+    n = h.make_node
+    return mo_testlib.model(
+        [n("And", ["ones", "causal"], ["a1"], name="and_true"),
+         n("And", ["a1", "pad"], ["a2"], name="and_pad"),
+         n("Where", ["a2", "zero", "lowest"], ["Y"], name="where")],
+        [vi("pad", [2, 1, 1, 16], B)], [vi("Y", [2, 1, 16, 16])],
+        [const("ones", True, bool), const("causal", np.tril(np.ones((1, 1, 16, 16))), bool),
+         const("zero", 0.0), const("lowest", float(np.finfo(np.float32).min))])
+
+
 def folded_mask():
     """Where(Range(64) < 32, X·W, X): the mask depends on constants only,
     so the importer folds it to a bool constant that the fused op reads
@@ -187,6 +203,15 @@ class Masks(unittest.TestCase):
         (y,) = self.fuse_and_compare(folded_mask(), "folded", {"X": x}, whole=False)
         np.testing.assert_array_equal(y[:, 32:], x[:, 32:])
         self.assertFalse(np.allclose(y[:, :32], x[:, :32]))
+
+    def test_a_causal_and_padding_mask_is_one_kernel(self):
+        pad = np.ones((2, 1, 1, 16), bool)
+        pad[1, ..., 11:] = False
+        (y,) = self.fuse_and_compare(causal_padding_mask(), "causal", {"pad": pad})
+        self.assertEqual(self.kernels, [1])
+        self.assertEqual(y[0, 0, 3, 3], 0.0)
+        self.assertEqual(y[0, 0, 3, 4], np.finfo(np.float32).min)
+        self.assertEqual(y[1, 0, 15, 12], np.finfo(np.float32).min)
 
     def test_every_comparison_and_logic_op_is_in_a_region_and_exact(self):
         """Larger than one kernel's block ops: fused in parts, every op

@@ -84,9 +84,9 @@ enum mo_lax {
 	X(WHERE,       "Where",               UNINTERPRETED, 0, 1, 1, 0)        \
 	X(MAX,         "Max",                 UNINTERPRETED, 0, 1, 1, 0)        \
 	X(MIN,         "Min",                 UNINTERPRETED, 0, 1, 1, 0)        \
-	X(ABS,         "Abs",                 UNINTERPRETED, 0, 1, 1, 0)        \
-	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 0)        \
-	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 0)        \
+	X(ABS,         "Abs",                 UNINTERPRETED, 0, 1, 1, 14)       \
+	X(COS,         "Cos",                 UNINTERPRETED, 0, 1, 4, 12)       \
+	X(SIN,         "Sin",                 UNINTERPRETED, 0, 1, 4, 13)       \
 	X(LOG,         "Log",                 UNINTERPRETED, 0, 1, 4, 11)       \
 	/* comparisons of float operands and logic on their results: a bool   \
 	 * tensor, held as 0 or 1 in float tiles (masks feeding a Where) */    \

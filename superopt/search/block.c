@@ -378,9 +378,9 @@ static bool merge_outer(const struct target *T, int label)
 
 struct step {
 	int kind;          /* enum mo_op, or OP_ACCUM; -1: an iterator; -2: a constant */
-	int in[3], n_in;   /* operand tiles; -2: the constant `value` (one at most) */
-	int input;         /* iterator: which program input (index into prog inputs) */
-	double value;      /* constant */
+	int in[3], n_in;   /* operand tiles; -2: a constant, `value` (the first), */
+	int input;         /* `value2` (a Where's second); iterator: which program */
+	double value, value2; /* input (index into prog inputs) */
 	int axis;          /* ReduceSum's and a norm's axis */
 };
 
@@ -779,10 +779,11 @@ static void memo_fill(struct memo *m, int kind, int axis, const int *in,
 
 /* Adds a block op (or accumulator) with its shape and expression; returns
  * the new tile or -1 (with the reason counted). */
-static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis, double cval)
+static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis, double cval,
+		  double cval2)
 {
 	struct target *T = s->T;
-	int c = -1, a = ins[0], b = n_in > 1 ? ins[1] : -1, w = n_in > 2 ? ins[2] : -1;
+	int a = ins[0], b = n_in > 1 ? ins[1] : -1, w = n_in > 2 ? ins[2] : -1;
 	int saved_tensors = s->body.n_tensors;
 	if (kind == OP_ACCUM) {
 		int y = new_tile(s);
@@ -796,22 +797,25 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 		s->varies[y] = false;
 		return y;
 	}
-	if (b == -2 || w == -2) { /* a scalar constant operand */
-		c = new_tile(s);
-		if (c < 0)
+	/* scalar constant operands, each a tile of its own: the first is
+	 * cval, a second (a Where's other value) cval2 */
+	for (int k = 1, used = 0; k < n_in; k++) {
+		if (ins[k] != -2)
+			continue;
+		int c = new_tile(s);
+		if (c < 0) {
+			s->body.n_tensors = saved_tensors;
 			return -1;
+		}
 		struct mo_tensor *t = &s->tensors[c];
 		t->kind = MO_T_CONST;
 		t->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 		mo_tensor_set_shape(t, 0, NULL);
-		s->e[c] = mo_ae_const(&T->pool, cval);
+		s->e[c] = mo_ae_const(&T->pool, used++ ? cval2 : cval);
 		s->lab[c][0] = -1;
 		s->post[c] = false;
 		s->varies[c] = false;
-		if (b == -2)
-			b = c;
-		else
-			w = c;
+		*(k == 1 ? &b : &w) = c;
 	}
 	if (s->body.n_ops >= MAX_OPS) {
 		s->body.n_tensors = saved_tensors;
@@ -1053,13 +1057,13 @@ static void dfs(struct state *s);
 /* Tries op `kind` over operand tiles ins[0..n_in) (-2: the constant cval)
  * and searches on from there. */
 static void branch_n(struct state *s, int kind, const int *ins, int n_in, int axis, double cval,
-		     int param)
+		     double cval2, int param)
 {
 	uint64_t r = rank_of(kind, ins, n_in, param);
 	if (r <= s->last_rank)
 		return;
 	int tiles = s->body.n_tensors, ops = s->body.n_ops;
-	int y = try_op(s, kind, ins, n_in, axis, cval);
+	int y = try_op(s, kind, ins, n_in, axis, cval, cval2);
 	if (y < 0) {
 		undo(s, tiles, ops);
 		return;
@@ -1068,7 +1072,7 @@ static void branch_n(struct state *s, int kind, const int *ins, int n_in, int ax
 	s->last_rank = r;
 	struct step *st = &s->steps[s->n_steps++];
 	*st = (struct step){ .kind = kind, .in = { ins[0], -1, -1 }, .n_in = n_in, .axis = axis,
-			     .value = cval };
+			     .value = cval, .value2 = cval2 };
 	for (int k = 0; k < n_in; k++) {
 		st->in[k] = ins[k];
 		if (ins[k] >= 0)
@@ -1087,7 +1091,7 @@ static void branch_n(struct state *s, int kind, const int *ins, int n_in, int ax
 
 static void branch(struct state *s, int kind, int a, int b, int axis, double cval, int param)
 {
-	branch_n(s, kind, (int[]){ a, b, -1 }, b == -1 ? 1 : 2, axis, cval, param);
+	branch_n(s, kind, (int[]){ a, b, -1 }, b == -1 ? 1 : 2, axis, cval, 0, param);
 }
 
 /* Tile t is one the program's comparisons, logic ops or Wheres read (by
@@ -1165,30 +1169,36 @@ static void dfs(struct state *s)
 			    s->tensors[a].dims[s->tensors[a].rank - 1] > 1)
 				branch(s, norms[k], a, -1, s->tensors[a].rank - 1, 0, 0);
 		/* with a constant */
+		/* (And and Or of a mask with a constant: a causal mask and'ed
+		 * with an all-true scalar, as torch's dynamo exporter writes it) */
 		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD, MO_OP_LESS,
 					      MO_OP_LESS_EQUAL, MO_OP_GREATER, MO_OP_GREATER_EQUAL,
-					      MO_OP_EQUAL };
+					      MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
 		bool logic_a = logic_operand(s, a);
+		bool bool_a = s->tensors[a].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 		for (size_t k = 0; k < sizeof with_c / sizeof with_c[0]; k++)
 			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts &&
-					(k < 3 || logic_a); c++)
+					(k < 3 || logic_a) && (k < 8 || bool_a); c++)
 				branch(s, with_c[k], a, -2, 0, T->consts[c], 100 + c);
-		/* Where with condition a (a mask: a bool tile) over two tiles, or a
-		 * tile and a constant */
-		if (T->kinds[MO_OP_WHERE] && logic_a &&
-		    s->tensors[a].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+		/* Where with condition a (a mask: a bool tile) over two tiles, a
+		 * tile and a constant, or two constants (Where(mask, 0, −inf),
+		 * an additive attention mask) */
+		if (T->kinds[MO_OP_WHERE] && logic_a && bool_a)
 			for (int x = -T->n_consts; x < n; x++)
 				for (int y = -T->n_consts; y < n; y++) {
-					if ((x < 0 && y < 0) || x == a || y == a ||
+					if (x == y || x == a || y == a ||
 					    (x >= 0 && (s->tensors[x].kind == MO_T_CONST ||
 							!logic_operand(s, x) || !binary_ok(s, a, x))) ||
 					    (y >= 0 && (s->tensors[y].kind == MO_T_CONST ||
 							!logic_operand(s, y) || !binary_ok(s, a, y))))
 						continue;
-					int k = x < 0 ? -x - 1 : y < 0 ? -y - 1 : 0;
+					/* the constants in operand order */
+					double c1 = x < 0 ? T->consts[-x - 1]
+							  : y < 0 ? T->consts[-y - 1] : 0;
+					double c2 = x < 0 && y < 0 ? T->consts[-y - 1] : 0;
 					branch_n(s, MO_OP_WHERE,
 						 (int[]){ a, x < 0 ? -2 : x, y < 0 ? -2 : y }, 3, 0,
-						 T->consts[k], 0);
+						 c1, c2, 0);
 				}
 		/* binary ops over two tiles */
 		for (int b = 0; b < n; b++) {
@@ -1206,7 +1216,9 @@ static void dfs(struct state *s)
 			for (size_t k = 0; k < 4 && a != b && logic_ab; k++)
 				if (T->kinds[ordered[k]])
 					branch(s, ordered[k], a, b, 0, 0, 0);
-			for (int k = 0; k < T->n_concat_e && a != b; k++)
+			/* a part may be joined to itself: Concat(f, f), the
+			 * frequencies of a rotary embedding's cos and sin */
+			for (int k = 0; k < T->n_concat_e; k++)
 				if (T->concat_e[k][0] == s->e[a] && T->concat_e[k][1] == s->e[b]) {
 					branch(s, MO_OP_CONCAT, a, b, 0, 0, 0);
 					break;
@@ -1282,18 +1294,18 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 	int nt = 0;
 	for (int i = 0; i < A->n_steps; i++) {
 		const struct step *st = &A->steps[i];
-		bool konst = false;
+		int konst[3] = { -1, -1, -1 };
 		for (int k = 0; st->kind != -1 && k < st->n_in; k++)
-			konst |= st->in[k] == -2;
-		if (konst) { /* its constant: the tile before its own */
-			step_of_tile[nt] = -1;
-			in[0][nt] = in[1][nt] = in[2][nt] = -1;
-			nt++;
-		}
+			if (st->in[k] == -2) { /* its constants: tiles before its own */
+				konst[k] = nt;
+				step_of_tile[nt] = -1;
+				in[0][nt] = in[1][nt] = in[2][nt] = -1;
+				nt++;
+			}
 		step_of_tile[nt] = st->kind == -1 ? -1 : i;
 		for (int k = 0; k < 3; k++)
 			in[k][nt] = st->kind == -1 || k >= st->n_in ? -1
-				    : st->in[k] == -2 ? nt - 1 : st->in[k];
+				    : st->in[k] == -2 ? konst[k] : st->in[k];
 		nt++;
 	}
 	/* online softmax: each exp over a loop-varying tile whose result reaches
@@ -1341,9 +1353,9 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 			continue;
 		}
 		int ops[3] = { -1, -1, -1 };
-		for (int k = 0; k < st->n_in; k++)
+		for (int k = 0, used = 0; k < st->n_in; k++)
 			if (st->in[k] == -2) {
-				ops[k] = mo_bg_const(mg, bg, st->value);
+				ops[k] = mo_bg_const(mg, bg, used++ ? st->value2 : st->value);
 				tile_mg[nt++] = ops[k];
 			}
 		for (int k = 0; k < st->n_in; k++)
