@@ -72,8 +72,11 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * Reshape merges walked one outer step at a time; a cover's kernels that
  * hand each other tiles merged into one. 6: a Split's parts (Slices of what
  * a kernel saved) saved by that kernel; an output axis a Reshape merged on
- * the grid through its outer axis. */
-#define SEARCH_GENERATION 7u
+ * the grid through its outer axis. 7: Slices, Neg and Concat over a tile's
+ * last axis (rotary embeddings). 8: Cos, Sin and Abs as block ops, a part
+ * concatenated to itself, And/Or with a constant, Where over two
+ * constants. */
+#define SEARCH_GENERATION 8u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small
