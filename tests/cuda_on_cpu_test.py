@@ -516,7 +516,23 @@ def transposed_models(out):
                                                                   else {}))
                                     for n in attn.node], "attention_relu_k",
                                    [vi("Q", s), vi("K", s), vi("V", s)], [vi("Y", s)])
-        graphs = [("gemm", gemm), ("attention", attn)]
+        # grouped-query attention as every exporter writes repeat_kv: K and
+        # V of 2 heads, Unsqueeze → Expand → Reshape to Q's 4 heads; the
+        # kernel reads each KV head in place for the heads that share it
+        kv = [1, 2, 32, 32]
+        rep = [helper.make_node("Unsqueeze", [x, "ax2"], [x + "u"]) for x in "KV"] + \
+              [helper.make_node("Expand", [x + "u", "grouped"], [x + "e"]) for x in "KV"] + \
+              [helper.make_node("Reshape", [x + "e", "heads"], [x + "r"]) for x in "KV"]
+        gqa = helper.make_graph(
+            rep + [helper.make_node(n.op_type, [i + "r" if i in "KV" else i for i in n.input],
+                                    n.output, **({"perm": [0, 1, 3, 2]}
+                                                 if n.op_type == "Transpose" else {"axis": -1}
+                                                 if n.op_type == "Softmax" else {}))
+                   for n in attn.node], "attention_gqa",
+            [vi("Q", [1, 4, 32, 32]), vi("K", kv), vi("V", kv)], [vi("Y", [1, 4, 32, 32])],
+            [numpy_helper.from_array(np.array(v, np.int64), n)
+             for v, n in (([2], "ax2"), ([1, 2, 2, 32, 32], "grouped"), ([1, 4, 32, 32], "heads"))])
+        graphs = [("gemm", gemm), ("attention", attn), ("attention_gqa", gqa)]
         if tag == "fp16":
             graphs.append(("attention_relu_k", relu_k))
         for kind, g in graphs:
@@ -926,7 +942,8 @@ def main():
                 # beside the fused one
                 fused = os.path.join(work, name + ".onnx")
                 if name.startswith(("matmul_heads_", "matmul_rows_", "merged_", "rotary_",
-                                     "mask_causal")) and os.path.exists(fused):
+                                     "mask_causal", "matmul_transb_attention_gqa")) and \
+                        os.path.exists(fused):
                     import onnx
                     left = [nd.op_type for nd in onnx.load(fused).graph.node
                             if nd.op_type != "Constant" and not nd.domain]

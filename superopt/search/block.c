@@ -194,8 +194,7 @@ static bool axes_build(struct axes *a, const struct mo_tp *tp)
 			}
 			break;
 		}
-		case MO_OP_SPLIT: case MO_OP_GATHER:
-		case MO_OP_EXPAND: case MO_OP_OPAQUE: case MO_OP__COUNT:
+		case MO_OP_SPLIT: case MO_OP_GATHER: case MO_OP_OPAQUE: case MO_OP__COUNT:
 			break;
 		default: /* element-wise, softmax, norms, casts: right-aligned */
 			for (int k2 = 0; k2 < op->n_in; k2++) {
