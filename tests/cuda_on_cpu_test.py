@@ -730,6 +730,25 @@ def rotary_models(out):
         [numpy_helper.from_array(np.array(1.5, np.float32), "scale"),
          numpy_helper.from_array(np.array([1], np.int64), "one")])
     save_model(out, "rotary_tables_fp32", g, models, opset=18)
+    # and from the start, as the Hugging Face module is written (Optimum's
+    # export): inv_freq [1, d/2, 1] expanded over the batch times the
+    # positions [b, 1, s] (a MatMul contracting an axis of 1: an outer
+    # product), transposed, then the same: one kernel
+    b = 2
+    inv = (10000.0 ** (-np.arange(d // 2) / (d // 2))).reshape(1, d // 2, 1)
+    nodes = [helper.make_node("Expand", ["inv", "batched"], ["ie"]),
+             helper.make_node("MatMul", ["ie", "P"], ["fr"]),
+             helper.make_node("Transpose", ["fr"], ["F"], perm=[0, 2, 1])] + nodes[:4] + \
+        [helper.make_node("Mul", ["c", "scale"], ["cos"]),
+         helper.make_node("Mul", ["sn", "scale"], ["sin"])]
+    g = helper.make_graph(
+        nodes, "rotary_tables_hf",
+        [helper.make_tensor_value_info("P", TensorProto.FLOAT, [b, 1, s])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [b, s, d]) for n in ("cos", "sin")],
+        [numpy_helper.from_array(inv.astype(np.float32), "inv"),
+         numpy_helper.from_array(np.array([b, d // 2, 1], np.int64), "batched"),
+         numpy_helper.from_array(np.array(1.5, np.float32), "scale")])
+    save_model(out, "rotary_tables_hf_fp32", g, models, opset=18)
     return models
 
 

@@ -634,8 +634,12 @@ static bool label_op(struct state *s, const struct mo_tp_op *op, int y)
 		int ra = A->rank, rb = B->rank, tb = op->p.trans_b;
 		if (ra < 2 || rb < 2)
 			return false;
+		/* the contracted axis, one of the program's; or of size 1 on
+		 * both sides (an outer product: a rotary module's inv_freq ×
+		 * positions), which no label names */
 		int ka = s->lab[a][ra - 1], kb = s->lab[b][rb - 2 + tb];
-		if (ka != kb || ka < 0)
+		bool outer = A->dims[ra - 1] == 1 && B->dims[rb - 2 + tb] == 1;
+		if (ka != kb || (ka < 0 && !outer))
 			return false;
 		out[R - 2] = s->lab[a][ra - 2];
 		out[R - 1] = s->lab[b][rb - 1 - tb];
