@@ -392,13 +392,17 @@ static enum mo_status claim(struct ex *x)
 }
 
 /* Who makes and who reads each name, before and after the replacement. */
-/* The name id of c when it is a decomposition's constant that the fused
- * graph must hold as an initializer (no node of the model makes it); -1
- * otherwise. */
+/* The name id of c when it is a value the fused graph must hold as an
+ * initializer: a decomposition's constant (no node of the model makes it),
+ * or what a folded node the fused node replaces made (a Shape of a tensor
+ * that now stays inside the fused op); -1 otherwise. */
 static int outer_const_id(const struct ex *x, const struct mo_fused_const *c)
 {
 	const int *id = c->outer ? mo_strmap_get(&x->ids, c->name) : NULL;
-	return id && x->producer_before[*id] < 0 ? *id : -1;
+	if (!id)
+		return -1;
+	int p = x->producer_before[*id];
+	return p < 0 || (p < x->n_orig && x->owner[p] >= 0) ? *id : -1;
 }
 
 static enum mo_status count(struct ex *x)

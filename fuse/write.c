@@ -245,7 +245,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 {
 	const struct mo_region *rg = rs[u].rg;
 	const struct mo_mugraph *mg = rs[u].r.best;
-	int *nodes = mo_malloc(sizeof *nodes * (size_t)(rg->n_ops + 1));
+	int *nodes = mo_malloc(sizeof *nodes * (size_t)(rg->n_ops + tp->n_nodes + 1));
 	const char **ins = mo_malloc(sizeof *ins * (size_t)(mg->kg.n_inputs + 1));
 	const char **outs = mo_malloc(sizeof *outs * (size_t)(mg->kg.n_outputs + 1));
 	if (!nodes || !ins || !outs) {
@@ -267,12 +267,44 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		ins[i] = mg->kg.tensors[mg->kg.inputs[i]].name;
 	for (int i = 0; i < mg->kg.n_outputs; i++)
 		outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
-	/* the folded values its ops read (each once), for its function body */
+	/* the folded readers (a Shape) of what the op keeps inside: it replaces
+	 * them, and the fused model holds what they made (mo_part_folded_reader) */
+	int n_readers = 0, *readers = mo_malloc(sizeof *readers * (size_t)(tp->n_nodes + 1));
+	if (!readers) {
+		mo_free(nodes);
+		mo_free(ins);
+		mo_free(outs);
+		return false;
+	}
+	for (int i = 0; i < rg->n_ops; i++) {
+		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
+		for (int k = 0; k < op->n_out; k++) {
+			const struct mo_tensor *x = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
+			bool kept = x != NULL;
+			for (int q = 0; q < mg->kg.n_outputs && kept; q++)
+				kept = strcmp(outs[q], x->name) != 0;
+			for (int c = 0; kept && c < x->n_consumers; c++) {
+				int node = x->consumers[c];
+				bool seen = !mo_part_folded_reader(tp, node);
+				for (int q = 0; q < n_readers && !seen; q++)
+					seen = readers[q] == node;
+				if (!seen)
+					readers[n_readers++] = node;
+			}
+		}
+	}
+	for (int q = 0; q < n_readers; q++)
+		nodes[nn++] = readers[q];
+	/* the folded values its ops read (each once), for its function body,
+	 * and what its folded readers made */
 	int nc = 0, cap = 0;
 	for (int i = 0; i < rg->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
 		cap += op->n_in + op->n_params;
 	}
+	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++)
+		for (int q = 0; q < n_readers; q++)
+			cap += tp->tensors[t].source_node == readers[q];
 	struct mo_fused_const *consts = mo_calloc((size_t)cap + 1, sizeof *consts);
 	if (!consts) {
 		mo_free(nodes);
@@ -309,6 +341,20 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 					.ivals = x->ivals, .outer = inside };
 		}
 	}
+	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++) {
+		const struct mo_tensor *x = &tp->tensors[t];
+		bool mine = false;
+		for (int q = 0; q < n_readers && !mine; q++)
+			mine = x->source_node == readers[q];
+		bool seen = false;
+		for (int q = 0; q < nc && mine && !seen; q++)
+			seen = strcmp(consts[q].name, x->name) == 0;
+		if (mine && !seen)
+			consts[nc++] = (struct mo_fused_const){
+				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
+				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals, .outer = true };
+	}
+	mo_free(readers);
 	char lb[32];
 	snprintf(name, name_len, "%s_region%s", rs[u].op_type, fuse_label(rs, u, lb, sizeof lb));
 	*f = (struct mo_fused_node){ .op_type = rs[u].op_type, .name = name, .n_nodes = nn,

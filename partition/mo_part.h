@@ -51,6 +51,11 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 enum mo_status mo_part_groups(const struct mo_tp *tp, const int *group,
 			      struct mo_partition **out, struct mo_diag *d);
 void mo_part_free(struct mo_partition *p);
+/* Whether ONNX node `node` is folded whole: it made no TP op and every
+ * tensor it makes is a value the importer computed (a Shape of a tensor of
+ * bound dims). A region does not output a tensor only such nodes read
+ * outside it; the fused model holds their values instead. */
+bool mo_part_folded_reader(const struct mo_tp *tp, int node);
 
 /* Checks the two properties everything downstream relies on: every region is
  * convex, and the graph with every region collapsed to one node is acyclic.

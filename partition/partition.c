@@ -349,6 +349,28 @@ static bool in_list(const int *v, int n, int x)
 	return false;
 }
 
+/* Whether ONNX node `node` made no TP op and every tensor it makes is a
+ * value the importer folded whole (a Shape of a tensor whose dims are bound,
+ * and so on): such a reader needs none of its input's elements, and the
+ * fused model holds its outputs as initializers when the tensor it reads
+ * stays inside a fused op (fuse_fused_node_of). */
+bool mo_part_folded_reader(const struct mo_tp *tp, int node)
+{
+	if (node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
+		return false;
+	bool any = false;
+	for (int t = 0; t < tp->n_tensors; t++) {
+		const struct mo_tensor *y = &tp->tensors[t];
+		if (y->source_node != node)
+			continue;
+		if (y->kind != MO_T_CONST || y->init || !y->shape_known || y->is_graph_output ||
+		    (!y->ivals && !y->fvals) || y->n_vals != mo_tensor_numel(y))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
 static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 			       struct mo_region *r, int ri, int *node_region,
 			       struct mo_diag *d)
@@ -385,11 +407,14 @@ static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 			bool used_outside = x->is_graph_output;
 			for (int c = 0; c < x->n_consumers && !used_outside; c++) {
 				int node = x->consumers[c], cop = tp->node_op[node];
-				/* A folded consumer (Shape) needs only the shape, but it
-				 * stays in the fused model unless this region absorbed
-				 * it, and then it reads the tensor from the fused node. */
+				/* A folded consumer (Shape) needs only the shape: when
+				 * all it makes is folded whole, the fused model holds
+				 * that instead; otherwise it stays in the fused model
+				 * unless this region absorbed it, and then it reads the
+				 * tensor from the fused node. */
 				used_outside = cop >= 0 ? p->op_region[cop] != ri
-							: node_region[node] != ri;
+							: node_region[node] != ri &&
+								  !mo_part_folded_reader(tp, node);
 			}
 			if (used_outside)
 				r->outputs[r->n_outputs++] = t;

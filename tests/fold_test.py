@@ -199,6 +199,46 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"proj", "square"}, inside, j)
 
+    def test_a_shape_read_outside_does_not_make_the_fused_op_output_its_tensor(self):
+        """Shape(T) of a tensor a fused op keeps inside, read by a Reshape
+        outside: with the dims bound the Shape is folded whole, so the fused
+        op does not write T for it (GQA's expanded K in an Optimum export),
+        and the fused model holds the shape as an initializer."""
+        from fuse_models_test import fileset, session
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("MatMul", ["X", "W"], ["T"], name="proj"),
+             n("Mul", ["T", "T"], ["Y"], name="square"),
+             n("Shape", ["T"], ["shape"], name="shape"),
+             n("Reshape", ["Z", "shape"], ["Zr"], name="view")],
+            [vi("X", ["batch", "seq", H]), vi("Z", ["batch", "seq", 4])],
+            [vi("Y", ["batch", "seq", 4]), vi("Zr", ["batch", "seq", 4])],
+            [mo_testlib.rng_weight("W", [H, 4], 3)], opset=18)
+        onnx.save(m, self.path)
+        out = os.path.join(self.dir, "f.onnx")
+        self.run_cli("-o", out, "--no-cuda", "--cpu-kernels", "--no-cache", "--budget", "3",
+                     "--min-saving", "0")
+        fused = onnx.load(out)
+        mine = [x for x in fused.graph.node if x.domain.startswith("mirage_onnx")]
+        self.assertEqual(len(mine), 1, [x.op_type for x in fused.graph.node])
+        self.assertEqual(list(mine[0].output), ["Y"])
+        self.assertNotIn("Shape", [x.op_type for x in fused.graph.node])
+        init = {i.name: onnx.numpy_helper.to_array(i) for i in fused.graph.initializer}
+        self.assertEqual(init["shape"].tolist(), [B, S, 4])
+        rng = np.random.default_rng(1)
+        feed = {"X": rng.standard_normal((B, S, H)).astype(np.float32),
+                "Z": rng.standard_normal((B, S, 4)).astype(np.float32)}
+        plugin, _ = fileset(out)
+        for want, got in zip(session(self.path).run(None, feed),
+                             session(out, plugin).run(None, feed)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        # the runtime without the plugin runs the function body
+        for want, got in zip(session(self.path).run(None, feed), session(out).run(None, feed)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for f in os.listdir(self.dir):
+            if f.startswith("f."):
+                os.remove(os.path.join(self.dir, f))
+
 
 if __name__ == "__main__":
     mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)
