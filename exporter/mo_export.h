@@ -43,7 +43,9 @@
  * `outer`, a constant a decomposed node made for one of its steps (Mean's
  * count, an epsilon) that the fused op reads as an input (a μGraph of
  * several kernels passes it between them): the fused graph holds it as an
- * initializer, as no node of the model makes it. */
+ * initializer, as no node of the model makes it; or what a node folded
+ * whole that the fused node replaces made (a Shape of a tensor the fused op
+ * keeps inside), which nodes outside read. */
 struct mo_fused_const {
 	const char *name;
 	int32_t dtype;        /* float, float16, bfloat16, double, int64, int32 or bool */
