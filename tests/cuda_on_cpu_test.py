@@ -369,13 +369,15 @@ def against_ort_on(model, fused, src, work, arch, mname, failures, cu_objs=None)
 
 # the op table's activations (MO_ACTIVATION_LIST) after a MatMul: each
 # fuses into one kernel whose thread code calls its mo_elementwise.h formula
-# (Celu takes float32 only)
+# (Celu takes float32 only); Abs and Sin call fabsf and sinf
 ACTIVATIONS = [("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 17, "fp16,fp32"),
                ("HardSwish", {}, 17, "fp16"), ("LeakyRelu", {"alpha": 0.2}, 17, "fp16"),
                ("Elu", {"alpha": 0.5}, 17, "fp16"), ("Selu", {}, 17, "fp16,fp32"),
                ("Celu", {"alpha": 2.0}, 17, "fp32"), ("Softplus", {}, 17, "fp16"),
                ("Softsign", {}, 17, "fp16"), ("ThresholdedRelu", {"alpha": 0.1}, 17, "fp16"),
-               ("Mish", {}, 18, "fp16,fp32"), ("Swish", {"alpha": 0.7}, 24, "fp16")]
+               ("Mish", {}, 18, "fp16,fp32"), ("Swish", {"alpha": 0.7}, 24, "fp16"),
+               # and the other unary block ops that call a libm function
+               ("Abs", {}, 17, "fp16"), ("Sin", {}, 17, "fp16")]
 
 
 def activation_models(out):
