@@ -248,12 +248,10 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	int *nodes = mo_malloc(sizeof *nodes * (size_t)(rg->n_ops + tp->n_nodes + 1));
 	const char **ins = mo_malloc(sizeof *ins * (size_t)(mg->kg.n_inputs + 1));
 	const char **outs = mo_malloc(sizeof *outs * (size_t)(mg->kg.n_outputs + 1));
-	if (!nodes || !ins || !outs) {
-		mo_free(nodes);
-		mo_free(ins);
-		mo_free(outs);
-		return false;
-	}
+	int n_readers = 0, *readers = mo_malloc(sizeof *readers * (size_t)(tp->n_nodes + 1));
+	struct mo_fused_const *consts = NULL;
+	if (!nodes || !ins || !outs || !readers)
+		goto fail;
 	int nn = 0;
 	for (int i = 0; i < rg->n_ops; i++) {
 		int node = tp->ops[rg->ops[i]].node;
@@ -269,13 +267,6 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		outs[i] = mg->kg.tensors[mg->kg.outputs[i]].name;
 	/* the folded readers (a Shape) of what the op keeps inside: it replaces
 	 * them, and the fused model holds what they made (mo_part_folded_reader) */
-	int n_readers = 0, *readers = mo_malloc(sizeof *readers * (size_t)(tp->n_nodes + 1));
-	if (!readers) {
-		mo_free(nodes);
-		mo_free(ins);
-		mo_free(outs);
-		return false;
-	}
 	for (int i = 0; i < rg->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
 		for (int k = 0; k < op->n_out; k++) {
@@ -305,13 +296,9 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++)
 		for (int q = 0; q < n_readers; q++)
 			cap += tp->tensors[t].source_node == readers[q];
-	struct mo_fused_const *consts = mo_calloc((size_t)cap + 1, sizeof *consts);
-	if (!consts) {
-		mo_free(nodes);
-		mo_free(ins);
-		mo_free(outs);
-		return false;
-	}
+	consts = mo_calloc((size_t)cap + 1, sizeof *consts);
+	if (!consts)
+		goto fail;
 	for (int i = 0; i < rg->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[rg->ops[i]];
 		for (int k = 0; k < op->n_in + op->n_params; k++) {
@@ -362,6 +349,12 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs,
 				     .n_consts = nc, .consts = consts };
 	return true;
+fail:
+	mo_free(nodes);
+	mo_free(ins);
+	mo_free(outs);
+	mo_free(readers);
+	return false;
 }
 void fuse_fused_node_free(struct mo_fused_node *f)
 {
