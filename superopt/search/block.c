@@ -1171,9 +1171,10 @@ static void dfs(struct state *s)
 			if (T->kinds[norms[k]] && s->tensors[a].rank > 0 &&
 			    s->tensors[a].dims[s->tensors[a].rank - 1] > 1)
 				branch(s, norms[k], a, -1, s->tensors[a].rank - 1, 0, 0);
-		/* with a constant */
-		/* (And and Or of a mask with a constant: a causal mask and'ed
-		 * with an all-true scalar, as torch's dynamo exporter writes it) */
+		/* with a constant: the first three over any tile, the
+		 * comparisons over a tile the program compares, And and Or over
+		 * a bool tile (a causal mask and'ed with an all-true scalar, as
+		 * torch's dynamo exporter writes it) */
 		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD, MO_OP_LESS,
 					      MO_OP_LESS_EQUAL, MO_OP_GREATER, MO_OP_GREATER_EQUAL,
 					      MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
