@@ -252,10 +252,12 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		for (int k = 0; k < 3; k++)
 			mo_tp_free(tps[k]);
 		*tp = first;
+		first->sizes_chosen = true;
 		return MO_OK;
 	}
 	mo_tp_free(first);
 	*tp = tps[0];
+	(*tp)->sizes_chosen = true;
 	/* what the symbols became, for --list-regions */
 	for (int i = 0; i < tps[0]->n_syms; i++)
 		for (int k = 0; k < y->n; k++)

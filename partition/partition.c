@@ -350,13 +350,15 @@ static bool in_list(const int *v, int n, int x)
 }
 
 /* Whether ONNX node `node` made no TP op and every tensor it makes is a
- * value the importer folded whole (a Shape of a tensor whose dims are bound,
- * and so on): such a reader needs none of its input's elements, and the
- * fused model holds its outputs as initializers when the tensor it reads
+ * value the importer folded whole (a Shape of a tensor whose dims the user
+ * bound, and so on): such a reader needs none of its input's elements, and
+ * the fused model holds its outputs as initializers when the tensor it reads
  * stays inside a fused op (fuse_fused_node_of). */
 bool mo_part_folded_reader(const struct mo_tp *tp, int node)
 {
-	if (node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
+	/* at sizes the tool chose, a folded Shape is that size's, not the
+	 * model's: the node must stay */
+	if (tp->sizes_chosen || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
 		return false;
 	bool any = false;
 	for (int t = 0; t < tp->n_tensors; t++) {

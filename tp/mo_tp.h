@@ -351,6 +351,10 @@ struct mo_tp {
 	const char **warnings;
 	int n_syms;
 	struct mo_tp_sym *syms;     /* in the order the inputs name them */
+	/* some symbolic dims were given sizes by the tool, not the user (a
+	 * model fused to serve every size, fuse/dynamic.c): a value folded
+	 * from shapes holds at those sizes only */
+	bool sizes_chosen;
 };
 
 /* The value of a one-element weight or constant. */
