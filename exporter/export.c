@@ -391,7 +391,6 @@ static enum mo_status claim(struct ex *x)
 	return MO_OK;
 }
 
-/* Who makes and who reads each name, before and after the replacement. */
 /* The name id of c when it is a value the fused graph must hold as an
  * initializer: a decomposition's constant (no node of the model makes it),
  * or what a folded node the fused node replaces made (a Shape of a tensor
@@ -405,6 +404,7 @@ static int outer_const_id(const struct ex *x, const struct mo_fused_const *c)
 	return p < 0 || (p < x->n_orig && x->owner[p] >= 0) ? *id : -1;
 }
 
+/* Who makes and who reads each name, before and after the replacement. */
 static enum mo_status count(struct ex *x)
 {
 	const Onnx__GraphProto *g = x->g;

@@ -377,9 +377,10 @@ static bool merge_outer(const struct target *T, int label)
 
 struct step {
 	int kind;          /* enum mo_op, or OP_ACCUM; -1: an iterator; -2: a constant */
-	int in[3], n_in;   /* operand tiles; -2: a constant, `value` (the first), */
-	int input;         /* `value2` (a Where's second); iterator: which program */
-	double value, value2; /* input (index into prog inputs) */
+	int in[3], n_in;   /* operand tiles; -2: a constant (at most two) */
+	int input;         /* iterator: which program input (index into prog inputs) */
+	double value;      /* the first constant operand */
+	double value2;     /* the second (a Where over two constants) */
 	int axis;          /* ReduceSum's and a norm's axis */
 };
 
@@ -1171,19 +1172,25 @@ static void dfs(struct state *s)
 			if (T->kinds[norms[k]] && s->tensors[a].rank > 0 &&
 			    s->tensors[a].dims[s->tensors[a].rank - 1] > 1)
 				branch(s, norms[k], a, -1, s->tensors[a].rank - 1, 0, 0);
-		/* with a constant: the first three over any tile, the
-		 * comparisons over a tile the program compares, And and Or over
-		 * a bool tile (a causal mask and'ed with an all-true scalar, as
-		 * torch's dynamo exporter writes it) */
-		static const int with_c[] = { MO_OP_MUL, MO_OP_DIV, MO_OP_ADD, MO_OP_LESS,
-					      MO_OP_LESS_EQUAL, MO_OP_GREATER, MO_OP_GREATER_EQUAL,
-					      MO_OP_EQUAL, MO_OP_AND, MO_OP_OR };
+		/* with a constant: arithmetic over any tile, a comparison over a
+		 * tile the program compares, And and Or over a bool tile (a causal
+		 * mask and'ed with an all-true scalar, as torch's dynamo exporter
+		 * writes it) */
+		enum { ANY, LOGIC, BOOL };
+		static const struct { int op, on; } with_c[] = {
+			{ MO_OP_MUL, ANY }, { MO_OP_DIV, ANY }, { MO_OP_ADD, ANY },
+			{ MO_OP_LESS, LOGIC }, { MO_OP_LESS_EQUAL, LOGIC }, { MO_OP_GREATER, LOGIC },
+			{ MO_OP_GREATER_EQUAL, LOGIC }, { MO_OP_EQUAL, LOGIC },
+			{ MO_OP_AND, BOOL }, { MO_OP_OR, BOOL } };
 		bool logic_a = logic_operand(s, a);
 		bool bool_a = s->tensors[a].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-		for (size_t k = 0; k < sizeof with_c / sizeof with_c[0]; k++)
-			for (int c = 0; T->kinds[with_c[k]] && c < T->n_consts &&
-					(k < 3 || logic_a) && (k < 8 || bool_a); c++)
-				branch(s, with_c[k], a, -2, 0, T->consts[c], 100 + c);
+		for (size_t k = 0; k < sizeof with_c / sizeof with_c[0]; k++) {
+			int on = with_c[k].on;
+			if (!T->kinds[with_c[k].op] || (on != ANY && !logic_a) || (on == BOOL && !bool_a))
+				continue;
+			for (int c = 0; c < T->n_consts; c++)
+				branch(s, with_c[k].op, a, -2, 0, T->consts[c], 100 + c);
+		}
 		/* Where with condition a (a mask: a bool tile) over two tiles, a
 		 * tile and a constant, or two constants (Where(mask, 0, −inf),
 		 * an additive attention mask) */
