@@ -348,15 +348,44 @@ static int find_tensor(const struct mo_region *rg, const struct mo_tp *tp, const
 	return -1;
 }
 
-/* Whether the first `lead` dims of tensors a and b agree in every import. */
-static bool same_lead(const struct fuse_dyn *y, const struct mo_tp *tp, int a, int b, int lead)
+/* Whether dim d of tensor t is the same in every import. */
+static bool static_dim(const struct mo_tp *const at[3], int t, int d)
 {
-	const struct mo_tp *t[3] = { tp, y->probe, y->one };
-	for (int k = 0; k < 3; k++)
-		for (int d = 0; d < lead; d++)
-			if (t[k]->tensors[a].dims[d] != t[k]->tensors[b].dims[d])
+	return at[0]->tensors[t].dims[d] == at[1]->tensors[t].dims[d] &&
+	       at[0]->tensors[t].dims[d] == at[2]->tensors[t].dims[d];
+}
+
+/* How output t's first `lead` row dims follow from input a's row dims at
+ * every size, into from[MO_PLUGIN_ROW_FROM] (mo_plugin_abi.h): the dims
+ * that vary, in order, are a's that vary, the same in every import; the
+ * others are t's own ([b, 1, s, 16] from [b, s, 8]). With a < 0, a single
+ * row dim, the rows. False when they do not follow. */
+static bool row_source(const struct fuse_dyn *y, const struct mo_tp *tp, int a, int t, int lead,
+		       int *from)
+{
+	const struct mo_tp *const at[3] = { tp, y->probe, y->one };
+	for (int d = 0; d < MO_PLUGIN_ROW_FROM; d++)
+		from[d] = -1;
+	if (a < 0)
+		return lead == 1;
+	int la = y->lead[a], j = 0;
+	if (la <= 0 || lead > MO_PLUGIN_MAX_RANK || la > MO_PLUGIN_MAX_RANK)
+		return false;
+	for (int d = 0; d < lead; d++) {
+		if (static_dim(at, t, d))
+			continue;
+		while (j < la && static_dim(at, a, j))
+			j++;
+		if (j == la)
+			return false;
+		for (int k = 0; k < 3; k++)
+			if (at[k]->tensors[a].dims[j] != at[k]->tensors[t].dims[d])
 				return false;
-	return true;
+		from[1 + d] = j++;
+	}
+	while (j < la && static_dim(at, a, j))
+		j++;
+	return j == la;
 }
 
 /* Region s's program in import `at` (the model at other sizes): its ops
@@ -425,14 +454,14 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 	}
 	if (!ref)
 		return MO_OK; /* static: the same kernel at every size */
-	/* before the search, what fuse_dyn_op checks exactly after it: some
-	 * input has the leading dims of each output (or it has one, the rows) */
+	/* before the search, what fuse_dyn_op checks exactly after it: each
+	 * output's leading dims follow from some input's (or it has one, the
+	 * rows) */
 	for (int i = 0; i < rg->n_outputs; i++) {
-		int t = rg->outputs[i], lead = y->lead[t];
+		int t = rg->outputs[i], lead = y->lead[t], from[MO_PLUGIN_ROW_FROM];
 		bool found = lead == 1;
-		for (int k = 0; k < rg->n_inputs && !found; k++)
-			found = y->lead[rg->inputs[k]] == lead &&
-				same_lead(y, f->tp, rg->inputs[k], t, lead);
+		for (int k = 0; k < rg->n_inputs && !found && lead > 0; k++)
+			found = row_source(y, f->tp, rg->inputs[k], t, lead, from);
 		if (lead <= 0 || !found) {
 			snprintf(s->why, sizeof s->why, "%s '%.200s' %s", lead <= 0 ? "output" :
 				 "the leading dims of output", f->tp->tensors[t].name, lead <= 0
@@ -501,20 +530,23 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
 		else
 			s->in_rows[i] = lead;
 	}
-	/* the glue gives an output the leading dims of the first input (in
-	 * the μGraph's order) with as many row dims, or the rows when it has
-	 * one: they must be the output's at every size */
+	/* the glue gives an output the leading dims out_row_from says: those
+	 * of the first input (in the μGraph's order) they follow from at every
+	 * size, or the rows when it has one row dim */
+	s->out_row_from = mo_calloc((size_t)kg->n_outputs * MO_PLUGIN_ROW_FROM, sizeof *s->out_row_from);
+	if (!s->out_row_from)
+		return mo_diag_nomem(d);
 	for (int o = 0; o < kg->n_outputs; o++) {
-		int lead = s->out_rows[o], ot = find_tensor(s->rg, f->tp,
-							    kg->tensors[kg->outputs[o]].name, true);
-		int k = 0;
-		while (k < kg->n_inputs && s->in_rows[k] != lead)
-			k++;
-		bool ok = k < kg->n_inputs
-			? same_lead(&f->dyn, f->tp, find_tensor(s->rg, f->tp,
-								 kg->tensors[kg->inputs[k]].name, false),
-				    ot, lead)
-			: lead == 1;
+		int lead = s->out_rows[o], *from = s->out_row_from + o * MO_PLUGIN_ROW_FROM;
+		int ot = find_tensor(s->rg, f->tp, kg->tensors[kg->outputs[o]].name, true);
+		bool ok = false;
+		for (int k = 0; k < kg->n_inputs && !ok; k++) {
+			int a = find_tensor(s->rg, f->tp, kg->tensors[kg->inputs[k]].name, false);
+			if (a >= 0 && (ok = row_source(&f->dyn, f->tp, a, ot, lead, from)))
+				from[0] = k;
+		}
+		if (!ok)
+			ok = row_source(&f->dyn, f->tp, -1, ot, lead, from);
 		if (!ok) {
 			snprintf(s->why, sizeof s->why, "the leading dims of output '%.200s' cannot be "
 				 "told from its inputs'", kg->tensors[kg->outputs[o]].name);

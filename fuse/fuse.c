@@ -64,6 +64,8 @@ static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_op
 			h = mo_mix64(h ^ (uint64_t)s->in_rows[i]);
 		for (int i = 0; i < s->r.best->kg.n_outputs; i++)
 			h = mo_mix64(h ^ (uint64_t)s->out_rows[i] << 8);
+		for (int i = 0; i < s->r.best->kg.n_outputs * MO_PLUGIN_ROW_FROM; i++)
+			h = mo_mix64(h ^ (uint64_t)(int64_t)s->out_row_from[i] << 16);
 		for (int m = 0; m < s->n_more; m++) /* the sizes kept: compiled with it too */
 			for (int k = 0; k < s->n_sizes; k++)
 				if (s->size_mg[k] == s->more_r[m].best)
@@ -370,7 +372,8 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 		ops[n++] = (struct mo_cg_op){ .name = rs[ri].op_type, .mg = rs[ri].r.best,
 					      .variants = rs[ri].var_mg, .n_variants = rs[ri].n_var,
 					      .rows = rs[ri].rows, .in_rows = rs[ri].in_rows,
-					      .out_rows = rs[ri].out_rows, .n_sizes = rs[ri].n_sizes,
+					      .out_rows = rs[ri].out_rows,
+					      .out_row_from = rs[ri].out_row_from, .n_sizes = rs[ri].n_sizes,
 					      .size_mg = rs[ri].size_mg, .size_rows = rs[ri].size_rows,
 					      .size_us = rs[ri].size_us, .us = rs[ri].r.cost_best.us };
 	}
@@ -437,7 +440,8 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 			struct mo_cg_op mine = { .name = ops[k].name, .mg = s->r.best,
 						 .variants = s->var_mg, .n_variants = s->n_var,
 						 .rows = s->rows, .in_rows = s->in_rows,
-						 .out_rows = s->out_rows, .n_sizes = s->n_sizes,
+						 .out_rows = s->out_rows,
+						 .out_row_from = s->out_row_from, .n_sizes = s->n_sizes,
 						 .size_mg = s->size_mg, .size_rows = s->size_rows,
 						 .size_us = s->size_us, .us = s->r.cost_best.us };
 			bool ok = !mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7,
@@ -614,6 +618,7 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 		}
 		mo_free(f->rs[ri].in_rows);
 		mo_free(f->rs[ri].out_rows);
+		mo_free(f->rs[ri].out_row_from);
 	}
 	mo_free(f->rs);
 	mo_free(f->ops);

@@ -83,6 +83,7 @@ struct mo_fuse_region {
 	int64_t rows, rows_probe, rows_one;
 	struct mo_tp *prog_probe, *prog_one;
 	int *in_rows, *out_rows;
+	int *out_row_from; /* MO_PLUGIN_ROW_FROM per output (mo_plugin_abi.h) */
 	struct mo_plugin_check check_probe, check_one;
 	int rows_trials; /* finite-field trials proving it row-parallel there */
 	/* --dynamic-size N,M,...: the region at the further sizes (its rows a

@@ -1536,6 +1536,8 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		uint64_t b = row_bytes(&kg->tensors[kg->outputs[i]], op->out_rows[i], &r);
 		if (op->out_rows[i] <= 0 || r != op->rows)
 			unsupported(g, "output %d does not have %" PRId64 " rows", i, op->rows);
+		else if (!op->out_row_from)
+			unsupported(g, "output %d's leading dims follow from no input", i);
 		per_row += b;
 		P(g, "%s%" PRIu64, i ? ", " : " ", b);
 	}
@@ -1861,6 +1863,9 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 			fprintf(out, "%s };\nstatic const int %s_out_rows[] = {", mg->kg.n_inputs ? "" : " 0", id);
 			for (int i = 0; i < mg->kg.n_outputs; i++)
 				fprintf(out, "%s%d", i ? ", " : " ", ops[k].out_rows[i]);
+			fprintf(out, " };\nstatic const int %s_out_row_from[] = {", id);
+			for (int i = 0; i < mg->kg.n_outputs * MO_PLUGIN_ROW_FROM; i++)
+				fprintf(out, "%s%d", i ? ", " : " ", ops[k].out_row_from[i]);
 			fprintf(out, " };\n");
 		}
 		fprintf(out, "static const struct mo_plugin_tensor %s_in[] = {\n", id);
@@ -1879,8 +1884,9 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 			"%s_cpu, %s%s", id, ops[k].name, mg->kg.n_inputs, mg->kg.n_outputs, id, id, id,
 			has_cuda[k] ? id : "NULL", has_cuda[k] ? "_cuda" : "");
 		if (ops[k].rows > 0)
-			fprintf(out, ", %" PRId64 ", %s_in_rows, %s_out_rows, %s_rows, %s%s", ops[k].rows, id,
-				id, id, has_cuda[k] ? id : "NULL", has_cuda[k] ? "_cuda_rows" : "");
+			fprintf(out, ", %" PRId64 ", %s_in_rows, %s_out_rows, %s_rows, %s%s, %s_out_row_from",
+				ops[k].rows, id, id, id, has_cuda[k] ? id : "NULL",
+				has_cuda[k] ? "_cuda_rows" : "", id);
 		fprintf(out, " };\n\n");
 	}
 	fprintf(out, "const struct mo_plugin_op *const mo_plugin_ops[] = {\n");

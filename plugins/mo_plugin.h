@@ -38,6 +38,9 @@ struct mo_cg_op {
 	 * a zero-padded copy (mo_plugin_abi.h). */
 	int64_t rows;
 	const int *in_rows, *out_rows;
+	/* With rows: MO_PLUGIN_ROW_FROM ints per output, how its leading dims
+	 * follow from an input's (mo_plugin_abi.h) */
+	const int *out_row_from;
 	/* With rows: more μGraphs of the same region, found at other numbers
 	 * of rows a launch (size_rows[k], ascending, none equal to rows; the
 	 * same inputs and outputs by name), each fitting every GPU built for.

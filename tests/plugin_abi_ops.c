@@ -18,7 +18,7 @@
 #define F16 10
 #define BF16 16
 /* the fields of an op with static shapes after its kernels */
-#define STATIC_OP 0, NULL, NULL, NULL, NULL
+#define STATIC_OP 0, NULL, NULL, NULL, NULL, NULL
 
 /* Stands in for the CUDA kernel of a library built with CUDA; in a CPU-only
  * onnxruntime it is registered but must never run. */
@@ -185,8 +185,9 @@ static const struct mo_plugin_op scalar = {
 
 /* MoTestRows: an op serving any number of rows (4 a time), as generated
  * for unbound dims: x [B, S, 3] and x2 [B, S, 3] (2 row dims), w [3]
- * (none) -> y = x * w + x2 [B, S, 3] and s = the sum of each row of y,
- * [B * S] (one row dim: the rows). */
+ * (none) -> y = x * w + x2 [B, S, 3], s = the sum of each row of y,
+ * [B * S] (one row dim: the rows), and u = y as [B, 1, S, 3] (its row dims
+ * x's with a 1 between them). */
 static const struct mo_plugin_tensor rows_in[] = {
 	{ F32, 3, { 1, 4, 3 } },
 	{ F32, 1, { 3 } },
@@ -195,15 +196,21 @@ static const struct mo_plugin_tensor rows_in[] = {
 static const struct mo_plugin_tensor rows_out[] = {
 	{ F32, 3, { 1, 4, 3 } },
 	{ F32, 1, { 4 } },
+	{ F32, 4, { 1, 1, 4, 3 } },
 };
 static const int rows_in_rows[] = { 2, 0, 2 };
-static const int rows_out_rows[] = { 2, 1 };
+static const int rows_out_rows[] = { 2, 1, 3 };
+static const int rows_out_row_from[3 * MO_PLUGIN_ROW_FROM] = {
+	0, 0, 1, -1, -1, -1, -1, -1, -1,   /* y: x's [B, S] */
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, /* s: the rows */
+	0, 0, -1, 1, -1, -1, -1, -1, -1,   /* u: [B, 1, S] */
+};
 
 static int rows_run(const void *const *in, void *const *out, int64_t n, char *err,
 		    size_t err_len)
 {
 	const float *x = in[0], *w = in[1], *x2 = in[2];
-	float *y = out[0], *sum = out[1];
+	float *y = out[0], *sum = out[1], *u = out[2];
 
 	(void)err;
 	(void)err_len;
@@ -212,6 +219,7 @@ static int rows_run(const void *const *in, void *const *out, int64_t n, char *er
 		for (int k = 0; k < 3; k++) {
 			y[r * 3 + k] = x[r * 3 + k] * w[k] + x2[r * 3 + k];
 			sum[r] += y[r * 3 + k];
+			u[r * 3 + k] = y[r * 3 + k];
 		}
 	}
 	return 0;
@@ -223,8 +231,8 @@ static int rows_cpu(const void *const *in, void *const *out, char *err, size_t e
 }
 
 static const struct mo_plugin_op rows = {
-	"MoTestRows", 3, 2, rows_in, rows_out, rows_cpu, NULL,
-	4, rows_in_rows, rows_out_rows, rows_run, NULL,
+	"MoTestRows", 3, 3, rows_in, rows_out, rows_cpu, NULL,
+	4, rows_in_rows, rows_out_rows, rows_run, NULL, rows_out_row_from,
 };
 
 const struct mo_plugin_op *const mo_plugin_ops[] = {

@@ -421,13 +421,15 @@ def run_ort_checks(lib):
     # (the graph's dims are symbolic, so that ORT hands every shape to the glue)
     sr = session(model("MoTestRows", [("x", F, ["B", "S", "D"]), ("w", F, ["W"]),
                                       ("x2", F, ["B2", "S2", "D2"])],
-                       [("y", F, ["B", "S", 3]), ("s", F, ["R"])]))
+                       [("y", F, ["B", "S", 3]), ("s", F, ["R"]), ("u", F, ["B", 1, "S", 3])]))
     w = small((3,))
     for shape in ((1, 1, 3), (3, 5, 3), (2, 4, 3), (0, 7, 3)):
         x, x2 = small(shape), small(shape)
-        y, sm = sr.run(None, {"x": x, "w": w, "x2": x2})
+        y, sm, u = sr.run(None, {"x": x, "w": w, "x2": x2})
         expect(y.shape == shape and np.array_equal(y, x * w + x2),
                "MoTestRows y at %s: %s" % (shape, y.shape))
+        expect(u.shape == (shape[0], 1, shape[1], 3) and np.array_equal(u[:, 0], y),
+               "MoTestRows u at %s: %s (its row dims x's, with the 1 between)" % (shape, u.shape))
         expect(sm.shape == (shape[0] * shape[1],) and np.array_equal(
             sm, (x * w + x2).reshape(-1, 3).sum(-1)), "MoTestRows s at %s" % (shape,))
     raises("InvalidArgument",
@@ -441,7 +443,8 @@ def run_ort_checks(lib):
            lambda: sr.run(None, {"x": small((2, 4, 3)), "w": small((4,)), "x2": small((2, 4, 3))},
                           quiet), "input 1: expected float32 [3], got float32 [4]")
     print("ok: an op serving rows takes any batch and sequence (0 too): outputs shaped from "
-          "the inputs' leading dims or the rows; other dims and disagreeing rows refused")
+          "the inputs' leading dims (a static dim between them kept) or the rows; other dims "
+          "and disagreeing rows refused")
 
     sf = session(model("MoTestFail", [("x", F, [2])], [("y", F, [2])]))
     msg = raises("Fail", lambda: sf.run(None, {"x": np.zeros(2, np.float32)}, quiet),

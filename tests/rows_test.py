@@ -206,6 +206,40 @@ class Rows(unittest.TestCase):
         close(session(src).run(None, {"x": x})[0], session(out, plugin).run(None, {"x": x})[0],
               "mixing rows", self)
 
+    def test_an_output_with_a_dim_between_its_rows(self):
+        """The rotary tables of a Hugging Face export: freqs [batch, seq, 8]
+        -> Concat(freqs, freqs) -> Cos / Sin -> Unsqueeze(1): outputs
+        [batch, 1, seq, 16], a static 1 between the row dims. The fused op's
+        outputs take batch and seq from its input's dims at every size (the
+        plugin's out_row_from); before, the region stayed unfused ("the
+        leading dims of output ... cannot be told from its inputs')."""
+        n = h.make_node
+        src = os.path.join(self.dir, "rotary_tables.onnx")
+        onnx.save(mo_testlib.model(
+            [n("Concat", ["f", "f"], ["emb"], axis=-1, name="cat"),
+             n("Cos", ["emb"], ["c0"], name="cos"),
+             n("Sin", ["emb"], ["s0"], name="sin"),
+             n("Mul", ["c0", "scale"], ["c1"], name="cos_scale"),
+             n("Mul", ["s0", "scale"], ["s1"], name="sin_scale"),
+             n("Unsqueeze", ["c1", "one"], ["cos"], name="cos_heads"),
+             n("Unsqueeze", ["s1", "one"], ["sin"], name="sin_heads")],
+            [vi("f", ["batch", "seq", 8])],
+            [vi("cos", ["batch", 1, "seq", 16]), vi("sin", ["batch", 1, "seq", 16])],
+            [mo_testlib.const("scale", 0.75), mo_testlib.const("one", [1], np.int64)]), src)
+        out, plugin, regions = self.fuse(src, "rotary_tables_fused", "--min-saving", "0")
+        fused = [g for g in regions if g["fused"]]
+        self.assertEqual(len(fused), 1, regions)
+        self.assertEqual([nd.op_type for nd in onnx.load(out).graph.node
+                          if nd.op_type not in ("Constant",)], [fused[0]["op_type"]])
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(2)
+        for b, s in ((1, 1), (2, 7), (3, 37), (0, 5)):
+            f = rng.uniform(-4, 4, (b, s, 8)).astype(np.float32)
+            for k, (w, g) in enumerate(zip(want_s.run(None, {"f": f}),
+                                           got_s.run(None, {"f": f}))):
+                self.assertEqual(g.shape, (b, 1, s, 16))
+                close(w, g, f"batch {b}, seq {s}, output {k}", self)
+
     def test_the_size_searched_at_is_a_flag(self):
         src = os.path.join(self.dir, "norm_mlp_size.onnx")
         onnx.save(norm_mlp(), src)

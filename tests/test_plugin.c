@@ -573,9 +573,10 @@ static void build_trt_plugin(const char *trt_include, const char *tag, char *so,
 				       .cg = { .banner = "test_plugin", .target = MO_SM90 },
 				       .warning = keep_warning };
 	static const int in_rows[] = { 1, 0, 0 }, out_rows[] = { 1 }; /* X, norm.weight, proj.weight */
+	static const int out_row_from[MO_PLUGIN_ROW_FROM] = { 0, 0, -1, -1, -1, -1, -1, -1, -1 };
 	struct mo_cg_op ops[2] = { { .name = "MirageTest", .mg = mg },
 				   { .name = "MirageTestRows", .mg = mg, .rows = 4, .in_rows = in_rows,
-				     .out_rows = out_rows } };
+				     .out_rows = out_rows, .out_row_from = out_row_from } };
 	struct mo_diag d;
 	mo_diag_init(&d);
 	warned[0] = 0;

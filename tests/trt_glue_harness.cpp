@@ -292,6 +292,11 @@ static void check_build(IPluginV3OneBuild *b, const struct mo_plugin_op *op, har
 		      "getOutputShapes refused 7 rows: %s", log.take().c_str());
 		for (int j = 0; j < op->n_out; j++) {
 			Dims want = dims_rows(&op->out[j], lead_out(op, j), 7);
+			const int *from = op->out_row_from + j * MO_PLUGIN_ROW_FROM;
+			for (int k = 0; from[0] >= 0 && k < lead_out(op, j); k++)
+				want.d[k] = from[1 + k] >= 0
+					? dims_rows(&op->in[from[0]], lead_in(op, from[0]), 7).d[from[1 + k]]
+					: op->out[j].dims[k];
 			for (int k = 0; k < want.nbDims && k < outs[j].nbDims; k++)
 				CHECK(outs[j].d[k] && outs[j].d[k]->isConstant() &&
 					      outs[j].d[k]->getConstantValue() == want.d[k],
@@ -303,14 +308,20 @@ static void check_build(IPluginV3OneBuild *b, const struct mo_plugin_op *op, har
 		CHECK(b->getOutputShapes(ins.data(), op->n_in, nullptr, 0, outs.data(), op->n_out, eb) == 0,
 		      "getOutputShapes refused unknown rows: %s", log.take().c_str());
 		for (int j = 0; j < op->n_out; j++) {
-			int src = -1;
-			for (int i = 0; i < op->n_in && src < 0; i++)
-				if (lead_in(op, i) == lead_out(op, j))
-					src = i;
-			for (int k = 0; k < lead_out(op, j); k++)
-				CHECK(outs[j].d[k] && !outs[j].d[k]->isConstant() &&
-					      (src < 0 || outs[j].d[k] == ins[src].d[k]),
-				      "unknown rows: output %d dim %d is not the input's unknown dim", j, k);
+			const int *from = op->out_row_from + j * MO_PLUGIN_ROW_FROM;
+			for (int k = 0; k < lead_out(op, j); k++) {
+				int m = from[0] < 0 ? -2 : from[1 + k]; /* -2: the rows */
+				if (m == -1)
+					CHECK(outs[j].d[k] && outs[j].d[k]->isConstant() &&
+						      outs[j].d[k]->getConstantValue() == op->out[j].dims[k],
+					      "unknown rows: output %d dim %d is not the constant %lld", j, k,
+					      (long long)op->out[j].dims[k]);
+				else
+					CHECK(outs[j].d[k] && !outs[j].d[k]->isConstant() &&
+						      (m < 0 || outs[j].d[k] == ins[from[0]].d[m]),
+					      "unknown rows: output %d dim %d is not the input's unknown dim", j,
+					      k);
+			}
 			for (int k = lead_out(op, j); k < op->out[j].rank; k++)
 				CHECK(outs[j].d[k] && outs[j].d[k]->isConstant() &&
 					      outs[j].d[k]->getConstantValue() == op->out[j].dims[k],

@@ -292,26 +292,27 @@ static OrtStatus *mo_ort_check_input(const OrtApi *api, const struct mo_ort_op *
 			     mo_ort_dtype_name((int32_t)dtype), got_s);
 }
 
-/* Output i's dims: its description's, with the leading row dims of the
- * first input that has as many (in_dims: every input's dims), or the rows
- * when it has one row dim. */
+/* Output i's dims: its description's, with the leading row dims that vary
+ * taken from the input out_row_from names (in_dims: every input's dims), or
+ * the rows when it has one row dim (mo_plugin_abi.h). */
 static void mo_ort_out_dims(const struct mo_plugin_op *op, size_t i,
 			    const int64_t (*in_dims)[MO_PLUGIN_MAX_RANK], int64_t rows,
 			    int64_t *dims)
 {
 	const struct mo_plugin_tensor *t = &op->out[i];
 	int lead = mo_ort_out_rows(op, i);
+	const int *from = op->out_row_from + i * MO_PLUGIN_ROW_FROM;
 
 	memcpy(dims, t->dims, sizeof(t->dims));
 	if (lead == 0)
 		return;
-	for (size_t k = 0; k < (size_t)op->n_in; k++) {
-		if (mo_ort_in_rows(op, k) == lead) {
-			memcpy(dims, in_dims[k], (size_t)lead * sizeof(*dims));
-			return;
-		}
+	if (from[0] < 0) {
+		dims[0] = rows;
+		return;
 	}
-	dims[0] = rows; /* one row dim (the generator ensures it) */
+	for (int d = 0; d < lead; d++)
+		if (from[1 + d] >= 0)
+			dims[d] = in_dims[from[0]][from[1 + d]];
 }
 
 /* Gathers the tensors and runs the kernel; in/out have room for the op's
@@ -517,17 +518,11 @@ static int mo_ort_bad_op(void)
 			ok = op->out[j].rank >= 0 && op->out[j].rank <= MO_PLUGIN_MAX_RANK;
 		if (ok && op->rows > 0)
 			ok = op->cpu_rows && (!op->cuda || op->cuda_rows) &&
-			     (op->n_in == 0 || op->in_rows) && op->out_rows;
+			     (op->n_in == 0 || op->in_rows) && op->out_rows && op->out_row_from;
 		for (int j = 0; ok && op->rows > 0 && j < op->n_in; j++)
 			ok = op->in_rows[j] >= 0 && op->in_rows[j] <= op->in[j].rank;
-		for (int j = 0; ok && op->rows > 0 && j < op->n_out; j++) {
-			int lead = op->out_rows[j], found = lead == 1;
-
-			ok = lead >= 1 && lead <= op->out[j].rank;
-			for (int k = 0; ok && !found && k < op->n_in; k++)
-				found = op->in_rows[k] == lead;
-			ok = ok && found;
-		}
+		for (int j = 0; ok && op->rows > 0 && j < op->n_out; j++)
+			ok = mo_plugin_row_from_ok(op, j);
 		if (!ok)
 			return i;
 	}

@@ -51,14 +51,38 @@ struct mo_plugin_op {
 	/* 0: static shapes, in/out exactly. Else the op serves any number of
 	 * rows, `rows` at a time (in/out describe that many): the leading
 	 * in_rows[i] (out_rows[i]) dims of input (output) i multiply to the
-	 * rows, 0 for a tensor without rows, passed whole; an output's leading
-	 * dims are those of the first input with as many row dims, or the rows
-	 * when it has one. cpu_rows/cuda_rows run the op on n rows. */
+	 * rows, 0 for a tensor without rows, passed whole. cpu_rows/cuda_rows
+	 * run the op on n rows. Output j's leading dims follow from
+	 * out_row_from[j * MO_PLUGIN_ROW_FROM ...]: [0] the input they come
+	 * from (-1: the output has one row dim, the rows); [1 + d] the dim of
+	 * that input which output dim d is, or -1 for a dim of the same size
+	 * at every size (in/out's): [b, 1, s, 16] from an input [b, s, 8]. */
 	int64_t rows;
 	const int *in_rows, *out_rows;
 	mo_plugin_cpu_rows_fn cpu_rows;
 	mo_plugin_cuda_rows_fn cuda_rows; /* NULL without CUDA */
+	const int *out_row_from;
 };
+#define MO_PLUGIN_ROW_FROM (1 + MO_PLUGIN_MAX_RANK)
+
+/* Whether output j of an op with rows has row dims that exist and an
+ * out_row_from both glues can follow. */
+static inline int mo_plugin_row_from_ok(const struct mo_plugin_op *op, int j)
+{
+	int lead = op->out_rows[j];
+	const int *from = op->out_row_from + j * MO_PLUGIN_ROW_FROM;
+
+	if (lead < 1 || lead > op->out[j].rank || from[0] < -1 || from[0] >= op->n_in)
+		return 0;
+	if (from[0] < 0)
+		return lead == 1;
+	if (op->in_rows[from[0]] <= 0)
+		return 0;
+	for (int d = 0; d < lead; d++)
+		if (from[1 + d] < -1 || from[1 + d] >= op->in_rows[from[0]])
+			return 0;
+	return 1;
+}
 
 /* For mirage-onnx's own float check (MirageOnnxPluginCheckOps): runs op
  * `name`'s CPU kernel as variant `variant` (0: the op's μGraph; others: the

@@ -173,17 +173,16 @@ bool mo_trt_op_ok(const struct mo_plugin_op *op) noexcept
 	if (!ok || op->rows <= 0)
 		return ok;
 	/* an op serving rows: its rows entry, and leading dims that exist;
-	 * an output's come from an input with as many, or are the rows */
-	ok = op->cuda_rows && (op->n_in == 0 || op->in_rows) && op->out_rows;
+	 * an output's come from an input's (out_row_from), or are the rows */
+	ok = op->cuda_rows && (op->n_in == 0 || op->in_rows) && op->out_rows && op->out_row_from;
 	for (int i = 0; ok && i < op->n_in; i++)
 		ok = op->in_rows[i] >= 0 && op->in_rows[i] <= op->in[i].rank;
 	for (int j = 0; ok && j < op->n_out; j++) {
-		int lead = op->out_rows[j];
-		bool found = false;
+		bool some = false; /* the rows come from some input */
 
-		for (int i = 0; i < op->n_in && !found; i++)
-			found = op->in_rows[i] == lead || (lead == 1 && op->in_rows[i] > 0);
-		ok = lead >= 1 && lead <= op->out[j].rank && found;
+		for (int i = 0; i < op->n_in && !some; i++)
+			some = op->in_rows[i] > 0;
+		ok = mo_plugin_row_from_ok(op, j) && some;
 	}
 	return ok;
 }
@@ -265,9 +264,9 @@ public:
 	}
 
 	/* The table's shapes, as constants, but for the leading dims of an op
-	 * serving rows: an output's are those of the first input with as many
-	 * (the same expressions), or the product of the first row input's when
-	 * it has one. An input dimension already known is checked here, so
+	 * serving rows: an output's are the input dims out_row_from names (the
+	 * same expressions), or the product of the first row input's when it
+	 * has one. An input dimension already known is checked here, so
 	 * that a network of other shapes fails where it is built, naming the
 	 * plugin. */
 	int32_t getOutputShapes(const DimsExprs *inputs, int32_t nbInputs, const DimsExprs *shapeInputs,
@@ -300,7 +299,7 @@ public:
 				if (!outputs[j].d[k])
 					return -1;
 			}
-			if (lead > 0 && !lead_exprs(inputs, lead, outputs[j], exprBuilder))
+			if (lead > 0 && !lead_exprs(inputs, j, lead, outputs[j], exprBuilder))
 				return -1;
 		}
 		return 0;
@@ -417,16 +416,21 @@ private:
 	int lead_in(int32_t i) const noexcept { return op_->rows > 0 ? op_->in_rows[i] : 0; }
 	int lead_out(int32_t j) const noexcept { return op_->rows > 0 ? op_->out_rows[j] : 0; }
 
-	/* out's first lead dims: those of the first input with as many row
-	 * dims, else (lead 1) the product of the first row input's. */
-	bool lead_exprs(const DimsExprs *inputs, int lead, DimsExprs &out,
+	/* Output j's first lead dims: an input's as out_row_from says (the
+	 * others the table's), else (lead 1) the product of the first row
+	 * input's. */
+	bool lead_exprs(const DimsExprs *inputs, int32_t j, int lead, DimsExprs &out,
 			nvinfer1::IExprBuilder &eb) const noexcept
 	{
-		for (int32_t i = 0; i < op_->n_in; i++) {
-			if (lead_in(i) != lead)
-				continue;
-			for (int k = 0; k < lead; k++)
-				out.d[k] = inputs[i].d[k];
+		const int *from = op_->out_row_from + j * MO_PLUGIN_ROW_FROM;
+
+		if (from[0] >= 0) {
+			for (int k = 0; k < lead; k++) {
+				out.d[k] = from[1 + k] >= 0 ? inputs[from[0]].d[from[1 + k]]
+							    : eb.constant(op_->out[j].dims[k]);
+				if (!out.d[k])
+					return false;
+			}
 			return true;
 		}
 		for (int32_t i = 0; i < op_->n_in; i++) {
