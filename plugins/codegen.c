@@ -1199,10 +1199,14 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 	else
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n(void)ws;\n",
 		  fn);
-	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i] >= 0)
+	for (int i = 0; i < op->n_in; i++) {
+		bool again = false; /* x·x: one tensor, declared once */
+		for (int j = 0; j < i; j++)
+			again |= op->in[j] == op->in[i];
+		if (op->in[i] >= 0 && !again)
 			P(g, "const %s *%s = (const %s *)a.g[%d];\n", ctype_c[gb[op->in[i]].ct],
 			  gb[op->in[i]].name, ctype_c[gb[op->in[i]].ct], op->in[i]);
+	}
 	P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[op->out[0]].ct], gb[op->out[0]].name,
 	  ctype_c[gb[op->out[0]].ct], op->out[0]);
 	emit_op(g, g->cuda ? SC_GRID : SC_CPU, &mg->kg, op, gb, NULL, 0);

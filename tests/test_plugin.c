@@ -240,6 +240,47 @@ static void fp32_predefined_kernels_round_nothing(void **state)
 	mo_mg_free(mg);
 }
 
+/* A kernel-graph rewrite may square a scale as one pre-defined kernel,
+ * Mul(s, s): its one tensor is declared once, and the op compiles (C and,
+ * where nvcc is, CUDA) and computes x·x. */
+static void predefined_kernel_reading_one_tensor_twice(void **state)
+{
+	(void)state;
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mo_mg_input(mg, "X", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){ 4, 8 });
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_MUL, 2, (int[]){ x, x }, NULL), "Y");
+	assert_string_equal(mg->error, "");
+	struct mo_plugin_options o = { .cuda = true, .archs = "80",
+				       .cg = { .banner = "test_plugin", .target = MO_SM80 } };
+	o.cuda = mo_plugin_find_nvcc(&o) != NULL;
+	char so[256];
+	struct mo_plugin_op_report rep;
+	build_one(mg, &o, "square", so, sizeof so, &rep);
+	if (!rep.built)
+		fail_msg("Mul(X, X) does not build: %s", rep.why);
+	void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		fail_msg("square: %s", dlerror());
+	/* the table, through the accessor the glue exports for tools */
+	const struct mo_plugin_op *const *(*get)(int *) =
+		(const struct mo_plugin_op *const *(*)(int *))dlsym(lib, "MirageOnnxPluginOps");
+	assert_non_null(get);
+	int n_ops = 0;
+	const struct mo_plugin_op *op = get(&n_ops)[0];
+	assert_int_equal(n_ops, 1);
+	assert_string_equal(op->name, "MirageTest");
+	float in[32], out[32] = { 0 };
+	for (int i = 0; i < 32; i++)
+		in[i] = (float)i - 15.5f;
+	char err[256];
+	assert_int_equal(op->cpu((const void *const[]){ in }, (void *const[]){ out }, err, sizeof err), 0);
+	for (int i = 0; i < 32; i++)
+		assert_true(out[i] == in[i] * in[i]);
+	dlclose(lib);
+	unlink(so);
+	mo_mg_free(mg);
+}
+
 /* The schedule (paper §6): block ops run by depth, so two independent
  * chains x → a1 → a2 and y → b1 → b2 joined by c = a2 + b2 need a barrier
  * per depth, not one per dependent step of the body's order. When
@@ -726,6 +767,7 @@ int main(void)
 		cmocka_unit_test(staged_operand_on_tensor_cores),
 		cmocka_unit_test(many_ops_link_into_one_library),
 		cmocka_unit_test(fp32_predefined_kernels_round_nothing),
+		cmocka_unit_test(predefined_kernel_reading_one_tensor_twice),
 		cmocka_unit_test(tensorrt_glue_exports_its_entry_points),
 		cmocka_unit_test(tensorrt_glue_that_fails_is_left_out),
 	};
