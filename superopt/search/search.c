@@ -95,14 +95,12 @@ static void visit(const struct mo_tp *p, int t, bool *seen, int *order, int *n)
 	if (op < 0 || seen[op])
 		return;
 	seen[op] = true;
-	/* the operands that compute first, views of inputs last, right before
-	 * this op: a run from the computing operand's last op through this one
-	 * holds the views (attention's Softmax, then V's repeat and transpose,
-	 * then the MatMul with V), however many ops the other operands' cones
-	 * hold (a rotary embedding before the scores) */
+	/* views of inputs first, so that the ops computing the other operands
+	 * stay next to this one (attention's Softmax next to the MatMul with V,
+	 * V's repeat and transpose before both) */
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < p->ops[op].n_in; i++)
-			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == 1))
+			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == 0))
 				visit(p, p->ops[op].in[i], seen, order, n);
 	order[(*n)++] = op;
 }
