@@ -175,15 +175,13 @@ bool mo_trt_op_ok(const struct mo_plugin_op *op) noexcept
 	/* an op serving rows: its rows entry, and leading dims that exist;
 	 * an output's come from an input's (out_row_from), or are the rows */
 	ok = op->cuda_rows && (op->n_in == 0 || op->in_rows) && op->out_rows && op->out_row_from;
-	for (int i = 0; ok && i < op->n_in; i++)
+	bool some = false; /* some input has rows: the product lead_exprs takes */
+	for (int i = 0; ok && i < op->n_in; i++) {
 		ok = op->in_rows[i] >= 0 && op->in_rows[i] <= op->in[i].rank;
-	for (int j = 0; ok && j < op->n_out; j++) {
-		bool some = false; /* the rows come from some input */
-
-		for (int i = 0; i < op->n_in && !some; i++)
-			some = op->in_rows[i] > 0;
-		ok = mo_plugin_row_from_ok(op, j) && some;
+		some |= op->in_rows[i] > 0;
 	}
+	for (int j = 0; ok && j < op->n_out; j++)
+		ok = mo_plugin_row_from_ok(op, j) && some;
 	return ok;
 }
 
