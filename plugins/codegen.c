@@ -763,6 +763,16 @@ static void emit_op(struct gen *g, enum scope sc, const struct mo_tp *tp, const 
 		P(g, "}\n");
 		return;
 	}
+	case MO_OP_EXPAND: { /* its operand broadcast to its shape (numpy's rules) */
+		const struct mo_tensor *out = &tp->tensors[op->out[0]];
+		char idx[256], a[512];
+		bcast_index(idx, sizeof idx, &tp->tensors[op->in[0]], out, "i");
+		load(a, sizeof a, &bufs[op->in[0]], idx);
+		loop_open(g, sc, "i", mo_tensor_numel(out));
+		store(g, &bufs[op->out[0]], "i", a);
+		P(g, "}\n");
+		return;
+	}
 	case MO_OP_TRANSPOSE:
 		emit_transpose(g, sc, tp, op, bufs);
 		return;

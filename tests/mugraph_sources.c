@@ -11,7 +11,8 @@
  * for sm_80 and sm_90) and mo_ops.c (the op table), nothing compiled. The
  * hand-built graphs reach shapes the search does not choose (a two-kernel
  * split-KV attention with a combine kernel, split-K RMSNorm, LoRA as one
- * concatenated MatMul), so their CUDA runs under the layer too.
+ * concatenated MatMul, pre-defined kernels of an Expand and of a Mul
+ * reading one tensor twice), so their CUDA runs under the layer too.
  *
  * Prints one line per case; exits 1 when any case cannot be built or
  * emitted (a hand-built graph that stops building is a failure, not a
@@ -56,6 +57,25 @@ static struct mo_mugraph *flash(const struct mo_tp *p)
 	return mg_attention_flash(p, 0);
 }
 
+/* Two pre-defined kernels: an Expand (grouped-query attention's repeat_kv,
+ * which the multi-kernel search may leave a kernel of its own) and a Mul
+ * reading one tensor twice (Q·s times Kᵀ·s rewritten to s²); in the
+ * dtype of the model's first input. */
+static struct mo_mugraph *expand_square(const struct mo_tp *p)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	if (!mg)
+		return NULL;
+	int32_t dt = p->tensors[p->inputs[0]].dtype;
+	int x = mo_mg_input(mg, "X", dt, 4, (const int64_t[]){ 2, 1, 8, 16 });
+	int64_t to[] = { 2, 3, 8, 16 };
+	struct mo_op_params ep = { .sizes = to, .n_sizes = 4 };
+	int e = mo_mg_kernel(mg, MO_OP_EXPAND, 1, &x, &ep);
+	int y = mo_mg_kernel(mg, MO_OP_MUL, 2, (const int[]){ e, e }, NULL);
+	mo_mg_output(mg, y, "Y");
+	return mg;
+}
+
 static const struct sources_case cases[] = {
 	{ "rmsnorm_matmul", "rmsnorm_tiny", 0, rmsnorm_2x2 },
 	{ "rmsnorm_matmul_split_k", "rmsnorm_tiny", 4, rmsnorm_1x2 },
@@ -64,6 +84,7 @@ static const struct sources_case cases[] = {
 	{ "attention_split_kv", "gqa_tiny", 0, split_kv },
 	{ "attention_flash", "gqa_tiny", 0, flash },
 	{ "attention_flash_split_2", "gqa_tiny", 2, flash },
+	{ "predefined_expand_square", "gqa_tiny", 0, expand_square },
 };
 
 static int write_file(const char *path, const void *data, size_t len)
