@@ -379,6 +379,8 @@ struct step {
 	int kind;          /* enum mo_op, or OP_ACCUM; -1: an iterator; -2: a constant */
 	int in[3], n_in;   /* operand tiles; -2: a constant (at most two) */
 	int input;         /* iterator: which program input (index into prog inputs) */
+	int view;          /* iterator: the program tensor whose tile its tile is
+			    * read as (input_view), or -1 */
 	double value;      /* the first constant operand */
 	double value2;     /* the second (a Where over two constants) */
 	int axis;          /* ReduceSum's and a norm's axis */
@@ -504,6 +506,108 @@ static int new_tile(struct state *s)
 	return i;
 }
 
+/* The tile of program tensor t in a block under schedule S: its dims and
+ * the axis label of each (-1 for a dim of 1), with imap / fmap. */
+static void tile_of(struct target *T, const struct sched *S, int forloop, int t,
+		    int64_t *dims, int *lab)
+{
+	const struct mo_tensor *x = &T->tp->tensors[t];
+	int imap[3], fmap;
+	maps_of(T, S, t, imap, &fmap);
+	memcpy(dims, x->dims, sizeof(int64_t) * MO_MAX_RANK);
+	for (int g = 0; g < 3; g++)
+		if (imap[g] != MO_PHI)
+			dims[imap[g]] /= grid_of(S, g, T);
+	if (fmap != MO_PHI)
+		dims[fmap] /= forloop;
+	for (int dd = 0; dd < x->rank; dd++) {
+		int l = dims[dd] > 1 ? ax_label(&T->ax, t, dd) : -1;
+		/* a merged axis's chunk of one outer step is an inner axis */
+		const struct merge *m = l >= 0 ? merge_of(T, l) : NULL;
+		bool stepped = m && dd == fmap && m->outer == S->loop_label;
+		for (int g = 0; m && g < S->n_grid; g++)
+			stepped |= dd == imap[g] && m->outer == S->grid_label[g];
+		if (stepped && dims[dd] == m->inner_size)
+			l = m->inner;
+		lab[dd] = l;
+	}
+}
+
+/* The one op of tp reading tensor t (once), or -1. */
+static int only_reader(const struct mo_tp *tp, int t)
+{
+	int r = -1;
+	for (int k = 0; k < tp->n_ops; k++)
+		for (int i = 0; i < tp->ops[k].n_in; i++)
+			if (tp->ops[k].in[i] == t) {
+				if (r >= 0)
+					return -1;
+				r = k;
+			}
+	for (int j = 0; j < tp->n_outputs; j++)
+		if (tp->outputs[j] == t)
+			return -1;
+	return r;
+}
+
+/* A program input read only through layout ops (Transpose, Reshape and the
+ * like) whose tile in a block is the same bytes as the tile of a Transpose's
+ * result on that chain: the same dims above 1, with the same labels, in the
+ * same order, the moved dims being 1 in the tile. TorchScript's attention
+ * transposes V from [b, s, heads, d] to [b, heads, s, d]; with the grid over
+ * the heads, V's tile [1, s, 1, d] is the transposed tile [1, 1, s, d] and
+ * the block MatMul reads it as such. Returns the last such Transpose's result
+ * (its tile's dims and labels in dims, lab), or -1: then the tile is read as
+ * the input is laid out. Only Transposes: a Reshape or an Unsqueeze only
+ * inserts dims of 1, which the block ops broadcast over already. */
+static int input_view(struct target *T, const struct sched *S, int forloop, int x,
+		      const int64_t *xdims, const int *xlab, int64_t *dims, int *lab)
+{
+	const struct mo_tp *tp = T->tp;
+	int found = -1, t = x;
+	for (int hops = 0; hops < 8; hops++) {
+		int k = only_reader(tp, t);
+		if (k < 0)
+			break;
+		const struct mo_tp_op *op = &tp->ops[k];
+		if (op->kind != MO_OP_TRANSPOSE && op->kind != MO_OP_RESHAPE &&
+		    op->kind != MO_OP_SQUEEZE && op->kind != MO_OP_UNSQUEEZE &&
+		    op->kind != MO_OP_FLATTEN)
+			break;
+		t = op->out[0];
+		if (op->n_out != 1 || t < 0 || !tp->tensors[t].shape_known)
+			break;
+		int64_t vd[MO_MAX_RANK];
+		int vl[MO_MAX_RANK];
+		tile_of(T, S, forloop, t, vd, vl);
+		const struct mo_tensor *v = &tp->tensors[t];
+		int i = 0, j = 0, rx = tp->tensors[x].rank;
+		bool same = true;
+		for (;;) {
+			while (i < rx && xdims[i] == 1)
+				i++;
+			while (j < v->rank && vd[j] == 1)
+				j++;
+			if (i == rx || j == v->rank)
+				break;
+			if (xdims[i] != vd[j] || xlab[i] != vl[j]) {
+				same = false;
+				break;
+			}
+			i++;
+			j++;
+		}
+		if (!same || i != rx || j != v->rank)
+			break; /* other bytes: the chain is read as it is */
+		if (op->kind == MO_OP_TRANSPOSE) {
+			found = t;
+			memcpy(dims, vd, sizeof vd);
+			memcpy(lab, vl, sizeof vl);
+		}
+	}
+	return found;
+}
+
 static void state_init(struct state *s, struct target *T, const struct sched *S)
 {
 	memset(&s->body, 0, sizeof s->body);
@@ -522,33 +626,23 @@ static void state_init(struct state *s, struct target *T, const struct sched *S)
 		const struct mo_tensor *x = &T->tp->tensors[ins[i]];
 		int imap[3], fmap;
 		maps_of(T, S, ins[i], imap, &fmap);
-		int64_t dims[MO_MAX_RANK];
-		memcpy(dims, x->dims, sizeof dims);
-		for (int g = 0; g < 3; g++)
-			if (imap[g] != MO_PHI)
-				dims[imap[g]] /= grid_of(S, g, T);
-		if (fmap != MO_PHI)
-			dims[fmap] /= s->forloop;
+		int64_t dims[MO_MAX_RANK], vdims[MO_MAX_RANK];
+		int lab[MO_MAX_RANK], vlab[MO_MAX_RANK];
+		tile_of(T, S, s->forloop, ins[i], dims, lab);
+		int view = input_view(T, S, s->forloop, ins[i], dims, lab, vdims, vlab);
 		int t = new_tile(s);
 		s->tensors[t] = *x;
 		s->tensors[t].kind = MO_T_INPUT;
 		s->tensors[t].producer = -1;
-		mo_tensor_set_shape(&s->tensors[t], x->rank, dims);
+		if (view >= 0)
+			mo_tensor_set_shape(&s->tensors[t], T->tp->tensors[view].rank, vdims);
+		else
+			mo_tensor_set_shape(&s->tensors[t], x->rank, dims);
+		memcpy(s->lab[t], view >= 0 ? vlab : lab, sizeof s->lab[t]);
 		s->e[t] = T->e[ins[i]];
-		for (int dd = 0; dd < x->rank; dd++) {
-			int l = dims[dd] > 1 ? ax_label(&T->ax, ins[i], dd) : -1;
-			/* a merged axis's chunk of one outer step is an inner axis */
-			const struct merge *m = l >= 0 ? merge_of(T, l) : NULL;
-			bool stepped = m && dd == fmap && m->outer == S->loop_label;
-			for (int g = 0; m && g < S->n_grid; g++)
-				stepped |= dd == imap[g] && m->outer == S->grid_label[g];
-			if (stepped && dims[dd] == m->inner_size)
-				l = m->inner;
-			s->lab[t][dd] = l;
-		}
 		s->post[t] = false;
 		s->varies[t] = fmap != MO_PHI && s->forloop > 1;
-		s->steps[s->n_steps] = (struct step){ .kind = -1, .input = i };
+		s->steps[s->n_steps] = (struct step){ .kind = -1, .input = i, .view = view };
 		s->n_steps++;
 		s->n_iters++;
 	}
@@ -1360,7 +1454,16 @@ static struct mo_mugraph *build(struct target *T, const struct sched *S, const s
 		if (st->kind == -1) {
 			int imap[3], fmap;
 			maps_of(T, S, ins[st->input], imap, &fmap);
-			tile_mg[nt++] = mo_bg_iter(mg, bg, kin[st->input], imap[0], imap[1], imap[2], fmap);
+			int y = mo_bg_iter(mg, bg, kin[st->input], imap[0], imap[1], imap[2], fmap);
+			if (st->view >= 0) { /* the same bytes, as the view's tile */
+				int64_t dims[MO_MAX_RANK];
+				int lab[MO_MAX_RANK];
+				tile_of(T, S, forloop, st->view, dims, lab);
+				struct mo_op_params p = { .sizes = dims,
+							  .n_sizes = tp->tensors[st->view].rank };
+				y = mo_bg_op(mg, bg, MO_OP_RESHAPE, 1, &y, &p);
+			}
+			tile_mg[nt++] = y;
 			continue;
 		}
 		int ops[3] = { -1, -1, -1 };

@@ -76,7 +76,7 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * last axis (rotary embeddings). 8: Cos, Sin and Abs as block ops, a part
  * concatenated to itself, And/Or with a constant, Where over two
  * constants, an Expand's dims tied to its operand's (GQA's repeat_kv). */
-#define SEARCH_GENERATION 8u
+#define SEARCH_GENERATION 9u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small

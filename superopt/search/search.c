@@ -95,12 +95,17 @@ static void visit(const struct mo_tp *p, int t, bool *seen, int *order, int *n)
 	if (op < 0 || seen[op])
 		return;
 	seen[op] = true;
-	/* views of inputs first, so that the ops computing the other operands
-	 * stay next to this one (attention's Softmax next to the MatMul with V,
-	 * V's repeat and transpose before both) */
+	/* a MatMul's operands that compute first, its views of inputs last,
+	 * right before it: a run from the computing operand's last op through
+	 * the MatMul holds the views (attention's Softmax, then V's repeat and
+	 * transpose, then the MatMul with V), however many ops the other
+	 * operand's cone holds (a rotary embedding before the scores). Other
+	 * ops visit views first (GLU's Split before the Sigmoid of one half,
+	 * next to the Mul by the other) */
+	bool views_last = p->ops[op].kind == MO_OP_MATMUL || p->ops[op].kind == MO_OP_GEMM;
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < p->ops[op].n_in; i++)
-			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == 0))
+			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == (int)views_last))
 				visit(p, p->ops[op].in[i], seen, order, n);
 	order[(*n)++] = op;
 }
