@@ -559,7 +559,9 @@ static int only_reader(const struct mo_tp *tp, int t)
  * the block MatMul reads it as such. Returns the last such Transpose's result
  * (its tile's dims and labels in dims, lab), or -1: then the tile is read as
  * the input is laid out. Only Transposes: a Reshape or an Unsqueeze only
- * inserts dims of 1, which the block ops broadcast over already. */
+ * inserts dims of 1, which the block ops broadcast over already. None
+ * when a tensor on the chain is split by a merge (heads merged after the
+ * Transpose). */
 static int input_view(struct target *T, const struct sched *S, int forloop, int x,
 		      const int64_t *xdims, const int *xlab, int64_t *dims, int *lab)
 {
@@ -604,6 +606,13 @@ static int input_view(struct target *T, const struct sched *S, int forloop, int 
 			memcpy(dims, vd, sizeof vd);
 			memcpy(lab, vl, sizeof vl);
 		}
+		/* heads merged by a Reshape after the Transpose ([b, h, s, d] to
+		 * [b, s, h, d] to [b, s, h·d]): the merge reads the input's own
+		 * tile a head at a time (find_merges), not a view of it */
+		for (int m = 0; found >= 0 && m < T->n_merges; m++)
+			if (T->merges[m].outer_el / MO_MAX_RANK == t ||
+			    T->merges[m].inner_el / MO_MAX_RANK == t)
+				return -1;
 	}
 	return found;
 }
