@@ -146,6 +146,11 @@ struct ex {
 	int *reads_before, *reads_after;
 	bool *from_graph; /* a graph input, initializer or sparse initializer */
 	bool *dropped;    /* an initializer this export removes */
+	/* with `hold`: the folded value (o->folded) the written graph holds as
+	 * an initializer in place of the node that made it, or NULL */
+	bool hold;
+	const struct mo_fused_const **held;
+	bool cyclic;      /* sort found a cycle */
 
 	/* graph-level names, or -1 where the entry has none */
 	int *input_id, *init_id, *sparse_id, *output_id, *vi_id;
@@ -348,6 +353,7 @@ static enum mo_status collect(struct ex *x)
 	x->owner = mo_arena_array(&x->arena, (size_t)x->n_orig, sizeof(int));
 	x->alive = mo_arena_array(&x->arena, (size_t)x->n_vert, sizeof(bool));
 	x->pos = mo_arena_array(&x->arena, (size_t)x->n_vert, sizeof(int));
+	x->held = mo_arena_array(&x->arena, nn + 1, sizeof *x->held);
 	if (x->arena.failed)
 		return nomem(x);
 	for (size_t i = 0; i < x->ids.cap; i++)
@@ -404,6 +410,52 @@ static int outer_const_id(const struct ex *x, const struct mo_fused_const *c)
 	return p < 0 || (p < x->n_orig && x->owner[p] >= 0) ? *id : -1;
 }
 
+/* Whether folded_tensor writes values of this type. */
+static bool writable(int32_t dtype)
+{
+	switch (dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: case ONNX__TENSOR_PROTO__DATA_TYPE__INT32:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The nodes outside the fused ones that make only values the importer
+ * folded (o->folded: a Shape, a Gather of a shape, an Unsqueeze of that):
+ * each goes, and the written graph holds what it made as initializers.
+ * What only such nodes read then goes too (remove_dead). */
+static void hold_folded(struct ex *x)
+{
+	for (size_t i = 0; i < x->o->n_folded; i++) {
+		const struct mo_fused_const *c = &x->o->folded[i];
+		const int *id = mo_strmap_get(&x->ids, c->name);
+		if (id && !x->from_graph[*id] && writable(c->dtype))
+			x->held[*id] = c;
+	}
+	for (int v = 0; v < x->n_orig; v++) {
+		const Onnx__NodeProto *n = x->g->node[v];
+		if (!x->alive[v] || (strcmp(n->op_type ? n->op_type : "", "Constant") == 0 &&
+				     !(n->domain && *n->domain)))
+			continue; /* a Constant is one already */
+		struct span ws = writes_of(x, v);
+		bool all = ws.n > 0;
+		for (size_t i = 0; i < ws.n && all; i++)
+			all = x->held[ws.id[i]] && x->producer_before[ws.id[i]] == v;
+		if (!all)
+			continue;
+		x->alive[v] = false;
+		for (size_t i = 0; i < ws.n; i++)
+			x->from_graph[ws.id[i]] = true;
+	}
+	for (int id = 0; id < x->n_names; id++) /* only the values of nodes that went */
+		if (x->held[id] && !x->from_graph[id])
+			x->held[id] = NULL;
+}
+
 /* Who makes and who reads each name, before and after the replacement. */
 static enum mo_status count(struct ex *x)
 {
@@ -430,6 +482,8 @@ static enum mo_status count(struct ex *x)
 			if (id >= 0)
 				x->from_graph[id] = true;
 		}
+	if (x->hold)
+		hold_folded(x);
 
 	for (int k = 0; k < x->n_fused; k++) {
 		int fv = x->n_orig + k;
@@ -561,6 +615,9 @@ static void drop_unread_initializers(struct ex *x)
 		if (id >= 0 && x->reads_before[id] > 0 && x->reads_after[id] == 0)
 			x->dropped[id] = true;
 	}
+	for (int id = 0; id < x->n_names; id++) /* held values nothing reads now */
+		if (x->held[id] && x->reads_after[id] == 0)
+			x->dropped[id] = true;
 }
 
 /* Min-heap of positions: Kahn's algorithm always places the ready vertex that
@@ -661,6 +718,7 @@ static enum mo_status sort(struct ex *x, int **order_out, size_t *n_out)
 				heap_push(heap, &hn, x->pos[succ[e]]);
 	}
 	if (n < n_alive) {
+		x->cyclic = true;
 		/* Name a fused node that could not be placed: the loaded model
 		 * was acyclic, so a cycle goes through one. */
 		int stuck = -1;
@@ -1094,7 +1152,7 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	const Onnx__GraphProto *g = x->g;
 	const Onnx__ModelProto *p = x->p;
 
-	size_t n_outer = 0;
+	size_t n_outer = x->hold ? x->o->n_folded : 0;
 	for (int k = 0; k < x->n_fused; k++)
 		n_outer += (size_t)x->fused[k].n_consts;
 	l->node = mo_arena_array(a, n_order, sizeof *l->node);
@@ -1138,6 +1196,16 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 			added[id] = true;
 			l->initializer[l->n_initializer++] = t;
 		}
+	/* the folded values held in place of the nodes that made them */
+	for (int id = 0; id < x->n_names; id++) {
+		if (!x->held[id] || x->dropped[id] || added[id])
+			continue;
+		Onnx__TensorProto *t = folded_tensor(x, x->held[id]);
+		if (!t)
+			return nomem(x); /* writable() checked its type */
+		added[id] = true;
+		l->initializer[l->n_initializer++] = t;
+	}
 	for (size_t i = 0; i < g->n_sparse_initializer; i++)
 		if (x->sparse_id[i] < 0 || !x->dropped[x->sparse_id[i]])
 			l->sparse_initializer[l->n_sparse_initializer++] = g->sparse_initializer[i];
@@ -1205,13 +1273,14 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	return a->failed ? nomem(x) : MO_OK;
 }
 
-enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
-			 const struct mo_export_options *o, const char *out_path,
-			 struct mo_diag *d)
+static enum mo_status export_once(struct mo_model *m, const struct mo_fused_node *fused,
+				  int n_fused, const struct mo_export_options *o,
+				  const char *out_path, bool hold, bool *cyclic, struct mo_diag *d)
 {
 	Onnx__ModelProto *p = mo_onnx_proto(m);
 	struct ex x = {
 		.p = p, .g = p->graph, .fused = fused, .n_fused = n_fused, .o = o, .d = d,
+		.hold = hold,
 	};
 	mo_arena_init(&x.arena);
 	enum mo_status st = check_request(&x);
@@ -1248,9 +1317,23 @@ enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, 
 		st = mo_onnx_save(m, out_path, d);
 		set_lists(p, &loaded);
 	}
+	*cyclic = x.cyclic;
 	mo_free(x.reads.v);
 	mo_free(x.writes.v);
 	mo_strmap_free(&x.ids);
 	mo_arena_free(&x.arena);
+	return st;
+}
+
+enum mo_status mo_export(struct mo_model *m, const struct mo_fused_node *fused, int n_fused,
+			 const struct mo_export_options *o, const char *out_path,
+			 struct mo_diag *d)
+{
+	bool cyclic = false;
+	enum mo_status st = export_once(m, fused, n_fused, o, out_path, false, &cyclic, d);
+	if (st && cyclic && o && o->n_folded > 0) {
+		mo_diag_init(d);
+		st = export_once(m, fused, n_fused, o, out_path, true, &cyclic, d);
+	}
 	return st;
 }

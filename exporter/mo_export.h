@@ -81,6 +81,16 @@ struct mo_export_options {
 	 * runner (mirage-onnx bench) can feed them when the inputs' own dims are
 	 * symbolic */
 	const char *input_shapes;
+	/* values the importer folded whole (shapes of tensors whose dims the
+	 * user bound, and what is computed from them), by name. Only when the
+	 * graph with the fused nodes would be cyclic (a Slice outside them
+	 * reading a size computed from a Shape of what one of them makes, as
+	 * Phi-3's rotary embedding slices by the cos table's width): then each
+	 * node outside the fused ones that makes nothing but such values goes,
+	 * the written graph holds the values as initializers, and what only
+	 * those nodes read goes too */
+	const struct mo_fused_const *folded;
+	size_t n_folded;
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

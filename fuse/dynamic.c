@@ -75,6 +75,7 @@ static enum mo_status import_at(const struct mo_model *m, const struct mo_import
 		o.n_dims = n;
 		o.dim_names = names;
 		o.dim_values = vals;
+		o.sizes_chosen = true;
 		st = mo_tp_import(m, &o, out, d);
 	}
 	mo_free(names);

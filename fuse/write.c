@@ -294,8 +294,11 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		cap += op->n_in + op->n_params;
 	}
 	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++)
-		for (int q = 0; q < n_readers; q++)
+		for (int q = 0; q < n_readers; q++) {
 			cap += tp->tensors[t].source_node == readers[q];
+			for (int c = 0; c < tp->tensors[t].n_consumers; c++)
+				cap += tp->tensors[t].consumers[c] == readers[q];
+		}
 	consts = mo_calloc((size_t)cap + 1, sizeof *consts);
 	if (!consts)
 		goto fail;
@@ -328,6 +331,25 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 					.ivals = x->ivals, .outer = inside };
 		}
 	}
+	/* and the folded values those readers read besides (an empty Slice's
+	 * starts), which the body defines */
+	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++) {
+		const struct mo_tensor *x = &tp->tensors[t];
+		bool read = false;
+		for (int c = 0; c < x->n_consumers && !read; c++)
+			for (int q = 0; q < n_readers && !read; q++)
+				read = x->consumers[c] == readers[q];
+		if (!read || x->kind != MO_T_CONST || x->init || !x->shape_known ||
+		    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x))
+			continue;
+		bool seen = false;
+		for (int q = 0; q < nc && !seen; q++)
+			seen = strcmp(consts[q].name, x->name) == 0;
+		if (!seen && nc < cap)
+			consts[nc++] = (struct mo_fused_const){
+				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
+				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals };
+	}
 	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++) {
 		const struct mo_tensor *x = &tp->tensors[t];
 		bool mine = false;
@@ -356,6 +378,36 @@ fail:
 	mo_free(readers);
 	return false;
 }
+/* The most elements of a folded value the fused model may hold in place of
+ * the node making it (mo_export_options.folded): shapes and their
+ * arithmetic, not masks the size of an attention's scores. */
+#define MAX_HELD 4096
+
+/* The values the importer folded whole that nodes making no op made
+ * (mo_export_options.folded), or NULL with *n = 0 (none, or out of
+ * memory: the export then holds none). None at sizes the tool chose: a
+ * value folded there is that size's. Free with mo_free. */
+static struct mo_fused_const *folded_values(const struct mo_tp *tp, size_t *n)
+{
+	*n = 0;
+	if (tp->sizes_chosen)
+		return NULL;
+	struct mo_fused_const *v = mo_calloc((size_t)tp->n_tensors + 1, sizeof *v);
+	for (int t = 0; v && t < tp->n_tensors; t++) {
+		const struct mo_tensor *x = &tp->tensors[t];
+		int node = x->source_node;
+		if (x->kind != MO_T_CONST || x->init || !x->shape_known || x->is_graph_output ||
+		    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x) ||
+		    x->n_vals > MAX_HELD || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
+			continue;
+		v[(*n)++] = (struct mo_fused_const){ .name = x->name, .dtype = x->dtype,
+						     .rank = x->rank, .dims = x->dims,
+						     .n = x->n_vals, .fvals = x->fvals,
+						     .ivals = x->ivals };
+	}
+	return v;
+}
+
 void fuse_fused_node_free(struct mo_fused_node *f)
 {
 	mo_free((void *)f->nodes);
@@ -373,6 +425,8 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 {
 	struct mo_fused_node *fn = mo_calloc((size_t)nu + 1, sizeof *fn);
 	char (*names)[80] = mo_calloc((size_t)nu + 1, sizeof *names);
+	size_t n_folded;
+	struct mo_fused_const *folded = folded_values(tp, &n_folded);
 	enum mo_status st = MO_OK;
 	int nf = 0;
 	if (!fn || !names) {
@@ -391,7 +445,8 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 			goto out;
 		} else {
 			/* a check only: the build, and so the domain, come later */
-			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX };
+			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX,
+							.folded = folded, .n_folded = n_folded };
 			struct mo_diag xd;
 			mo_diag_init(&xd);
 			if (fuse_injected_failure(rs, u, "export"))
@@ -421,6 +476,7 @@ out:
 		fuse_fused_node_free(&fn[k]);
 	mo_free(fn);
 	mo_free(names);
+	mo_free(folded);
 	return st;
 }
 /* ---- the file set: OUT, OUT.mirage.<id>.so, OUT.mirage.<id>.json ----
@@ -595,12 +651,16 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 		mo_diag_nomem(d);
 		goto undo;
 	}
+	size_t n_folded;
+	struct mo_fused_const *folded = folded_values(tp, &n_folded);
 	struct mo_export_options eo = { .domain = domain, .plugin_file = fuse_base_name(so),
 					.manifest_file = fuse_base_name(manifest), .build_id = fs->id,
-					.input_shapes = shapes };
+					.input_shapes = shapes, .folded = folded,
+					.n_folded = n_folded };
 	st = fused ? mo_export(m, fs->fn, fs->nf, &eo, model_tmp, d)
 				  : mo_onnx_save(m, model_tmp, d);
 	free(shapes);
+	mo_free(folded);
 	if (!st && fault("model"))
 		st = mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", model_tmp, strerror(errno));
 	if (st) {

@@ -1537,6 +1537,67 @@ static bool fold_alias(struct importer *im, const Onnx__NodeProto *n, struct mo_
 	return true;
 }
 
+/* An op whose one output is empty (a dim of 0, its shape known) makes the
+ * same value whatever its operands hold: a folded constant of no elements.
+ * A partial rotary embedding's pass-through part, `q[..., rotary_dim:]`,
+ * is one when the rotary dims are the head's whole (Phi-3), and the Concat
+ * after it drops it (drop_empty_operands). Not at sizes the tool chose
+ * (fuse/dynamic.c): a dim of 0 there may be one size's, a symbol at 0. */
+static bool fold_empty(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	if ((im->opt && im->opt->sizes_chosen) || op->kind == MO_OP_OPAQUE || n->n_output != 1 ||
+	    op->n_out != 1 || op->out[0] < 0 || (*str(n->domain) && strcmp(n->domain, "ai.onnx")))
+		return false;
+	struct mo_tensor *y = &tp->tensors[op->out[0]];
+	if (!y->shape_known || y->rank == 0 || mo_tensor_numel(y) != 0 || y->is_graph_output ||
+	    !y->dtype)
+		return false;
+	if (is_int(y->dtype) || y->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+		y->ivals = mo_arena_array(&tp->arena, 1, sizeof *y->ivals);
+	else
+		y->fvals = mo_arena_array(&tp->arena, 1, sizeof *y->fvals);
+	if (!y->ivals && !y->fvals)
+		return false;
+	y->n_vals = 0;
+	y->kind = MO_T_CONST;
+	return true;
+}
+
+/* A Concat's operands that are folded empty constants (fold_empty) add
+ * nothing: they are left out (kept among its params, which a fused op's
+ * function body defines), and a Concat left with one operand is an
+ * Identity of it. */
+static void drop_empty_operands(struct importer *im, struct mo_tp_op *op)
+{
+	struct mo_tp *tp = im->tp;
+	if (op->kind != MO_OP_CONCAT || op->n_out != 1 || op->out[0] < 0 ||
+	    !tp->tensors[op->out[0]].shape_known || mo_tensor_numel(&tp->tensors[op->out[0]]) == 0)
+		return;
+	int *params = mo_arena_array(&tp->arena, (size_t)(op->n_params + op->n_in), sizeof *params);
+	if (!params)
+		return;
+	memcpy(params, op->param_in, sizeof *params * (size_t)op->n_params);
+	int k = 0, np = op->n_params;
+	for (int i = 0; i < op->n_in; i++) {
+		const struct mo_tensor *x = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
+		if (!x || x->kind != MO_T_CONST || x->n_vals != 0 || !x->shape_known ||
+		    mo_tensor_numel(x) != 0)
+			op->in[k++] = op->in[i];
+		else
+			params[np++] = op->in[i];
+	}
+	if (k == 0 || k == op->n_in)
+		return;
+	op->n_in = k;
+	op->param_in = params;
+	op->n_params = np;
+	if (k == 1) {
+		op->kind = MO_OP_IDENTITY;
+		memset(&op->p, 0, sizeof op->p);
+	}
+}
+
 static enum mo_status import_constant(struct importer *im, const Onnx__NodeProto *n,
 				      int node_index)
 {
@@ -2432,7 +2493,10 @@ static enum mo_status import_node(struct importer *im, int ni)
 			im->unbound[op.out[i]] = unbound;
 	if (!off_schema && op.kind == MO_OP_OPAQUE)
 		opaque_shape(im, n, &op);
-	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op))) {
+	if (!off_schema && !unbound && !(im->opt && im->opt->sizes_chosen))
+		drop_empty_operands(im, &op);
+	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op) ||
+			    (!unbound && fold_empty(im, n, &op)))) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
 	}

@@ -31,6 +31,10 @@ struct mo_import_options {
 	 * μGraph at each too */
 	int n_more_sizes;
 	int64_t more_sizes[MO_IMPORT_MAX_MORE_SIZES];
+	/* set by the fuse when dim_values hold sizes it chose for symbols left
+	 * unbound: what holds at those sizes only (a tensor empty there) is
+	 * not folded */
+	bool sizes_chosen;
 };
 
 /* Parses "NAME=VALUE", "NAME=LO..HI" and "NAME=2x4096" flag values into

@@ -239,6 +239,44 @@ class Folding(unittest.TestCase):
             if f.startswith("f."):
                 os.remove(os.path.join(self.dir, f))
 
+    def test_an_empty_slice_adds_nothing_to_a_concat(self):
+        """A partial rotary embedding whose rotary dims are the head's whole
+        (Phi-3): `q[..., 16:]` of 16 is empty, and Concat(rotated, empty)
+        is the rotated part. The importer folds the empty Slice and the
+        Concat drops it, so the Concat and the projection after it join the
+        region: one fused op, nothing else left. Before, the Concat of an
+        empty tensor split the region and only Slice·Mul was a candidate."""
+        from fuse_models_test import fileset, session
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("Slice", ["Q", "s0", "s16", "ax"], ["rot"], name="rot"),
+             n("Slice", ["Q", "s16", "big", "ax"], ["pass"], name="pass"),
+             n("Mul", ["rot", "C"], ["e"], name="embed"),
+             n("Concat", ["e", "pass"], ["qe"], axis=-1, name="join"),
+             n("MatMul", ["qe", "W"], ["Y"], name="proj")],
+            [vi("Q", ["batch", 2, "seq", 16]), vi("C", ["seq", 16])],
+            [vi("Y", ["batch", 2, "seq", 16])],
+            [const(k, [v], np.int64) for k, v in (("s0", 0), ("s16", 16), ("big", 2 ** 62),
+                                                  ("ax", -1))] +
+            [mo_testlib.rng_weight("W", [16, 16], 5)], opset=18)
+        onnx.save(m, self.path)
+        out = os.path.join(self.dir, "f.onnx")
+        self.run_cli("-o", out, "--no-cuda", "--cpu-kernels", "--no-cache", "--budget", "5",
+                     "--min-saving", "0")
+        fused = onnx.load(out)
+        self.assertEqual([x.domain.startswith("mirage_onnx") for x in fused.graph.node], [True],
+                         [x.op_type for x in fused.graph.node])
+        rng = np.random.default_rng(2)
+        feed = {"Q": rng.standard_normal((B, 2, S, 16)).astype(np.float32),
+                "C": rng.standard_normal((S, 16)).astype(np.float32)}
+        plugin, _ = fileset(out)
+        want = session(self.path).run(None, feed)
+        for got in (session(out, plugin).run(None, feed), session(out).run(None, feed)):
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        for f in os.listdir(self.dir):
+            if f.startswith("f."):
+                os.remove(os.path.join(self.dir, f))
+
 
 if __name__ == "__main__":
     mo_testlib.unittest_main(globals(), paths=("cli",), verbosity=1)

@@ -500,6 +500,66 @@ static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
 	tm_free(&t);
 }
 
+/* A node outside the fused one that reads a folded value computed from
+ * what the fused node makes (a Reshape to Shape(a), as Phi-3's rotary
+ * embedding slices by a Shape of the cos table) closes a cycle. With the
+ * folded values given, the export holds them as initializers in place of
+ * the nodes making them (the Shape goes), and the cycle is gone; without a
+ * cycle, the same list changes nothing. */
+static void a_cycle_through_folded_values_is_cut_by_holding_them(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	tm_init(&t);
+	static const int64_t eight[] = { 8 };
+	tm_input(&t, &t.graph, "X", 2, dims_2x4);
+	tm_input(&t, &t.graph, "Z", 1, eight);
+	NODE(&t, &t.graph, "Relu", "A", "X", "a");
+	NODE(&t, &t.graph, "Shape", "S", "a", "s");
+	tm_node(&t, &t.graph, "Reshape", "R", NAMES("Z", "s"), NAMES("z"));
+	tm_node(&t, &t.graph, "Add", "C", NAMES("a", "z"), NAMES("Y"));
+	tm_output(&t, &t.graph, "Y");
+	static const int64_t two[] = { 2 }, shape[] = { 2, 4 };
+	const struct mo_fused_const s = { .name = "s", .dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64,
+					  .rank = 1, .dims = two, .n = 2, .ivals = shape };
+	const struct mo_fused_node f = {
+		.op_type = "mirage_ac", .name = "F", .n_nodes = 2, .nodes = (const int[]){ 0, 3 },
+		.n_inputs = 2, .n_outputs = 2, .inputs = NAMES("X", "z"), .outputs = NAMES("a", "Y"),
+	};
+	struct run r = { 0 };
+	load_tm(&r, &t);
+	assert_int_equal(export_to(&r, &f, 1, &opts, r.path), MO_ERR_INTERNAL);
+	assert_non_null(strstr(r.d.msg, "fused model would be cyclic"));
+	struct mo_export_options held = opts;
+	held.folded = &s;
+	held.n_folded = 1;
+	if (export_to(&r, &f, 1, &held, r.path))
+		fail_msg("export failed: %s", r.d.msg);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_node_order(g, NAMES("R", "F"));
+	const Onnx__TensorProto *init = NULL;
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (strcmp(g->initializer[i]->name, "s") == 0)
+			init = g->initializer[i];
+	assert_non_null(init);
+	assert_int_equal(init->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+	assert_int_equal(init->n_int64_data, 2);
+	assert_int_equal(init->int64_data[0], 2);
+	assert_int_equal(init->int64_data[1], 4);
+	/* no cycle: the Shape stays, and no initializer is added */
+	const struct mo_fused_node only_c = {
+		.op_type = "mirage_c", .name = "F", .n_nodes = 1, .nodes = (const int[]){ 3 },
+		.n_inputs = 2, .n_outputs = 1, .inputs = NAMES("a", "z"), .outputs = NAMES("Y"),
+	};
+	if (export_to(&r, &only_c, 1, &held, r.path))
+		fail_msg("export failed: %s", r.d.msg);
+	g = out_graph(&r);
+	assert_node_order(g, NAMES("A", "S", "R", "F"));
+	assert_false(has_initializer(g, "s"));
+	run_free(&r);
+	tm_free(&t);
+}
+
 static void initializers_only_the_regions_read_are_dropped(void **state)
 {
 	(void)state;
@@ -786,6 +846,7 @@ int main(void)
 		cmocka_unit_test(fused_node_moves_after_an_input_made_between_its_nodes),
 		cmocka_unit_test(subgraph_reads_order_and_keep_nodes),
 		cmocka_unit_test(a_cyclic_result_is_refused_and_nothing_is_written),
+		cmocka_unit_test(a_cycle_through_folded_values_is_cut_by_holding_them),
 		cmocka_unit_test(initializers_only_the_regions_read_are_dropped),
 		cmocka_unit_test(nodes_only_the_regions_read_are_dropped_and_dead_ones_stay),
 		cmocka_unit_test(value_info_of_vanished_tensors_is_dropped),
