@@ -8,7 +8,8 @@
  * from node inputs, graph outputs and subgraphs at any depth (a name a
  * subgraph reads from the main graph is an implicit input of the node that
  * owns the subgraph). Nodes and initializers nobody read in the loaded model
- * are kept. An initializer that
+ * are kept; nodes making only folded values go when the fused graph would
+ * otherwise be cyclic (mo_export_options.folded). An initializer that
  * goes takes its graph.input entry with it (an override of a tensor the model
  * no longer reads would otherwise be silently ignored); graph inputs without
  * an initializer are the model's interface and always stay. value_info
