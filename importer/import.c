@@ -1577,7 +1577,8 @@ static void drop_empty_operands(struct importer *im, struct mo_tp_op *op)
 	int *params = mo_arena_array(&tp->arena, (size_t)(op->n_params + op->n_in), sizeof *params);
 	if (!params)
 		return;
-	memcpy(params, op->param_in, sizeof *params * (size_t)op->n_params);
+	if (op->n_params)
+		memcpy(params, op->param_in, sizeof *params * (size_t)op->n_params);
 	int k = 0, np = op->n_params;
 	for (int i = 0; i < op->n_in; i++) {
 		const struct mo_tensor *x = op->in[i] >= 0 ? &tp->tensors[op->in[i]] : NULL;
