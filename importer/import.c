@@ -1537,8 +1537,10 @@ static bool fold_alias(struct importer *im, const Onnx__NodeProto *n, struct mo_
 	return true;
 }
 
-/* An op whose one output is empty (a dim of 0, its shape known) makes the
- * same value whatever its operands hold: a folded constant of no elements.
+/* A Slice whose output is empty (a dim of 0, its shape known) makes the
+ * same value whatever its operand holds: a folded constant of no elements.
+ * Only a Slice: an op over empty operands (a batch of 0 rows) stays an op,
+ * and its region unfused ("a tensor has no elements").
  * A partial rotary embedding's pass-through part, `q[..., rotary_dim:]`,
  * is one when the rotary dims are the head's whole (Phi-3), and the Concat
  * after it drops it (drop_empty_operands). Not at sizes the tool chose
@@ -1546,7 +1548,7 @@ static bool fold_alias(struct importer *im, const Onnx__NodeProto *n, struct mo_
 static bool fold_empty(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
 	struct mo_tp *tp = im->tp;
-	if ((im->opt && im->opt->sizes_chosen) || op->kind == MO_OP_OPAQUE || n->n_output != 1 ||
+	if ((im->opt && im->opt->sizes_chosen) || op->kind != MO_OP_SLICE || n->n_output != 1 ||
 	    op->n_out != 1 || op->out[0] < 0 || (*str(n->domain) && strcmp(n->domain, "ai.onnx")))
 		return false;
 	struct mo_tensor *y = &tp->tensors[op->out[0]];
