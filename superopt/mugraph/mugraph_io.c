@@ -19,6 +19,11 @@ static const char *accum_names[] = {
 	[MO_ACC_SUM] = "sum", [MO_ACC_MAX] = "max", [MO_ACC_RESCALED] = "rescaled",
 };
 
+/* Slice starts and ends are clamped to a dim's extent, which is far below
+ * this bound: ONNX's INT64_MAX ("to the end") is written as the bound, which
+ * JSON's numbers (doubles) hold exactly and the reader accepts. */
+#define MAX_COORD ((int64_t)1 << 62)
+
 static void ints(FILE *out, const char *key, const int64_t *v, int n)
 {
 	fprintf(out, ", \"%s\": [", key);
@@ -67,8 +72,14 @@ static void params(FILE *out, const struct mo_mg_step *s)
 	if (p->has_clip_max)
 		fprintf(out, ", \"clip_max\": %.17g", p->clip_max);
 	if (s->op == MO_OP_SLICE) {
-		ints(out, "starts", p->starts, p->n_axes);
-		ints(out, "ends", p->ends, p->n_axes);
+		int64_t c[2][MO_MAX_RANK];
+		for (int i = 0; i < p->n_axes; i++) {
+			const int64_t v[2] = { p->starts[i], p->ends[i] };
+			for (int k = 0; k < 2; k++)
+				c[k][i] = v[k] > MAX_COORD ? MAX_COORD : v[k] < -MAX_COORD ? -MAX_COORD : v[k];
+		}
+		ints(out, "starts", c[0], p->n_axes);
+		ints(out, "ends", c[1], p->n_axes);
 		ints(out, "steps", p->steps, p->n_axes);
 	}
 	if (p->n_sizes)
@@ -318,7 +329,6 @@ static const struct jv *get(const struct jv *o, const char *key)
 #define MAX_INDEX (MO_MG_MAX - 1)
 #define MAX_DIM ((int64_t)1 << 40)
 #define MAX_GRID (1 << 20)
-#define MAX_COORD ((int64_t)1 << 62) /* Slice starts and ends (INT64_MAX clamps) */
 #define MAX_DTYPE 23                 /* ONNX TensorProto.DataType */
 
 struct step_reader {
