@@ -162,9 +162,15 @@ static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
 		}
 		if (ok && row_in && !row_out)
 			ok = false; /* reduces over its rows */
-		/* a constant folded into its parameters (a Reshape's target)
-		 * must not depend on the sizes */
-		for (int j = 0; j < op->n_params && ok; j++)
+		/* a constant folded into its parameters must not depend on the
+		 * sizes; but a Reshape between tensors with the same rows (an
+		 * exporter's Gemm over [b * s, n] and back to [b, s, n], its
+		 * target computed from Shape) is the same view of each chunk of
+		 * rows whatever its target at a size: the kernel takes its
+		 * shapes, not the target, and the row-parallel proof runs the
+		 * region at other sizes with their own */
+		bool rows_view = op->kind == MO_OP_RESHAPE && ok && row_in && row_out;
+		for (int j = 0; j < op->n_params && ok && !rows_view; j++)
 			ok = op->param_in[j] < 0 || y->lead[op->param_in[j]] >= 0;
 		if (!ok) {
 			op->lax = MO_LAX_NONE;

@@ -240,6 +240,43 @@ class Rows(unittest.TestCase):
                 self.assertEqual(g.shape, (b, 1, s, 16))
                 close(w, g, f"batch {b}, seq {s}, output {k}", self)
 
+    def test_a_gemm_over_flattened_rows(self):
+        """Optimum's GPT-2 Conv1D: x [batch, seq, D] reshaped to [-1, D]
+        for a Gemm and back to [batch, seq, F] by a target computed from
+        Shape(x), then Relu. Both Reshapes join the region serving rows
+        (their targets differ with the sizes, their views of each chunk of
+        rows do not); before, each Reshape 'varies with unbound dims
+        beyond leading rows' and the Gemm and Relu between them were not
+        worth a custom op alone: nothing fused."""
+        n = h.make_node
+        rng = np.random.default_rng(6)
+        src = os.path.join(self.dir, "gemm_rows.onnx")
+        onnx.save(mo_testlib.model(
+            [n("Shape", ["x"], ["shp"], end=2, name="shape"),
+             n("Concat", ["shp", "f"], ["back"], axis=0, name="target"),
+             n("Reshape", ["x", "flat_target"], ["x2"], name="flatten"),
+             n("Gemm", ["x2", "w", "b"], ["g"], name="gemm"),
+             n("Reshape", ["g", "back"], ["g3"], name="unflatten"),
+             n("Relu", ["g3"], ["y"], name="relu")],
+            [vi("x", ["batch", "seq", D])], [vi("y", ["batch", "seq", F])],
+            [mo_testlib.const("flat_target", [-1, D], np.int64),
+             mo_testlib.const("f", [F], np.int64),
+             mo_testlib.const("w", rng.standard_normal((D, F)) / 6),
+             mo_testlib.const("b", rng.standard_normal(F))]), src)
+        out, plugin, regions = self.fuse(src, "gemm_rows_fused", "--budget", "10")
+        fused = [g for g in regions if g["fused"]]
+        self.assertEqual(len(fused), 1, regions)
+        for name in ("flatten", "gemm", "unflatten", "relu"):
+            self.assertIn(name, fused[0]["nodes"])
+        self.assertEqual([nd.op_type for nd in onnx.load(out).graph.node
+                          if nd.op_type not in ("Constant", "Shape", "Concat")],
+                         [fused[0]["op_type"]])
+        want_s, got_s = session(src), session(out, plugin)
+        for b, s in ((1, 1), (2, 7), (3, 37), (0, 5)):
+            x = rng.standard_normal((b, s, D)).astype(np.float32)
+            close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
+                  f"batch {b}, seq {s}", self)
+
     def test_the_size_searched_at_is_a_flag(self):
         src = os.path.join(self.dir, "norm_mlp_size.onnx")
         onnx.save(norm_mlp(), src)
@@ -284,11 +321,13 @@ class Rows(unittest.TestCase):
             self.assertIn(said, r.stderr)
 
     def test_whole_exports_serve_every_size(self):
-        """Exports by dynamo, TorchScript and Optimum fused with no --dim:
+        """Exports by dynamo, TorchScript and Optimum fused with no --dim
+        (GPT-2's Optimum export: Gemms over flattened rows):
         at (batch, seq) = (1, 1), (2, 7), (3, 37) the fused model (CPU
         kernels) gives the original's outputs."""
         os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "1"
-        for name in ("llama_dynamo", "qwen2_optimum", "bert_optimum", "gpt2_ts"):
+        for name in ("llama_dynamo", "qwen2_optimum", "bert_optimum", "gpt2_ts",
+                     "gpt2_optimum"):
             with self.subTest(model=name):
                 path = os.path.join(MODELS, name + ".onnx")
                 out, plugin, _ = self.fuse(path, name + "_dyn", "--budget", "2")
