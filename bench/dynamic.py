@@ -45,17 +45,8 @@ ROOT = os.path.dirname(HERE)
 DEFAULT = ("llama_optimum_past", "llama_dynamo", "qwen2_optimum", "gpt2_optimum_past",
            "bert_dynamo")
 SEARCH_BATCH, SEARCH_SIZE = 1, 16  # fuse/fuse_int.h: FUSE_DYN_SEARCH_SIZE
-
-
-def symbols(model):
-    """The symbols of the inputs' dims (a derived dim such as
-    'past_sequence_length + sequence_length' follows from them)."""
-    seen = []
-    for i in model.graph.input:
-        for d in i.type.tensor_type.shape.dim:
-            if d.dim_param and "+" not in d.dim_param and d.dim_param not in seen:
-                seen.append(d.dim_param)
-    return seen
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from whole_models_test import symbolic_dims  # noqa: E402
 
 
 def fuse(cli, src, out, flags, budget, jobs):
@@ -113,7 +104,7 @@ def main():
         for name in [n for n in args.only.split(",") if n]:
             src = os.path.join(args.models, name + ".onnx")
             model = onnx.load(src, load_external_data=False)
-            syms = symbols(model)
+            syms = symbolic_dims(model)
             op_type = {n.name: n.op_type for n in model.graph.node}
             if not syms:
                 print(f"{name}: no symbolic dims, skipped", file=sys.stderr)

@@ -128,6 +128,20 @@ static int classify(const struct mo_tp *const tps[3], int i, int64_t rows[3])
 	return lead;
 }
 
+/* Whether tensors a and b, both with rows, have the same dims after their
+ * row dims. */
+static bool regroups_rows(const struct mo_tp *tp, const struct fuse_dyn *y, int a, int b)
+{
+	const struct mo_tensor *x = &tp->tensors[a], *z = &tp->tensors[b];
+	int la = y->lead[a], lb = y->lead[b];
+	if (la <= 0 || lb <= 0 || x->rank - la != z->rank - lb)
+		return false;
+	for (int d = 0; d < x->rank - la; d++)
+		if (x->dims[la + d] != z->dims[lb + d])
+			return false;
+	return true;
+}
+
 /* a fused kernel serves any number of rows; other dynamic dims not yet */
 static const char note_varies[] = "varies with unbound dims beyond leading rows (--dim fuses it)";
 
@@ -163,13 +177,18 @@ static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
 		if (ok && row_in && !row_out)
 			ok = false; /* reduces over its rows */
 		/* a constant folded into its parameters must not depend on the
-		 * sizes; but a Reshape between tensors with the same rows (an
-		 * exporter's Gemm over [b * s, n] and back to [b, s, n], its
-		 * target computed from Shape) is the same view of each chunk of
-		 * rows whatever its target at a size: the kernel takes its
-		 * shapes, not the target, and the row-parallel proof runs the
-		 * region at other sizes with their own */
-		bool rows_view = op->kind == MO_OP_RESHAPE && ok && row_in && row_out;
+		 * sizes; but a Reshape that only regroups the rows, each row's
+		 * own dims unchanged (an exporter's Gemm over [b * s, n] and
+		 * back to [b, s, n], its target computed from Shape), is the
+		 * same view of each chunk of rows whatever its target at a
+		 * size: the kernel takes its shapes, not the target, and the
+		 * row-parallel proof runs the region at other sizes with their
+		 * own. (One that also splits a row, [b, s, 64] to heads
+		 * [b, s, 4, 16], stays out: joined to the projections before
+		 * the attention, which stays unfused, it made their search
+		 * worse.) */
+		bool rows_view = op->kind == MO_OP_RESHAPE && ok && row_in && row_out &&
+				 regroups_rows(tp, y, op->in[0], op->out[0]);
 		for (int j = 0; j < op->n_params && ok && !rows_view; j++)
 			ok = op->param_in[j] < 0 || y->lead[op->param_in[j]] >= 0;
 		if (!ok) {
