@@ -1109,7 +1109,11 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 	if (g->cuda) {
 		P(g, "__global__ void __launch_bounds__(%d) %s(struct args a)\n{\n", MO_BLOCK_THREADS, fn);
 		P(g, "MO_DYNAMIC_SHARED(float4, mo_smem4);\nchar *ws = (char *)mo_smem4;\n");
-		P(g, "const mo_ix_t bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;\n");
+		/* blocks past the grid's x are further chunks of rows (a
+		 * launch of several, the rows entry's): each tensor's chunk
+		 * at a.cb bytes from the last; 0 for one chunk, a weight */
+		P(g, "const mo_ix_t ck = blockIdx.x / %du, bx = blockIdx.x %% %du, by = blockIdx.y, "
+		  "bz = blockIdx.z;\n", bg->grid[0], bg->grid[0]);
 	} else {
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
 		P(g, "for (mo_ix_t bz = 0; bz < %du; bz++)\nfor (mo_ix_t by = 0; by < %du; by++)\n"
@@ -1122,7 +1126,10 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 	for (int i = 0; i < bg->n_savers; i++)
 		used[bg->savers[i].tensor] = true;
 	for (int t = 0; t < mg->kg.n_tensors; t++)
-		if (used[t])
+		if (used[t] && g->cuda)
+			P(g, "%s *%s = (%s *)((char *)a.g[%d] + (size_t)ck * a.cb[%d]);\n",
+			  ctype_c[gb[t].ct], gb[t].name, ctype_c[gb[t].ct], t, t);
+		else if (used[t])
 			P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[t].ct], gb[t].name,
 			  ctype_c[gb[t].ct], t);
 	/* the memory plan: offsets shared between tiles whose lives do not meet */
@@ -1360,13 +1367,56 @@ static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const ch
 		  "\"%s: kernel %d: cannot opt into %" PRIu64 " bytes of shared memory per block "
 		  "(the GPU allows %%d): %%s\", avail, cudaGetErrorString(cudaGetLastError()));\n"
 		  "rc = 1;\n}\n", fn, smem, opname, k + 1, smem);
-	P(g, "if (!rc) MO_LAUNCH(%s, dim3(%d, %d, %d), %d, %" PRIu64 "u, st, a);\n", fn, bg->grid[0],
-	  bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+	P(g, "if (!rc) MO_LAUNCH(%s, dim3((unsigned)(%du * m), %d, %d), %d, %" PRIu64 "u, st, a);\n",
+	  fn, bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+}
+
+static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out);
+
+/* Bytes from one chunk of rows of kernel tensor t (role: its index among
+ * the μGraph's inputs or outputs, -1 for an intermediate) to the next, in
+ * a CUDA launch of several chunks (emit_rows_entry): the whole tensor for
+ * an input or output with rows (the μGraph holds one chunk of them) and
+ * for an intermediate (each chunk its own, allocated that many times); 0
+ * for an input without rows (a weight every chunk reads). */
+static uint64_t chunk_stride(const struct mo_cg_op *op, const struct mo_mugraph *mg, int t,
+			     int role, bool is_out)
+{
+	const struct mo_tensor *x = &mg->kg.tensors[t];
+	if (role < 0)
+		return mo_tensor_numel(x) * sizeof(float);
+	const struct mo_tp *k0 = &op->mg->kg;
+	int n = op->rows > 0 ? (is_out ? k0->n_outputs : k0->n_inputs) : 0;
+	const int *v = is_out ? k0->outputs : k0->inputs;
+	const int *lead = is_out ? op->out_rows : op->in_rows;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(k0->tensors[v[i]].name, x->name)) {
+			int64_t r;
+			uint64_t per = row_bytes(x, lead[i], &r);
+			return per * (uint64_t)r;
+		}
+	return 0;
+}
+
+/* The most chunks of rows one CUDA launch of mg takes: 1 unless every
+ * kernel is a block graph, whose grid's x then runs over the chunks too
+ * (within CUDA's 2^31 - 1 blocks). */
+static int64_t chunks_max(const struct mo_mugraph *mg)
+{
+	int64_t gx = 1;
+	for (int k = 0; k < mg->n_ops; k++) {
+		if (!mg->ops[k].bg)
+			return 1;
+		gx = mg->ops[k].bg->grid[0] > gx ? mg->ops[k].bg->grid[0] : gx;
+	}
+	int64_t m = 2147483647 / gx;
+	return m > (1 << 20) ? (1 << 20) : m;
 }
 
 /* One μGraph of the op (variant v, identifiers `id`): its kernels, then
  * `static int id_run(in, out, ...)` running them, in and out in the
- * μGraph's own order. */
+ * μGraph's own order; on CUDA m chunks of rows at once (1 but for the
+ * rows entry). */
 static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct mo_mugraph *mg,
 			 const char *id, const uint64_t *lim, int n_lim)
 {
@@ -1413,21 +1463,24 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 		is_out[t] = true;
 	}
 	if (cuda)
-		P(g, "static int %s_run(const void *const *in, void *const *out, cudaStream_t st, int avail, "
-		  "char *err, size_t err_len)\n{\n", id);
+		P(g, "static int %s_run(const void *const *in, void *const *out, int64_t m, "
+		  "cudaStream_t st, int avail, char *err, size_t err_len)\n{\n", id);
 	else
 		P(g, "static int %s_run(const void *const *in, void *const *out, int single, char *err, "
 		  "size_t err_len)\n{\n", id);
-	P(g, "struct args a;\nint rc = 0;\n(void)%s;\n", cuda ? "avail" : "single");
+	P(g, "struct args a = { { 0 } };\nint rc = 0;\n(void)%s;\n", cuda ? "avail" : "single");
 	for (int t = 0; t < nt; t++) {
 		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
+		uint64_t cb = cuda ? chunk_stride(op, mg, t, role[t], is_out[t]) : 0;
+		if (cb)
+			P(g, "a.cb[%d] = %" PRIu64 "u;\n", t, cb);
 		if (is_out[t])
 			P(g, "a.g[%d] = out[%d];\n", t, role[t]);
 		else if (role[t] >= 0)
 			P(g, "a.g[%d] = (void *)in[%d];\n", t, role[t]);
 		else if (cuda)
-			P(g, "a.g[%d] = NULL;\nif (cudaMallocAsync(&a.g[%d], %" PRIu64 "u, st) != cudaSuccess) rc = 1;\n",
-			  t, t, bytes);
+			P(g, "a.g[%d] = NULL;\nif (cudaMallocAsync(&a.g[%d], (size_t)%" PRIu64 "u * (size_t)m, "
+			  "st) != cudaSuccess) rc = 1;\n", t, t, bytes);
 		else
 			P(g, "a.g[%d] = malloc(%" PRIu64 "u);\nif (!a.g[%d]) rc = 1;\n", t, bytes, t);
 	}
@@ -1581,6 +1634,18 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		int64_t R = order[k] < 0 ? op->rows : op->size_rows[order[k]];
 		P(g, "%s%" PRId64, k ? ", " : " ", R);
 	}
+	if (cuda) {
+		/* the most chunks of a size one launch takes (every variant's) */
+		P(g, " };\nstatic const int64_t %s_rm[%d] = {", ident, nk);
+		for (int k = 0; k < nk; k++) {
+			int64_t m = chunks_max(order[k] < 0 ? op->mg : op->size_mg[order[k]]);
+			for (int v = 0; order[k] < 0 && v < op->n_variants; v++) {
+				int64_t x = chunks_max(op->variants[v]);
+				m = x < m ? x : m;
+			}
+			P(g, "%s%" PRId64, k ? ", " : " ", m);
+		}
+	}
 	P(g, " };\nstatic const double %s_ru[%d] = {", ident, nk);
 	for (int k = 0; k < nk; k++) {
 		double us = order[k] < 0 ? op->us : op->size_us ? op->size_us[order[k]] : 0;
@@ -1603,7 +1668,7 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		char id[80];
 		snprintf(id, sizeof id, "%s_s%d", ident, k);
 		if (cuda)
-			P(g, "static int %s_go(const void *const *in, void *const *out, cudaStream_t st, "
+			P(g, "static int %s_go(const void *const *in, void *const *out, int64_t m, cudaStream_t st, "
 			  "char *err, size_t err_len)\n{\nint dev = 0, avail = 0;\n"
 			  "cudaError_t e = mo_device_smem(&dev, &avail);\nif (e != cudaSuccess) {\n"
 			  "(void)cudaGetLastError();\nsnprintf(err, err_len, \"%s: cannot read the GPU's "
@@ -1613,19 +1678,20 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 			P(g, "static int %s_go(const void *const *in, void *const *out, char *err, "
 			  "size_t err_len)\n{\n", id);
 		emit_variant_args(g, op->mg, op->size_mg[k]);
-		P(g, cuda ? "return %s_run(vin, vout, st, avail, err, err_len);\n}\n"
+		P(g, cuda ? "return %s_run(vin, vout, m, st, avail, err, err_len);\n}\n"
 		   : "return %s_run(vin, vout, 0, err, err_len);\n}\n", id);
 	}
 	P(g, "static int %s_launch(int k, const void *const *in, void *const *out, %s"
-	  "char *err, size_t err_len)\n{\nswitch (k) {\n", ident, cuda ? "cudaStream_t st, " : "");
+	  "char *err, size_t err_len)\n{\nswitch (k) {\n", ident,
+	  cuda ? "int64_t m, cudaStream_t st, " : "");
 	for (int k = 0; k < nk; k++) {
 		char id[80];
 		snprintf(id, sizeof id, "%s_s%d", ident, order[k]);
 		if (order[k] < 0)
-			P(g, cuda ? "case %d: return %s_cuda(in, out, st, err, err_len);\n"
+			P(g, cuda ? "case %d: return %s_pick(in, out, m, st, err, err_len);\n"
 			   : "case %d: return %s_cpu(in, out, err, err_len);\n", k, ident);
 		else
-			P(g, cuda ? "case %d: return %s_go(in, out, st, err, err_len);\n"
+			P(g, cuda ? "case %d: return %s_go(in, out, m, st, err, err_len);\n"
 			   : "case %d: return %s_go(in, out, err, err_len);\n", k, id);
 	}
 	P(g, "}\nsnprintf(err, err_len, \"%s: no launch of size %%d\", k);\nreturn 1;\n}\n", op->name);
@@ -1642,6 +1708,11 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	  "int k = 0;\n(void)%s_plan(n_rows - r, &k);\n"
 	  "int64_t R = %s_rl[k], n = n_rows - r < R ? n_rows - r : R;\n",
 	  ni > 0 ? ni : 1, no, ident, ident);
+	/* on the GPU the plan's run of full launches of one size is one
+	 * launch of that many chunks */
+	if (cuda)
+		P(g, "int64_t m = n == R ? (n_rows - r) / R : 1;\nif (m > %s_rm[k]) m = %s_rm[k];\n",
+		  ident, ident);
 	if (cuda)
 		P(g, "if (n < R && !stage && (e = cudaMallocAsync((void **)&stage, "
 		  "(size_t)R * %" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", per_row);
@@ -1665,13 +1736,13 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	P(g, "for (int i = 0; i < %d; i++) {\n"
 	  "co[i] = n == R ? (void *)((unsigned char *)out[i] + (size_t)r * %s_orb[i]) : (void *)sp;\n"
 	  "if (n < R) sp += (size_t)R * %s_orb[i];\n}\n", no, ident, ident);
-	P(g, cuda ? "rc = %s_launch(k, ci, co, st, err, err_len);\n"
+	P(g, cuda ? "rc = %s_launch(k, ci, co, m, st, err, err_len);\n"
 	   : "rc = %s_launch(k, ci, co, err, err_len);\n", ident);
 	P(g, "for (int i = 0; rc == 0 && n < R && i < %d; i++)\n", no);
 	if (cuda)
 		P(g, "if ((e = cudaMemcpyAsync((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], "
 		  "(size_t)n * %s_orb[i], cudaMemcpyDeviceToDevice, st)) != cudaSuccess)\nbreak;\n"
-		  "if (e != cudaSuccess)\nbreak;\nr += n;\n}\n", ident, ident);
+		  "if (e != cudaSuccess)\nbreak;\nr += n * m;\n}\n", ident, ident);
 	else
 		P(g, "memcpy((unsigned char *)out[i] + (size_t)r * %s_orb[i], co[i], (size_t)n * %s_orb[i]);\n"
 		  "r += n;\n}\n", ident, ident);
@@ -1755,7 +1826,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			largest = mo_cg_largest_index(op->size_mg[k]);
 	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
 	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
-	P(&g, "struct args { void *g[%d]; };\n\n", ntm);
+	P(&g, "struct args { void *g[%d]; size_t cb[%d]; };\n\n", ntm, ntm);
 	for (int v = 0; v < nv && !g.fail; v++) {
 		char id[80];
 		if (v == 0)
@@ -1783,8 +1854,8 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		  "e = cudaDeviceGetAttribute(avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, *dev);\n"
 		  "if (e == cudaSuccess && *dev >= 0 && *dev < 64)\n"
 		  "__atomic_store_n(&mo_avail[*dev], *avail, __ATOMIC_RELAXED);\nreturn e;\n}\n\n");
-		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
-		  "char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n"
+		P(&g, "static int %s_pick(const void *const *in, void *const *out, int64_t m, "
+		  "cudaStream_t st, char *err, size_t err_len)\n{\n"
 		  "int dev = 0, avail = 0;\ncudaError_t e = mo_device_smem(&dev, &avail);\n"
 		  "if (e != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
 		  "\"%s: cannot read the GPU's shared memory per block: %%s\", cudaGetErrorString(e));\n"
@@ -1792,11 +1863,11 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		for (int v = 0; v < nv; v++) {
 			P(&g, "if ((uint64_t)avail >= %" PRIu64 "u) {\n", need[v]);
 			if (v == 0) {
-				P(&g, "return %s_run(in, out, st, avail, err, err_len);\n}\n", ident);
+				P(&g, "return %s_run(in, out, m, st, avail, err, err_len);\n}\n", ident);
 				continue;
 			}
 			emit_variant_args(&g, mg, vars[v]);
-			P(&g, "return %s_v%d_run(vin, vout, st, avail, err, err_len);\n}\n", ident, v);
+			P(&g, "return %s_v%d_run(vin, vout, m, st, avail, err, err_len);\n}\n", ident, v);
 		}
 		P(&g, "int major = 0, minor = 0;\n"
 		  "(void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);\n"
@@ -1806,6 +1877,9 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		  "%%d (sm_%%d%%d) allows %%d: fuse again with --cuda-arch %%d%%d\", dev, major, minor, "
 		  "avail, major, minor);\nreturn 1;\n}\n",
 		  op->name, need[nv - 1]);
+		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
+		  "char *err, size_t err_len)\n{\n"
+		  "return %s_pick(in, out, 1, (cudaStream_t)stream, err, err_len);\n}\n", ident, ident);
 	} else {
 		/* every plan a GPU may run, for the float check (mo_plugin_check_cpu) */
 		P(&g, "int %s_cpu_plan(const void *const *in, void *const *out, int variant, int single, "

@@ -68,12 +68,13 @@ def function_body(src, header_re):
 
 def entry_variant(src, avail):
     """The _run function the CUDA entry calls on a GPU with `avail` bytes, or
-    None when it refuses (then its message names the bytes)."""
-    body = function_body(src, r'extern "C" int \w+_cuda\(')
+    None when it refuses (then its message names the bytes): the entry
+    (<op>_cuda) runs <op>_pick on one chunk of rows, which picks."""
+    body = function_body(src, r'static int \w+_pick\(')
     assert body is not None, "no CUDA entry"
-    if not any("avail >=" in l for l in body):  # one plan for every GPU: the entry launches
-        return re.match(r'extern "C" int (\w+_cuda)\(', next(
-            l for l in src.split("\n") if l.startswith('extern "C" int '))).group(1)
+    if not any("avail >=" in l for l in body):  # one plan for every GPU
+        return next(re.search(r"return (\w+_run)\(", l).group(1) for l in body
+                    if re.search(r"return (\w+_run)\(", l))
     for i, line in enumerate(body):
         m = re.match(r"if \(\(uint64_t\)avail >= (\d+)u\) \{$", line)
         if m and avail >= int(m.group(1)):

@@ -198,15 +198,26 @@ def against_ort_rows(original, fused, plugin):
     import numpy as np
     sys.path.insert(0, HERE)
     import fuse_models_test as fm
+    import ctypes
     a, b = fm.session(original), fm.session(fused, plugin)
+    lib = ctypes.CDLL(plugin)  # the library ONNX Runtime loaded
+    lib.mo_cudasim_report.restype = ctypes.c_char_p
     name = a.get_inputs()[0].name
     rng = np.random.default_rng(3)
-    for batch, seq in ((1, 1), (2, 7), (3, 37), (1, 64), (4, 20)):
+    launches = {}
+    for batch, seq in ((1, 1), (2, 7), (3, 37), (1, 64), (4, 20), (1, 16), (2, 64)):
         x = rng.standard_normal((batch, seq, a.get_inputs()[0].shape[-1])).astype(np.float32)
+        lib.mo_cudasim_reset()
         want, got = a.run(None, {name: x})[0], b.run(None, {name: x})[0]
+        launches[batch * seq] = counters(lib.mo_cudasim_report().decode()).get("launches", 0)
         err = float(np.max(np.abs(want - got)))
         if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
             return "at batch %d, seq %d: error %.3g" % (batch, seq, err)
+    # with one size (16 rows a launch), the 8 full chunks of 128 rows are
+    # one launch of each kernel, as 16 rows are
+    if "one_size" in os.path.basename(original) and launches[128] != launches[16]:
+        return "128 rows took %d launches, 16 rows %d: full chunks not one launch" % (
+            launches[128], launches[16])
     return None
 
 
@@ -816,6 +827,12 @@ def mask_models(out):
     path = os.path.join(out, "rows_norm_mlp.onnx")
     onnx.save(rows_test.norm_mlp(), path)
     models.append(("rows_norm_mlp", path))
+    # the same with one size, 16 rows a launch: on the GPU the full chunks
+    # of any number of rows are one launch of each kernel, its grid's x
+    # over the chunks (against_ort_rows counts the launches)
+    path = os.path.join(out, "rows_one_size_norm_mlp.onnx")
+    onnx.save(rows_test.norm_mlp(), path)
+    models.append(("rows_one_size_norm_mlp", path))
     return models
 
 
@@ -827,6 +844,8 @@ def fuse(cli, model, out_dir, budget=None):
     # every kind of launch runs (against_ort_rows' sizes)
     if name.startswith("rows_"):
         more = ["--dynamic-size", "16,1,64", "--budget", "10"]
+    if name.startswith("rows_one_size"):
+        more = ["--budget", "10"]
     # --no-cuda: the kept .cu files are what runs here, not nvcc's objects
     p = subprocess.run([cli, model, "-o", os.path.join(out_dir, name + ".onnx"), "-q",
                         "--keep-sources", src, "--no-cuda"] + more, capture_output=True,
