@@ -1398,9 +1398,16 @@ static uint64_t chunk_stride(const struct mo_cg_op *op, const struct mo_mugraph 
 	return 0;
 }
 
+/* The bytes of intermediates one launch of m chunks may allocate: each
+ * chunk has its own, where one chunk a launch reused one (a μGraph of
+ * several kernels over a long prompt would otherwise take far more memory
+ * than the launches it saves are worth). */
+#define MO_CG_CHUNK_SCRATCH ((uint64_t)256 << 20)
+
 /* The most chunks of rows one CUDA launch of mg takes: 1 unless every
  * kernel is a block graph, whose grid's x then runs over the chunks too
- * (within CUDA's 2^31 - 1 blocks). */
+ * (within CUDA's 2^31 - 1 blocks, and MO_CG_CHUNK_SCRATCH bytes of
+ * intermediates). */
 static int64_t chunks_max(const struct mo_mugraph *mg)
 {
 	int64_t gx = 1;
@@ -1410,7 +1417,20 @@ static int64_t chunks_max(const struct mo_mugraph *mg)
 		gx = mg->ops[k].bg->grid[0] > gx ? mg->ops[k].bg->grid[0] : gx;
 	}
 	int64_t m = 2147483647 / gx;
-	return m > (1 << 20) ? (1 << 20) : m;
+	m = m > (1 << 20) ? (1 << 20) : m;
+	uint64_t scratch = 0; /* bytes of intermediates a chunk */
+	for (int t = 0; t < mg->kg.n_tensors; t++) {
+		bool io = false;
+		for (int i = 0; i < mg->kg.n_inputs; i++)
+			io |= mg->kg.inputs[i] == t;
+		for (int i = 0; i < mg->kg.n_outputs; i++)
+			io |= mg->kg.outputs[i] == t;
+		if (!io)
+			scratch += mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
+	}
+	if (scratch && (uint64_t)m > MO_CG_CHUNK_SCRATCH / scratch)
+		m = (int64_t)(MO_CG_CHUNK_SCRATCH / scratch);
+	return m > 1 ? m : 1;
 }
 
 /* One μGraph of the op (variant v, identifiers `id`): its kernels, then

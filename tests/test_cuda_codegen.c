@@ -167,12 +167,84 @@ static void out_of_memory_clears_the_last_error(void **state)
 	mo_mg_free(mg);
 }
 
+/* Y = exp(exp(X)) over X [rows, width], a row a block, as an op serving
+ * `rows` rows a launch: one kernel, or two with the inner exp an
+ * intermediate [rows, width]. */
+static struct mo_mugraph *exp_rows(int rows, int64_t width, bool two)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int t = mo_mg_input(mg, "X", F32, 2, (int64_t[]){ rows, width });
+	for (int k = 0; k < (two ? 2 : 1); k++) {
+		struct mo_block_graph *bg = mo_mg_block(mg, rows, 1, 1, 1);
+		int xt = mo_bg_iter(mg, bg, t, 0, MO_PHI, MO_PHI, MO_PHI);
+		int y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &xt, NULL);
+		if (!two)
+			y = mo_bg_op(mg, bg, MO_OP_EXP, 1, &y, NULL);
+		t = mo_bg_save(mg, bg, y, 0, MO_PHI, MO_PHI);
+	}
+	mo_mg_output(mg, t, "Y");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* The CUDA rows entry runs a plan's full chunks of rows as one launch of
+ * each kernel, its grid's x times the chunks: at most 2^31 - 1 blocks, and
+ * at most 256 MiB of intermediates (each chunk its own); a μGraph with a
+ * pre-defined kernel takes one chunk a launch. */
+static void rows_launch_many_chunks(void **state)
+{
+	(void)state;
+	static const int one_row[1] = { 1 };
+	int from[MO_PLUGIN_ROW_FROM];
+	for (int i = 0; i < MO_PLUGIN_ROW_FROM; i++)
+		from[i] = -1;
+	struct {
+		int rows;
+		struct mo_mugraph *mg;
+		const char *rm;
+	} cases[] = {
+		{ 16, exp_rows(16, 4096, false), "t_rm[1] = { 1048576 }" }, /* no intermediate */
+		{ 16, exp_rows(16, 4096, true), "t_rm[1] = { 1024 }" },     /* 256 KiB a chunk */
+		{ 1 << 16, exp_rows(1 << 16, 4096, true), "t_rm[1] = { 1 }" }, /* 1 GiB a chunk */
+		{ 1 << 20, exp_rows(1 << 20, 1, false), "t_rm[1] = { 2047 }" }, /* 2^31 blocks */
+		{ 16, mo_mg_new(), "t_rm[1] = { 1 }" }, /* a pre-defined kernel */
+	};
+	int x = mo_mg_input(cases[4].mg, "X", F32, 2, (int64_t[]){ 16, 4 });
+	mo_mg_output(cases[4].mg, mo_mg_kernel(cases[4].mg, MO_OP_EXP, 1, &x, NULL), "Y");
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct mo_cg_op op = { .name = "MirageTest", .mg = cases[k].mg, .rows = cases[k].rows,
+				       .in_rows = one_row, .out_rows = one_row,
+				       .out_row_from = from, .us = 1.0 };
+		struct mo_cg_options o = { .banner = "t", .target = MO_SM90 };
+		struct mo_diag d;
+		mo_diag_init(&d);
+		char why[256], *text;
+		size_t len;
+		FILE *f = open_memstream(&text, &len);
+		if (mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d))
+			fail_msg("case %zu: %s", k, why);
+		fclose(f);
+		char ck[96], grid[64];
+		snprintf(ck, sizeof ck, "const mo_ix_t ck = blockIdx.x / %du, bx = blockIdx.x %% %du",
+			 cases[k].rows, cases[k].rows);
+		snprintf(grid, sizeof grid, "dim3((unsigned)(%du * m), 1, 1)", cases[k].rows);
+		assert_non_null(strstr(text, cases[k].rm));
+		if (cases[k].mg->ops[0].bg) {
+			assert_non_null(strstr(text, ck));
+			assert_non_null(strstr(text, grid));
+		}
+		free(text);
+		mo_mg_free(cases[k].mg);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(grid_over_cuda_limits_is_refused),
 		cmocka_unit_test(indices_are_32_bit_where_they_fit),
 		cmocka_unit_test(out_of_memory_clears_the_last_error),
+		cmocka_unit_test(rows_launch_many_chunks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
