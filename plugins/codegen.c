@@ -1731,11 +1731,10 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 	/* on the GPU the plan's run of full launches of one size is one
 	 * launch of that many chunks */
 	if (cuda)
-		P(g, "int64_t m = n == R ? (n_rows - r) / R : 1;\nif (m > %s_rm[k]) m = %s_rm[k];\n",
-		  ident, ident);
-	if (cuda)
-		P(g, "if (n < R && !stage && (e = cudaMallocAsync((void **)&stage, "
-		  "(size_t)R * %" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n", per_row);
+		P(g, "int64_t m = n == R ? (n_rows - r) / R : 1;\nif (m > %s_rm[k]) m = %s_rm[k];\n"
+		  "if (n < R && !stage && (e = cudaMallocAsync((void **)&stage, "
+		  "(size_t)R * %" PRIu64 "u, st)) != cudaSuccess) {\nstage = NULL;\nbreak;\n}\n",
+		  ident, ident, per_row);
 	else
 		P(g, "if (n < R && !stage && !(stage = (unsigned char *)malloc((size_t)R * %" PRIu64 "u))) {\n"
 		  "snprintf(err, err_len, \"%s: out of memory\");\nreturn 1;\n}\n", per_row, op->name);
