@@ -40,6 +40,9 @@ class Op:
     name: str
     inputs: list  # [(onnx dtype, dims)]
     outputs: list
+    rows: int = 0  # an op serving rows: the rows its tables describe
+    in_rows: list = field(default_factory=list)  # leading row dims per input
+    out_rows: list = field(default_factory=list)
 
 
 @dataclass
@@ -69,11 +72,26 @@ def parse_ops(src_dir):
             dims = [int(x) for x in t.group(3).split(",") if x.strip()]
             ts.append((int(t.group(1)), dims[: int(t.group(2))]))
         tables[(int(m.group(1)), m.group(2))] = ts
+    lead = {}
+    for m in re.finditer(r"mo_op(\d+)_(in|out)_rows\[\] = \{([^}]*)\}", text):
+        lead[(int(m.group(1)), m.group(2))] = [int(x) for x in m.group(3).split(",")
+                                                if x.strip()]
     ops = []
-    for m in re.finditer(r'mo_op(\d+)_desc = \{ "([^"]+)"', text):
+    for m in re.finditer(r'mo_op(\d+)_desc = \{ "([^"]+)"(?:, [^,}]+){6}(?:, (\d+), )?', text):
         i = int(m.group(1))
-        ops.append(Op(i, m.group(2), tables.get((i, "in"), []), tables.get((i, "out"), [])))
+        ops.append(Op(i, m.group(2), tables.get((i, "in"), []), tables.get((i, "out"), []),
+                      int(m.group(3) or 0), lead.get((i, "in"), []), lead.get((i, "out"), [])))
     return ops
+
+
+def rows_dims(op, n, output=False):
+    """The dims of op's inputs (outputs) on n rows: a tensor with rows has
+    its leading row dims as one of n."""
+    out = []
+    for k, (dt, dims) in enumerate(op.outputs if output else op.inputs):
+        lead = (op.out_rows if output else op.in_rows)[k]
+        out.append((dt, [n] + dims[lead:] if lead > 0 else dims))
+    return out
 
 
 def san_flags(sanitize):
@@ -165,10 +183,15 @@ def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=
     if not os.path.exists(c_o):
         _run([cc(), "-std=c11", "-O2", "-g", "-I", src_dir, "-c",
               c_src, "-o", c_o] + san_flags(sanitize))
-    r_o = os.path.join(work, "runner_op%d_%s.o" % (op.index, sanitize or "plain"))
+    # an op serving rows: its rows entries too (op_runner's cpurows, cudarows)
+    rows = op.rows > 0 and ("_cuda_rows(" in cu_text)
+    r_o = os.path.join(work, "runner_op%d_%s%s.o" % (op.index, sanitize or "plain",
+                                                     "_rows" if rows else ""))
     if not os.path.exists(r_o):
+        defs = ["-DMO_OP_ROWS=mo_op%d_rows" % op.index,
+                "-DMO_OP_CUDA_ROWS=mo_op%d_cuda_rows" % op.index] if rows else []
         _run([cxx(), "-std=c++17", "-O1", "-g", "-DMO_OP_CPU=mo_op%d_cpu" % op.index,
-              "-DMO_OP_CUDA=mo_op%d_cuda" % op.index, "-c", RUNNER, "-o", r_o]
+              "-DMO_OP_CUDA=mo_op%d_cuda" % op.index] + defs + ["-c", RUNNER, "-o", r_o]
              + san_flags(sanitize))
     _run([cxx(), cu_o, c_o, r_o, runtime_object(work, sanitize), "-o", exe, "-lpthread", "-lm"]
          + san_flags(sanitize))
@@ -180,12 +203,12 @@ def runner_cu_object(exe):
     return exe + ".cu.o"
 
 
-def random_inputs(op, seed=0):
+def random_inputs(op, seed=0, rows=None):
     """Inputs in the op's storage dtypes, values of a normal distribution
-    (a bool: 1 where that value is >= 0)."""
+    (a bool: 1 where that value is >= 0); on `rows` rows for its rows entries."""
     rng = np.random.default_rng(seed)
     out = []
-    for dt, dims in op.inputs:
+    for dt, dims in (op.inputs if rows is None else rows_dims(op, rows)):
         x = rng.standard_normal(dims).astype(np.float32)
         if dt == 9:
             x = (x >= 0).astype(np.uint8)
@@ -203,18 +226,21 @@ def as_float(a, dtype):
     return a.astype(np.float64)
 
 
-def run_op(exe, op, inputs, which, work, env=None, timeout=600):
-    """Runs the CPU ("cpu") or CUDA ("cuda") kernel; Result.outputs are arrays."""
+def run_op(exe, op, inputs, which, work, env=None, timeout=600, rows=None):
+    """Runs the CPU ("cpu") or CUDA ("cuda") kernel, or with `rows` its rows
+    entry on that many rows (inputs from random_inputs(op, rows=rows));
+    Result.outputs are arrays."""
     d = tempfile.mkdtemp(dir=work)
     try:
-        args = [exe, which]
+        args = [exe, which] if rows is None else [exe, which + "rows", str(rows)]
         for k, x in enumerate(inputs):
             p = os.path.join(d, "in%d" % k)
             x.tofile(p)
             args.append(p)
         args.append("--")
         outs = []
-        for k, (dt, dims) in enumerate(op.outputs):
+        for k, (dt, dims) in enumerate(op.outputs if rows is None
+                                       else rows_dims(op, rows, True)):
             p = os.path.join(d, "out%d" % k)
             n = int(np.prod(dims)) if dims else 1
             args.append("%s:%d" % (p, n * DTYPES[dt][1]))

@@ -1,7 +1,10 @@
 /* Runs one fused op of a kept-sources plugin: its CPU kernel (mo_opN.c) or its
  * CUDA kernel (mo_opN.cu through cudasim). Built by cudasim_build.py with
- * -DMO_OP_CPU=mo_opN_cpu -DMO_OP_CUDA=mo_opN_cuda.
+ * -DMO_OP_CPU=mo_opN_cpu -DMO_OP_CUDA=mo_opN_cuda, and for an op serving rows
+ * -DMO_OP_ROWS=mo_opN_rows -DMO_OP_CUDA_ROWS=mo_opN_cuda_rows.
  *   op_runner cpu|cuda IN0 IN1 ... -- OUT0:BYTES OUT1:BYTES ...
+ *   op_runner cpurows|cudarows N IN0 ... -- OUT0:BYTES ...   (the rows entries
+ *   on N rows: the inputs and outputs with rows hold N of them)
  * Inputs are raw files (the caller's host memory, passed as device memory, as
  * cudasim allows); outputs start as 0xFF bytes (NaN) and are written raw.
  * Prints the kernel's error message and exits 1 when the op fails, and the
@@ -16,6 +19,12 @@ extern "C" int MO_OP_CPU(const void *const *in, void *const *out, char *err, siz
 extern "C" int MO_OP_CUDA(const void *const *in, void *const *out, void *stream, char *err,
 			  size_t err_len);
 extern "C" const char *mo_cudasim_report(void);
+#ifdef MO_OP_ROWS
+extern "C" int MO_OP_ROWS(const void *const *in, void *const *out, int64_t n_rows, char *err,
+			  size_t err_len);
+extern "C" int MO_OP_CUDA_ROWS(const void *const *in, void *const *out, int64_t n_rows,
+			       void *stream, char *err, size_t err_len);
+#endif
 
 static std::vector<char> slurp(const char *path)
 {
@@ -35,14 +44,24 @@ static std::vector<char> slurp(const char *path)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3 || (strcmp(argv[1], "cpu") && strcmp(argv[1], "cuda"))) {
-		fprintf(stderr, "usage: op_runner cpu|cuda IN... -- OUT:BYTES...\n");
+	const char *mode = argc > 1 ? argv[1] : "";
+	bool rows = !strcmp(mode, "cpurows") || !strcmp(mode, "cudarows");
+	if (argc < 3 + rows || (strcmp(mode, "cpu") && strcmp(mode, "cuda") && !rows)) {
+		fprintf(stderr, "usage: op_runner cpu|cuda IN... -- OUT:BYTES...\n"
+				"       op_runner cpurows|cudarows N IN... -- OUT:BYTES...\n");
 		return 2;
 	}
-	bool cuda = !strcmp(argv[1], "cuda");
+#ifndef MO_OP_ROWS
+	if (rows) {
+		fprintf(stderr, "op_runner: %s: the op serves no rows\n", mode);
+		return 2;
+	}
+#endif
+	bool cuda = !strcmp(mode, "cuda") || !strcmp(mode, "cudarows");
+	int64_t n_rows = rows ? strtoll(argv[2], nullptr, 10) : 0;
 	std::vector<std::vector<char>> ins, outs;
 	std::vector<std::string> out_paths;
-	int i = 2;
+	int i = 2 + rows;
 	for (; i < argc && strcmp(argv[i], "--"); i++)
 		ins.push_back(slurp(argv[i]));
 	for (i++; i < argc; i++) {
@@ -61,12 +80,20 @@ int main(int argc, char **argv)
 	for (auto &v : outs)
 		out.push_back(v.data());
 	char err[512] = "";
-	int rc = cuda ? MO_OP_CUDA(in.data(), out.data(), nullptr, err, sizeof err)
-		      : MO_OP_CPU(in.data(), out.data(), err, sizeof err);
+	int rc;
+#ifdef MO_OP_ROWS
+	if (rows)
+		rc = cuda ? MO_OP_CUDA_ROWS(in.data(), out.data(), n_rows, nullptr, err, sizeof err)
+			  : MO_OP_ROWS(in.data(), out.data(), n_rows, err, sizeof err);
+	else
+#endif
+		rc = cuda ? MO_OP_CUDA(in.data(), out.data(), nullptr, err, sizeof err)
+			  : MO_OP_CPU(in.data(), out.data(), err, sizeof err);
+	(void)n_rows;
 	if (cuda)
 		fprintf(stderr, "cudasim-report: %s\n", mo_cudasim_report());
 	if (rc) {
-		fprintf(stderr, "op_runner: %s kernel failed: %s\n", argv[1], err);
+		fprintf(stderr, "op_runner: %s kernel failed: %s\n", mode, err);
 		return 1;
 	}
 	for (size_t k = 0; k < outs.size(); k++) {
