@@ -871,6 +871,8 @@ static const char *const like_first_ops[] = {
 	"Floor", "Ceil", "Round", "Sign", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh",
 	"Asinh", "Acosh", "Atanh", "BitwiseNot", "Shrink", "LpNormalization", "Hardmax",
 	"LRN", "CumSum", "Trilu",
+	/* data with some elements replaced (OPT's causal mask) */
+	"ScatterND", "ScatterElements",
 	/* opset 23's, in a form not decomposed (with position_ids) */
 	"RotaryEmbedding",
 	/* ONNX Runtime's, which it registers in ONNX's domain */

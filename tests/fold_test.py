@@ -199,6 +199,36 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"proj", "square"}, inside, j)
 
+    def test_scatters_give_their_output_shape(self):
+        """ScatterND and ScatterElements are outside the op table; their
+        output has their data's shape (OPT's causal mask is a ScatterND:
+        without its shape, every attention and MLP after it had "an input's
+        shape is unknown"), so the MatMuls after them land in regions."""
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("ScatterND", ["X", "idx", "upd"], ["P"], name="scatter_nd"),
+             n("MatMul", ["P", "W"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y1"], name="square"),
+             n("ScatterElements", ["Y1", "eidx", "eupd"], ["Q"], axis=2, name="scatter_el"),
+             n("MatMul", ["Q", "W2"], ["Y2"], name="proj2"),
+             n("Mul", ["Y2", "Y2"], ["Y"], name="square2")],
+            [vi("X", ["batch", "seq", H])], [vi("Y", ["batch", "seq", 4])],
+            [const("idx", [[0]], np.int64), const("upd", np.ones((1, S, H)), np.float32),
+             const("eidx", np.zeros((1, 1, 1)), np.int64),
+             const("eupd", np.ones((1, 1, 1)), np.float32),
+             mo_testlib.rng_weight("W", [H, 4], 1), mo_testlib.rng_weight("W2", [4, 4], 2)],
+            opset=17)
+        onnx.save(m, self.path)
+        tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
+        x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
+        want = ReferenceEvaluator(m).run(None, {"X": x})[0]
+        self.assertEqual(tensors["P"]["shape"], [B, S, H])
+        self.assertEqual(tensors["Q"]["shape"], [B, S, 4])
+        self.assertEqual(tensors["Y"]["shape"], list(want.shape))
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square", "proj2", "square2"}, inside, j)
+
     def test_a_shape_read_outside_does_not_make_the_fused_op_output_its_tensor(self):
         """Shape(T) of a tensor a fused op keeps inside, read by a Reshape
         outside: with the dims bound the Shape is folded whole, so the fused
