@@ -455,6 +455,75 @@ static enum mo_status region_at(struct mo_fuse_state *f, const struct mo_fuse_re
 	return MO_OK;
 }
 
+/* Region s has an output whose leading dims none of its inputs tell: OPT
+ * flattens the rows to [b * s, n] around its MLP and views the sum back as
+ * [b, s, n], and a region starting at the flat sum has only [b * s] to go
+ * by. The Reshapes in it that make more row dims than their input tells
+ * stay out (a view, free in ONNX Runtime), and the ops before them and
+ * those after become the region's two parts (s->r.part_of, searched later
+ * as regions of their own: split_unfused), each with its outputs' dims
+ * told by its inputs. Parts 0 are ancestors of such a Reshape (a path
+ * between two of them passes only ancestors: convex), the rest after, and
+ * nothing after one leads back to one before: the two collapse acyclically.
+ * False when out of memory or there is no such Reshape (or one feeds
+ * another). */
+static bool split_at_unflatten(struct mo_fuse_state *f, struct mo_fuse_region *s)
+{
+	const struct fuse_dyn *y = &f->dyn;
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *tp = f->tp;
+	int *part = mo_malloc(sizeof *part * ((size_t)rg->n_ops + 1));
+	bool *need = mo_calloc((size_t)tp->n_tensors + 1, sizeof *need);
+	bool ok = part && need, any = false;
+	for (int k = 0; ok && k < rg->n_ops; k++) {
+		const struct mo_tp_op *op = &tp->ops[rg->ops[k]];
+		int from[MO_PLUGIN_ROW_FROM];
+		part[k] = 1;
+		if (op->kind == MO_OP_RESHAPE && op->n_in > 0 && op->in[0] >= 0 &&
+		    y->lead[op->out[0]] > 1 && y->lead[op->in[0]] > 0 &&
+		    !row_source(y, tp, op->in[0], op->out[0], y->lead[op->out[0]], from)) {
+			part[k] = -1;
+			need[op->in[0]] = any = true;
+		}
+	}
+	/* the region's ops are in the model's order: a reverse walk finds
+	 * every ancestor of an unflattening Reshape */
+	for (int k = rg->n_ops - 1; ok && any && k >= 0; k--) {
+		const struct mo_tp_op *op = &tp->ops[rg->ops[k]];
+		bool needed = false;
+		for (int j = 0; j < op->n_out; j++)
+			needed |= op->out[j] >= 0 && need[op->out[j]];
+		if (!needed)
+			continue;
+		if (part[k] < 0) {
+			ok = false; /* one feeds another */
+			break;
+		}
+		part[k] = 0;
+		for (int j = 0; j < op->n_in; j++)
+			if (op->in[j] >= 0)
+				need[op->in[j]] = true;
+	}
+	int n_before = 0, n_after = 0;
+	for (int k = 0; ok && any && k < rg->n_ops; k++) {
+		n_before += part[k] == 0;
+		n_after += part[k] == 1;
+	}
+	ok = ok && any && n_before + n_after > 0;
+	for (int k = 0; ok && k < rg->n_ops; k++)
+		if (part[k] == 1 && !n_before)
+			part[k] = 0; /* parts are numbered from 0 */
+	mo_free(need);
+	if (!ok) {
+		mo_free(part);
+		return false;
+	}
+	mo_free(s->r.part_of);
+	s->r.part_of = part;
+	s->r.n_parts = (n_before > 0) + (n_after > 0);
+	return true;
+}
+
 enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
 {
 	const struct fuse_dyn *y = &f->dyn;
@@ -489,9 +558,12 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		for (int k = 0; k < rg->n_inputs && !found && lead > 0; k++)
 			found = row_source(y, f->tp, rg->inputs[k], t, lead, from);
 		if (lead <= 0 || !found) {
-			snprintf(s->why, sizeof s->why, "%s '%.200s' %s", lead <= 0 ? "output" :
+			bool split = lead > 0 && split_at_unflatten(f, s);
+			snprintf(s->why, sizeof s->why, "%s '%.200s' %s%s", lead <= 0 ? "output" :
 				 "the leading dims of output", f->tp->tensors[t].name, lead <= 0
-				 ? "has no rows while other tensors have" : "cannot be told from its inputs'");
+				 ? "has no rows while other tensors have" : "cannot be told from its inputs'",
+				 split ? " (the Reshapes making its row dims stay out: the ops before and "
+				 "after them are fused apart)" : "");
 			return MO_OK;
 		}
 	}

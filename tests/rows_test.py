@@ -277,6 +277,48 @@ class Rows(unittest.TestCase):
             close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
                   f"batch {b}, seq {s}", self)
 
+    def test_a_region_starting_at_flattened_rows(self):
+        """OPT's MLP: the rows flattened to [batch * seq, D] before it and
+        viewed back as [batch, seq, F] after (a target from Shape(x)), with
+        the flat tensor made outside any region (here a Floor). No input of
+        the region tells how the rows split into batch and seq, so the
+        region did not fuse ("cannot be told from its inputs'"); now the
+        view back stays out and the ops before and after it fuse as two
+        parts, each serving rows."""
+        n = h.make_node
+        rng = np.random.default_rng(7)
+        src = os.path.join(self.dir, "flat_rows.onnx")
+        onnx.save(mo_testlib.model(
+            [n("Shape", ["x"], ["shp"], end=2, name="shape"),
+             n("Concat", ["shp", "f"], ["back"], axis=0, name="target"),
+             n("Reshape", ["x", "flat_target"], ["x2"], name="flatten"),
+             n("Floor", ["x2"], ["xf"], name="floor"),
+             n("MatMul", ["xf", "w1"], ["m1"], name="up"),
+             n("Relu", ["m1"], ["r1"], name="relu"),
+             n("MatMul", ["r1", "w2"], ["m2"], name="mid"),
+             n("Reshape", ["m2", "back"], ["m3"], name="unflatten"),
+             n("Mul", ["m3", "m3"], ["sq"], name="square"),
+             n("MatMul", ["sq", "w3"], ["m4"], name="down"),
+             n("Relu", ["m4"], ["y"], name="relu2")],
+            [vi("x", ["batch", "seq", D])], [vi("y", ["batch", "seq", D])],
+            [mo_testlib.const("flat_target", [-1, D], np.int64),
+             mo_testlib.const("f", [F], np.int64),
+             mo_testlib.const("w1", rng.standard_normal((D, F)) / 6),
+             mo_testlib.const("w2", rng.standard_normal((F, F)) / 8),
+             mo_testlib.const("w3", rng.standard_normal((F, D)) / 8)]), src)
+        out, plugin, regions = self.fuse(src, "flat_rows_fused", "--budget", "10")
+        fused = [g for g in regions if g["fused"]]
+        inside = {nd for g in fused for nd in g["nodes"]}
+        for name in ("mid", "down"):  # ("up" alone the partition's choice)
+            self.assertIn(name, inside, regions)
+        self.assertNotIn("unflatten", inside)
+        self.assertGreaterEqual(len(fused), 2, regions)
+        want_s, got_s = session(src), session(out, plugin)
+        for b, s in ((1, 1), (2, 7), (3, 37), (0, 5)):
+            x = rng.standard_normal((b, s, D)).astype(np.float32) * 4
+            close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
+                  f"batch {b}, seq {s}", self)
+
     def test_the_size_searched_at_is_a_flag(self):
         src = os.path.join(self.dir, "norm_mlp_size.onnx")
         onnx.save(norm_mlp(), src)
