@@ -1042,6 +1042,20 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			y->dtype = a->dtype;
 			mo_tensor_set_shape(y, a->rank, dims);
 		}
+	} else if (strcmp(ty, "Tile") == 0) {
+		/* each dim times its repeat (GPT-J's rotary table, one per
+		 * batch element) */
+		const struct mo_tensor *r = op->n_in == 2 ? &tp->tensors[op->in[1]] : NULL;
+		if (!r || !r->ivals || r->rank != 1 || (int64_t)r->n_vals != a->rank)
+			return;
+		int64_t dims[MO_MAX_RANK];
+		for (int d = 0; d < a->rank; d++) {
+			if (r->ivals[d] < 0 || (r->ivals[d] > 0 && a->dims[d] > INT64_MAX / 2 / r->ivals[d]))
+				return;
+			dims[d] = a->dims[d] * r->ivals[d];
+		}
+		y->dtype = a->dtype;
+		mo_tensor_set_shape(y, a->rank, dims);
 	} else if (strcmp(ty, "GatherElements") == 0) {
 		if (op->n_in != 2)
 			return;

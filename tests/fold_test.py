@@ -199,15 +199,18 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"proj", "square"}, inside, j)
 
-    def test_scatters_give_their_output_shape(self):
-        """ScatterND and ScatterElements are outside the op table; their
-        output has their data's shape (OPT's causal mask is a ScatterND:
-        without its shape, every attention and MLP after it had "an input's
-        shape is unknown"), so the MatMuls after them land in regions."""
+    def test_scatters_and_tile_give_their_output_shape(self):
+        """ScatterND, ScatterElements and Tile are outside the op table;
+        a scatter's output has its data's shape (OPT's causal mask is a
+        ScatterND: without its shape, every attention and MLP after it had
+        "an input's shape is unknown"), Tile's each dim times its repeat
+        (GPT-J's rotary table, repeated per batch element), so the MatMuls
+        after them land in regions."""
         n = h.make_node
         m = mo_testlib.model(
             [n("ScatterND", ["X", "idx", "upd"], ["P"], name="scatter_nd"),
-             n("MatMul", ["P", "W"], ["Y0"], name="proj"),
+             n("Tile", ["P", "reps"], ["T"], name="tile"),
+             n("MatMul", ["T", "W"], ["Y0"], name="proj"),
              n("Mul", ["Y0", "Y0"], ["Y1"], name="square"),
              n("ScatterElements", ["Y1", "eidx", "eupd"], ["Q"], axis=2, name="scatter_el"),
              n("MatMul", ["Q", "W2"], ["Y2"], name="proj2"),
@@ -216,13 +219,15 @@ class Folding(unittest.TestCase):
             [const("idx", [[0]], np.int64), const("upd", np.ones((1, S, H)), np.float32),
              const("eidx", np.zeros((1, 1, 1)), np.int64),
              const("eupd", np.ones((1, 1, 1)), np.float32),
-             mo_testlib.rng_weight("W", [H, 4], 1), mo_testlib.rng_weight("W2", [4, 4], 2)],
+             const("reps", [1, 1, 2], np.int64),
+             mo_testlib.rng_weight("W", [2 * H, 4], 1), mo_testlib.rng_weight("W2", [4, 4], 2)],
             opset=17)
         onnx.save(m, self.path)
         tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
         x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
         want = ReferenceEvaluator(m).run(None, {"X": x})[0]
         self.assertEqual(tensors["P"]["shape"], [B, S, H])
+        self.assertEqual(tensors["T"]["shape"], [B, S, 2 * H])
         self.assertEqual(tensors["Q"]["shape"], [B, S, 4])
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
         j = json.loads(self.run_cli("--list-regions", "--json"))
