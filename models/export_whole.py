@@ -5,7 +5,7 @@ tests/data/whole/.
 Five architectures (Llama with grouped-query attention, Qwen2, Phi-3 with
 its fused QKV and gate/up projections, GPT-2, BERT), two layers, hidden size
 64, random weights from a config (no download), each written by three
-exporters:
+exporters (and OPT and GPT-J, by Optimum with past key values only):
 
 - "dynamo": torch.onnx.export(..., dynamo=True), the torch.export-based one;
 - "ts": torch.onnx.export(..., dynamo=False), the TorchScript one;
@@ -31,7 +31,9 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
     PYTHONPATH=/work/t5 /work/tv/bin/python models/export_whole.py --out tests/data/whole \
         --exporters dynamo,ts
     /work/tv/bin/python models/export_whole.py --out tests/data/whole \
-        --exporters optimum,optimum_past
+        --only llama,qwen2,phi3,gpt2,bert --exporters optimum,optimum_past
+    /work/tv/bin/python models/export_whole.py --out tests/data/whole \
+        --only opt,gptj --exporters optimum_past
 """
 import argparse
 import os
@@ -64,6 +66,17 @@ def configs():
                                          n_positions=POSITIONS, **ids), "text-generation"),
         "bert": (transformers.BertConfig(**common),
                  "feature-extraction"),
+        # exported by Optimum only (with past: "--only opt,gptj
+        # --exporters optimum_past"): OPT's causal mask is a ScatterND and
+        # its MLP runs on rows flattened to [batch * seq, hidden]; GPT-J's
+        # rotary table is a Tile per batch element
+        "opt": (transformers.OPTConfig(hidden_size=HIDDEN, ffn_dim=INTER,
+                                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                       vocab_size=VOCAB, max_position_embeddings=POSITIONS,
+                                       word_embed_proj_dim=HIDDEN, **ids), "text-generation"),
+        "gptj": (transformers.GPTJConfig(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
+                                         n_head=HEADS, vocab_size=VOCAB, n_positions=POSITIONS,
+                                         rotary_dim=8, **ids), "text-generation"),
     }
 
 

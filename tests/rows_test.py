@@ -14,7 +14,7 @@ kernels in ONNX Runtime.
   and 3, the original and the fused model side by side: the same tokens,
   and logits within tolerance at every step; `bench --generate` says the
   same of its own loop.
-- Exports by dynamo, TorchScript and Optimum (Llama, Qwen2, BERT, GPT-2),
+- Exports by dynamo, TorchScript and Optimum (Llama, Qwen2, BERT, GPT-2, OPT, GPT-J),
   fused with no --dim: the original's outputs at three (batch, seq) sizes.
 - --dynamic-size 16,1,64: ops serving rows get a μGraph at each size and
   run n rows as the cheapest launches by their costs.
@@ -364,19 +364,23 @@ class Rows(unittest.TestCase):
 
     def test_whole_exports_serve_every_size(self):
         """Exports by dynamo, TorchScript and Optimum fused with no --dim
-        (GPT-2's Optimum export: Gemms over flattened rows):
-        at (batch, seq) = (1, 1), (2, 7), (3, 37) the fused model (CPU
-        kernels) gives the original's outputs."""
+        (GPT-2's Optimum export: Gemms over flattened rows; OPT's: an MLP
+        over rows flattened and viewed back, fused in parts; GPT-J's: its
+        rotary table a Tile), at (batch, seq) = (1, 1), (2, 7), (3, 37)
+        (a past as long as seq, at most 20) the fused model (CPU kernels)
+        gives the original's outputs."""
         os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "1"
         for name in ("llama_dynamo", "qwen2_optimum", "bert_optimum", "gpt2_ts",
-                     "gpt2_optimum"):
+                     "gpt2_optimum", "opt_optimum_past", "gptj_optimum_past"):
             with self.subTest(model=name):
                 path = os.path.join(MODELS, name + ".onnx")
                 out, plugin, _ = self.fuse(path, name + "_dyn", "--budget", "2")
                 model = onnx.load(path)
                 want_s, got_s = session(path), session(out, plugin)
                 for b, s in ((1, 1), (2, 7), (3, 37)):
-                    sizes = {k: (b if "batch" in k.lower() else s) for k in symbolic_dims(model)}
+                    # a past of up to 20: past + seq within the 64 positions
+                    sizes = {k: (b if "batch" in k.lower() else min(s, 20) if "past" in k
+                                 else s) for k in symbolic_dims(model)}
                     feed = feeds(model, sizes, seed=b + s)
                     for k, (w, g) in enumerate(zip(want_s.run(None, feed),
                                                    got_s.run(None, feed))):
