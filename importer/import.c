@@ -865,6 +865,11 @@ static const char *const compare_ops[] = { "Equal", "Less", "Greater", "LessOrEq
 					   "GreaterOrEqual", "And", "Or", "Xor", NULL };
 static const char *const same_type_ops[] = { "Mod", "Max", "Min", "Sum", "Mean", NULL };
 static const char *const bool_unary_ops[] = { "Not", "IsNaN", "IsInf", NULL };
+/* ops outside the op table whose output shape is ONNX's convolution and
+ * pooling rule (conv_pool_shape) */
+static const char *const conv_pool_ops[] = { "Conv", "MaxPool", "AveragePool", "LpPool",
+					     "GlobalAveragePool", "GlobalMaxPool",
+					     "GlobalLpPool", NULL };
 /* ops outside the op table whose output has their first input's shape and
  * element type (ONNX's propagateShapeAndTypeFromFirstInput) */
 static const char *const like_first_ops[] = {
@@ -882,6 +887,91 @@ static const char *const like_first_ops[] = {
  * embedding of its first input */
 static const char *const ms_like_first_ops[] = { "FastGelu", "BiasGelu", "QuickGelu", "Gelu",
 						  "RotaryEmbedding", NULL };
+
+/* Conv's and the pools' output shape (ONNX's convPoolShapeInference):
+ * x [N, C, D...] and, for a Conv, w [M, C / group, K...]; per spatial
+ * axis, the kernel dilated, then the pads (explicit, or auto_pad's SAME
+ * and VALID) and the stride: floor (ceil with a pool's ceil_mode) of
+ * (D + pads - dilated kernel) / stride, plus 1. A global pool: 1 per
+ * spatial axis. False when an attribute or operand does not fit
+ * (*mismatch: x's channels are not the weight's, as after a --dim binding
+ * the model contradicts). (A ViT's patch embedding is a Conv: without its
+ * shape, nothing after it had one.) */
+static bool conv_pool_shape(const Onnx__NodeProto *n, const char *ty, const struct mo_tensor *x,
+			    const struct mo_tensor *w, int64_t *dims, bool *mismatch)
+{
+	*mismatch = false;
+	bool conv = strcmp(ty, "Conv") == 0;
+	bool global = strncmp(ty, "Global", 6) == 0;
+	int k = x->rank - 2;
+	if (k < 1 || (conv && (!w || w->rank != x->rank)))
+		return false;
+	dims[0] = x->dims[0];
+	dims[1] = conv ? w->dims[0] : x->dims[1];
+	if (conv) {
+		int64_t group = attr_int(n, "group", 1);
+		if (group < 1 || w->dims[1] > INT64_MAX / group || w->dims[0] % group)
+			return false;
+		if (w->dims[1] * group != x->dims[1]) {
+			*mismatch = true;
+			return false;
+		}
+	}
+	if (global) {
+		for (int d = 0; d < k; d++)
+			dims[2 + d] = 1;
+		return true;
+	}
+	int64_t ker[MO_MAX_RANK], str[MO_MAX_RANK], dil[MO_MAX_RANK], pads[2 * MO_MAX_RANK];
+	for (int d = 0; d < k; d++) {
+		ker[d] = conv ? w->dims[2 + d] : 0;
+		str[d] = dil[d] = 1;
+		pads[d] = pads[k + d] = 0;
+	}
+	int nk = attr_ints(n, "kernel_shape", ker, MO_MAX_RANK);
+	if ((nk >= 0 && nk != k) || (nk < 0 && !conv))
+		return false;
+	if (conv && nk == k)
+		for (int d = 0; d < k; d++)
+			if (ker[d] != w->dims[2 + d])
+				return false;
+	int ns = attr_ints(n, "strides", str, MO_MAX_RANK);
+	int nd = attr_ints(n, "dilations", dil, MO_MAX_RANK);
+	int np = attr_ints(n, "pads", pads, 2 * MO_MAX_RANK);
+	if (nk == -2 || ns == -2 || nd == -2 || np == -2 || (ns >= 0 && ns != k) ||
+	    (nd >= 0 && nd != k) || (np >= 0 && np != 2 * k))
+		return false;
+	const Onnx__AttributeProto *ap = attr(n, "auto_pad");
+	char mode[16] = "NOTSET";
+	if (ap && ap->s.len < sizeof mode) {
+		memcpy(mode, ap->s.data, ap->s.len);
+		mode[ap->s.len] = '\0';
+	}
+	bool same = !strcmp(mode, "SAME_UPPER") || !strcmp(mode, "SAME_LOWER");
+	if (!same && strcmp(mode, "VALID") && strcmp(mode, "NOTSET"))
+		return false;
+	bool ceil_mode = !conv && attr_int(n, "ceil_mode", 0) == 1;
+	for (int d = 0; d < k; d++) {
+		if (ker[d] < 1 || str[d] < 1 || dil[d] < 1 || pads[d] < 0 || pads[k + d] < 0 ||
+		    ker[d] > (INT64_MAX / 4) / dil[d] || pads[d] > INT64_MAX / 4 ||
+		    pads[k + d] > INT64_MAX / 4)
+			return false;
+		int64_t span = (ker[d] - 1) * dil[d] + 1, in = x->dims[2 + d];
+		if (same) {
+			dims[2 + d] = (in + str[d] - 1) / str[d];
+			continue;
+		}
+		int64_t room = in + (strcmp(mode, "VALID") ? pads[d] + pads[k + d] : 0) - span;
+		if (room < 0)
+			return false;
+		dims[2 + d] = (ceil_mode ? (room + str[d] - 1) / str[d] : room / str[d]) + 1;
+		/* ceil_mode's last window starts inside the input or its
+		 * leading pad */
+		if (ceil_mode && (dims[2 + d] - 1) * str[d] >= in + pads[d])
+			dims[2 + d]--;
+	}
+	return true;
+}
 
 /* Pad's output shape: each padded axis grows by its begin and end pads
  * (negative ones crop), from the pads input (the attribute before opset
@@ -1056,6 +1146,19 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 		}
 		y->dtype = a->dtype;
 		mo_tensor_set_shape(y, a->rank, dims);
+	} else if (one_of(ty, conv_pool_ops)) {
+		int64_t dims[MO_MAX_RANK];
+		const struct mo_tensor *w = op->n_in >= 2 ? &tp->tensors[op->in[1]] : NULL;
+		bool mismatch;
+		if (conv_pool_shape(n, ty, a, w, dims, &mismatch)) {
+			y->dtype = a->dtype;
+			mo_tensor_set_shape(y, a->rank, dims);
+		} else if (mismatch) {
+			(void)add_warning(im, "node '%s' (Conv): its input has %" PRId64 " channels, "
+					  "its weight takes %" PRId64 " (a --dim the model contradicts?); "
+					  "its output's shape is unknown", tp->node_names[op->node],
+					  a->dims[1], w->dims[1] * attr_int(n, "group", 1));
+		}
 	} else if (strcmp(ty, "GatherElements") == 0) {
 		if (op->n_in != 2)
 			return;

@@ -234,6 +234,56 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"proj", "square", "proj2", "square2"}, inside, j)
 
+    def test_conv_and_pools_give_their_output_shape(self):
+        """Conv and the pools are outside the op table; their output shape
+        is ONNX's rule (a ViT's patch embedding is a Conv: without it,
+        nothing after it had a shape and a ViT export fused nothing):
+        explicit pads, strides and dilations, auto_pad SAME_UPPER and
+        VALID, a pool's ceil_mode, a global pool, a grouped Conv. The
+        MatMul after them lands in a region."""
+        n = h.make_node
+        rng = np.random.default_rng(3)
+        m = mo_testlib.model(
+            [n("Conv", ["X", "W1"], ["C1"], strides=[2, 1], pads=[1, 0, 1, 2],
+               dilations=[1, 2], name="conv"),
+             n("Conv", ["C1", "W2", "B2"], ["C2"], auto_pad="SAME_UPPER", strides=[2, 2],
+               group=2, name="conv_grouped"),
+             n("MaxPool", ["C2"], ["P1"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+               name="pool"),
+             n("AveragePool", ["C1"], ["P2"], kernel_shape=[3, 3], auto_pad="VALID",
+               name="avg"),
+             n("GlobalAveragePool", ["C2"], ["G"], name="gap"),
+             n("MatMul", ["P1", "W3"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y"], name="square")],
+            [vi("X", ["batch", 3, 9, "seq"])], [vi("Y", ["batch", 4, "y2", 5]),
+                                                vi("P2", ["batch", 4, "p2", "p3"]),
+                                                vi("G", ["batch", 4, 1, 1])],
+            [const("W1", rng.standard_normal((4, 3, 3, 3))),
+             const("W2", rng.standard_normal((4, 2, 3, 3))),
+             const("B2", rng.standard_normal(4)),
+             const("W3", rng.standard_normal((1, 5)))], opset=17)
+        onnx.save(m, self.path)
+        tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
+        x = rng.standard_normal((B, 3, 9, S)).astype(np.float32)
+        names = ["C1", "C2", "P1", "P2", "G", "Y"]
+        want = ReferenceEvaluator(m).run(names, {"X": x})
+        for name, w in zip(names, want):
+            self.assertEqual(tensors[name]["shape"], list(w.shape), name)
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square"}, inside, j)
+        # a binding the weights contradict: said, not a silent "0 regions"
+        bad = subprocess.run([CLI, self.path, "--list-regions"], capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(bad.returncode, 0, bad.stderr)
+        m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "channels"
+        onnx.save(m, self.path)
+        r = subprocess.run([CLI, self.path, "--list-regions", "--dim", f"batch={B}",
+                            "--dim", f"seq={S}", "--dim", "channels=5"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertIn("node 'conv' (Conv): its input has 5 channels, its weight takes 3",
+                      r.stderr)
+
     def test_a_shape_read_outside_does_not_make_the_fused_op_output_its_tensor(self):
         """Shape(T) of a tensor a fused op keeps inside, read by a Reshape
         outside: with the dims bound the Shape is folded whole, so the fused
