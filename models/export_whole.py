@@ -5,7 +5,8 @@ tests/data/whole/.
 Five architectures (Llama with grouped-query attention, Qwen2, Phi-3 with
 its fused QKV and gate/up projections, GPT-2, BERT), two layers, hidden size
 64, random weights from a config (no download), each written by three
-exporters (and OPT and GPT-J, by Optimum with past key values only):
+exporters (and OPT and GPT-J, by Optimum with past key values only, and a
+ViT by Optimum):
 
 - "dynamo": torch.onnx.export(..., dynamo=True), the torch.export-based one;
 - "ts": torch.onnx.export(..., dynamo=False), the TorchScript one;
@@ -34,6 +35,8 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
         --only llama,qwen2,phi3,gpt2,bert --exporters optimum,optimum_past
     /work/tv/bin/python models/export_whole.py --out tests/data/whole \
         --only opt,gptj --exporters optimum_past
+    /work/tv/bin/python models/export_whole.py --out tests/data/whole \
+        --only vit --exporters optimum
 """
 import argparse
 import os
@@ -77,6 +80,11 @@ def configs():
         "gptj": (transformers.GPTJConfig(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
                                          n_head=HEADS, vocab_size=VOCAB, n_positions=POSITIONS,
                                          rotary_dim=8, **ids), "text-generation"),
+        # by Optimum only ("--only vit --exporters optimum"): 32x32 images of
+        # 3 channels in 8x8 patches, its patch embedding a Conv
+        "vit": (transformers.ViTConfig(hidden_size=HIDDEN, intermediate_size=INTER,
+                                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                       image_size=32, patch_size=8), "feature-extraction"),
     }
 
 

@@ -2,12 +2,13 @@
 """Whole transformer models as users export them: Llama (GQA), Qwen2, Phi-3,
 GPT-2 and BERT, two layers each, from torch.onnx.export's two exporters and
 from Hugging Face Optimum (and OPT and GPT-J from Optimum, with past key
-values), committed under tests/data/whole/ by models/export_whole.py. Their inputs are token ids, masks, position and
+values, and a ViT from Optimum), committed under tests/data/whole/ by
+models/export_whole.py. Their inputs are token ids, masks, position and
 token-type ids with symbolic batch and sequence dimensions.
 
 Per model, with every symbolic dimension bound by --dim:
 - `--list-regions --json` runs, no op has "an input's shape is unknown"
-  (OPT's ScatterND mask and GPT-J's Tile had), and the share of the
+  (OPT's ScatterND mask, GPT-J's Tile and ViT's Conv had), and the share of the
   model's nodes inside regions is printed (issue 24 raises it; today's numbers are a record,
   not a bar);
 - `mirage-onnx MODEL -o OUT` (a short search, CPU kernels) exits 0, and the
@@ -37,7 +38,7 @@ from fuse_models_test import fileset, session  # noqa: E402
 BATCH, SEQ = 2, 8
 # one model per architecture, the exporters rotated among them
 DEFAULT = ("llama_dynamo", "qwen2_optimum", "phi3_ts", "gpt2_optimum", "bert_dynamo",
-           "opt_optimum_past", "gptj_optimum_past")
+           "opt_optimum_past", "gptj_optimum_past", "vit_optimum")
 SANITIZED = ("llama_dynamo",)
 
 
@@ -60,10 +61,14 @@ def dim_size(d, sizes):
     return sum(sizes[s.strip()] for s in d.dim_param.split("+"))
 
 
+# the committed ViT's images (models/export_whole.py)
+IMAGE = {"num_channels": 3, "height": 32, "width": 32}
+
+
 def dim_flags(model):
     flags, sizes = [], {}
     for name in symbolic_dims(model):
-        sizes[name] = BATCH if "batch" in name.lower() else SEQ
+        sizes[name] = BATCH if "batch" in name.lower() else IMAGE.get(name, SEQ)
         flags += ["--dim", f"{name}={sizes[name]}"]
     return flags, sizes
 
@@ -90,7 +95,7 @@ def feeds(model, sizes, seed):
     """Valid inputs: ids within the vocabulary, masks of ones, positions
     past..past+n-1, token types 0, a KV cache of random values."""
     rng = np.random.default_rng(seed)
-    vocab = vocabulary(model)
+    vocab = None
     out = {}
     for i in model.graph.input:
         shape = [dim_size(d, sizes) for d in i.type.tensor_type.shape.dim]
@@ -105,7 +110,10 @@ def feeds(model, sizes, seed):
         elif "mask" in n:
             out[n] = np.ones(shape, np.int64)
         elif "ids" in n:
+            vocab = vocab or vocabulary(model)
             out[n] = rng.integers(0, vocab, shape).astype(np.int64)
+        elif n == "pixel_values":  # an image: any floats
+            out[n] = rng.standard_normal(shape).astype(np.float32)
         else:
             raise SystemExit(f"{n}: an input this test does not know how to feed")
     return out
