@@ -1154,10 +1154,13 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			y->dtype = a->dtype;
 			mo_tensor_set_shape(y, a->rank, dims);
 		} else if (mismatch) {
+			bool chosen = im->opt && im->opt->sizes_chosen;
 			(void)add_warning(im, "node '%s' (Conv): its input has %" PRId64 " channels, "
-					  "its weight takes %" PRId64 " (a --dim the model contradicts?); "
-					  "its output's shape is unknown", tp->node_names[op->node],
-					  a->dims[1], w->dims[1] * attr_int(n, "group", 1));
+					  "its weight takes %" PRId64 " (%s); its output's shape is "
+					  "unknown", tp->node_names[op->node], a->dims[1],
+					  w->dims[1] * attr_int(n, "group", 1), chosen
+					  ? "at the sizes chosen for unbound dims: bind the channels "
+					    "with --dim" : "a --dim the model contradicts?");
 		}
 	} else if (strcmp(ty, "GatherElements") == 0) {
 		if (op->n_in != 2)
