@@ -63,6 +63,8 @@ def fuse(cli, src, out, flags, budget, jobs):
         raise SystemExit(f"{os.path.basename(src)}: {' '.join(cmd)} failed:\n{run.stderr}")
     base = os.path.splitext(out)[0]
     manifests = glob.glob(glob.escape(base) + ".mirage.*.json")
+    if not manifests:  # nothing fused: no plugin, no manifest
+        return took, run.stdout, {"regions": []}
     if len(manifests) != 1:
         raise SystemExit(f"{out}: expected one manifest beside it, found {manifests}")
     with open(manifests[0]) as f:
@@ -73,8 +75,8 @@ def all_line(report):
     """(float ops fused %, MatMul FLOPs %) from the report's `all` line."""
     for line in report.splitlines():
         if line.startswith("all "):
-            cells = line.split()
-            return int(cells[3].rstrip("%")), int(cells[4].rstrip("%"))
+            cells = line.split()  # "-": no MatMul of known shape
+            return tuple(int(c.rstrip("%")) if c != "-" else 0 for c in cells[3:5])
     raise SystemExit("the report has no 'all' line")
 
 
