@@ -2616,8 +2616,11 @@ static enum mo_status import_node(struct importer *im, int ni)
 	for (int i = 0; i < op.n_out; i++)
 		if (op.out[i] >= 0)
 			im->unbound[op.out[i]] = unbound;
-	if (!off_schema && op.kind == MO_OP_OPAQUE)
+	if (!off_schema && op.kind == MO_OP_OPAQUE) {
 		opaque_shape(im, n, &op);
+		if (tp->arena.failed) /* a warning it added */
+			return nomem(im);
+	}
 	if (!off_schema && !unbound && !(im->opt && im->opt->sizes_chosen))
 		drop_empty_operands(im, &op);
 	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op) ||

@@ -263,6 +263,14 @@ def against_ort(original, fused, plugin):
     return None
 
 
+def failure_line(stderr):
+    """What a failed runner said: cudasim's, the runner's or a sanitizer's
+    first line, else the end of its stderr."""
+    return next((ln for ln in stderr.splitlines()
+                 if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: ", "WARNING: "))),
+                stderr.strip()[-300:])
+
+
 def run_rows(exe, op, text, tag, work, env, failures, rows):
     """An op serving rows: its CUDA rows entry on three full chunks and a
     partial one (one launch per kernel takes the full chunks, each block's
@@ -280,11 +288,8 @@ def run_rows(exe, op, text, tag, work, env, failures, rows):
         return
     got = cb.run_op(exe, op, inputs, "cuda", work, env=env, rows=n)
     if got.rc:
-        line = next((ln for ln in got.stderr.splitlines()
-                     if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: ", "WARNING: "))),
-                    got.stderr.strip()[-300:])
         failures.append("%s: the CUDA rows entry on %d rows: exit %d: %s"
-                        % (tag, n, got.rc, line))
+                        % (tag, n, got.rc, failure_line(got.stderr)))
         return
     bad = cb.compare(op, ref.outputs, got.outputs)
     if bad:
@@ -326,11 +331,8 @@ def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
             got = cb.run_op(exe, op, inputs, "cuda", work, env=env)
             dt = time.time() - t
             if got.rc:
-                line = next((ln for ln in got.stderr.splitlines()
-                             if ln.startswith(("cudasim: ", "op_runner: ", "ERROR: "))),
-                            got.stderr.strip()[-300:])
                 failures.append("%s on %s: exit %d: %s"
-                                % (tag, DEVICE[arch], got.rc, line))
+                                % (tag, DEVICE[arch], got.rc, failure_line(got.stderr)))
                 continue
             bad = cb.compare(op, ref.outputs, got.outputs)
             if bad:
