@@ -12,6 +12,9 @@ ViT by Optimum):
 - "ts": torch.onnx.export(..., dynamo=False), the TorchScript one;
 - "optimum": Hugging Face Optimum's exporter (optimum.exporters.onnx), the
   one most deployment pipelines call, from the same weights saved locally;
+- "dynamo_fp16": the dynamo exporter on the model cast to fp16 (as one
+  deploys on a GPU): fp16 weights and logits, the norms computed in fp32
+  between Casts;
 - "optimum_past": the same with a KV cache (task text-generation-with-past,
   decoders only): past_key_values.N.key/value inputs of
   [batch_size, kv_heads, past_sequence_length, head_dim], an attention mask of
@@ -37,6 +40,8 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
         --only opt,gptj --exporters optimum_past
     /work/tv/bin/python models/export_whole.py --out tests/data/whole \
         --only vit --exporters optimum
+    PYTHONPATH=/work/t5 /work/tv/bin/python models/export_whole.py --out tests/data/whole \
+        --only llama,bert --exporters dynamo_fp16
 """
 import argparse
 import os
@@ -168,8 +173,10 @@ def main():
                     continue
                 if exporter.startswith("optimum"):
                     export_optimum(model, task, path, past=exporter == "optimum_past")
-                else:
-                    export_torch(model, task, path, dynamo=exporter == "dynamo")
+                else:  # dynamo_fp16: the same weights, rounded to fp16
+                    if exporter.endswith("_fp16"):
+                        model = model.half()
+                    export_torch(model, task, path, dynamo=exporter.startswith("dynamo"))
             except Exception as e:  # one architecture's failure is reported, not fatal
                 print(f"{arch} {exporter}: FAILED: {type(e).__name__}: {e}".splitlines()[0],
                       file=sys.stderr)

@@ -706,7 +706,9 @@ def merged_models(out):
     and each block computes its rows' norm again, fp16 and fp32; and RMSNorm
     then one projection to Q, K and V side by side, Split into the three
     (the Split's Slices saved by the kernel: mo_mg_absorb_slices), fp16 and
-    fp32."""
+    fp32; and an fp16 export's RMSNorm, computed in fp32 between two Casts
+    (the second rounds to fp16 mid-kernel: a Cast block op) before its
+    projection, one kernel."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     os.makedirs(out, exist_ok=True)
@@ -728,6 +730,22 @@ def merged_models(out):
                     helper.make_node("Mul", [x, "r"], ["n"]),
                     helper.make_node("Mul", ["nw", "n"], ["y"])]
         w = lambda n, cols: c(rng.standard_normal((64, cols)) / 8, n)  # noqa: E731
+        if tag == "fp16":  # as torch exports a Llama in fp16
+            f32 = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+            g = helper.make_graph(
+                [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+                 helper.make_node("Pow", ["xf", "two32"], ["p"]),
+                 helper.make_node("ReduceMean", ["p", "ax"], ["m"], keepdims=1),
+                 helper.make_node("Add", ["m", "eps32"], ["a"]),
+                 helper.make_node("Sqrt", ["a"], ["s"]),
+                 helper.make_node("Reciprocal", ["s"], ["r"]),
+                 helper.make_node("Mul", ["xf", "r"], ["n"]),
+                 helper.make_node("Cast", ["n"], ["nh"], to=dt),
+                 helper.make_node("Mul", ["nw", "nh"], ["y"]),
+                 helper.make_node("MatMul", ["y", "W"], ["out"])], "norm_cast",
+                [vi("x", [2, 8, 64])], [vi("out", [2, 8, 96])],
+                norm[2:] + [f32(2.0, "two32"), f32(1e-6, "eps32"), w("W", 96)])
+            save_model(out, "merged_norm_cast_fp16", g, models, opset=18)
         if tag == "fp32":
             g = helper.make_graph(
                 rmsnorm("x") + [helper.make_node("MatMul", ["y", "Wq"], ["Q"]),

@@ -621,6 +621,28 @@ static double round_to(double x, int bits, int min_exp, double max)
 	return fabs(r) > max ? copysign(INFINITY, x) : r;
 }
 
+static int float_bits(int32_t dtype)
+{
+	switch (dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return 53;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return 24;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return 11;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return 8;
+	default: return 0;
+	}
+}
+
+bool mo_dtype_cast_rounds(int32_t from, int32_t to)
+{
+	if (from == to || !float_bits(from) || !float_bits(to))
+		return false;
+	bool two_byte = from == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			from == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+	if (to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+		return false;
+	return !(to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && two_byte);
+}
+
 double mo_dtype_round(double x, int32_t dtype)
 {
 	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16)

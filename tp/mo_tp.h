@@ -75,7 +75,7 @@ enum mo_lax {
 	X(SLICE,       "Slice",               LAYOUT,        0, 0, 0, 0)        \
 	X(EXPAND,      "Expand",              LAYOUT,        0, 0, 0, 0)        \
 	X(IDENTITY,    "Identity",            LAYOUT,        0, 1, 0, 0)        \
-	X(CAST,        "Cast",                LAYOUT,        0, 1, 0, 0)        \
+	X(CAST,        "Cast",                LAYOUT,        0, 1, 0, 15)       \
 	X(RELU,        "Relu",                UNINTERPRETED, 0, 1, 1, 4)        \
 	X(ERF,         "Erf",                 UNINTERPRETED, 0, 1, 4, 6)        \
 	X(GELU,        "Gelu",                UNINTERPRETED, 0, 1, 8, 7)        \
@@ -398,6 +398,12 @@ bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);
  * float16 or bfloat16 (subnormals, and overflow to infinity, as IEEE
  * rounding gives them); x itself for double and other types. */
 double mo_dtype_round(double x, int32_t dtype);
+
+/* Whether a Cast from float type `from` to float type `to` rounds: fp16
+ * and bf16 fit in fp32 and double, fp32 in double, a type in itself; every
+ * other pair of float types loses bits or range (fp16 <-> bf16 both ways).
+ * false when either is not a float type. */
+bool mo_dtype_cast_rounds(int32_t from, int32_t to);
 
 /* Number of elements, 0 if the shape is unknown. */
 uint64_t mo_tensor_numel(const struct mo_tensor *t);

@@ -366,9 +366,11 @@ int mo_ae_of_op(struct mo_ae_pool *p, const struct mo_tp *tp, const struct mo_tp
 		int64_t k = slice_fn(tp, op, x);
 		return k < 0 ? a : mo_ae_make(p, MO_AE_FN, a, -1, k);
 	}
+	case MO_OP_CAST: /* a rounding to a narrower float: where it happens matters */
+		return x && mo_dtype_cast_rounds(x->dtype, pp->to) ? fn(p, MO_OP_CAST, a) : a;
 	case MO_OP_TRANSPOSE: case MO_OP_RESHAPE: case MO_OP_SQUEEZE: case MO_OP_UNSQUEEZE:
 	case MO_OP_FLATTEN: case MO_OP_EXPAND: case MO_OP_IDENTITY:
-	case MO_OP_CAST: case MO_OP_SPLIT:
+	case MO_OP_SPLIT:
 		return a;
 	case MO_OP_CONCAT: { /* the parts side by side: as a sum of its operands */
 		int r = a;

@@ -148,6 +148,10 @@ int mo_bg_iter(struct mo_mugraph *mg, struct mo_block_graph *bg, int tensor,
 	       int ix, int iy, int iz, int fmap);
 int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, int n_in,
 	     const int *in, const struct mo_op_params *p);
+/* Block op tile y of kind just made in body: its dtype fp32 when its
+ * operands' gave it a 2-byte one (what a tile holds; a Cast's keeps its
+ * target). mo_bg_op does it; the search's own tiles too. */
+void mo_bg_label_tile(struct mo_tp *body, enum mo_op kind, int y);
 /* Whether op, in a block graph's body, is a Sub of a ReduceMax's result
  * (softmax's x − max(x), the only use of ReduceMax in block graphs: the
  * Lax fragment has no ReduceMax of its own). Such a Sub gives −inf where

@@ -335,7 +335,20 @@ int mo_bg_op(struct mo_mugraph *mg, struct mo_block_graph *bg, enum mo_op kind, 
 		memcpy(s->in, in, sizeof(int) * (size_t)(n_in > 0 ? s->n_in : 0));
 		log_params(s, p);
 	}
-	return add_op(mg, &bg->body, kind, n_in, in, p);
+	int y = add_op(mg, &bg->body, kind, n_in, in, p);
+	mo_bg_label_tile(&bg->body, kind, y);
+	return y;
+}
+
+void mo_bg_label_tile(struct mo_tp *body, enum mo_op kind, int y)
+{
+	/* a computed tile holds fp32 whatever its operands' storage (only an
+	 * iterator's tile holds its tensor's type, and a Cast's its target's),
+	 * so a Cast of it to fp16 rounds, for the expressions and evaluators
+	 * (mo_dtype_cast_rounds) as in the generated code */
+	if (y >= 0 && kind != MO_OP_CAST &&
+	    mo_dtype_cast_rounds(ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, body->tensors[y].dtype))
+		body->tensors[y].dtype = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
 }
 
 bool mo_bg_sub_of_max(const struct mo_tp *body, const struct mo_tp_op *op)

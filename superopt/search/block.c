@@ -226,6 +226,7 @@ struct target {
 	bool matmul_trans_b;    /* and MatMuls of B transposed (a Transpose, Gemm transB) */
 	double norm_eps[2];     /* LayerNorm's and RMSNorm's epsilon, as block ops */
 	enum mo_gelu_approx gelu_approximate; /* the program's Gelu variant, as a block op */
+	int32_t cast_to;        /* the type the program's rounding Casts round to */
 	struct { double alpha, beta, gamma; } act[MO_OP__COUNT]; /* an activation's, too */
 	int unary[MO_OP__COUNT]; /* the unary block ops worth trying, in the */
 	int n_unary;             /* op table's order (search_unary) */
@@ -838,6 +839,8 @@ static void block_op_params(const struct target *T, int kind, int axis, int rank
 		p->epsilon = T->norm_eps[kind == MO_OP_RMS_NORM];
 	if (kind == MO_OP_GELU)
 		p->approximate = T->gelu_approximate;
+	if (kind == MO_OP_CAST)
+		p->to = T->cast_to;
 	if (kind == MO_OP_MATMUL) /* `axis` 1: B transposed, read as its tile holds it */
 		p->trans_b = axis;
 	if (kind >= 0 && kind < MO_OP__COUNT) {
@@ -960,6 +963,7 @@ static int try_op(struct state *s, int kind, const int *ins, int n_in, int axis,
 		s->body.n_tensors = saved_tensors;
 		return -1;
 	}
+	mo_bg_label_tile(&s->body, (enum mo_op)kind, y); /* as the μGraph will */
 	int in[3] = { s->e[a], b >= 0 ? s->e[b] : -1, w >= 0 ? s->e[w] : -1 };
 	struct memo *m = memo_slot(s, kind, axis, in, &s->tensors[a]);
 	int e = m && m->rank >= 0 ? m->e : mo_ae_of_op(&T->pool, &s->body, op, in);
@@ -2118,6 +2122,16 @@ static void kinds_of(struct target *T)
 				k[MO_OP_DIV] = true;
 			break;
 		case MO_OP_RECIPROCAL: k[MO_OP_DIV] = true; break;
+		case MO_OP_CAST: /* fp32 to fp16 (or bf16) mid-kernel: a rounding of
+				  * the fp32 tile in place; one type per program,
+				  * the first's (another's Casts are refuted) */
+			if (mo_dtype_cast_rounds(tp->tensors[op->in[0]].dtype, op->p.to) &&
+			    (op->p.to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			     op->p.to == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16) && !T->cast_to) {
+				k[MO_OP_CAST] = true;
+				T->cast_to = op->p.to;
+			}
+			break;
 		case MO_OP_NEG:
 			if (T->e[op->in[0]] >= 0 && T->n_neg_e < 8) {
 				T->neg_e[T->n_neg_e++] = T->e[op->in[0]];
@@ -2168,7 +2182,7 @@ static void kinds_of(struct target *T)
 			break;
 		}
 	}
-	k[MO_OP_CAST] = k[MO_OP_IDENTITY] = false;
+	k[MO_OP_IDENTITY] = false;
 	T->n_unary = 0;
 	for (int u = 1; u <= MO_OP__COUNT; u++)
 		for (int j = 0; j < MO_OP__COUNT; j++)

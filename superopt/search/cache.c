@@ -75,8 +75,9 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * the grid through its outer axis. 7: Slices, Neg and Concat over a tile's
  * last axis (rotary embeddings). 8: Cos, Sin and Abs as block ops, a part
  * concatenated to itself, And/Or with a constant, Where over two
- * constants, an Expand's dims tied to its operand's (GQA's repeat_kv). */
-#define SEARCH_GENERATION 9u
+ * constants, an Expand's dims tied to its operand's (GQA's repeat_kv). 10:
+ * a Cast rounding to fp16 or bf16 as a block op (fp16 exports' norms). */
+#define SEARCH_GENERATION 10u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small

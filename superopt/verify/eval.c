@@ -316,17 +316,11 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	if (op->kind != MO_OP_CAST || op->n_in < 1 || op->in[0] < 0)
 		return false;
 	int32_t from = tp->tensors[op->in[0]].dtype, to = op->p.to;
-	if (from == to)
-		return false;
-	/* fp16 and bf16 fit in fp32 and double, fp32 in double; every other
-	 * pair loses bits or range (fp16 <-> bf16 both ways) */
-	bool two_byte = from == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-			from == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
-	if (to == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE && float_bits(from))
-		return false;
-	if (to == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && two_byte)
-		return false;
-	return true;
+	/* between float types as mo_dtype_cast_rounds says; to or from any
+	 * other type, unless to the same */
+	if (float_bits(from) && float_bits(to))
+		return mo_dtype_cast_rounds(from, to);
+	return from != to;
 }
 
 /* Weight ti in the field, converted before: by this program, or by another
