@@ -13,7 +13,7 @@ Optimum. Sizes differ from export_whole.py's (hidden 96, 6 heads, 3
 layers for the first group), so nothing matches a cached search by chance.
 
     /work/tv/bin/python models/export_survey.py --out /tmp/survey \
-        [--only mistral,opt] [--exporters optimum_past,optimum,dynamo]
+        [--only mistral,opt] [--exporters optimum_past,optimum,dynamo,dynamo_fp16]
 
 (the venv of export_whole.py's docstring, transformers 4.57). Then, per
 model, e.g.:
@@ -132,10 +132,7 @@ def main():
             path = os.path.join(a.out, f"{arch}_{e}.onnx")
             try:
                 model = ew.make_model(arch, config, task)
-                if e.startswith("optimum"):
-                    ew.export_optimum(model, task, path, past=e == "optimum_past")
-                else:
-                    ew.export_torch(model, task, path, dynamo=e == "dynamo")
+                ew.export(model, task, path, e)
                 print(f"{path}: {os.path.getsize(path) // 1024} KiB", flush=True)
             except Exception as ex:  # one failure is reported, not fatal
                 print(f"{arch} {e}: FAILED: {type(ex).__name__}: {ex}".splitlines()[0],

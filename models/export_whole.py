@@ -154,6 +154,17 @@ def export_optimum(model, task, path, past=False):
         shutil.copyfile(os.path.join(dst, "model.onnx"), path)
 
 
+def export(model, task, path, exporter):
+    """model to path by exporter: optimum, optimum_past, dynamo, ts or
+    dynamo_fp16 (the same weights rounded to fp16)."""
+    if exporter.startswith("optimum"):
+        export_optimum(model, task, path, past=exporter == "optimum_past")
+        return
+    if exporter.endswith("_fp16"):
+        model = model.half()
+    export_torch(model, task, path, dynamo=exporter.startswith("dynamo"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for the .onnx files")
@@ -171,12 +182,7 @@ def main():
             try:
                 if exporter == "optimum_past" and task != "text-generation":
                     continue
-                if exporter.startswith("optimum"):
-                    export_optimum(model, task, path, past=exporter == "optimum_past")
-                else:  # dynamo_fp16: the same weights, rounded to fp16
-                    if exporter.endswith("_fp16"):
-                        model = model.half()
-                    export_torch(model, task, path, dynamo=exporter.startswith("dynamo"))
+                export(model, task, path, exporter)
             except Exception as e:  # one architecture's failure is reported, not fatal
                 print(f"{arch} {exporter}: FAILED: {type(e).__name__}: {e}".splitlines()[0],
                       file=sys.stderr)
