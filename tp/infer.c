@@ -621,7 +621,7 @@ static double round_to(double x, int bits, int min_exp, double max)
 	return fabs(r) > max ? copysign(INFINITY, x) : r;
 }
 
-static int float_bits(int32_t dtype)
+int mo_dtype_float_bits(int32_t dtype)
 {
 	switch (dtype) {
 	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return 53;
@@ -634,7 +634,7 @@ static int float_bits(int32_t dtype)
 
 bool mo_dtype_cast_rounds(int32_t from, int32_t to)
 {
-	if (from == to || !float_bits(from) || !float_bits(to))
+	if (from == to || !mo_dtype_float_bits(from) || !mo_dtype_float_bits(to))
 		return false;
 	bool two_byte = from == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
 			from == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;

@@ -399,6 +399,9 @@ bool mo_tensor_set_shape(struct mo_tensor *t, int rank, const int64_t *dims);
  * rounding gives them); x itself for double and other types. */
 double mo_dtype_round(double x, int32_t dtype);
 
+/* The significand bits of a float type (53, 24, 11, 8), 0 for any other. */
+int mo_dtype_float_bits(int32_t dtype);
+
 /* Whether a Cast from float type `from` to float type `to` rounds: fp16
  * and bf16 fit in fp32 and double, fp32 in double, a type in itself; every
  * other pair of float types loses bits or range (fp16 <-> bf16 both ways).

@@ -293,21 +293,9 @@ double mo_eval_input_as(const char *name, uint64_t index, uint64_t seed, double 
 	return mo_dtype_round(x * scale, dtype);
 }
 
-/* Significant bits of a float dtype (0: not a float dtype). */
-static int float_bits(int32_t dtype)
-{
-	switch (dtype) {
-	case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return 53;
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return 24;
-	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return 11;
-	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return 8;
-	default: return 0;
-	}
-}
-
 double mo_ev_unit_roundoff(int32_t dtype)
 {
-	int b = float_bits(dtype);
+	int b = mo_dtype_float_bits(dtype);
 	return b ? ldexp(1.0, -b) : 0;
 }
 
@@ -318,7 +306,7 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	int32_t from = tp->tensors[op->in[0]].dtype, to = op->p.to;
 	/* between float types as mo_dtype_cast_rounds says; to or from any
 	 * other type, unless to the same */
-	if (float_bits(from) && float_bits(to))
+	if (mo_dtype_float_bits(from) && mo_dtype_float_bits(to))
 		return mo_dtype_cast_rounds(from, to);
 	return from != to;
 }
@@ -1409,7 +1397,7 @@ static void round_results(struct ev *e, const struct mo_tp_op *op)
 		if (dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
 			for (uint64_t i = 0; i < n; i++)
 				v[i] = (double)(float)v[i];
-		else if (float_bits(dt) && dt != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
+		else if (mo_dtype_float_bits(dt) && dt != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE)
 			for (uint64_t i = 0; i < n; i++)
 				v[i] = mo_dtype_round(v[i], dt);
 	}
