@@ -147,6 +147,21 @@ class Hostile(unittest.TestCase):
         self.assert_rejected(self.write("mixed.onnx", m),
                              "operands of different types (float32 and float16)", summary=False)
 
+    def test_a_cast_declared_another_type_is_rejected_at_every_size(self):
+        """A Cast to fp32 whose output the model declares fp16 (what a
+        float16 converter writes when it rewrites value_info but not the
+        Cast; ONNX Runtime refuses it): rejected with its dims bound, and
+        with them unbound too, where the Cast's input shape is unknown
+        (before, the unbound model was "fused", unchanged, with exit 0)."""
+        for x in ((4, 8), ("batch", 8)):
+            m = model([helper.make_node("Cast", ["X"], ["C"], name="cast", to=T.FLOAT),
+                       helper.make_node("MatMul", ["C", "W"], ["Y"], name="mm")],
+                      [weight()], x=x, y=(x[0], 3), xt=T.FLOAT16)
+            m.graph.value_info.append(helper.make_tensor_value_info("C", T.FLOAT16, None))
+            self.assert_rejected(self.write("cast.onnx", m),
+                                 "node 'cast' (Cast) computes 'C' as float32, declared float16",
+                                 summary=False)
+
     def test_duplicate_node_names_are_rejected(self):
         m = mm_relu()
         m.graph.node[1].name = "mm"

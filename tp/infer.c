@@ -546,6 +546,20 @@ static bool infer_gather(struct mo_tp *tp, struct mo_tp_op *op, const char **why
 	return set_out(tp, op, 0, x->dtype, rank, dims, why);
 }
 
+/* The type of op's first output (of every Split part) as the rules below
+ * give it, which needs no shapes: 0 for an op outside the table. */
+static int32_t rule_dtype(struct mo_tp *tp, const struct mo_tp_op *op)
+{
+	switch (op->kind) {
+	case MO_OP_CAST: return op->p.to;
+	MO_LOGIC_CASES
+		return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+	case MO_OP_WHERE: return in(tp, op, 1) ? in(tp, op, 1)->dtype : 0;
+	case MO_OP_OPAQUE: case MO_OP__COUNT: return 0;
+	default: return in(tp, op, 0)->dtype;
+	}
+}
+
 bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 {
 	if (op->n_in == 0 || !in(tp, op, 0)) {
@@ -555,6 +569,14 @@ bool mo_tp_infer(struct mo_tp *tp, struct mo_tp_op *op, const char **why)
 	for (int i = 0; i < op->n_in; i++) {
 		const struct mo_tensor *t = in(tp, op, i);
 		if (t && !t->shape_known) {
+			/* the type is known all the same: what the model declares
+			 * for the output is checked against it (a Cast whose
+			 * declared type is not its `to` is an invalid model,
+			 * whatever the sizes) */
+			int32_t dt = rule_dtype(tp, op);
+			for (int k = 0; dt && k < (op->kind == MO_OP_SPLIT ? op->n_out : 1); k++)
+				if (out(tp, op, k) && !out(tp, op, k)->dtype)
+					out(tp, op, k)->dtype = dt;
 			*why = "an input's shape is unknown";
 			return false;
 		}
