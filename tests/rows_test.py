@@ -39,7 +39,7 @@ import mo_testlib
 from mo_testlib import vi
 from fuse_models_test import fileset, session
 from whole_models_test import close as within_precision
-from whole_models_test import feeds, symbolic_dims
+from whole_models_test import feeds, relative_tolerance, symbolic_dims
 
 CLI = None
 MODELS = None
@@ -381,9 +381,10 @@ class Rows(unittest.TestCase):
             with self.subTest(model=name):
                 path = os.path.join(MODELS, name + ".onnx")
                 model = onnx.load(path)
-                fp16 = model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+                logits = onnx.helper.tensor_dtype_to_np_dtype(
+                    model.graph.output[0].type.tensor_type.elem_type)
                 out, plugin, _ = self.fuse(path, name + "_dyn", "--budget", "2",
-                                           rel=16 * 2.0 ** -11 if fp16 else 1e-4)
+                                           rel=relative_tolerance(logits))
                 want_s, got_s = session(path), session(out, plugin)
                 for b, s in ((1, 1), (2, 7), (3, 37)):
                     # a past of up to 20: past + seq within the 64 positions

@@ -123,13 +123,18 @@ def feeds(model, sizes, seed):
     return out
 
 
+def relative_tolerance(dtype):
+    """Of the largest magnitude: 1e-4 in fp32; in fp16, 16 units of its
+    roundoff (the verifier's MAG_ULPS: a fused op rounds where the original
+    did, but sums in another order and keeps fp32 where the original's ops
+    round each result to fp16)."""
+    return 16 * 2.0 ** -11 if np.dtype(dtype) == np.float16 else 1e-4
+
+
 def close(a, b):
-    """Whether b is a as the output's precision allows, its largest error
-    and the bound: 1e-4 of the largest magnitude in fp32; in fp16, 16 units
-    of its roundoff (the verifier's MAG_ULPS: a fused op rounds where the
-    original did, but sums in another order and keeps fp32 where the
-    original's ops round each result to fp16)."""
-    rel = 16 * 2.0 ** -11 if a.dtype == np.float16 else 1e-4
+    """Whether b is a as the output's precision allows (relative_tolerance),
+    its largest error and the bound."""
+    rel = relative_tolerance(a.dtype)
     err = float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
     tol = 1e-4 + rel * float(np.max(np.abs(a))) if a.size else 1e-4
     return err <= tol, err, tol
