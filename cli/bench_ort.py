@@ -5,12 +5,20 @@
 # The binary checks the flags first; whatever goes wrong here is one line on
 # stderr, "mirage-onnx bench: CAUSE", and the README's exit code: 1 for a
 # model that cannot be loaded or run, 2 for usage, 3 out of memory or a bug.
+import sys
+
+# Run as `python -c SCRIPT`, Python puts the working directory first on the
+# module path: a user's onnx/ folder or numpy.py there would be imported in
+# place of the packages (and a json.py in place of the standard library's).
+# Nothing this script imports comes from the working directory.
+if sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]
+
 import argparse
 import json
 import os
 import re
 import statistics
-import sys
 import time
 
 PROG = "mirage-onnx bench"

@@ -12,11 +12,19 @@ the float check, the CPU kernel's check), the estimated gain, what
 unfused, why. --svg FILE draws one region's μGraph (kernel, block and
 thread levels) as an SVG picture.
 """
+import sys
+
+# Run as `python -c SCRIPT`, Python puts the working directory first on the
+# module path: a user's onnx/ folder or numpy.py there would be imported in
+# place of the packages (and a json.py in place of the standard library's).
+# Nothing this script imports comes from the working directory.
+if sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]
+
 import argparse
 import html
 import json
 import os
-import sys
 import tempfile
 
 PROG = "mirage-onnx show"

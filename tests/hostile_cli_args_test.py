@@ -184,6 +184,21 @@ class HostileArgs(unittest.TestCase):
                 os.environ["MIRAGE_ONNX_CUDART"] = env_before
         self.assert_one_line(r, 1, "CUDA runtime", "MIRAGE_ONNX_CUDART", prefix="mirage-onnx bench")
 
+    def test_a_working_directory_with_onnx_numpy_or_json_in_it_shadows_nothing(self):
+        # bench and show run their scripts as `python -c`, which puts the
+        # working directory first on the module path; a project folder that
+        # keeps its models in onnx/ (as this repository does) or has a
+        # numpy.py or json.py must not stand in for the packages
+        os.mkdir(self.path("onnx"))
+        for f in ("onnx/__init__.py", "numpy.py", "json.py", "onnxruntime.py"):
+            with open(self.path(f), "w") as out:
+                out.write("raise ImportError('shadowed by the working directory')\n")
+        r = self.run_cli("bench", self.model, self.model, "--runs", "1", "--warmup", "0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("median of 1 run", r.stdout)
+        r = self.run_cli("show", self.model)
+        self.assert_one_line(r, 1, "not a model mirage-onnx fused", prefix="mirage-onnx show")
+
     def test_bench_still_runs_with_good_flags(self):
         r = self.run_cli("bench", self.model, self.model, "--runs=2", "--warmup", "0",
                          "--seed", "4294967295", "--threads", "1", "--tolerance", "0")
