@@ -25,6 +25,7 @@ import argparse
 import html
 import json
 import os
+import stat
 import tempfile
 
 PROG = "mirage-onnx show"
@@ -270,7 +271,14 @@ def main():
         if r is None or not isinstance(r.get("mugraph"), dict):
             raise Failure(f"no region {a.region} with a μGraph in {man_name}")
         text = svg_of(r["mugraph"], "region %s: %s" % (a.region, r.get("op_type", "")))
-        # a fresh name beside FILE (created exclusively), renamed over it
+        # a fresh name beside FILE (created exclusively), renamed over it;
+        # never over a device, a pipe or a socket (--svg /dev/null as root)
+        try:
+            st = os.lstat(a.svg)
+        except OSError:
+            st = None
+        if st and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise Failure(f"{a.svg}: not a regular file; give a file name")
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(a.svg) + ".",

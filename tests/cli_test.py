@@ -190,6 +190,35 @@ class Cli(unittest.TestCase):
         os.mkdir(self.path("outdir"))
         self.assert_bad_input(model, "is a folder", out=self.path("outdir"))
 
+    def test_output_is_a_pipe_or_a_socket(self):
+        # the rename into place would replace a device (-o /dev/null run as
+        # root once left /dev/null a regular file), a pipe or a socket: each
+        # is refused before any work, and stays what it was; --dot too
+        import socket
+        import stat
+        model = self.write("m.onnx", matmul_model())
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        sock = socket.socket(socket.AF_UNIX)
+        self.addCleanup(sock.close)
+        sock.bind(self.path("sock"))
+        for out, kind in ((fifo, "a named pipe"), (self.path("sock"), "a socket")):
+            self.assert_bad_input(model, "not a regular file (%s)" % kind, out=out)
+            before = self.listing()
+            r = self.run_cli(model, "--list-regions", "--dot", out)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("not a regular file", r.stderr)
+            self.assertEqual(self.listing(), before)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertTrue(stat.S_ISSOCK(os.lstat(self.path("sock")).st_mode))
+        # a symlink to a device is replaced, never written through
+        link = self.path("link.onnx")
+        os.symlink(fifo, link)
+        r = self.run_cli(model, "-o", link, "--no-fuse", "-q")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.islink(link))
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
     def test_absurd_declared_shape(self):
         m = raw_model([helper.make_node("Relu", ["x"], ["y"])])
         m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 50

@@ -124,6 +124,16 @@ class Show(unittest.TestCase):
         self.assertIn(HOSTILE_OUT, texts)
         self.assertIn("kernel 1", texts)
 
+    def test_svg_never_replaces_a_pipe(self):
+        import stat
+        region = next(r for r in self.manifest["regions"] if r["fused"])["region"]
+        fifo = os.path.join(self.dir, "pipe.svg")
+        os.mkfifo(fifo)
+        p = self.show(self.fused, "--region", str(region), "--svg", fifo)
+        self.one_line(p, 1, "not a regular file")
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        os.unlink(fifo)
+
     def test_svg_replaces_a_symlink_without_writing_through_it(self):
         region = next(r for r in self.manifest["regions"] if r["fused"])["region"]
         victim = os.path.join(self.dir, "victim")
