@@ -575,7 +575,12 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 	if (mo_part_run(f->tp, a->part, &f->p, d))
 		return d->status;
 	/* --profile needs the runners-up, which a cached μGraph has not */
-	f->use_cache = !a->no_cache && !a->profile && mo_search_cache_dir(f->cache, sizeof f->cache);
+	char why[160];
+	f->use_cache = !a->no_cache && !a->profile &&
+		       mo_search_cache_dir(f->cache, sizeof f->cache, why, sizeof why);
+	if (!a->no_cache && !a->profile && !f->use_cache && why[0])
+		fuse_warn(a, "the result cache '%s' cannot be used (%s): searching without it "
+			  "(MIRAGE_ONNX_CACHE names another folder; --no-cache)", f->cache, why);
 	size_t cap = (size_t)f->p->n_regions + (size_t)f->tp->n_ops + 1;
 	f->nu = f->p->n_regions;
 	f->rs = mo_calloc(cap, sizeof *f->rs);

@@ -219,6 +219,25 @@ class Cli(unittest.TestCase):
         self.assertFalse(os.path.islink(link))
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
 
+    def test_an_unusable_result_cache_is_said_and_the_run_goes_on(self):
+        # a cache that is a file, or a folder that cannot be made, once
+        # went unused without a word (every search ran again, every run)
+        model = self.write("m.onnx", matmul_model())
+        self.write("cache-file", b"")
+        for cache, why in ((self.path("cache-file"), "not a folder"),
+                           (self.path("cache-file", "sub"), "Not a directory")):
+            out = self.path("out.onnx")
+            env = dict(os.environ, MIRAGE_ONNX_CACHE=cache)
+            r = self.run_cli(model, "-o", out, "-q", "--no-cuda", "--budget", "2", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.isfile(out))
+            warned = [ln for ln in r.stderr.splitlines() if "result cache" in ln]
+            self.assertEqual(len(warned), 1, r.stderr)
+            self.assertIn("'%s' cannot be used (%s)" % (cache, why), warned[0])
+            self.assertTrue(os.path.isfile(self.path("cache-file")))
+            r = self.run_cli(model, "-o", out, "-q", "--no-cuda", "--no-cache", env=env)
+            self.assertNotIn("result cache", r.stderr)
+
     def test_absurd_declared_shape(self):
         m = raw_model([helper.make_node("Relu", ["x"], ["y"])])
         m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 50

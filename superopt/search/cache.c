@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Numbers the tensors prog's ops read and make, 1.., in the order the ops
  * first name them (each op's operands, then its results): the same numbers
@@ -231,16 +232,22 @@ static struct mo_mugraph *copy_for(const struct mo_mugraph *mg, const struct mo_
 	return copy;
 }
 
-bool mo_search_cache_dir(char *buf, size_t len)
+bool mo_search_cache_dir(char *buf, size_t len, char *why, size_t why_len)
 {
 	const char *env = getenv("MIRAGE_ONNX_CACHE");
 	const char *home = getenv("HOME");
+	why[0] = 0;
+	int n;
 	if (env && *env)
-		snprintf(buf, len, "%s", env);
+		n = snprintf(buf, len, "%s", env);
 	else if (home && *home)
-		snprintf(buf, len, "%s/.cache/mirage-onnx", home);
+		n = snprintf(buf, len, "%s/.cache/mirage-onnx", home);
 	else
+		return false; /* nowhere to keep one: said by --help */
+	if (n < 0 || (size_t)n >= len) {
+		snprintf(why, why_len, "its path is longer than %zu bytes", len - 1);
 		return false;
+	}
 	char parent[1024];
 	snprintf(parent, sizeof parent, "%s", buf);
 	char *slash = strrchr(parent, '/');
@@ -248,7 +255,14 @@ bool mo_search_cache_dir(char *buf, size_t len)
 		*slash = 0;
 		mkdir(parent, 0755);
 	}
-	return mkdir(buf, 0755) == 0 || errno == EEXIST;
+	struct stat st;
+	if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+		snprintf(why, why_len, "%s", strerror(errno));
+	else if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+		snprintf(why, why_len, "not a folder");
+	else if (access(buf, W_OK | X_OK) != 0)
+		snprintf(why, why_len, "not writable: %s", strerror(errno));
+	return !why[0];
 }
 
 /* A cache entry is at most this long: a μGraph has at most MO_MG_MAX_STEPS

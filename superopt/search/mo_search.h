@@ -194,8 +194,10 @@ void mo_search_result_free(struct mo_search_result *r);
 uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_options *o);
 
 /* The result cache's folder ($MIRAGE_ONNX_CACHE, else ~/.cache/mirage-onnx),
- * made if missing; false when there is none. */
-bool mo_search_cache_dir(char *buf, size_t len);
+ * made if missing; false when there is none (no $HOME: why empty) or it
+ * cannot be used (why says so: not a folder, not writable, a path too long),
+ * which the caller warns of, as the run goes on without a cache. */
+bool mo_search_cache_dir(char *buf, size_t len, char *why, size_t why_len);
 
 /* The region's best μGraph: from the cache folder `cache` (NULL: none) when
  * its entry is valid for the region and passes the verdict again, else by
