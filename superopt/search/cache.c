@@ -77,8 +77,10 @@ static bool hash_values(uint64_t *h, const struct mo_tp *prog, const struct mo_t
  * last axis (rotary embeddings). 8: Cos, Sin and Abs as block ops, a part
  * concatenated to itself, And/Or with a constant, Where over two
  * constants, an Expand's dims tied to its operand's (GQA's repeat_kv). 10:
- * a Cast rounding to fp16 or bf16 as a block op (fp16 exports' norms). */
-#define SEARCH_GENERATION 10u
+ * a Cast rounding to fp16 or bf16 as a block op (fp16 exports' norms). 11:
+ * a cover's greedy growth looks past views (softmax through repeat_kv to
+ * the MatMul with V). */
+#define SEARCH_GENERATION 11u
 
 /* The region's canonical hash: ops, their parameters and operand positions,
  * the kinds, dtypes and shapes of the tensors they read and make, small

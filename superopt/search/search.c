@@ -592,6 +592,13 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	 * what is left, for the dynamic program to choose from. */
 	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
 		bool ok = false;
+		/* a run ending in a view is the run before it and a copy: not
+		 * searched here, its growth going on through the view */
+		bool view_last = j <= k.n && k.prog->ops[k.order[j - 1]].lax == MO_LAX_LAYOUT;
+		if (view_last && j < k.n) {
+			j++;
+			continue;
+		}
 		if (j <= k.n && j - i < k.n && nonlayout_ops(&k, i, j) <= o->max_block_ops) {
 			double left = work_left(&k);
 			if (left <= 0)
@@ -604,7 +611,9 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		}
 		if (ok)
 			last_ok = j;
-		if (ok || (j < k.n && j - (last_ok > 0 ? last_ok : i + 1) < LOOKAHEAD)) {
+		/* the lookahead counts ops that compute: repeat_kv's views
+		 * between a softmax and its MatMul with V do not use it up */
+		if (ok || (j < k.n && nonlayout_ops(&k, last_ok > 0 ? last_ok : i + 1, j) < LOOKAHEAD)) {
 			j++;
 			continue;
 		}
