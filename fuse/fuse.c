@@ -247,8 +247,9 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	if (saving < worth) {
 		/* a μGraph was found: the region's parts would save less */
 		s->not_worth = true;
-		snprintf(s->why, sizeof s->why, "not worth a custom op: its μGraph (%.1f µs) saves "
-			 "%.1f µs of the %.1f µs it takes unfused, less than %.1f µs (--min-saving)",
+		/* three digits: "saves 2.5 µs, less than 2.5 µs" said nothing */
+		snprintf(s->why, sizeof s->why, "not worth a custom op: its μGraph (%.3g µs) saves "
+			 "%.3g µs of the %.3g µs it takes unfused, less than %.3g µs (--min-saving)",
 			 s->r.cost_best.us, saving, s->r.cost_unfused.us, worth);
 		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
 			  s->why);

@@ -1132,6 +1132,25 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			y->dtype = a->dtype;
 			mo_tensor_set_shape(y, a->rank, dims);
 		}
+	} else if (strcmp(ty, "GatherND") == 0 && op->n_in == 2) {
+		/* indices' dims but the last, then data's after the batch
+		 * dims and the ones each index tuple names (Cohere's
+		 * repeat_interleave of its rotary table) */
+		const struct mo_tensor *ix = &tp->tensors[op->in[1]];
+		int64_t b = attr_int(n, "batch_dims", 0);
+		int64_t k = ix->rank > 0 ? ix->dims[ix->rank - 1] : -1;
+		int rank = ix->rank - 1 + a->rank - (int)(k < 0 ? 0 : k) - (int)b;
+		if (b < 0 || k < 1 || b + k > a->rank || b >= ix->rank || rank < 0 ||
+		    rank > MO_MAX_RANK)
+			return;
+		int64_t dims[MO_MAX_RANK];
+		int q = 0;
+		for (int d = 0; d < ix->rank - 1; d++)
+			dims[q++] = ix->dims[d];
+		for (int d = (int)(b + k); d < a->rank; d++)
+			dims[q++] = a->dims[d];
+		y->dtype = a->dtype;
+		mo_tensor_set_shape(y, q, dims);
 	} else if (strcmp(ty, "Tile") == 0) {
 		/* each dim times its repeat (GPT-J's rotary table, one per
 		 * batch element) */
@@ -1460,19 +1479,170 @@ static bool fold_gather(struct fold *c)
 	return true;
 }
 
+/* The row-major multi-index of element e of a tensor of `rank` dims. */
+static void unravel(size_t e, int rank, const int64_t *dims, int64_t *idx)
+{
+	for (int d = rank - 1; d >= 0; d--) {
+		idx[d] = (int64_t)(e % (size_t)dims[d]);
+		e /= (size_t)dims[d];
+	}
+}
+
+/* The flat index of multi-index idx in a tensor of `rank` dims; -1 when it
+ * is outside them. */
+static int64_t ravel(const int64_t *idx, int rank, const int64_t *dims)
+{
+	int64_t at = 0;
+	for (int d = 0; d < rank; d++) {
+		if (idx[d] < 0 || idx[d] >= dims[d])
+			return -1;
+		at = at * dims[d] + idx[d];
+	}
+	return at;
+}
+
+/* Slice of any rank over any axes, steps negative too (torch's F.pad
+ * reverses its pads with a Slice of step -1 on a [n, 2] constant): element
+ * i along a sliced axis is start + i * step, start clamped as ONNX does. */
 static bool fold_slice(struct fold *c)
 {
-	const struct mo_tensor *a = c->a;
+	const struct mo_tensor *a = c->a, *y = c->y;
 	const struct mo_op_params *p = &c->op->p;
-	if (a->rank != 1 || p->n_axes != 1 || c->y->rank != 1)
+	int r = a->rank;
+	if (y->rank != r || r < 1 || a->n_vals != mo_tensor_numel(a))
 		return false;
-	int64_t s = p->starts[0], st = p->steps[0], len = c->y->dims[0];
-	int64_t nn = (int64_t)a->n_vals;
-	if (s < 0)
-		s += nn;
-	s = st > 0 ? (s < 0 ? 0 : s > nn ? nn : s) : (s < 0 ? 0 : s > nn - 1 ? nn - 1 : s);
-	for (int64_t i = 0; i < len; i++)
-		c->v[c->nv++] = a->ivals[s + i * st];
+	int64_t first[MO_MAX_RANK], step[MO_MAX_RANK], idx[MO_MAX_RANK];
+	for (int d = 0; d < r; d++) {
+		first[d] = 0;
+		step[d] = 1;
+	}
+	for (int i = 0; i < p->n_axes; i++) {
+		int64_t ax = p->axes[i] < 0 ? p->axes[i] + r : p->axes[i];
+		if (ax < 0 || ax >= r || p->steps[i] == 0)
+			return false;
+		int64_t s = p->starts[i], st = p->steps[i], nn = a->dims[ax];
+		if (s < 0)
+			s += nn;
+		s = st > 0 ? (s < 0 ? 0 : s > nn ? nn : s) : (s < 0 ? 0 : s > nn - 1 ? nn - 1 : s);
+		first[ax] = s;
+		step[ax] = st;
+	}
+	size_t ny = mo_tensor_numel(y);
+	for (size_t e = 0; e < ny; e++) {
+		unravel(e, r, y->dims, idx);
+		for (int d = 0; d < r; d++)
+			idx[d] = first[d] + idx[d] * step[d];
+		int64_t at = ravel(idx, r, a->dims);
+		if (at < 0)
+			return false;
+		c->v[c->nv++] = a->ivals[at];
+	}
+	return true;
+}
+
+/* ReduceMax, ReduceSum of integers over the axes (normalized; keepdims
+ * either way: dims of 1 do not move elements). */
+static bool fold_reduce(struct fold *c)
+{
+	const struct mo_tensor *a = c->a, *y = c->y;
+	const struct mo_op_params *p = &c->op->p;
+	int r = a->rank;
+	bool max = strcmp(c->ty, "ReduceMax") == 0;
+	size_t ny = mo_tensor_numel(y), na = mo_tensor_numel(a);
+	if (a->n_vals != na || na == 0 || r > MO_MAX_RANK ||
+	    (p->n_axes == 0 && !p->noop_with_empty_axes))
+		return false;
+	int64_t kept[MO_MAX_RANK], idx[MO_MAX_RANK];
+	bool reduced[MO_MAX_RANK] = { false };
+	for (int i = 0; i < p->n_axes; i++) {
+		if (p->axes[i] < 0 || p->axes[i] >= r)
+			return false;
+		reduced[p->axes[i]] = true;
+	}
+	size_t n_kept = 1;
+	for (int d = 0; d < r; d++) {
+		kept[d] = reduced[d] ? 1 : a->dims[d];
+		n_kept *= (size_t)kept[d];
+	}
+	if (n_kept != ny)
+		return false;
+	bool *seen = mo_calloc(ny + 1, sizeof *seen);
+	if (!seen)
+		return false;
+	for (size_t e = 0; e < na; e++) {
+		unravel(e, r, a->dims, idx);
+		for (int d = 0; d < r; d++)
+			idx[d] = reduced[d] ? 0 : idx[d];
+		int64_t at = ravel(idx, r, kept), x = a->ivals[e];
+		if (!seen[at])
+			c->v[at] = x;
+		else if (max)
+			c->v[at] = x > c->v[at] ? x : c->v[at];
+		else if (__builtin_add_overflow(c->v[at], x, &c->v[at]))
+			break;
+		seen[at] = true;
+	}
+	bool all = true;
+	for (size_t i = 0; i < ny; i++)
+		all &= seen[i];
+	mo_free(seen);
+	c->nv = ny;
+	return all;
+}
+
+/* NonZero of a constant: its shape too, [rank, count] (Cohere's rotary
+ * table: Range < n, NonZero, GatherND). */
+static bool fold_nonzero(struct fold *c)
+{
+	const struct mo_tensor *a = c->a;
+	struct mo_tensor *y = c->y;
+	if (!a->ivals || !a->shape_known || a->n_vals != mo_tensor_numel(a) || a->rank < 1 ||
+	    c->op->n_in != 1)
+		return false;
+	int64_t idx[MO_MAX_RANK];
+	size_t count = 0;
+	for (size_t e = 0; e < a->n_vals; e++)
+		count += a->ivals[e] != 0;
+	if (count * (size_t)a->rank > MAX_FOLD)
+		return false;
+	size_t k = 0;
+	for (size_t e = 0; e < a->n_vals; e++) {
+		if (!a->ivals[e])
+			continue;
+		unravel(e, a->rank, a->dims, idx);
+		for (int d = 0; d < a->rank; d++)
+			c->v[(size_t)d * count + k] = idx[d];
+		k++;
+	}
+	c->nv = count * (size_t)a->rank;
+	int64_t dims[2] = { a->rank, (int64_t)count };
+	y->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+	mo_tensor_set_shape(y, 2, dims);
+	return true;
+}
+
+/* Transpose: y's dim d is a's dim perm[d]. */
+static bool fold_transpose(struct fold *c)
+{
+	const struct mo_tensor *a = c->a, *y = c->y;
+	const struct mo_op_params *p = &c->op->p;
+	int r = a->rank;
+	if (y->rank != r || p->n_axes != r || a->n_vals != mo_tensor_numel(a))
+		return false;
+	int64_t idx[MO_MAX_RANK], from[MO_MAX_RANK];
+	size_t ny = mo_tensor_numel(y);
+	for (size_t e = 0; e < ny; e++) {
+		unravel(e, r, y->dims, idx);
+		for (int d = 0; d < r; d++) {
+			if (p->axes[d] < 0 || p->axes[d] >= r)
+				return false;
+			from[p->axes[d]] = idx[d];
+		}
+		int64_t at = ravel(from, r, a->dims);
+		if (at < 0)
+			return false;
+		c->v[c->nv++] = a->ivals[at];
+	}
 	return true;
 }
 
@@ -1514,6 +1684,9 @@ static const char *const fold_copy_ops[] = { "Identity", "Reshape", "Squeeze", "
 static const char *const fold_concat_ops[] = { "Concat", NULL };
 static const char *const fold_gather_ops[] = { "Gather", NULL };
 static const char *const fold_slice_ops[] = { "Slice", NULL };
+static const char *const fold_transpose_ops[] = { "Transpose", NULL };
+static const char *const fold_reduce_ops[] = { "ReduceMax", "ReduceSum", NULL };
+static const char *const fold_nonzero_ops[] = { "NonZero", NULL };
 static const char *const fold_arith_ops[] = { "Add", "Sub", "Mul", "Div", NULL };
 
 /* ONNX ops -> their folder; `constant_operands`: every operand must be an
@@ -1534,6 +1707,9 @@ static const struct {
 	{ fold_concat_ops, fold_concat, true },
 	{ fold_gather_ops, fold_gather, true },
 	{ fold_slice_ops, fold_slice, true },
+	{ fold_transpose_ops, fold_transpose, true },
+	{ fold_reduce_ops, fold_reduce, true },
+	{ fold_nonzero_ops, fold_nonzero, false },
 	{ fold_arith_ops, fold_arith, true },
 };
 

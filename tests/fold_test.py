@@ -199,6 +199,86 @@ class Folding(unittest.TestCase):
         inside = {node for g in j["regions"] for node in g["nodes"]}
         self.assertLessEqual({"proj", "square"}, inside, j)
 
+    def test_torch_pad_reverses_its_pads_with_a_slice_of_step_minus_one(self):
+        """torch's F.pad (MobileBERT's embeddings) exports its pads as a
+        constant viewed [n, 2], reversed by a Slice of step -1, transposed
+        and flattened: every step folds (a Slice of any rank and negative
+        step, a Transpose), so the Pad's shape is known and the MatMul
+        after it fuses. Before, nothing after the Pad had a shape, and
+        MobileBERT fused nothing even with every dim bound."""
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("Reshape", ["raw", "pairs"], ["p2"]),
+             n("Slice", ["p2", "start", "end", "axis0", "back"], ["rev"]),
+             n("Transpose", ["rev"], ["revt"], perm=[1, 0]),
+             n("Reshape", ["revt", "flat"], ["pads"]),
+             n("Pad", ["X", "pads"], ["P"]),
+             n("MatMul", ["P", "W"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y"], name="square")],
+            [vi("X", ["batch", "seq", H])], [vi("Y", ["batch", "seq2", 4])],
+            # F.pad(x, (0, 2, 1, 0)): last dim +2 at its end, seq +1 at its start
+            [const("raw", [0, 2, 1, 0, 0, 0], np.int64), const("pairs", [-1, 2], np.int64),
+             const("start", [-1], np.int64), const("end", [-(2 ** 62)], np.int64),
+             const("axis0", [0], np.int64), const("back", [-1], np.int64),
+             const("flat", [-1], np.int64), mo_testlib.rng_weight("W", [H + 2, 4], 1)],
+            opset=17)
+        onnx.save(m, self.path)
+        tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
+        x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
+        ref = ReferenceEvaluator(m)
+        want = ref.run(None, {"X": x})[0]
+        self.assertEqual(tensors["rev"]["values"], [0, 0, 1, 0, 0, 2])
+        self.assertEqual(tensors["pads"]["values"], [0, 1, 0, 0, 0, 2])
+        self.assertEqual(tensors["P"]["shape"], [B, S + 1, H + 2])
+        self.assertEqual(tensors["Y"]["shape"], list(want.shape))
+        j = json.loads(self.run_cli("--list-regions", "--json"))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square"}, inside, j)
+
+    def test_repeat_interleave_folds_through_nonzero_and_gathernd(self):
+        """torch's repeat_interleave (Cohere's rotary table) exports as
+        ReduceMax of the repeats, Range, Less, NonZero, Transpose and a
+        GatherND: the integer steps fold (ReduceMax, NonZero of a constant
+        with its shape, Transpose), GatherND gets ONNX's shape, and the
+        MatMul after it fuses. Before, everything after it had an unknown
+        shape: Cohere fused 0% of its MatMul FLOPs with dims unbound."""
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("ReduceMax", ["reps"], ["most"], keepdims=0),
+             n("Range", ["zero", "most", "one"], ["ar"]),
+             n("Less", ["ar", "reps_col"], ["take"]),
+             n("NonZero", ["take"], ["nz"]),
+             n("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             n("Unsqueeze", ["X", "axis1"], ["x1"]),
+             n("Expand", ["x1", "wide"], ["xe"]),
+             n("GatherND", ["xe", "idx"], ["rep"]),
+             n("MatMul", ["rep", "W"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y"], name="square")],
+            [vi("X", [3, H])], [vi("Y", [5, 4])],
+            [const("reps", [2, 1, 2], np.int64), const("reps_col", [[2], [1], [2]], np.int64),
+             const("zero", 0, np.int64), const("one", 1, np.int64),
+             const("axis1", [1], np.int64), const("wide", [3, 2, H], np.int64),
+             mo_testlib.rng_weight("W", [H, 4], 1)], opset=17)
+        onnx.save(m, self.path)
+        r = subprocess.run([CLI, self.path, "--dump-tp"], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tensors = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+        x = np.random.default_rng(0).standard_normal((3, H)).astype(np.float32)
+        sess = ReferenceEvaluator(m)
+        want = sess.run(None, {"X": x})[0]
+        self.assertEqual(tensors["most"]["values"], [2])
+        self.assertEqual(tensors["nz"]["shape"], [2, 5])
+        self.assertEqual(tensors["nz"]["values"], [0, 0, 1, 2, 2, 0, 1, 0, 0, 1])
+        self.assertEqual(tensors["idx"]["values"], [0, 0, 0, 1, 1, 0, 2, 0, 2, 1])
+        self.assertEqual(tensors["rep"]["shape"], [5, H])
+        self.assertEqual(tensors["Y"]["shape"], list(want.shape))
+        r = subprocess.run([CLI, self.path, "--list-regions", "--json"], capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        inside = {node for g in json.loads(r.stdout)["regions"] for node in g["nodes"]}
+        self.assertLessEqual({"proj", "square"}, inside, r.stdout)
+
     def test_scatters_and_tile_give_their_output_shape(self):
         """ScatterND, ScatterElements and Tile are outside the op table;
         a scatter's output has its data's shape (OPT's causal mask is a
