@@ -392,8 +392,13 @@ def generate(s0, s1, feeds, steps, paths, np):
             except MemoryError:
                 raise
             except Exception as e:
+                hint = ""
+                if k == 1 and "generated for static shapes" in str(e):
+                    hint = ("; it was fused for fixed sizes (--dim), and generation changes "
+                            "the past length at every token: fuse with past_sequence_length "
+                            "(and the sequence) left unbound to --generate")
                 raise Failure(f"{path}: ONNX Runtime cannot run generation step {step}: "
-                              f"{first_line(e)}")
+                              f"{first_line(e)}{hint}")
             times[k].append(time.perf_counter() - start)
             r = dict(zip(outs, r))
             caches[k] = {n.replace("present", "past_key_values", 1): r[n] for n in present}
