@@ -585,9 +585,9 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 		for (int i = 0; i + len <= k.n; i++)
 			n_runs += nonlayout_ops(&k, i, i + len) <= o->max_block_ops;
 	/* then greedy growth: a run is extended one op at a time while it still
-	 * fuses, looking up to LOOKAHEAD ops past the last that did (a lone
-	 * MatMul is no faster fused; with its softmax and second MatMul it is).
-	 * About n searches, each with a fair share, find the natural kernels
+	 * fuses, looking up to LOOKAHEAD computing ops (views not counted) past
+	 * the last that did (a lone MatMul is no faster fused; with its softmax
+	 * and second MatMul it is). About n searches, each with a fair share, find the natural kernels
 	 * (one norm, one attention); then every other run, shortest first, with
 	 * what is left, for the dynamic program to choose from. */
 	for (int i = 0, j = 2, last_ok = -1; i < k.n - 1 && !s;) {
