@@ -226,10 +226,19 @@ void mo_cleanup_install(void)
 
 /* ---- exclusive creation ---- */
 
-static const char *file_kind(mode_t m)
+/* What is at dest when a rename onto it would replace something other
+ * than a file: a device, a pipe or a socket (-o /dev/null, run as root,
+ * would leave a regular file there), or a folder; NULL when nothing or a
+ * regular file is there, or a symlink (replaced, never written through). */
+static const char *not_a_file(const char *dest)
 {
-	return S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" :
-	       S_ISFIFO(m) ? "a named pipe" : S_ISSOCK(m) ? "a socket" : "not a file";
+	struct stat st;
+	if (lstat(dest, &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))
+		return NULL;
+	mode_t m = st.st_mode;
+	return S_ISDIR(m) ? "a folder" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISFIFO(m) ? "a named pipe" :
+	       S_ISSOCK(m) ? "a socket" : "not a file";
 }
 
 int mo_file_create_temp(const char *dest, char **tmp_path, struct mo_diag *d)
@@ -241,14 +250,11 @@ int mo_file_create_temp(const char *dest, char **tmp_path, struct mo_diag *d)
 	struct stat st;
 	if (stat(dest, &st) == 0 && S_ISDIR(st.st_mode))
 		return mo_diag_set(d, MO_ERR_INPUT, "%s: is a folder; give a file name", dest), -1;
-	/* the rename at the end replaces whatever is at dest: a device, a
-	 * pipe or a socket there (-o /dev/null, run as root) would be
-	 * replaced by a regular file. A symlink is replaced, never written
-	 * through. */
-	if (lstat(dest, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode) &&
-	    !S_ISDIR(st.st_mode))
+	/* the rename at the end replaces whatever is at dest */
+	const char *kind = not_a_file(dest);
+	if (kind)
 		return mo_diag_set(d, MO_ERR_INPUT, "%s: not a regular file (%s); give a file name",
-				   dest, file_kind(st.st_mode)), -1;
+				   dest, kind), -1;
 	/* in the destination's folder, so that rename() is atomic */
 	const char *slash = strrchr(dest, '/');
 	size_t dirlen = slash ? (size_t)(slash - dest) + 1 : 0;
@@ -313,19 +319,18 @@ enum mo_status mo_file_commit_temp(int fd, char *tmp_path, const char *dest, str
 	}
 	/* what was checked at creation, again: a long run may end after
 	 * something else took the name */
-	struct stat st;
-	bool other = false;
-	if (ok && lstat(dest, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
-		ok = !(other = true);
+	const char *kind = ok ? not_a_file(dest) : NULL;
+	if (kind)
+		ok = false;
 	if (ok && rename(tmp_path, dest) != 0) {
 		ok = false;
 		e = errno;
 	}
 	if (!ok) {
 		unlink(tmp_path);
-		if (other)
+		if (kind)
 			mo_diag_set(d, MO_ERR_INPUT, "%s: not a regular file (%s); give a file name",
-				    dest, S_ISDIR(st.st_mode) ? "a folder" : file_kind(st.st_mode));
+				    dest, kind);
 		else
 			mo_diag_set(d, MO_ERR_INPUT, "%s: cannot write: %s", dest, strerror(e));
 	}

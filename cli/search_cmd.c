@@ -71,9 +71,7 @@ enum mo_status cli_search(const struct mo_model *m, const struct cli_search_args
 	char why[160];
 	bool use_cache = !a->no_cache && mo_search_cache_dir(dir, sizeof dir, why, sizeof why);
 	if (!a->no_cache && !use_cache && why[0])
-		fprintf(stderr, "mirage-onnx: warning: the result cache '%s' cannot be used (%s): "
-			"searching without it (MIRAGE_ONNX_CACHE names another folder; --no-cache)\n",
-			dir, why);
+		fprintf(stderr, "mirage-onnx: warning: " MO_SEARCH_CACHE_UNUSABLE "\n", dir, why);
 	FILE *out = stdout;
 	if (a->json)
 		fputs("{\"regions\": [", out);

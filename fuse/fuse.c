@@ -580,8 +580,7 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 	f->use_cache = !a->no_cache && !a->profile &&
 		       mo_search_cache_dir(f->cache, sizeof f->cache, why, sizeof why);
 	if (!a->no_cache && !a->profile && !f->use_cache && why[0])
-		fuse_warn(a, "the result cache '%s' cannot be used (%s): searching without it "
-			  "(MIRAGE_ONNX_CACHE names another folder; --no-cache)", f->cache, why);
+		fuse_warn(a, MO_SEARCH_CACHE_UNUSABLE, f->cache, why);
 	size_t cap = (size_t)f->p->n_regions + (size_t)f->tp->n_ops + 1;
 	f->nu = f->p->n_regions;
 	f->rs = mo_calloc(cap, sizeof *f->rs);

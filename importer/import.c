@@ -1541,7 +1541,8 @@ static bool fold_slice(struct fold *c)
 }
 
 /* ReduceMax, ReduceSum of integers over the axes (normalized; keepdims
- * either way: dims of 1 do not move elements). */
+ * either way: dims of 1 do not move elements). Every output element has
+ * at least one input (no dim is 0), so each starts at the identity. */
 static bool fold_reduce(struct fold *c)
 {
 	const struct mo_tensor *a = c->a, *y = c->y;
@@ -1566,28 +1567,20 @@ static bool fold_reduce(struct fold *c)
 	}
 	if (n_kept != ny)
 		return false;
-	bool *seen = mo_calloc(ny + 1, sizeof *seen);
-	if (!seen)
-		return false;
+	for (size_t i = 0; i < ny; i++)
+		c->v[i] = max ? INT64_MIN : 0;
 	for (size_t e = 0; e < na; e++) {
 		unravel(e, r, a->dims, idx);
 		for (int d = 0; d < r; d++)
 			idx[d] = reduced[d] ? 0 : idx[d];
 		int64_t at = ravel(idx, r, kept), x = a->ivals[e];
-		if (!seen[at])
-			c->v[at] = x;
-		else if (max)
+		if (max)
 			c->v[at] = x > c->v[at] ? x : c->v[at];
 		else if (__builtin_add_overflow(c->v[at], x, &c->v[at]))
-			break;
-		seen[at] = true;
+			return false;
 	}
-	bool all = true;
-	for (size_t i = 0; i < ny; i++)
-		all &= seen[i];
-	mo_free(seen);
 	c->nv = ny;
-	return all;
+	return true;
 }
 
 /* NonZero of a constant: its shape too, [rank, count] (Cohere's rotary
@@ -1629,15 +1622,18 @@ static bool fold_transpose(struct fold *c)
 	int r = a->rank;
 	if (y->rank != r || p->n_axes != r || a->n_vals != mo_tensor_numel(a))
 		return false;
+	unsigned perm = 0; /* a permutation: each axis once */
+	for (int d = 0; d < r; d++) {
+		if (p->axes[d] < 0 || p->axes[d] >= r || (perm >> p->axes[d] & 1u))
+			return false;
+		perm |= 1u << p->axes[d];
+	}
 	int64_t idx[MO_MAX_RANK], from[MO_MAX_RANK];
 	size_t ny = mo_tensor_numel(y);
 	for (size_t e = 0; e < ny; e++) {
 		unravel(e, r, y->dims, idx);
-		for (int d = 0; d < r; d++) {
-			if (p->axes[d] < 0 || p->axes[d] >= r)
-				return false;
+		for (int d = 0; d < r; d++)
 			from[p->axes[d]] = idx[d];
-		}
 		int64_t at = ravel(from, r, a->dims);
 		if (at < 0)
 			return false;

@@ -95,11 +95,18 @@ class Folding(unittest.TestCase):
             os.remove(os.path.join(self.dir, f))
         os.rmdir(self.dir)
 
-    def run_cli(self, *args):
-        r = subprocess.run([CLI, self.path, *args, "--dim", f"batch={B}", "--dim", f"seq={S}"],
+    def run_cli(self, *args, dims=True):
+        bind = ["--dim", f"batch={B}", "--dim", f"seq={S}"] if dims else []
+        r = subprocess.run([CLI, self.path, *args, *bind],
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
+
+    def assert_in_regions(self, nodes, dims=True):
+        """Every node named is in a region of --list-regions."""
+        j = json.loads(self.run_cli("--list-regions", "--json", dims=dims))
+        inside = {node for g in j["regions"] for node in g["nodes"]}
+        self.assertLessEqual(set(nodes), inside, j)
 
     def test_integer_chains_fold_to_the_reference_values(self):
         tp = json.loads(self.run_cli("--dump-tp"))
@@ -116,9 +123,7 @@ class Folding(unittest.TestCase):
             self.assertEqual(t["kind"], "constant", name)
 
     def test_the_float_ops_after_them_land_in_a_region(self):
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square"}, inside, j)
+        self.assert_in_regions({"proj", "square"})
 
     def test_long_ranges_get_their_shape_without_being_folded(self):
         # Range over 1000 positions: too long to fold, its shape is still known
@@ -173,9 +178,7 @@ class Folding(unittest.TestCase):
         for k, name in enumerate(("scale", "odd", "two"), start=1):
             self.assertEqual(tensors[name]["kind"], "constant", name)
             self.assertEqual(tensors[name]["values"], [float(ref[k])], name)
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"pow", "scale_it", "shift"}, inside, j)
+        self.assert_in_regions({"pow", "scale_it", "shift"})
 
     def test_pad_gives_its_output_shape(self):
         """Pad is outside the op table; its output shape (pads from a
@@ -195,9 +198,7 @@ class Folding(unittest.TestCase):
         want = ReferenceEvaluator(m).run(None, {"X": x})[0]
         self.assertEqual(tensors["P"]["shape"], [B, S + 1, H + 3])
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square"}, inside, j)
+        self.assert_in_regions({"proj", "square"})
 
     def test_torch_pad_reverses_its_pads_with_a_slice_of_step_minus_one(self):
         """torch's F.pad (MobileBERT's embeddings) exports its pads as a
@@ -225,15 +226,12 @@ class Folding(unittest.TestCase):
         onnx.save(m, self.path)
         tensors = {t["name"]: t for t in json.loads(self.run_cli("--dump-tp"))["tensors"]}
         x = np.random.default_rng(0).standard_normal((B, S, H)).astype(np.float32)
-        ref = ReferenceEvaluator(m)
-        want = ref.run(None, {"X": x})[0]
+        want = ReferenceEvaluator(m).run(None, {"X": x})[0]
         self.assertEqual(tensors["rev"]["values"], [0, 0, 1, 0, 0, 2])
         self.assertEqual(tensors["pads"]["values"], [0, 1, 0, 0, 0, 2])
         self.assertEqual(tensors["P"]["shape"], [B, S + 1, H + 2])
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square"}, inside, j)
+        self.assert_in_regions({"proj", "square"})
 
     def test_repeat_interleave_folds_through_nonzero_and_gathernd(self):
         """torch's repeat_interleave (Cohere's rotary table) exports as
@@ -260,24 +258,17 @@ class Folding(unittest.TestCase):
              const("axis1", [1], np.int64), const("wide", [3, 2, H], np.int64),
              mo_testlib.rng_weight("W", [H, 4], 1)], opset=17)
         onnx.save(m, self.path)
-        r = subprocess.run([CLI, self.path, "--dump-tp"], capture_output=True, text=True,
-                           timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        tensors = {t["name"]: t for t in json.loads(r.stdout)["tensors"]}
+        tp = json.loads(self.run_cli("--dump-tp", dims=False))
+        tensors = {t["name"]: t for t in tp["tensors"]}
         x = np.random.default_rng(0).standard_normal((3, H)).astype(np.float32)
-        sess = ReferenceEvaluator(m)
-        want = sess.run(None, {"X": x})[0]
+        want = ReferenceEvaluator(m).run(None, {"X": x})[0]
         self.assertEqual(tensors["most"]["values"], [2])
         self.assertEqual(tensors["nz"]["shape"], [2, 5])
         self.assertEqual(tensors["nz"]["values"], [0, 0, 1, 2, 2, 0, 1, 0, 0, 1])
         self.assertEqual(tensors["idx"]["values"], [0, 0, 0, 1, 1, 0, 2, 0, 2, 1])
         self.assertEqual(tensors["rep"]["shape"], [5, H])
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
-        r = subprocess.run([CLI, self.path, "--list-regions", "--json"], capture_output=True,
-                           text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        inside = {node for g in json.loads(r.stdout)["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square"}, inside, r.stdout)
+        self.assert_in_regions({"proj", "square"}, dims=False)
 
     def test_scatters_and_tile_give_their_output_shape(self):
         """ScatterND, ScatterElements and Tile are outside the op table;
@@ -310,9 +301,7 @@ class Folding(unittest.TestCase):
         self.assertEqual(tensors["T"]["shape"], [B, S, 2 * H])
         self.assertEqual(tensors["Q"]["shape"], [B, S, 4])
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square", "proj2", "square2"}, inside, j)
+        self.assert_in_regions({"proj", "square", "proj2", "square2"})
 
     def test_conv_and_pools_give_their_output_shape(self):
         """Conv and the pools are outside the op table; their output shape
@@ -349,9 +338,7 @@ class Folding(unittest.TestCase):
         want = ReferenceEvaluator(m).run(names, {"X": x})
         for name, w in zip(names, want):
             self.assertEqual(tensors[name]["shape"], list(w.shape), name)
-        j = json.loads(self.run_cli("--list-regions", "--json"))
-        inside = {node for g in j["regions"] for node in g["nodes"]}
-        self.assertLessEqual({"proj", "square"}, inside, j)
+        self.assert_in_regions({"proj", "square"})
         # a binding the weights contradict: said, not a silent "0 regions"
         bad = subprocess.run([CLI, self.path, "--list-regions"], capture_output=True,
                              text=True, timeout=300)

@@ -198,6 +198,9 @@ uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_opt
  * cannot be used (why says so: not a folder, not writable, a path too long),
  * which the caller warns of, as the run goes on without a cache. */
 bool mo_search_cache_dir(char *buf, size_t len, char *why, size_t why_len);
+/* That warning, of the folder and why */
+#define MO_SEARCH_CACHE_UNUSABLE "the result cache '%s' cannot be used (%s): searching " \
+	"without it (MIRAGE_ONNX_CACHE names another folder; --no-cache)"
 
 /* The region's best μGraph: from the cache folder `cache` (NULL: none) when
  * its entry is valid for the region and passes the verdict again, else by
