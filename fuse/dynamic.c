@@ -17,6 +17,7 @@
  * at the probe's and the ones' sizes (several chunks and a partial one, and
  * a single padded row) against the region evaluated at those sizes. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -32,7 +33,7 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search. */
 static void values_of(const char *name, const struct mo_import_options *o, int64_t lo,
-		      int64_t hi, int64_t v[FUSE_DYN_IMPORTS])
+		      int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -48,6 +49,13 @@ static void values_of(const char *name, const struct mo_import_options *o, int64
 	v[2] = clamp(1, lo, hi);
 	for (int k = 0; k < MO_IMPORT_MAX_MORE_SIZES; k++)
 		v[3 + k] = o && k < o->n_more_sizes ? clamp(batch ? 1 : o->more_sizes[k], lo, hi) : v[0];
+	/* padded: the bucket is the top of a range, else the search's size
+	 * or FUSE_DYN_PAD_SIZE, whichever is larger; the distinct values lie
+	 * below it, apart from each other (past + seq is then no 2 x seq) */
+	int64_t bucket = ranged ? clamp(hi, 1, FUSE_DYN_MAX_PAD_SIZE)
+			 : size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
+	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : bucket, lo, hi);
+	v[FUSE_DYN_AT_DISTINCT] = clamp(batch ? 3 : 5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
@@ -145,9 +153,74 @@ static bool regroups_rows(const struct mo_tp *tp, const struct fuse_dyn *y, int 
 /* a fused kernel serves any number of rows; other dynamic dims not yet */
 static const char note_varies[] = "varies with unbound dims beyond leading rows (--dim fuses it)";
 
+/* held apart from the rows' regions, fused in regions of their own */
+static const char note_padded[] = "varies with unbound dims beyond leading rows: fused apart, "
+				  "padded (see the fused run's report)";
+
+/* Whether tensor t has the same rank, a known shape and (a constant) the
+ * same values in every import, the padded ones too. */
+static bool paddable(const struct mo_tp *tp, const struct fuse_dyn *y, int t)
+{
+	const struct mo_tp *at[5] = { tp, y->probe, y->one, y->pad, y->distinct };
+	for (int k = 0; k < 5; k++) {
+		const struct mo_tensor *x = &at[k]->tensors[t];
+		if (!x->shape_known || x->rank != at[0]->tensors[t].rank ||
+		    !same_values(x, &at[0]->tensors[t]))
+			return false;
+	}
+	return true;
+}
+
+/* Whether op, which varies other than in rows, may be fused padded: a
+ * class of the table, every tensor paddable, its parameters too unless it
+ * is a view whose shapes say all (Reshape, Expand: the kernel reads its
+ * shapes, not its target), and no Concat along a dim that varies (the KV
+ * cache's: padding its first part would put the padding in the middle of
+ * the result; it stays ONNX Runtime's). */
+static bool paddable_op(const struct mo_tp *tp, const struct fuse_dyn *y, const struct mo_tp_op *op)
+{
+	if (!y->pad || op->lax == MO_LAX_NONE)
+		return false;
+	for (int j = 0; j < op->n_in + op->n_out; j++) {
+		int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+		if (t >= 0 && !paddable(tp, y, t))
+			return false;
+	}
+	bool view = op->kind == MO_OP_RESHAPE || op->kind == MO_OP_EXPAND;
+	for (int j = 0; j < op->n_params && !view; j++)
+		if (op->param_in[j] >= 0 && !paddable(tp, y, op->param_in[j]))
+			return false;
+	if (op->kind == MO_OP_CONCAT && op->n_out > 0 && op->out[0] >= 0) {
+		const struct mo_tensor *o = &tp->tensors[op->out[0]];
+		int64_t ax = op->p.n_axes > 0 ? op->p.axes[0] : -1;
+		const struct mo_tp *at[4] = { y->probe, y->one, y->pad, y->distinct };
+		for (int k = 0; k < 4; k++)
+			if (ax >= 0 && ax < o->rank && at[k]->tensors[op->out[0]].dims[ax] != o->dims[ax])
+				return false;
+	}
+	return true;
+}
+
+/* Whether some tensor of op varies other than in leading dims, or in its
+ * last dim (an attention score's key length, a mask over past + sequence):
+ * such ops are fused padded, apart from those serving rows (an op that
+ * only joins rows of two kinds, a Reshape splitting a row, stays out as
+ * before: padding it would make the projections around it padded too). */
+static bool varies_in_last_dims(const struct mo_tp *tp, const struct fuse_dyn *y,
+				const struct mo_tp_op *op)
+{
+	for (int j = 0; j < op->n_in + op->n_out; j++) {
+		int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+		if (t >= 0 && (y->lead[t] < 0 || (y->lead[t] > 0 && y->lead[t] == tp->tensors[t].rank)))
+			return true;
+	}
+	return false;
+}
+
 /* Keeps out of every region the ops whose tensors vary other than in rows
- * that agree: the partition never sees them as fusable. */
-static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
+ * that agree: the partition never sees them as fusable. Those that may be
+ * fused padded are kept apart (y->pad_lax) for regions of their own. */
+static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 {
 	for (int v = 0; v < tp->n_ops; v++) {
 		struct mo_tp_op *op = &tp->ops[v];
@@ -191,7 +264,12 @@ static void exclude_ops(struct mo_tp *tp, const struct fuse_dyn *y)
 				 regroups_rows(tp, y, op->in[0], op->out[0]);
 		for (int j = 0; j < op->n_params && ok && !rows_view; j++)
 			ok = op->param_in[j] < 0 || y->lead[op->param_in[j]] >= 0;
-		if (!ok) {
+		if (varies_in_last_dims(tp, y, op) && paddable_op(tp, y, op)) {
+			y->pad_lax[v] = op->lax;
+			y->n_pad_ops++;
+			op->lax = MO_LAX_NONE;
+			op->note = note_padded;
+		} else if (!ok) {
 			op->lax = MO_LAX_NONE;
 			op->note = note_varies;
 		}
@@ -245,7 +323,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		}
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
-		values_of(y->names[n], o, lo, hi, y->values[n]);
+		values_of(y->names[n], o, lo, hi, ranged, n, y->values[n]);
 		char within[64] = "";
 		if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
@@ -284,6 +362,27 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	mo_tp_free(first);
 	*tp = tps[0];
 	(*tp)->sizes_chosen = true;
+	/* the padded search's and the distinct values' sizes: without them
+	 * (the model does not import alike there) nothing is padded */
+	for (int k = 0; k < 2; k++) {
+		struct mo_tp *at = NULL;
+		mo_diag_init(&xd);
+		if (import_at(m, o, y, k ? FUSE_DYN_AT_DISTINCT : FUSE_DYN_AT_PAD, &at, &xd) &&
+		    xd.status == MO_ERR_NOMEM) {
+			*d = xd;
+			return d->status; /* *tp and y are freed by the caller */
+		}
+		if (at && !aligned(tps[0], at)) {
+			mo_tp_free(at);
+			at = NULL;
+		}
+		*(k ? &y->distinct : &y->pad) = at;
+	}
+	if (!y->pad || !y->distinct) {
+		mo_tp_free(y->pad);
+		mo_tp_free(y->distinct);
+		y->pad = y->distinct = NULL;
+	}
 	/* what the symbols became, for --list-regions */
 	for (int i = 0; i < tps[0]->n_syms; i++)
 		for (int k = 0; k < y->n; k++)
@@ -325,6 +424,11 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	const struct mo_tp *const c[3] = { tps[0], tps[1], tps[2] };
 	for (int i = 0; i < tps[0]->n_tensors; i++)
 		y->lead[i] = classify(c, i, y->rows[i]);
+	y->pad_lax = mo_calloc((size_t)tps[0]->n_ops + 1, sizeof *y->pad_lax);
+	if (!y->pad_lax)
+		return mo_diag_nomem(d);
+	for (int v = 0; v < tps[0]->n_ops; v++)
+		y->pad_lax[v] = MO_LAX_NONE;
 	exclude_ops(tps[0], y);
 	return MO_OK;
 }
@@ -358,6 +462,10 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_free(y->rows);
 	mo_tp_free(y->probe);
 	mo_tp_free(y->one);
+	mo_tp_free(y->pad);
+	mo_tp_free(y->distinct);
+	mo_free(y->pad_lax);
+	mo_part_free(y->pad_part);
 	for (int k = 0; k < y->n_more; k++)
 		mo_tp_free(y->more[k]);
 	memset(y, 0, sizeof *y);
@@ -524,6 +632,428 @@ static bool split_at_unflatten(struct mo_fuse_state *f, struct mo_fuse_region *s
 	return true;
 }
 
+/* ---- padded: the ops that vary other than in rows ---- */
+
+/* Whether op u reads a tensor an op fused padded makes. */
+static bool fed_padded(const struct mo_tp *tp, const struct fuse_dyn *y, int u)
+{
+	const struct mo_tp_op *op = &tp->ops[u];
+	for (int j = 0; j < op->n_in; j++) {
+		int t = op->in[j], p = t >= 0 ? tp->tensors[t].producer : -1;
+		if (p >= 0 && y->pad_lax[p] != MO_LAX_NONE)
+			return true;
+	}
+	return false;
+}
+
+enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
+{
+	struct fuse_dyn *y = &f->dyn;
+	struct mo_tp *tp = f->tp;
+	if (!y->pad_lax || y->n_pad_ops == 0)
+		return MO_OK;
+	int n = tp->n_ops;
+	int *root = mo_malloc(sizeof *root * ((size_t)n + 1));
+	int *group = mo_malloc(sizeof *group * ((size_t)n + 1));
+	if (!root || !group) {
+		mo_free(root);
+		mo_free(group);
+		return mo_diag_nomem(f->d);
+	}
+	/* connected through the tensors one makes and another reads */
+	for (int v = 0; v < n; v++)
+		root[v] = v;
+	for (int v = 0; v < n; v++) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		if (y->pad_lax[v] == MO_LAX_NONE)
+			continue;
+		for (int j = 0; j < op->n_in; j++) {
+			int t = op->in[j], u = t >= 0 ? tp->tensors[t].producer : -1;
+			/* not through a tensor several ops read that an op of no
+			 * such input makes (the mask every layer's attention
+			 * adds): each layer's its own region */
+			if (u < 0 || y->pad_lax[u] == MO_LAX_NONE ||
+			    (tp->tensors[t].n_consumers > 1 && !fed_padded(tp, y, u)))
+				continue;
+			int a = u, b = v;
+			while (root[a] != a)
+				a = root[a];
+			while (root[b] != b)
+				b = root[b];
+			if (a != b)
+				root[a > b ? a : b] = a < b ? a : b;
+		}
+	}
+	int ng = 0;
+	for (int v = 0; v < n; v++) {
+		group[v] = -1;
+		if (y->pad_lax[v] == MO_LAX_NONE)
+			continue;
+		int r = v;
+		while (root[r] != r)
+			r = root[r];
+		if (r == v)
+			root[v] = v, group[v] = ng++;
+		else
+			group[v] = group[r];
+	}
+	for (int v = 0; v < n; v++)
+		if (y->pad_lax[v] != MO_LAX_NONE) {
+			tp->ops[v].lax = y->pad_lax[v];
+			tp->ops[v].note = NULL;
+		}
+	struct mo_diag pd;
+	mo_diag_init(&pd);
+	char why[200] = "";
+	enum mo_status st = mo_part_groups(tp, group, &y->pad_part, &pd);
+	if (st == MO_ERR_NOMEM) {
+		*f->d = pd;
+	} else if (st || !mo_part_check(tp, y->pad_part, why, sizeof why)) {
+		/* each run must be convex and collapse acyclically: if not,
+		 * they stay out as before */
+		mo_part_free(y->pad_part);
+		y->pad_part = NULL;
+		for (int v = 0; v < n; v++)
+			if (y->pad_lax[v] != MO_LAX_NONE) {
+				tp->ops[v].lax = MO_LAX_NONE;
+				tp->ops[v].note = note_varies;
+				y->pad_lax[v] = MO_LAX_NONE;
+			}
+		fuse_progress(f->a, "the ops that vary beyond rows stay unfused: their runs %s",
+			      why[0] ? why : pd.msg);
+		st = MO_OK;
+	}
+	mo_free(root);
+	mo_free(group);
+	return st;
+}
+
+/* The extent dim d of tensor t is among s's (added when new; its name the
+ * symbol, or the sum of two, its values match): -1 when the dim is the
+ * same in every import, -2 when s has too many. */
+static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, int t, int d)
+{
+	const struct fuse_dyn *y = &f->dyn;
+	const struct mo_tp *at[5] = { f->tp, y->probe, y->one, y->pad, y->distinct };
+	static const int slot[5] = { 0, 1, 2, FUSE_DYN_AT_PAD, FUSE_DYN_AT_DISTINCT };
+	int64_t v[5];
+	bool same = true;
+	for (int k = 0; k < 5; k++) {
+		v[k] = at[k]->tensors[t].dims[d];
+		same = same && v[k] == v[0];
+	}
+	if (same)
+		return -1;
+	for (int e = 0; e < s->n_ext; e++)
+		if (!memcmp(s->ext_vals[e], v, sizeof v))
+			return e;
+	if (s->n_ext == MO_PLUGIN_MAX_EXT)
+		return -2;
+	int e = s->n_ext++;
+	memcpy(s->ext_vals[e], v, sizeof v);
+	s->ext_bucket[e] = v[3];
+	s->ext_loop[e] = v[3] == 1; /* a batch: run one at a time */
+	snprintf(s->ext_name[e], sizeof s->ext_name[e], "dim %d of '%.40s'", d,
+		 f->tp->tensors[t].name);
+	for (int i = 0; i < y->n; i++)
+		for (int j = i; j < y->n; j++) {
+			bool one = true, sum = i != j;
+			for (int k = 0; k < 5; k++) {
+				one = one && y->values[i][slot[k]] == v[k];
+				sum = sum && y->values[i][slot[k]] + y->values[j][slot[k]] == v[k];
+			}
+			if (one)
+				snprintf(s->ext_name[e], sizeof s->ext_name[e], "%.70s", y->names[i]);
+			else if (sum && strncmp(s->ext_name[e], "dim ", 4) == 0)
+				snprintf(s->ext_name[e], sizeof s->ext_name[e], "%.36s + %.36s", y->names[i],
+					 y->names[j]);
+		}
+	s->ext_names[e] = s->ext_name[e];
+	return e;
+}
+
+/* A padded unit: its programs at the padded search's size (its program
+ * from now on: the search's), at the distinct values', the probe's and the
+ * ones'. */
+static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region *s,
+				  struct mo_diag *d)
+{
+	const struct fuse_dyn *y = &f->dyn;
+	struct mo_tp *prog = NULL;
+	s->padded = true;
+	if (region_at(f, s, y->pad, &prog, s->why, sizeof s->why, d) ||
+	    (!s->why[0] && region_at(f, s, y->distinct, &s->prog_distinct, s->why, sizeof s->why, d)) ||
+	    (!s->why[0] && region_at(f, s, y->probe, &s->prog_probe, s->why, sizeof s->why, d)) ||
+	    (!s->why[0] && region_at(f, s, y->one, &s->prog_one, s->why, sizeof s->why, d))) {
+		mo_tp_free(prog);
+		return MO_ERR_NOMEM;
+	}
+	if (s->why[0]) {
+		mo_tp_free(prog);
+		return MO_OK;
+	}
+	mo_tp_free(s->prog);
+	s->prog = prog;
+	/* every dim of its inputs and outputs an extent it can serve */
+	const struct mo_region *rg = s->rg;
+	for (int i = 0; i < rg->n_inputs + rg->n_outputs && !s->why[0]; i++) {
+		int t = i < rg->n_inputs ? rg->inputs[i] : rg->outputs[i - rg->n_inputs];
+		for (int x = 0; x < f->tp->tensors[t].rank && !s->why[0]; x++)
+			if (extent_of(f, s, t, x) == -2)
+				snprintf(s->why, sizeof s->why, "its dims vary in more than %d ways",
+					 MO_PLUGIN_MAX_EXT);
+	}
+	return MO_OK;
+}
+
+/* The extents of a padded unit's μGraph's inputs and outputs (s->in_ext,
+ * out_ext): s->why when an output's cannot be read off the inputs. */
+static enum mo_status padded_op(struct mo_fuse_state *f, struct mo_fuse_region *s,
+				struct mo_diag *d)
+{
+	const struct mo_tp *kg = &s->r.best->kg;
+	s->in_ext = mo_calloc((size_t)kg->n_inputs * MO_PLUGIN_MAX_RANK + 1, sizeof *s->in_ext);
+	s->out_ext = mo_calloc((size_t)kg->n_outputs * MO_PLUGIN_MAX_RANK + 1, sizeof *s->out_ext);
+	s->in_pad = mo_calloc((size_t)kg->n_inputs + 1, sizeof *s->in_pad);
+	if (!s->in_ext || !s->out_ext || !s->in_pad)
+		return mo_diag_nomem(d);
+	bool named[MO_PLUGIN_MAX_EXT] = { false };
+	for (int i = 0; i < kg->n_inputs + kg->n_outputs && !s->why[0]; i++) {
+		bool out = i >= kg->n_inputs;
+		int kt = out ? kg->outputs[i - kg->n_inputs] : kg->inputs[i];
+		int t = find_tensor(s->rg, f->tp, kg->tensors[kt].name, out);
+		int *x = out ? s->out_ext + (i - kg->n_inputs) * MO_PLUGIN_MAX_RANK
+			     : s->in_ext + i * MO_PLUGIN_MAX_RANK;
+		for (int k = 0; k < MO_PLUGIN_MAX_RANK; k++)
+			x[k] = -1;
+		if (t < 0 || kg->tensors[kt].rank > MO_PLUGIN_MAX_RANK) {
+			snprintf(s->why, sizeof s->why, "the μGraph's %s '%.100s' is not the region's",
+				 out ? "output" : "input", kg->tensors[kt].name);
+			break;
+		}
+		for (int k = 0; k < kg->tensors[kt].rank; k++) {
+			x[k] = extent_of(f, s, t, k);
+			if (x[k] >= 0 && !out)
+				named[x[k]] = true;
+			else if (x[k] >= 0 && !named[x[k]])
+				snprintf(s->why, sizeof s->why, "output '%.100s' has a dim (%.80s) no input has",
+					 kg->tensors[kt].name, s->ext_name[x[k]]);
+			if (x[k] == -2)
+				snprintf(s->why, sizeof s->why, "its dims vary in more than %d ways",
+					 MO_PLUGIN_MAX_EXT);
+		}
+	}
+	return MO_OK;
+}
+
+/* The lowest value of a dtype, as a padded input takes it. */
+static double lowest_of(int32_t dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? -65504.0
+	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? -0x1.fep127
+	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 0 : -0x1.fffffep127;
+}
+
+/* Whether every padded extent of s at import slot k (struct
+ * mo_fuse_region's ext_vals) is within its bucket. */
+static bool fits(const struct mo_fuse_region *s, int k)
+{
+	for (int e = 0; e < s->n_ext; e++)
+		if (!s->ext_loop[e] && s->ext_vals[e][k] > s->ext_bucket[e])
+			return false;
+	return true;
+}
+
+bool fuse_dyn_fits(const struct mo_fuse_region *s, int k)
+{
+	return fits(s, k);
+}
+
+/* One try of pads kind[] (per region input: 0 zero, 1 lowest) at import
+ * slot k (1 the probe's, 2 the ones', 4 the distinct values'): the region
+ * there against s->prog run on each chunk's boxes of its inputs. *ok, or
+ * where it differs in why. */
+static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, const int *kind,
+			       int k, bool *ok, char *why, size_t why_len, struct mo_diag *d)
+{
+	const struct mo_region *rg = s->rg;
+	const struct mo_tp *big = k == 1 ? s->prog_probe : k == 2 ? s->prog_one : s->prog_distinct;
+	const struct mo_tp *at = k == 1 ? f->dyn.probe : k == 2 ? f->dyn.one : f->dyn.distinct;
+	uint64_t seed = f->a->search->seed ^ 0x7061646465647321ull;
+	int ni = rg->n_inputs;
+	const char **names = mo_calloc((size_t)ni + 1, sizeof *names);
+	int64_t (*dims)[MO_MAX_RANK] = mo_calloc((size_t)ni + 1, sizeof *dims);
+	int64_t (*off)[MO_MAX_RANK] = mo_calloc((size_t)ni + 1, sizeof *off);
+	double *pad = mo_calloc((size_t)ni + 1, sizeof *pad);
+	int *which = mo_calloc((size_t)ni + 1, sizeof *which);
+	struct mo_eval_result want = { 0 };
+	enum mo_status st = MO_OK;
+	int64_t chunk[MO_PLUGIN_MAX_EXT] = { 0 };
+	*ok = true;
+	if (!names || !dims || !off || !pad || !which) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	struct mo_diag xd;
+	mo_diag_init(&xd);
+	if (mo_eval(big, MO_EVAL_FLOAT, seed, &want, &xd)) {
+		*ok = false;
+		snprintf(why, why_len, "cannot be evaluated at other sizes: %.200s", xd.msg);
+		if (xd.status == MO_ERR_NOMEM)
+			st = mo_diag_nomem(d);
+		goto out;
+	}
+	struct mo_eval_rows rows = { .names = names, .box_dims = (const int64_t (*)[MO_MAX_RANK])dims,
+				     .box_off = (const int64_t (*)[MO_MAX_RANK])off, .box_pad = pad };
+	for (int i = 0; i < ni; i++) {
+		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
+		bool varies = false;
+		for (int x = 0; x < t->rank; x++)
+			varies |= extent_of(f, s, rg->inputs[i], x) >= 0;
+		if (!varies)
+			continue;
+		which[rows.n] = i;
+		names[rows.n] = t->name;
+		memcpy(dims[rows.n], at->tensors[rg->inputs[i]].dims, sizeof dims[0]);
+		pad[rows.n++] = kind[i] ? lowest_of(t->dtype) : 0;
+	}
+	for (bool more = true; more && *ok && !st;) {
+		for (int q = 0; q < rows.n; q++) {
+			int t = rg->inputs[which[q]];
+			for (int x = 0; x < f->tp->tensors[t].rank; x++) {
+				int e = extent_of(f, s, t, x);
+				off[q][x] = e >= 0 && s->ext_loop[e] ? chunk[e] * s->ext_bucket[e] : 0;
+			}
+		}
+		struct mo_eval_result got = { 0 };
+		mo_diag_init(&xd);
+		if (mo_eval_rows(s->prog, MO_EVAL_FLOAT, seed, &rows, NULL, &got, &xd)) {
+			*ok = false;
+			snprintf(why, why_len, "cannot be evaluated padded: %.200s", xd.msg);
+			if (xd.status == MO_ERR_NOMEM)
+				st = mo_diag_nomem(d);
+			break;
+		}
+		/* each output's box against the region's there */
+		for (int o = 0; o < got.n_outputs && *ok; o++) {
+			int q = 0, t = -1;
+			while (q < want.n_outputs && strcmp(want.names[q], got.names[o]))
+				q++;
+			for (int j = 0; j < rg->n_outputs && t < 0; j++)
+				if (!strcmp(f->tp->tensors[rg->outputs[j]].name, got.names[o]))
+					t = rg->outputs[j];
+			if (q == want.n_outputs || t < 0) {
+				*ok = false;
+				snprintf(why, why_len, "output '%.100s' is not the region's there", got.names[o]);
+				break;
+			}
+			const struct mo_tensor *gt = &s->prog->tensors[s->prog->outputs[o]];
+			const int64_t *wd = at->tensors[t].dims;
+			const double *g = got.values[o], *w = want.values[q];
+			double big_w = 0;
+			for (uint64_t i = 0; i < want.counts[q]; i++)
+				big_w = fmax(big_w, fabs(w[i]));
+			int64_t idx[MO_MAX_RANK] = { 0 }, o_off[MO_MAX_RANK];
+			for (int x = 0; x < gt->rank; x++) {
+				int e = extent_of(f, s, t, x);
+				o_off[x] = e >= 0 && s->ext_loop[e] ? chunk[e] * s->ext_bucket[e] : 0;
+			}
+			for (uint64_t i = 0; i < got.counts[o] && *ok; i++) {
+				bool in = true;
+				uint64_t wi = 0;
+				for (int x = 0; x < gt->rank; x++) {
+					int64_t c = o_off[x] + idx[x];
+					in = in && c < wd[x];
+					wi = wi * (uint64_t)wd[x] + (uint64_t)(c < wd[x] ? c : 0);
+				}
+				if (in && wi < want.counts[q] &&
+				    (isnan(g[i]) != isnan(w[wi]) ||
+				     !(fabs(g[i] - w[wi]) <= 1e-6 * (big_w > 0 ? big_w : 1) || isnan(g[i])))) {
+					*ok = false;
+					snprintf(why, why_len, "output '%.100s' element %llu: %.6g padded, %.6g "
+						 "at that size", got.names[o], (unsigned long long)wi, g[i], w[wi]);
+				}
+				for (int x = gt->rank - 1; x >= 0 && ++idx[x] == gt->dims[x]; x--)
+					idx[x] = 0;
+			}
+		}
+		mo_eval_result_free(&got);
+		/* the next chunk of the looped extents */
+		int e = 0;
+		while (e < s->n_ext && (!s->ext_loop[e] ||
+					++chunk[e] * s->ext_bucket[e] >= s->ext_vals[e][k == 1 ? 1 : k == 2 ? 2 : 4])) {
+			if (s->ext_loop[e])
+				chunk[e] = 0;
+			e++;
+		}
+		more = e < s->n_ext;
+	}
+out:
+	mo_eval_result_free(&want);
+	mo_free(names);
+	mo_free(dims);
+	mo_free(off);
+	mo_free(pad);
+	mo_free(which);
+	return st;
+}
+
+enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
+{
+	const struct mo_region *rg = s->rg;
+	int ni = rg->n_inputs;
+	int *kind = mo_calloc((size_t)ni + 1, sizeof *kind);
+	int *padded = mo_calloc((size_t)ni + 1, sizeof *padded);
+	enum mo_status st = MO_OK;
+	if (!kind || !padded) {
+		mo_free(kind);
+		mo_free(padded);
+		return mo_diag_nomem(d);
+	}
+	/* the inputs padded (an extent that is not looped) */
+	int np = 0;
+	for (int i = 0; i < ni; i++) {
+		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
+		for (int x = 0; x < t->rank && !padded[i]; x++) {
+			int e = extent_of(f, s, rg->inputs[i], x);
+			padded[i] = e >= 0 && !s->ext_loop[e];
+		}
+		np += padded[i];
+	}
+	/* all 0; then each padded input alone its lowest; then all lowest */
+	char why[300] = "", first[300] = "";
+	bool ok = false;
+	for (int c = 0; c < (np > 0 ? np + 2 : 1) && !ok && !st; c++) {
+		int n = 0;
+		for (int i = 0; i < ni; i++) {
+			kind[i] = padded[i] && (c == np + 1 || (c > 0 && n == c - 1));
+			n += padded[i];
+		}
+		ok = true;
+		static const int sizes[3] = { 4, 2, 1 };
+		for (int k = 0; k < 3 && ok && !st; k++) {
+			why[0] = '\0';
+			if (!fits(s, sizes[k]))
+				continue;
+			st = try_pads(f, s, kind, sizes[k], &ok, why, sizeof why, d);
+		}
+		if (!ok && !first[0])
+			snprintf(first, sizeof first, "%s", why);
+	}
+	if (!st && !ok)
+		snprintf(s->why, sizeof s->why, "padding its dims that vary changes its outputs (%s)",
+			 first);
+	/* the μGraph's inputs by name */
+	const struct mo_tp *kg = &s->r.best->kg;
+	for (int j = 0; !st && ok && j < kg->n_inputs; j++)
+		for (int i = 0; i < ni; i++)
+			if (!strcmp(f->tp->tensors[rg->inputs[i]].name, kg->tensors[kg->inputs[j]].name))
+				s->in_pad[j] = kind[i];
+	mo_free(kind);
+	mo_free(padded);
+	return st;
+}
+
 enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
 {
 	const struct fuse_dyn *y = &f->dyn;
@@ -531,6 +1061,8 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 	const int64_t *ref = NULL;
 	if (!y->lead)
 		return MO_OK;
+	if (y->pad_lax && rg->n_ops > 0 && y->pad_lax[rg->ops[0]] != MO_LAX_NONE)
+		return padded_unit(f, s, d);
 	/* every tensor it touches: the ops' inputs and outputs */
 	for (int i = 0; i < rg->n_ops; i++) {
 		const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
@@ -606,6 +1138,8 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 
 enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d)
 {
+	if (s->padded && s->r.best && !s->in_ext)
+		return padded_op(f, s, d);
 	if (s->rows <= 0 || !s->r.best || s->in_rows)
 		return MO_OK;
 	const struct mo_tp *kg = &s->r.best->kg;
@@ -772,6 +1306,12 @@ out:
 enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
 			      struct mo_diag *d)
 {
+	if (s->padded && s->fused) {
+		if (fuse_dyn_pads(f, s, d))
+			return MO_ERR_NOMEM;
+		s->fused = !s->why[0];
+		return MO_OK;
+	}
 	if (s->rows <= 0 || !s->fused)
 		return MO_OK;
 	if (prove_rows(f, s, s->prog, s->rows, &s->rows_trials, s->why, sizeof s->why, d))

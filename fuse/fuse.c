@@ -73,6 +73,17 @@ static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_op
 									       s->size_mg[k]) ^
 						     (uint64_t)s->size_rows[k]);
 	}
+	if (s->padded) { /* served at sizes that vary: another op */
+		const struct mo_tp *kg = &s->r.best->kg;
+		for (int e = 0; e < s->n_ext; e++)
+			h = mo_mix64(h ^ (uint64_t)s->ext_bucket[e] ^ (uint64_t)s->ext_loop[e] << 40 ^
+				     mo_fnv(MO_FNV_OFFSET, s->ext_name[e], strlen(s->ext_name[e])));
+		for (int i = 0; i < (kg->n_inputs + kg->n_outputs) * MO_PLUGIN_MAX_RANK; i++)
+			h = mo_mix64(h ^ (uint64_t)(int64_t)(i < kg->n_inputs * MO_PLUGIN_MAX_RANK
+				? s->in_ext[i] : s->out_ext[i - kg->n_inputs * MO_PLUGIN_MAX_RANK]) << 24);
+		for (int i = 0; i < kg->n_inputs; i++)
+			h = mo_mix64(h ^ (uint64_t)s->in_pad[i] << 48);
+	}
 	snprintf(buf, len, "MirageFused_%016" PRIx64, h);
 }
 /* The regions of `tight` (the model partitioned under tighter limits) that
@@ -348,6 +359,19 @@ static enum mo_status search_regions(struct mo_fuse_state *f)
 		return mo_diag_nomem(f->d);
 	return MO_OK;
 }
+/* A padded unit's extents and pads into its op (mo_cg_op). */
+static void cg_pad_fields(struct mo_cg_op *op, const struct mo_fuse_region *s)
+{
+	if (!s->padded)
+		return;
+	op->n_ext = s->n_ext;
+	op->ext_bucket = s->ext_bucket;
+	op->ext_loop = s->ext_loop;
+	op->ext_name = s->ext_names;
+	op->in_ext = s->in_ext;
+	op->out_ext = s->out_ext;
+	op->in_pad = s->in_pad;
+}
 /* Stage 2, one round: the plugin of the regions fused so far, built under
  * f->so, each op's CPU kernel float-checked against its region. What fails
  * is left out (*again: build once more without it); *built_none when no
@@ -377,6 +401,7 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 					      .out_row_from = rs[ri].out_row_from, .n_sizes = rs[ri].n_sizes,
 					      .size_mg = rs[ri].size_mg, .size_rows = rs[ri].size_rows,
 					      .size_us = rs[ri].size_us, .us = rs[ri].r.cost_best.us };
+		cg_pad_fields(&ops[n - 1], &rs[ri]);
 	}
 	if (n == 0) {
 		*built_none = true;
@@ -445,6 +470,7 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 						 .out_row_from = s->out_row_from, .n_sizes = s->n_sizes,
 						 .size_mg = s->size_mg, .size_rows = s->size_rows,
 						 .size_us = s->size_us, .us = s->r.cost_best.us };
+			cg_pad_fields(&mine, s);
 			bool ok = !mo_plugin_check_cpu(lib, &mine, s->prog, a->search->seed + 7,
 						       &s->check, &cd) && s->check.ok;
 			/* served at any number of rows: also at the probe's size (several
@@ -460,6 +486,18 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 						  a->search->seed + 13, &s->check_one, &cd) ||
 			     !s->check_one.ok))
 				bad = &s->check_one;
+			/* padded: at the distinct values', the probe's and the ones'
+			 * sizes (those within its buckets), through its pad entry */
+			const struct mo_tp *at3[3] = { s->prog_distinct, s->prog_probe, s->prog_one };
+			static const int slot3[3] = { 4, 1, 2 };
+			for (int q = 0; s->padded && !bad && q < 3; q++) {
+				struct mo_plugin_check *c = q == 0 ? &s->check_distinct
+							    : q == 1 ? &s->check_probe : &s->check_one;
+				if (fuse_dyn_fits(s, slot3[q]) &&
+				    (mo_plugin_check_pad(lib, &mine, at3[q], a->search->seed + 19 + (uint64_t)q,
+							 c, &cd) || !c->ok))
+					bad = c;
+			}
 			/* each further size at its own rows: the launch the plan picks
 			 * there is that size's (fuse_dyn_sizes kept only such) */
 			struct mo_plugin_check sc;
@@ -581,17 +619,24 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		       mo_search_cache_dir(f->cache, sizeof f->cache, why, sizeof why);
 	if (!a->no_cache && !a->profile && !f->use_cache && why[0])
 		fuse_warn(a, MO_SEARCH_CACHE_UNUSABLE, f->cache, why);
-	size_t cap = (size_t)f->p->n_regions + (size_t)f->tp->n_ops + 1;
-	f->nu = f->p->n_regions;
+	/* the ops that vary other than in rows: regions of their own */
+	if (fuse_dyn_pad_regions(f))
+		return d->status;
+	int n_pad = f->dyn.pad_part ? f->dyn.pad_part->n_regions : 0;
+	f->n_top = f->p->n_regions + n_pad;
+	size_t cap = (size_t)f->n_top + (size_t)f->tp->n_ops + 1;
+	f->nu = f->n_top;
 	f->rs = mo_calloc(cap, sizeof *f->rs);
-	f->parts = mo_calloc((size_t)f->p->n_regions + 1, sizeof *f->parts);
+	f->parts = mo_calloc((size_t)f->n_top + 1, sizeof *f->parts);
 	f->ops = mo_calloc(cap, sizeof *f->ops);
 	f->rep = mo_calloc(cap, sizeof *f->rep);
 	if (!f->rs || !f->ops || !f->rep || !f->parts)
 		return mo_diag_nomem(d);
 	rep->regions = f->rs;
 	for (int ri = 0; ri < f->nu; ri++)
-		f->rs[ri] = (struct mo_fuse_region){ .rg = &f->p->regions[ri], .parent = -1 };
+		f->rs[ri] = (struct mo_fuse_region){ .rg = ri < f->p->n_regions ? &f->p->regions[ri]
+							   : &f->dyn.pad_part->regions[ri - f->p->n_regions],
+						     .parent = -1 };
 	enum mo_status st = search_regions(f);
 	rep->n_regions = f->nu;
 	if (!st)
@@ -624,12 +669,16 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 		mo_free(f->rs[ri].in_rows);
 		mo_free(f->rs[ri].out_rows);
 		mo_free(f->rs[ri].out_row_from);
+		mo_tp_free(f->rs[ri].prog_distinct);
+		mo_free(f->rs[ri].in_ext);
+		mo_free(f->rs[ri].out_ext);
+		mo_free(f->rs[ri].in_pad);
 	}
 	mo_free(f->rs);
 	mo_free(f->ops);
 	mo_free(f->rep);
 	mo_part_free(f->tight);
-	for (int ri = 0; f->parts && f->p && ri < f->p->n_regions; ri++)
+	for (int ri = 0; f->parts && ri < f->n_top; ri++)
 		mo_part_free(f->parts[ri]);
 	mo_free(f->parts);
 	mo_part_free(f->p);

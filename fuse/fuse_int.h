@@ -13,8 +13,18 @@
 /* decisive finite-field trials proving a region row-parallel at each of
  * the probe's and the ones' sizes */
 #define FUSE_DYN_TRIALS 2
-/* the imports: the search's, the probe's, the ones', the more sizes' */
-#define FUSE_DYN_IMPORTS (3 + MO_IMPORT_MAX_MORE_SIZES)
+/* Ops that vary other than in rows (attention over the sequence and the
+ * KV cache) are fused apart, padded: searched with every unbound symbol
+ * but a batch at FUSE_DYN_PAD_SIZE (or the top of its --dim range), the
+ * batch 1, and checked where the symbols take distinct values (a batch 3,
+ * the others 5, 7, 9, ...). */
+#define FUSE_DYN_PAD_SIZE 64
+#define FUSE_DYN_MAX_PAD_SIZE 65536
+/* the imports: the search's, the probe's, the ones', the more sizes', the
+ * padded search's, the distinct values' */
+#define FUSE_DYN_AT_PAD (3 + MO_IMPORT_MAX_MORE_SIZES)
+#define FUSE_DYN_AT_DISTINCT (4 + MO_IMPORT_MAX_MORE_SIZES)
+#define FUSE_DYN_IMPORTS (5 + MO_IMPORT_MAX_MORE_SIZES)
 
 /* The model's unbound symbols and what they vary (dynamic.c). */
 struct fuse_dyn {
@@ -34,6 +44,15 @@ struct fuse_dyn {
 	int *lead;              /* per tensor: its leading dims that are rows (0:
 				 * static, -1: varies otherwise) */
 	int64_t (*rows)[3];     /* per tensor: its rows at the three sizes */
+	/* the model at the padded search's and the distinct values' sizes
+	 * (NULL: it does not import alike there: nothing is padded) */
+	struct mo_tp *pad, *distinct;
+	/* per op: MO_LAX_NONE, or its class when it varies other than in rows
+	 * but may be fused padded (it is MO_LAX_NONE in the program until
+	 * fuse_dyn_pad_regions makes the regions of such ops) */
+	enum mo_lax *pad_lax;
+	int n_pad_ops;
+	struct mo_partition *pad_part; /* those regions */
 };
 
 /* One run of the fuse pipeline: what its three stages share. */
@@ -50,6 +69,7 @@ struct mo_fuse_state {
 	/* every region, then the parts of those that do not fuse whole */
 	struct mo_fuse_region *rs;
 	int nu;
+	int n_top;               /* regions before parts: p's, then the padded ones */
 	struct mo_cg_op *ops;
 	struct mo_plugin_op_report *rep;
 	char cache[1024];
@@ -104,6 +124,18 @@ enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, st
  * Fails only when out of memory. */
 enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
 			      struct mo_diag *d);
+/* The regions of the ops that may only be fused padded (y->pad_lax):
+ * each connected run of them, appended to f->rs as units. Fails only when
+ * out of memory. */
+enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f);
+/* A padded unit's pads: which inputs' padding is 0 and which the lowest
+ * value, found by evaluating the region at the distinct values', the
+ * ones' and the probe's sizes against its program at the bucket (s->prog)
+ * run on their boxes; s->why when none keeps its outputs. */
+enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d);
+/* Whether a padded unit's padded extents at import slot k (1 the probe's,
+ * 2 the ones', 4 the distinct values') are within their buckets. */
+bool fuse_dyn_fits(const struct mo_fuse_region *s, int k);
 /* The region's μGraphs at the more sizes (s->size_*): each searched at its
  * size, proven row-parallel as fuse_dyn_prove proves the search size's,
  * fitting every GPU built for, and used by the cheapest plan of n rows at

@@ -99,6 +99,22 @@ struct mo_fuse_region {
 	int64_t size_rows[MO_IMPORT_MAX_MORE_SIZES];
 	double size_us[MO_IMPORT_MAX_MORE_SIZES];
 	double size_unfused_us[MO_IMPORT_MAX_MORE_SIZES]; /* the region there, op by op */
+	/* fused padded (its ops vary other than in rows: fuse/dynamic.c): its
+	 * program at the distinct values' sizes (prog: at the padded
+	 * search's; prog_probe, prog_one: as with rows), the extents of its
+	 * μGraph's inputs and outputs (mo_cg_op) and each input's pad, and
+	 * the float checks of its kernel at the three other sizes */
+	bool padded;
+	struct mo_tp *prog_distinct;
+	int n_ext;
+	int64_t ext_vals[MO_PLUGIN_MAX_EXT][5]; /* at the search, the probe, the ones,
+						 * the padded search, the distinct values */
+	int64_t ext_bucket[MO_PLUGIN_MAX_EXT];
+	int ext_loop[MO_PLUGIN_MAX_EXT];
+	char ext_name[MO_PLUGIN_MAX_EXT][80];
+	const char *ext_names[MO_PLUGIN_MAX_EXT];
+	int *in_ext, *out_ext, *in_pad;
+	struct mo_plugin_check check_distinct;
 };
 
 /* What a run did. */

@@ -438,7 +438,8 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 		if (!s->fused)
 			continue;
 		char why[300] = "";
-		if (!interface_matches(tp, s->r.best, why, sizeof why)) {
+		/* a padded one's μGraph is its program's at the bucket */
+		if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
 			snprintf(s->why, sizeof s->why, "export: %s", why);
 		} else if (!fuse_fused_node_of(tp, rs, u, names[nf], sizeof names[nf], &fn[nf])) {
 			st = MO_ERR_NOMEM;

@@ -953,21 +953,21 @@ static double from_storage(const void *p, uint64_t i, int32_t dtype)
  * another size) those of the tensor of ref with its name (0: none). */
 static uint64_t check_numel(const struct mo_tensor *t, const struct mo_tp *ref, int64_t rows)
 {
-	if (rows <= 0)
+	if (rows == 0)
 		return mo_tensor_numel(t);
 	const struct mo_tensor *r = ref_tensor(ref, t->name);
 	return r && r->shape_known ? mo_tensor_numel(r) : 0;
 }
 
 static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
-			       const struct mo_tp *ref, int64_t rows, uint64_t seed,
-			       struct mo_plugin_check *out, struct mo_diag *d);
+			       const struct mo_tp *ref, int64_t rows, const int64_t *ext,
+			       uint64_t seed, struct mo_plugin_check *out, struct mo_diag *d);
 
 enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d)
 {
-	return check_op(lib, op, ref, 0, seed, out, d);
+	return check_op(lib, op, ref, 0, NULL, seed, out, d);
 }
 
 enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
@@ -976,13 +976,40 @@ enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_c
 {
 	if (op->rows <= 0 || rows < 0)
 		return mo_diag_set(d, MO_ERR_INTERNAL, "op %s does not serve rows", op->name);
-	return check_op(lib, op, ref, rows, seed, out, d);
+	return check_op(lib, op, ref, rows, NULL, seed, out, d);
 }
 
-static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
-			       const struct mo_tp *ref, int64_t rows, uint64_t seed,
-			       struct mo_plugin_check *out, struct mo_diag *d)
+enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				   const struct mo_tp *ref, uint64_t seed,
+				   struct mo_plugin_check *out, struct mo_diag *d)
 {
+	const struct mo_tp *kg = &op->mg->kg;
+	int64_t ext[MO_PLUGIN_MAX_EXT];
+	if (op->n_ext < 1 || op->n_ext > MO_PLUGIN_MAX_EXT)
+		return mo_diag_set(d, MO_ERR_INTERNAL, "op %s has no extents", op->name);
+	for (int e = 0; e < op->n_ext; e++) {
+		ext[e] = -1;
+		for (int i = 0; i < kg->n_inputs && ext[e] < 0; i++) {
+			const struct mo_tensor *r = ref_tensor(ref, kg->tensors[kg->inputs[i]].name);
+			for (int x = 0; r && x < r->rank && ext[e] < 0; x++)
+				if (op->in_ext[i * MO_PLUGIN_MAX_RANK + x] == e)
+					ext[e] = r->dims[x];
+		}
+		if (ext[e] < 0)
+			return mo_diag_set(d, MO_ERR_INTERNAL, "op %s: extent %d is no input's", op->name, e);
+	}
+	return check_op(lib, op, ref, 0, ext, seed, out, d);
+}
+
+/* rows > 0: the rows entry on that many rows of ref's tensors; ext: the
+ * pad entry at those extents (ref's sizes); neither: the op's own entry at
+ * its own sizes. */
+static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+			       const struct mo_tp *ref, int64_t rows_in, const int64_t *ext,
+			       uint64_t seed, struct mo_plugin_check *out, struct mo_diag *d)
+{
+	/* check_numel's "at ref's sizes": -1 for the pad entry */
+	int64_t rows = ext ? -1 : rows_in;
 	memset(out, 0, sizeof *out);
 	const struct mo_plugin_op *po = NULL;
 	for (int i = 0; i < lib->n && !po; i++)
@@ -1072,23 +1099,29 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 		if (lib->checks[i].name && strcmp(lib->checks[i].name, op->name) == 0)
 			pc = &lib->checks[i];
 	out->ok = true;
-	if (rows > 0)
-		pc = NULL; /* the rows entry runs variant 0's default plan */
+	if (rows != 0)
+		pc = NULL; /* the rows and pad entries run variant 0's default plan */
 	for (int run = 0; run < (pc ? 2 * pc->n_variants : 1) && out->ok; run++) {
 		int variant = run / 2, single = run % 2;
-		char err[256] = "", what[48] = "";
+		char err[256] = "", what[96] = "";
 		if (pc)
 			snprintf(what, sizeof what, "variant %d (%s-buffered): ", variant,
 				 single ? "single" : "double");
 		for (int i = 0; i < kg->n_outputs; i++)
 			memset(outs[i], 0, (check_numel(&kg->tensors[kg->outputs[i]], ref, rows) + 1) * 4);
 		int rc = pc ? pc->run((const void *const *)in, outs, variant, single, err, sizeof err)
+			 : ext ? (po->n_ext == op->n_ext && po->cpu_pad
+					  ? po->cpu_pad((const void *const *)in, outs, ext, err, sizeof err)
+					  : (snprintf(err, sizeof err, "no pad entry"), 1))
 			 : rows > 0 ? (po->cpu_rows ? po->cpu_rows((const void *const *)in, outs, rows, err,
 								   sizeof err)
 					 : (snprintf(err, sizeof err, "no rows entry"), 1))
 				    : po->cpu((const void *const *)in, outs, err, sizeof err);
 		if (rows > 0)
 			snprintf(what, sizeof what, "at %lld rows: ", (long long)rows);
+		for (int e = 0; ext && e < op->n_ext; e++)
+			snprintf(what + strlen(what), sizeof what - strlen(what), "%s%lld%s",
+				 e ? "x" : "at extents ", (long long)ext[e], e + 1 == op->n_ext ? ": " : "");
 		if (rc == -1 && pc)
 			continue; /* no such plan */
 		out->plans++;

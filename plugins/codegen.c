@@ -1232,6 +1232,24 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 
 /* ---- one fused op: its kernels and the function the glue calls ---- */
 
+/* The pad entry's copies on the host (mo_box_fill: a buffer of n elements
+ * of es bytes set to the pad bits; mo_box_copy: the box n[] at so[] of
+ * src, of dims sd[], to dof[] of dst, of dims dd[]); plain C, in both
+ * preludes (the CUDA entry sizes its launches with mo_box_numel). */
+#define MO_BOX_HELPERS \
+	"static inline uint64_t mo_box_numel(const int64_t *d, int rank)\n{\n" \
+	"uint64_t n = 1;\nfor (int k = 0; k < rank; k++) n *= (uint64_t)d[k];\nreturn n;\n}\n" \
+	"static inline void mo_box_fill(unsigned char *dst, uint64_t n, size_t es, uint32_t pad)\n{\n" \
+	"for (uint64_t i = 0; i < n; i++) memcpy(dst + i * es, &pad, es); /* little-endian: the low bytes */\n}\n" \
+	"static inline void mo_box_copy(unsigned char *dst, const int64_t *dd, const int64_t *dof, " \
+	"const unsigned char *src, const int64_t *sd, const int64_t *so, const int64_t *n, int rank, size_t es)\n{\n" \
+	"int64_t at[8] = { 0 };\nif (mo_box_numel(n, rank) == 0) return;\n" \
+	"size_t run = (size_t)(rank ? n[rank - 1] : 1) * es;\nfor (;;) {\n" \
+	"uint64_t s = 0, d = 0;\nfor (int k = 0; k < rank; k++) {\n" \
+	"s = s * (uint64_t)sd[k] + (uint64_t)(so[k] + at[k]);\nd = d * (uint64_t)dd[k] + (uint64_t)(dof[k] + at[k]);\n}\n" \
+	"memcpy(dst + d * es, src + s * es, run);\nint k = rank - 2;\n" \
+	"while (k >= 0 && ++at[k] == n[k]) at[k--] = 0;\nif (k < 0) return;\n}\n}\n\n"
+
 static const char prelude_c[] =
 	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
 	"#include \"mo_plugin_abi.h\"\n#include \"mo_half.h\"\n\n"
@@ -1240,7 +1258,8 @@ static const char prelude_c[] =
 	"static inline float mo_bf2f(uint16_t b) { return mo_bf16_to_float(b); }\n"
 	"static inline uint16_t mo_f2bf(float f) { return mo_float_to_bf16(f); }\n"
 	"#define MO_DEV static inline\n"
-	"#include \"mo_elementwise.h\"\n\n";
+	"#include \"mo_elementwise.h\"\n\n"
+	MO_BOX_HELPERS;
 
 /* Launches and the dynamic shared-memory declaration go through two macros:
  * unless a header defined them first they are the CUDA text itself (nvcc,
@@ -1250,7 +1269,7 @@ static const char prelude_c[] =
  * nvcc compiles. */
 static const char prelude_cuda[] =
 	"#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <cuda_pipeline.h>\n"
-	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n"
+	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n"
 	"#ifndef MO_LAUNCH\n"
 	"#define MO_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)\n"
 	"#endif\n"
@@ -1262,7 +1281,22 @@ static const char prelude_cuda[] =
 	"static __device__ __forceinline__ float mo_bf2f(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
 	"#define MO_DEV static __device__ __forceinline__\n"
-	"#include \"mo_elementwise.h\"\n\n";
+	"#include \"mo_elementwise.h\"\n\n"
+	MO_BOX_HELPERS
+	/* the same on the GPU: one thread per element of dst (fill: the whole
+	 * buffer, the rest padding; else the box) */
+	"struct mo_box { int rank; int fill; size_t es; uint32_t pad; int64_t sd[8], so[8], dd[8], dof[8], n[8]; };\n"
+	"static __global__ void mo_box_kernel(unsigned char *dst, const unsigned char *src, struct mo_box b, uint64_t total)\n{\n"
+	"for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {\n"
+	"uint64_t r = i, so = 0, dof = 0, ss = 1, ds = 1;\nint in = 1;\n"
+	"for (int d = b.rank - 1; d >= 0; d--) {\n"
+	"int64_t ext = b.fill ? b.dd[d] : b.n[d], x = (int64_t)(r % (uint64_t)ext);\nr /= (uint64_t)ext;\n"
+	"int64_t at = b.fill ? x - b.dof[d] : x;\nif (at < 0 || at >= b.n[d]) in = 0;\n"
+	"so += (uint64_t)(b.so[d] + at) * ss;\ndof += (uint64_t)(b.fill ? x : b.dof[d] + x) * ds;\n"
+	"ss *= (uint64_t)b.sd[d];\nds *= (uint64_t)b.dd[d];\n}\n"
+	"if (b.es == 4) ((uint32_t *)dst)[dof] = in ? ((const uint32_t *)src)[so] : b.pad;\n"
+	"else if (b.es == 2) ((uint16_t *)dst)[dof] = in ? ((const uint16_t *)src)[so] : (uint16_t)b.pad;\n"
+	"else dst[dof] = in ? src[so] : (unsigned char)b.pad;\n}\n}\n\n";
 
 
 /* Text a user or a model controls (the banner holds the model's path) goes
@@ -1774,6 +1808,168 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		P(g, "free(stage);\nreturn rc;\n}\n\n");
 }
 
+/* The bits a padded input's elements take: 0, or the lowest finite value
+ * of its dtype (an additive mask's "never": exp of it is 0). */
+static uint32_t pad_bits(int32_t dtype, int kind)
+{
+	if (kind == 0)
+		return 0;
+	switch (dtype) {
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+		return 0xff7fffffu;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+		return 0xfbffu;
+	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
+		return 0xff7fu;
+	default:
+		return 0;
+	}
+}
+
+/* <ident>_pad / <ident>_cuda_pad: the op at the extents' values ext[]
+ * (mo_plugin.h): for each chunk of the looped extents, every input that
+ * varies copied into a buffer of the bucket's sizes (the rest its pad), the
+ * op's entry run on them, and the part of each output that exists copied
+ * back. Inputs and outputs that do not vary are passed as they are. */
+static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char *ident, bool cuda)
+{
+	const struct mo_tp *kg = &op->mg->kg;
+	int ni = kg->n_inputs, no = kg->n_outputs, nio = ni + no, ne = op->n_ext;
+	if (ne < 1 || ne > MO_PLUGIN_MAX_EXT) {
+		unsupported(g, "%d extents", ne);
+		return;
+	}
+	P(g, "/* serves dims that vary: %d extent%s, padded up to or looped in chunks of their "
+	  "buckets */\n", ne, ne == 1 ? "" : "s");
+	P(g, "static const int %s_xr[%d] = {", ident, nio);
+	for (int j = 0; j < nio; j++) {
+		const struct mo_tensor *t = &kg->tensors[j < ni ? kg->inputs[j] : kg->outputs[j - ni]];
+		P(g, "%s%d", j ? ", " : " ", t->rank);
+	}
+	P(g, " };\nstatic const int64_t %s_xd[%d][8] = {", ident, nio);
+	for (int j = 0; j < nio; j++) {
+		const struct mo_tensor *t = &kg->tensors[j < ni ? kg->inputs[j] : kg->outputs[j - ni]];
+		if (t->rank > MO_PLUGIN_MAX_RANK)
+			unsupported(g, "a tensor of rank %d", t->rank);
+		P(g, "%s{", j ? ", " : " ");
+		for (int d = 0; d < t->rank && d < MO_PLUGIN_MAX_RANK; d++)
+			P(g, "%s%" PRId64, d ? ", " : " ", t->dims[d]);
+		P(g, "%s}", t->rank ? " " : " 0 ");
+	}
+	P(g, " };\nstatic const int %s_xe[%d][8] = {", ident, nio);
+	for (int j = 0; j < nio; j++) {
+		const struct mo_tensor *t = &kg->tensors[j < ni ? kg->inputs[j] : kg->outputs[j - ni]];
+		const int *x = j < ni ? op->in_ext + j * MO_PLUGIN_MAX_RANK
+				      : op->out_ext + (j - ni) * MO_PLUGIN_MAX_RANK;
+		P(g, "%s{", j ? ", " : " ");
+		for (int d = 0; d < MO_PLUGIN_MAX_RANK; d++) {
+			int e = d < t->rank ? x[d] : -1;
+			if (e < -1 || e >= ne)
+				unsupported(g, "extent %d of %d", e, ne);
+			P(g, "%s%d", d ? ", " : " ", e);
+		}
+		P(g, " }");
+	}
+	P(g, " };\nstatic const size_t %s_xs[%d] = {", ident, nio);
+	for (int j = 0; j < nio; j++) {
+		const struct mo_tensor *t = &kg->tensors[j < ni ? kg->inputs[j] : kg->outputs[j - ni]];
+		enum ctype ct;
+		if (!ctype_of(t->dtype, &ct))
+			unsupported(g, "a tensor of dtype %d", (int)t->dtype);
+		P(g, "%s%d", j ? ", " : " ", t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 :
+		  t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2);
+	}
+	P(g, " };\nstatic const uint32_t %s_xp[%d] = {", ident, ni > 0 ? ni : 1);
+	for (int j = 0; j < ni; j++)
+		P(g, "%s0x%xu", j ? ", " : " ", pad_bits(kg->tensors[kg->inputs[j]].dtype,
+							 op->in_pad ? op->in_pad[j] : 0));
+	P(g, "%s };\nstatic const int64_t %s_eb[%d] = {", ni ? "" : " 0", ident, ne);
+	for (int e = 0; e < ne; e++)
+		P(g, "%s%" PRId64, e ? ", " : " ", op->ext_bucket[e]);
+	P(g, " };\nstatic const int %s_el[%d] = {", ident, ne);
+	for (int e = 0; e < ne; e++)
+		P(g, "%s%d", e ? ", " : " ", op->ext_loop[e] ? 1 : 0);
+	P(g, " };\n");
+	if (cuda)
+		P(g, "extern \"C\" int %s_cuda_pad(const void *const *in, void *const *out, const int64_t *ext, "
+		  "void *stream, char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n"
+		  "cudaError_t e = cudaSuccess;\n", ident);
+	else
+		P(g, "int %s_pad(const void *const *in, void *const *out, const int64_t *ext, char *err, "
+		  "size_t err_len)\n{\n", ident);
+	/* the buffers: one per tensor that varies, at the bucket's sizes */
+	P(g, "const void *ci[%d];\nvoid *co[%d];\nunsigned char *buf[%d] = { 0 };\n"
+	  "int64_t chunk[%d] = { 0 }, sd[8], so[8], n[8], z[8] = { 0 };\nint rc = 0, vary[%d];\n"
+	  "for (int x = 0; x < %d; x++) {\n"
+	  "if (ext[x] < 0 || (!%s_el[x] && ext[x] > %s_eb[x])) {\n"
+	  "snprintf(err, err_len, \"%s: extent %%d is %%lld, the kernel serves 0 to %%lld\", x, "
+	  "(long long)ext[x], (long long)%s_eb[x]);\nreturn 1;\n}\n"
+	  "if (%s_el[x] && ext[x] == 0) return 0; /* no chunk */\n}\n"
+	  "for (int j = 0; j < %d; j++) {\nvary[j] = 0;\n"
+	  "for (int d = 0; d < %s_xr[j]; d++) vary[j] |= %s_xe[j][d] >= 0;\n"
+	  "if (!vary[j]) continue;\nsize_t bytes = (size_t)mo_box_numel(%s_xd[j], %s_xr[j]) * %s_xs[j];\n",
+	  ni > 0 ? ni : 1, no, nio, ne, nio, ne, ident, ident, op->name, ident, ident, nio, ident,
+	  ident, ident, ident, ident);
+	if (cuda)
+		P(g, "if ((e = cudaMallocAsync((void **)&buf[j], bytes ? bytes : 1, st)) != cudaSuccess) {\n"
+		  "buf[j] = NULL;\nrc = 1;\nbreak;\n}\n}\n");
+	else
+		P(g, "if (!(buf[j] = (unsigned char *)malloc(bytes ? bytes : 1))) {\nrc = 1;\n"
+		  "snprintf(err, err_len, \"%s: out of memory\");\nbreak;\n}\n}\n", op->name);
+	/* one chunk: its box in every tensor that varies */
+	P(g, "while (rc == 0) {\nfor (int j = 0; j < %d; j++) {\n"
+	  "for (int d = 0; d < %s_xr[j]; d++) {\nint x = %s_xe[j][d];\n"
+	  "sd[d] = x < 0 ? %s_xd[j][d] : ext[x];\nso[d] = x >= 0 && %s_el[x] ? chunk[x] * %s_eb[x] : 0;\n"
+	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < %s_xd[j][d] ? sd[d] - so[d] : %s_xd[j][d];\n}\n"
+	  "if (j >= %d) {\nco[j - %d] = vary[j] ? (void *)buf[j] : out[j - %d];\ncontinue;\n}\n"
+	  "if (!vary[j]) {\nci[j] = in[j];\ncontinue;\n}\nci[j] = buf[j];\n",
+	  nio, ident, ident, ident, ident, ident, ident, ident, ni, ni, ni);
+	if (cuda)
+		P(g, "struct mo_box b = { %s_xr[j], 1, %s_xs[j], %s_xp[j], { 0 }, { 0 }, { 0 }, { 0 }, { 0 } };\n"
+		  "memcpy(b.sd, sd, sizeof sd);\nmemcpy(b.so, so, sizeof so);\nmemcpy(b.n, n, sizeof n);\n"
+		  "memcpy(b.dd, %s_xd[j], sizeof b.dd);\n"
+		  "uint64_t total = mo_box_numel(%s_xd[j], %s_xr[j]), blocks = (total + 255) / 256;\n"
+		  "if (total) MO_LAUNCH(mo_box_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, st, "
+		  "buf[j], (const unsigned char *)in[j], b, total);\n}\n",
+		  ident, ident, ident, ident, ident, ident);
+	else
+		P(g, "mo_box_fill(buf[j], mo_box_numel(%s_xd[j], %s_xr[j]), %s_xs[j], %s_xp[j]);\n"
+		  "mo_box_copy(buf[j], %s_xd[j], z, (const unsigned char *)in[j], sd, so, n, %s_xr[j], %s_xs[j]);\n}\n",
+		  ident, ident, ident, ident, ident, ident, ident);
+	P(g, cuda ? "rc = %s_pick(ci, co, 1, st, err, err_len);\n" : "rc = %s_cpu(ci, co, err, err_len);\n",
+	  ident);
+	/* the outputs' boxes back, then the next chunk */
+	P(g, "for (int j = %d; rc == 0 && j < %d; j++) {\nif (!vary[j]) continue;\n"
+	  "for (int d = 0; d < %s_xr[j]; d++) {\nint x = %s_xe[j][d];\n"
+	  "sd[d] = x < 0 ? %s_xd[j][d] : ext[x];\nso[d] = x >= 0 && %s_el[x] ? chunk[x] * %s_eb[x] : 0;\n"
+	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < %s_xd[j][d] ? sd[d] - so[d] : %s_xd[j][d];\n}\n",
+	  ni, nio, ident, ident, ident, ident, ident, ident, ident);
+	if (cuda)
+		P(g, "struct mo_box b = { %s_xr[j], 0, %s_xs[j], 0, { 0 }, { 0 }, { 0 }, { 0 }, { 0 } };\n"
+		  "memcpy(b.sd, %s_xd[j], sizeof b.sd);\nmemcpy(b.dd, sd, sizeof sd);\n"
+		  "memcpy(b.dof, so, sizeof so);\nmemcpy(b.n, n, sizeof n);\n"
+		  "uint64_t total = mo_box_numel(n, %s_xr[j]), blocks = (total + 255) / 256;\n"
+		  "if (total) MO_LAUNCH(mo_box_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, st, "
+		  "(unsigned char *)out[j - %d], (const unsigned char *)buf[j], b, total);\n}\n",
+		  ident, ident, ident, ident, ni);
+	else
+		P(g, "mo_box_copy((unsigned char *)out[j - %d], sd, so, buf[j], %s_xd[j], z, n, %s_xr[j], "
+		  "%s_xs[j]);\n}\n", ni, ident, ident, ident);
+	P(g, "int x = 0;\nwhile (x < %d && (!%s_el[x] || ++chunk[x] * %s_eb[x] >= ext[x])) {\n"
+	  "if (%s_el[x]) chunk[x] = 0;\nx++;\n}\nif (x == %d) break;\n}\n",
+	  ne, ident, ident, ident, ne);
+	if (cuda)
+		P(g, "if (rc == 0 && e == cudaSuccess) e = cudaGetLastError();\n"
+		  "for (int j = 0; j < %d; j++)\nif (buf[j]) {\ncudaError_t f = cudaFreeAsync(buf[j], st);\n"
+		  "if (e == cudaSuccess) e = f;\n}\n"
+		  "if (e != cudaSuccess && rc == 0) {\n(void)cudaGetLastError();\n"
+		  "snprintf(err, err_len, \"%s: %%s\", cudaGetErrorString(e));\nrc = 1;\n} else if (e != cudaSuccess) {\n"
+		  "(void)cudaGetLastError();\nif (!err[0]) snprintf(err, err_len, \"%s: out of memory\");\n}\n"
+		  "return rc;\n}\n\n", nio, op->name, op->name);
+	else
+		P(g, "for (int j = 0; j < %d; j++)\nfree(buf[j]);\nreturn rc;\n}\n\n", nio);
+}
+
 enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
 			  const struct mo_cg_options *o, FILE *out, char *why, size_t why_len,
 			  struct mo_diag *d)
@@ -1928,6 +2124,8 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	}
 	if (op->rows > 0)
 		emit_rows_entry(&g, op, ident, cuda);
+	else if (op->n_ext > 0)
+		emit_pad_entry(&g, op, ident, cuda);
 	if (g.fail) {
 		snprintf(why, why_len, "%s", g.fail);
 		return MO_ERR_UNSUPPORTED;
@@ -1941,6 +2139,51 @@ static void emit_tensor_desc(FILE *out, const struct mo_tensor *t)
 	for (int d = 0; d < t->rank; d++)
 		fprintf(out, "%s%" PRId64, d ? ", " : " ", t->dims[d]);
 	fprintf(out, "%s} }", t->rank ? " " : "0 ");
+}
+
+/* s as a C string literal's contents: printable ASCII as itself but for
+ * '"', '\\' and '?' (no trigraph), every other byte as a 3-digit octal
+ * escape. A symbol's name comes from the model. */
+static void put_c_string(FILE *o, const char *s)
+{
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+		if (*c >= 0x20 && *c < 0x7f && *c != '"' && *c != '\\' && *c != '?')
+			fputc(*c, o);
+		else
+			fprintf(o, "\\%03o", *c);
+}
+
+/* An op with extents: its tables for mo_plugin_op (mo_plugin_abi.h). */
+static void emit_ext_tables(FILE *out, const struct mo_cg_op *op, const char *id, bool cuda)
+{
+	const struct mo_tp *kg = &op->mg->kg;
+	fprintf(out, "int %s_pad(const void *const *, void *const *, const int64_t *, char *, size_t);\n",
+		id);
+	if (cuda)
+		fprintf(out, "int %s_cuda_pad(const void *const *, void *const *, const int64_t *, void *, "
+			"char *, size_t);\n", id);
+	fprintf(out, "static const int64_t %s_eb[] = {", id);
+	for (int e = 0; e < op->n_ext; e++)
+		fprintf(out, "%s%" PRId64, e ? ", " : " ", op->ext_bucket[e]);
+	fprintf(out, " };\nstatic const int %s_el[] = {", id);
+	for (int e = 0; e < op->n_ext; e++)
+		fprintf(out, "%s%d", e ? ", " : " ", op->ext_loop[e] ? 1 : 0);
+	fprintf(out, " };\nstatic const char *const %s_en[] = {", id);
+	for (int e = 0; e < op->n_ext; e++) {
+		fprintf(out, "%s\"", e ? ", " : " ");
+		put_c_string(out, op->ext_name[e] ? op->ext_name[e] : "?");
+		fprintf(out, "\"");
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		int n = pass ? kg->n_outputs : kg->n_inputs;
+		const int *x = pass ? op->out_ext : op->in_ext;
+		fprintf(out, " };\nstatic const int %s_%s[] = {", id, pass ? "oe" : "ie");
+		for (int i = 0; i < n * MO_PLUGIN_MAX_RANK; i++)
+			fprintf(out, "%s%d", i ? ", " : " ", x[i]);
+		if (n == 0)
+			fprintf(out, " -1");
+	}
+	fprintf(out, " };\n");
 }
 
 void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,
@@ -1975,6 +2218,8 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 				fprintf(out, "%s%d", i ? ", " : " ", ops[k].out_row_from[i]);
 			fprintf(out, " };\n");
 		}
+		if (ops[k].rows <= 0 && ops[k].n_ext > 0)
+			emit_ext_tables(out, &ops[k], id, has_cuda[k]);
 		fprintf(out, "static const struct mo_plugin_tensor %s_in[] = {\n", id);
 		for (int i = 0; i < mg->kg.n_inputs; i++) {
 			fprintf(out, "\t");
@@ -1994,6 +2239,10 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 			fprintf(out, ", %" PRId64 ", %s_in_rows, %s_out_rows, %s_rows, %s%s, %s_out_row_from",
 				ops[k].rows, id, id, id, has_cuda[k] ? id : "NULL",
 				has_cuda[k] ? "_cuda_rows" : "", id);
+		else if (ops[k].n_ext > 0)
+			fprintf(out, ", 0, NULL, NULL, NULL, NULL, NULL, %d, %s_eb, %s_el, %s_en, %s_ie, %s_oe, "
+				"%s_pad, %s%s", ops[k].n_ext, id, id, id, id, id, id, has_cuda[k] ? id : "NULL",
+				has_cuda[k] ? "_cuda_pad" : "");
 		fprintf(out, " };\n\n");
 	}
 	fprintf(out, "const struct mo_plugin_op *const mo_plugin_ops[] = {\n");

@@ -53,6 +53,21 @@ struct mo_cg_op {
 	const int64_t *size_rows;
 	const double *size_us;
 	double us;
+	/* 0: none of the below. Else (rows 0) the op serves dims that vary,
+	 * each one of n_ext extents (mo_plugin_abi.h): in_ext / out_ext give
+	 * MO_PLUGIN_MAX_RANK ints per kg input / output (-1: static), mg's
+	 * shapes are the extents at ext_bucket, an extent with ext_loop set
+	 * runs in chunks of its bucket, the others are padded up to it: input
+	 * i with in_pad[i] 0 by zeros, 1 by its dtype's lowest value. The
+	 * generated <ident>_pad (C) and <ident>_cuda_pad (CUDA) copy each
+	 * chunk of the inputs into buffers of the bucket's sizes, padded, run
+	 * the op's entry on them, and copy each output's part back. */
+	int n_ext;
+	const int64_t *ext_bucket;
+	const int *ext_loop;
+	const char *const *ext_name;
+	const int *in_ext, *out_ext;
+	const int *in_pad;
 };
 #define MO_CG_MAX_SIZES 4
 
@@ -192,5 +207,11 @@ enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg
 enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				    const struct mo_tp *ref, int64_t rows, uint64_t seed,
 				    struct mo_plugin_check *out, struct mo_diag *d);
+/* The same for an op with extents (op->n_ext set) at ref's sizes: ref is
+ * the region there, the extents read off its tensors, run through the
+ * library's <ident>_pad, chunks, padding and all. */
+enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				   const struct mo_tp *ref, uint64_t seed,
+				   struct mo_plugin_check *out, struct mo_diag *d);
 
 #endif

@@ -18,7 +18,8 @@
 #define F16 10
 #define BF16 16
 /* the fields of an op with static shapes after its kernels */
-#define STATIC_OP 0, NULL, NULL, NULL, NULL, NULL
+#define STATIC_OP 0, NULL, NULL, NULL, NULL, NULL, NO_EXT
+#define NO_EXT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 
 /* Stands in for the CUDA kernel of a library built with CUDA; in a CPU-only
  * onnxruntime it is registered but must never run. */
@@ -232,11 +233,71 @@ static int rows_cpu(const void *const *in, void *const *out, char *err, size_t e
 
 static const struct mo_plugin_op rows = {
 	"MoTestRows", 3, 3, rows_in, rows_out, rows_cpu, NULL,
-	4, rows_in_rows, rows_out_rows, rows_run, NULL, rows_out_row_from,
+	4, rows_in_rows, rows_out_rows, rows_run, NULL, rows_out_row_from, NO_EXT,
+};
+
+/* MoTestPad: an op with extents, as generated for attention over unbound
+ * dims: q [B, S, 2], k [B, L, 2] -> y [B, S, 2], y[b, s] = the sum over
+ * the keys j of (q[b, s] . k[b, j]) k[b, j]. Extent 0 is B (looped, a
+ * batch), 1 is S (padded up to 4), 2 is L (padded up to 6). The pad entry
+ * here computes at the given extents directly (the generated one pads);
+ * what is tested is the glue: extents bound, checked, outputs shaped. */
+static const struct mo_plugin_tensor pad_in[] = {
+	{ F32, 3, { 1, 4, 2 } },
+	{ F32, 3, { 1, 6, 2 } },
+};
+static const struct mo_plugin_tensor pad_out[] = {
+	{ F32, 3, { 1, 4, 2 } },
+};
+static const int64_t pad_bucket[] = { 1, 4, 6 };
+static const int pad_loop[] = { 1, 0, 0 };
+static const char *const pad_name[] = { "batch", "sequence", "past + sequence" };
+static const int pad_in_ext[2 * MO_PLUGIN_MAX_RANK] = {
+	0, 1, -1, -1, -1, -1, -1, -1,
+	0, 2, -1, -1, -1, -1, -1, -1,
+};
+static const int pad_out_ext[MO_PLUGIN_MAX_RANK] = { 0, 1, -1, -1, -1, -1, -1, -1 };
+
+static int pad_run(const void *const *in, void *const *out, const int64_t *ext, char *err,
+		   size_t err_len)
+{
+	const float *q = in[0], *k = in[1];
+	float *y = out[0];
+
+	(void)err;
+	(void)err_len;
+	for (int64_t b = 0; b < ext[0]; b++)
+		for (int64_t s = 0; s < ext[1]; s++) {
+			const float *qs = q + (b * ext[1] + s) * 2;
+			float *ys = y + (b * ext[1] + s) * 2;
+
+			ys[0] = ys[1] = 0;
+			for (int64_t j = 0; j < ext[2]; j++) {
+				const float *kj = k + (b * ext[2] + j) * 2;
+				float dot = qs[0] * kj[0] + qs[1] * kj[1];
+
+				ys[0] += dot * kj[0];
+				ys[1] += dot * kj[1];
+			}
+		}
+	return 0;
+}
+
+static int pad_cpu(const void *const *in, void *const *out, char *err, size_t err_len)
+{
+	static const int64_t at_bucket[] = { 1, 4, 6 };
+
+	return pad_run(in, out, at_bucket, err, err_len);
+}
+
+static const struct mo_plugin_op pad = {
+	"MoTestPad", 2, 1, pad_in, pad_out, pad_cpu, NULL,
+	0, NULL, NULL, NULL, NULL, NULL,
+	3, pad_bucket, pad_loop, pad_name, pad_in_ext, pad_out_ext, pad_run, NULL,
 };
 
 const struct mo_plugin_op *const mo_plugin_ops[] = {
-	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar, &rows,
+	&muladd, &negt, &hmuladd, &bmuladd, &fail, &scalar, &rows, &pad,
 };
 const int mo_plugin_n_ops = sizeof(mo_plugin_ops) / sizeof(mo_plugin_ops[0]);
 /* a generated table's domain carries its build id; this one, a fixed name */

@@ -446,6 +446,33 @@ def run_ort_checks(lib):
           "the inputs' leading dims (a static dim between them kept) or the rows; other dims "
           "and disagreeing rows refused")
 
+    # an op with extents (padded dims): each bound from the inputs, a
+    # batch looped at any size, a padded one up to its bucket, outputs
+    # shaped from them; disagreeing or too large extents refused, by name
+    sp = session(model("MoTestPad", [("q", F, ["B", "S", "D"]), ("k", F, ["B2", "L", "D2"])],
+                       [("y", F, ["B", "S", 2])]))
+    for nb, ns, nl in ((1, 4, 6), (3, 1, 5), (2, 3, 0), (0, 2, 2), (5, 0, 3)):
+        q, k = small((nb, ns, 2)), small((nb, nl, 2))
+        (y,) = sp.run(None, {"q": q, "k": k})
+        want = np.einsum("bsd,bjd,bje->bse", q.astype(np.float64), k, k).astype(np.float32)
+        expect(y.shape == (nb, ns, 2) and np.allclose(y, want, rtol=1e-5, atol=1e-6),
+               "MoTestPad y at B=%d S=%d L=%d: %s" % (nb, ns, nl, y.shape))
+    raises("InvalidArgument", lambda: sp.run(None, {"q": small((2, 3, 2)), "k": small((3, 4, 2))},
+                                             quiet),
+           "batch is 2 in input 0 but 3 in input 1 (dim 0)")
+    raises("InvalidArgument", lambda: sp.run(None, {"q": small((1, 5, 2)), "k": small((1, 4, 2))},
+                                             quiet),
+           "sequence is 5 (input 0), over the 4 the fused kernel serves")
+    raises("InvalidArgument", lambda: sp.run(None, {"q": small((1, 2, 2)), "k": small((1, 7, 2))},
+                                             quiet),
+           "past + sequence is 7 (input 1), over the 6 the fused kernel serves")
+    raises("InvalidArgument", lambda: sp.run(None, {"q": small((1, 2, 3)), "k": small((1, 2, 2))},
+                                             quiet),
+           "input 0: expected float32 [1,4,2] (dims 0, 1 of any size), got float32 [1,2,3]")
+    print("ok: an op with extents binds them from its inputs (a batch of any size, 0 too; padded "
+          "dims up to their buckets), shapes its outputs from them and refuses, naming the "
+          "extent, inputs that disagree or exceed the sizes it serves")
+
     sf = session(model("MoTestFail", [("x", F, [2])], [("y", F, [2])]))
     msg = raises("Fail", lambda: sf.run(None, {"x": np.zeros(2, np.float32)}, quiet),
                  "mirage_onnx op 'MoTestFail' (CPU kernel) failed: "

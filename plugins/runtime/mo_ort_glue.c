@@ -315,6 +315,134 @@ static void mo_ort_out_dims(const struct mo_plugin_op *op, size_t i,
 			dims[d] = in_dims[from[0]][from[1 + d]];
 }
 
+/* An op with extents (mo_plugin_abi.h): each input's dtype, rank and
+ * static dims checked, the extents read off its other dims (every input
+ * naming one agrees; a padded one within its bucket), the outputs made at
+ * those sizes and the pad entry run. */
+static OrtStatus *mo_ort_run_pad(const struct mo_ort_kernel *k, OrtKernelContext *ctx,
+				 const void **in, void **out)
+{
+	const OrtApi *api = k->api;
+	const struct mo_ort_op *o = k->op;
+	const struct mo_plugin_op *op = o->op;
+	char err[MO_ORT_KERNEL_ERR_LEN], want_s[MO_ORT_MSG_LEN / 4], got_s[MO_ORT_MSG_LEN / 4];
+	int64_t ext[MO_PLUGIN_MAX_EXT], dims[MO_PLUGIN_MAX_RANK];
+	int from[MO_PLUGIN_MAX_EXT];
+	void *stream = NULL;
+	OrtStatus *st = NULL;
+	int rc;
+
+	for (int e = 0; e < op->n_ext; e++) {
+		ext[e] = -1;
+		from[e] = -1;
+	}
+	for (size_t i = 0; i < (size_t)op->n_in && !st; i++) {
+		const struct mo_plugin_tensor *want = &op->in[i];
+		const int *x = op->in_ext + i * MO_PLUGIN_MAX_RANK;
+		const OrtValue *v = NULL;
+		OrtTensorTypeAndShapeInfo *info = NULL;
+		enum ONNXTensorElementDataType dtype;
+		size_t rank = 0;
+		void *p = NULL;
+		int same;
+
+		st = mo_ort_kernel_context_get_input(api, ctx, i, &v);
+		if (!st && !v)
+			st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+					   "mirage_onnx op '%s' (%s): input %zu is missing",
+					   op->name, mo_ort_where(o), i);
+		if (!st)
+			st = mo_ort_get_tensor_type_and_shape(api, v, &info);
+		if (!st)
+			st = mo_ort_get_tensor_element_type(api, info, &dtype);
+		if (!st)
+			st = mo_ort_get_dimensions_count(api, info, &rank);
+		if (!st && rank <= MO_PLUGIN_MAX_RANK)
+			st = mo_ort_get_dimensions(api, info, dims, rank);
+		if (info)
+			mo_ort_release_tensor_type_and_shape_info(api, info);
+		if (st)
+			break;
+		same = (int32_t)dtype == want->dtype && rank == (size_t)want->rank;
+		for (size_t d = 0; same && d < rank; d++)
+			same = x[d] >= 0 ? dims[d] >= 0 : dims[d] == want->dims[d];
+		if (!same) {
+			char vary[64] = "";
+
+			mo_ort_fmt_dims(want_s, sizeof(want_s), want->dims, (size_t)want->rank);
+			if (rank <= MO_PLUGIN_MAX_RANK)
+				mo_ort_fmt_dims(got_s, sizeof(got_s), dims, rank);
+			else
+				snprintf(got_s, sizeof(got_s), "rank %zu", rank);
+			for (int d = 0; d < want->rank; d++)
+				if (x[d] >= 0 && strlen(vary) + 4 < sizeof(vary))
+					snprintf(vary + strlen(vary), sizeof(vary) - strlen(vary),
+						 "%s%d", vary[0] ? ", " : "", d);
+			st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+					   "mirage_onnx op '%s' (%s): input %zu: expected %s %s "
+					   "(dims %s of any size), got %s %s", op->name,
+					   mo_ort_where(o), i, mo_ort_dtype_name(want->dtype), want_s,
+					   vary, mo_ort_dtype_name((int32_t)dtype), got_s);
+			break;
+		}
+		for (size_t d = 0; d < rank && !st; d++) {
+			int e = x[d];
+
+			if (e < 0)
+				continue;
+			if (ext[e] >= 0 && ext[e] != dims[d])
+				st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+						   "mirage_onnx op '%s' (%s): %s is %lld in input %d "
+						   "but %lld in input %zu (dim %zu)", op->name,
+						   mo_ort_where(o), op->ext_name[e], (long long)ext[e],
+						   from[e], (long long)dims[d], i, d);
+			else if (!op->ext_loop[e] && dims[d] > op->ext_bucket[e])
+				st = mo_ort_errorf(api, ORT_INVALID_ARGUMENT,
+						   "mirage_onnx op '%s' (%s): %s is %lld (input %zu), "
+						   "over the %lld the fused kernel serves (fuse again "
+						   "with a larger --dim range)", op->name,
+						   mo_ort_where(o), op->ext_name[e], (long long)dims[d],
+						   i, (long long)op->ext_bucket[e]);
+			ext[e] = dims[d];
+			from[e] = (int)i;
+		}
+		if (!st)
+			st = mo_ort_get_tensor_mutable_data(api, (OrtValue *)v, &p);
+		in[i] = p;
+	}
+	for (size_t i = 0; i < (size_t)op->n_out && !st; i++) {
+		const struct mo_plugin_tensor *t = &op->out[i];
+		const int *x = op->out_ext + i * MO_PLUGIN_MAX_RANK;
+		OrtValue *v = NULL;
+
+		for (int d = 0; d < t->rank; d++)
+			dims[d] = x[d] >= 0 ? ext[x[d]] : t->dims[d];
+		st = mo_ort_kernel_context_get_output(api, ctx, i, dims, (size_t)t->rank, &v);
+		if (!st && !v)
+			st = mo_ort_errorf(api, ORT_FAIL,
+					   "mirage_onnx op '%s' (%s): output %zu was not allocated",
+					   op->name, mo_ort_where(o), i);
+		if (!st)
+			st = mo_ort_get_tensor_mutable_data(api, v, &out[i]);
+	}
+	if (st)
+		return st;
+	err[0] = '\0';
+	if (o->cuda) {
+		st = mo_ort_kernel_context_get_gpu_compute_stream(api, ctx, &stream);
+		if (st)
+			return st;
+		rc = op->cuda_pad(in, out, ext, stream, err, sizeof(err));
+	} else {
+		rc = op->cpu_pad(in, out, ext, err, sizeof(err));
+	}
+	if (rc == 0)
+		return NULL;
+	err[sizeof(err) - 1] = '\0';
+	return mo_ort_errorf(api, ORT_FAIL, "mirage_onnx op '%s' (%s kernel) failed: %s",
+			     op->name, mo_ort_where(o), err[0] ? err : "(no message)");
+}
+
 /* Gathers the tensors and runs the kernel; in/out have room for the op's
  * inputs and outputs. */
 static OrtStatus *mo_ort_run(const struct mo_ort_kernel *k, OrtKernelContext *ctx,
@@ -332,6 +460,8 @@ static OrtStatus *mo_ort_run(const struct mo_ort_kernel *k, OrtKernelContext *ct
 	OrtStatus *st = NULL;
 	int rc;
 
+	if (op->n_ext > 0)
+		return mo_ort_run_pad(k, ctx, in, out);
 	if (op->n_in > 0) {
 		in_dims = malloc((size_t)op->n_in * sizeof(*in_dims));
 		if (!in_dims)
@@ -523,6 +653,8 @@ static int mo_ort_bad_op(void)
 			ok = op->in_rows[j] >= 0 && op->in_rows[j] <= op->in[j].rank;
 		for (int j = 0; ok && op->rows > 0 && j < op->n_out; j++)
 			ok = mo_plugin_row_from_ok(op, j);
+		if (ok && op->n_ext != 0)
+			ok = mo_plugin_ext_ok(op);
 		if (!ok)
 			return i;
 	}

@@ -41,6 +41,11 @@ typedef int (*mo_plugin_cpu_rows_fn)(const void *const *in, void *const *out, in
 				     char *err, size_t err_len);
 typedef int (*mo_plugin_cuda_rows_fn)(const void *const *in, void *const *out, int64_t n_rows,
 				      void *stream, char *err, size_t err_len);
+/* The same at the extents' values ext[0 .. n_ext) of an op with n_ext set. */
+typedef int (*mo_plugin_cpu_pad_fn)(const void *const *in, void *const *out, const int64_t *ext,
+				    char *err, size_t err_len);
+typedef int (*mo_plugin_cuda_pad_fn)(const void *const *in, void *const *out, const int64_t *ext,
+				     void *stream, char *err, size_t err_len);
 
 struct mo_plugin_op {
 	const char *name; /* the node's op_type */
@@ -62,8 +67,56 @@ struct mo_plugin_op {
 	mo_plugin_cpu_rows_fn cpu_rows;
 	mo_plugin_cuda_rows_fn cuda_rows; /* NULL without CUDA */
 	const int *out_row_from;
+	/* 0: none of the below. Else (rows 0) the op serves dims of its
+	 * inputs and outputs that vary, each one of n_ext extents:
+	 * in_ext[i * MO_PLUGIN_MAX_RANK + d] is the extent dim d of input i
+	 * is (-1: a static dim, in's), out_ext the same for the outputs. At a
+	 * run an extent's value is read off the inputs (every dim that is it
+	 * agrees); in/out describe the tensors at ext_bucket, the sizes the
+	 * kernel was made for. A padded extent (ext_loop[e] 0) may not exceed
+	 * its bucket: the kernel runs on a copy padded past the value (pads:
+	 * chosen per input and checked when the op was made); a looped one
+	 * (ext_loop[e] 1, a batch) runs in chunks of its bucket. ext_name[e]
+	 * says what it is ("past_sequence_length + sequence_length"). */
+	int n_ext;
+	const int64_t *ext_bucket;
+	const int *ext_loop;
+	const char *const *ext_name;
+	const int *in_ext, *out_ext;
+	mo_plugin_cpu_pad_fn cpu_pad;
+	mo_plugin_cuda_pad_fn cuda_pad; /* NULL without CUDA */
 };
 #define MO_PLUGIN_ROW_FROM (1 + MO_PLUGIN_MAX_RANK)
+#define MO_PLUGIN_MAX_EXT 8
+
+/* Whether the extents of an op with n_ext set are ones both glues can
+ * follow: every output dim that varies is some input's. */
+static inline int mo_plugin_ext_ok(const struct mo_plugin_op *op)
+{
+	if (op->n_ext < 1 || op->n_ext > MO_PLUGIN_MAX_EXT || op->rows > 0 || !op->ext_bucket ||
+	    !op->ext_loop || !op->ext_name || (op->n_in > 0 && !op->in_ext) || !op->out_ext ||
+	    !op->cpu_pad || (op->cuda && !op->cuda_pad))
+		return 0;
+	for (int e = 0; e < op->n_ext; e++) {
+		int named = 0;
+		if (op->ext_bucket[e] < 1 || !op->ext_name[e])
+			return 0;
+		for (int i = 0; i < op->n_in; i++)
+			for (int d = 0; d < op->in[i].rank; d++)
+				named |= op->in_ext[i * MO_PLUGIN_MAX_RANK + d] == e;
+		if (!named)
+			return 0;
+	}
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		const struct mo_plugin_tensor *t = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+		const int *x = i < op->n_in ? op->in_ext + i * MO_PLUGIN_MAX_RANK
+					    : op->out_ext + (i - op->n_in) * MO_PLUGIN_MAX_RANK;
+		for (int d = 0; d < t->rank; d++)
+			if (x[d] < -1 || x[d] >= op->n_ext)
+				return 0;
+	}
+	return 1;
+}
 
 /* Whether output j of an op with rows has row dims that exist and an
  * out_row_from both glues can follow. */

@@ -170,6 +170,10 @@ bool mo_trt_op_ok(const struct mo_plugin_op *op) noexcept
 
 		ok = t->rank >= 0 && t->rank <= MO_PLUGIN_MAX_RANK && mo_trt_dtype(t->dtype, &dt);
 	}
+	/* an op with extents (padded dims, mo_plugin_abi.h) has no
+	 * TensorRT plugin yet: its dims would need IExprBuilder bounds */
+	if (ok && op->n_ext != 0)
+		return false;
 	if (!ok || op->rows <= 0)
 		return ok;
 	/* an op serving rows: its rows entry, and leading dims that exist;
@@ -611,10 +615,15 @@ mo_trt_registry mo_trt_make_registry() noexcept
 		if (!mo_trt_op_ok(op)) {
 			/* a library built without CUDA has ops, but none
 			 * TensorRT could run; anything else breaks the ABI */
-			if (!op || op->cuda)
+			if (!op || (op->cuda && op->n_ext == 0))
 				mo_trt_log(ILogger::Severity::kERROR,
 					   "mirage_onnx plugin (TensorRT): op %d of the generated "
 					   "table breaks mo_plugin_abi.h; it is not registered", i);
+			else if (op->cuda)
+				mo_trt_log(ILogger::Severity::kWARNING,
+					   "mirage_onnx plugin (TensorRT): op %s pads dims that vary; "
+					   "it has no TensorRT plugin yet (ONNX Runtime runs it)",
+					   op->name);
 			continue;
 		}
 		c = new (std::nothrow) mo_trt_creator(op);

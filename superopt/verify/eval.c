@@ -311,6 +311,38 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	return from != to;
 }
 
+/* Input t of a walk whose rows name it as box k (struct mo_eval_rows):
+ * each element B's at the same index plus the box's offset, or the pad
+ * outside B's dims. */
+static void load_box(struct ev *e, const struct mo_tensor *t, int k, uint64_t hn, void *v)
+{
+	const int64_t *bd = e->rows->box_dims[k], *off = e->rows->box_off[k];
+	double pad = e->rows->box_pad ? e->rows->box_pad[k] : 0;
+	int64_t idx[MO_MAX_RANK] = { 0 };
+	uint64_t n = numel(t);
+	for (uint64_t i = 0; i < n; i++) {
+		bool in = true;
+		uint64_t at = 0;
+		for (int d = 0; d < t->rank; d++) {
+			int64_t x = off[d] + idx[d];
+			in = in && x < bd[d];
+			at = at * (uint64_t)(bd[d] > 0 ? bd[d] : 1) + (uint64_t)(x < bd[d] ? x : 0);
+		}
+		if (e->dom == MO_EVAL_FF) {
+			uint64_t h = h3(in ? hn : ~hn, in ? at : i, e->seed);
+			((ff *)v)[i] = in || pad != 0 ? (ff){ h % e->f->p, mo_mix64(h) % e->f->q }
+						      : (ff){ 0, 0 };
+		} else {
+			((double *)v)[i] = in ? mo_eval_input_as(t->name, at, e->seed, e->scale, t->dtype)
+					      : pad;
+		}
+		for (int d = t->rank - 1; d >= 0 && ++idx[d] == t->dims[d]; d--)
+			idx[d] = 0;
+	}
+	if (e->dom == MO_EVAL_FLOAT && e->masked && strcmp(t->name, e->masked) == 0)
+		causal_mask(t, v);
+}
+
 /* Weight ti in the field, converted before: by this program, or by another
  * program over the same model (a region and the runs of ops, rewrites or
  * kernels searched within it read the same initializers), found by the
@@ -363,6 +395,11 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 	e->vals[ti] = v;
 	if (t->kind == MO_T_INPUT) {
 		uint64_t hn = hash_str(t->name), per = 0, first = 0, valid = 0;
+		for (int k = 0; e->rows && e->rows->box_dims && k < e->rows->n; k++)
+			if (strcmp(e->rows->names[k], t->name) == 0) {
+				load_box(e, t, k, hn, v);
+				return true;
+			}
 		for (int k = 0; e->rows && k < e->rows->n && !per; k++)
 			if (strcmp(e->rows->names[k], t->name) == 0) {
 				per = e->rows->per[k];

@@ -106,6 +106,14 @@ struct mo_eval_rows {
 	int n;
 	const char *const *names;
 	const uint64_t *per;
+	/* Or, with box_dims set (per and first unused): input names[i] is a
+	 * box of B's tensor of dims box_dims[i], at box_off[i]: A's element at
+	 * index x is B's at box_off + x where that lies inside B's dims, and
+	 * box_pad[i] elsewhere (the float domain; the field's takes a value of
+	 * its own there unless the pad is 0). */
+	const int64_t (*box_dims)[MO_MAX_RANK];
+	const int64_t (*box_off)[MO_MAX_RANK];
+	const double *box_pad;
 };
 /* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
 enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
