@@ -445,7 +445,19 @@ bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len)
 	if (y->why[0])
 		snprintf(buf, len, "%s: cannot fuse for every size: %s; what depends on them stays "
 			 "unfused (%s fuses at one size)", listed, y->why, flags);
-	else if (y->n > 0)
+	else if (y->n > 0 && y->pad) {
+		char upto[256] = "";
+		size_t at = 0;
+		for (int i = 0; i < y->n && at < sizeof upto; i++)
+			if (y->values[i][FUSE_DYN_AT_PAD] != 1 || y->values[i][0] != 1)
+				at += (size_t)snprintf(upto + at, sizeof upto - at, "%s%s=%lld", at ? ", " : "",
+						       y->names[i], (long long)y->values[i][FUSE_DYN_AT_PAD]);
+		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
+			 "of rows (batch x sequence); ops that vary otherwise (attention over the "
+			 "sequence) are fused apart, padded, for sizes up to %s at any batch (--dim "
+			 "NAME=LO..HI serves other ranges; %s fuses at one size)", listed, y->desc, upto,
+			 flags);
+	} else if (y->n > 0)
 		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
 			 "of rows (batch x sequence), ops that vary otherwise stay unfused (%s fuses "
 			 "at one size)", listed, y->desc, flags);
@@ -634,16 +646,23 @@ static bool split_at_unflatten(struct mo_fuse_state *f, struct mo_fuse_region *s
 
 /* ---- padded: the ops that vary other than in rows ---- */
 
-/* Whether op u reads a tensor an op fused padded makes. */
-static bool fed_padded(const struct mo_tp *tp, const struct fuse_dyn *y, int u)
+/* Union-find over ops: v's run, and a and b made one (whether they were
+ * apart). */
+static int find_root(int *root, int v)
 {
-	const struct mo_tp_op *op = &tp->ops[u];
-	for (int j = 0; j < op->n_in; j++) {
-		int t = op->in[j], p = t >= 0 ? tp->tensors[t].producer : -1;
-		if (p >= 0 && y->pad_lax[p] != MO_LAX_NONE)
-			return true;
-	}
-	return false;
+	while (root[v] != v)
+		v = root[v] = root[root[v]];
+	return v;
+}
+
+static bool join(int *root, int a, int b)
+{
+	a = find_root(root, a);
+	b = find_root(root, b);
+	if (a == b)
+		return false;
+	root[a > b ? a : b] = a < b ? a : b;
+	return true;
 }
 
 enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
@@ -660,29 +679,40 @@ enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 		mo_free(group);
 		return mo_diag_nomem(f->d);
 	}
-	/* connected through the tensors one makes and another reads */
+	/* connected through the tensors one makes and only one reads; then
+	 * through a tensor several read when they are all in one run (a
+	 * softmax's output its guard reads twice), not when they are in
+	 * several (the mask every layer's attention adds: each layer's
+	 * attention a region of its own) */
 	for (int v = 0; v < n; v++)
 		root[v] = v;
-	for (int v = 0; v < n; v++) {
-		const struct mo_tp_op *op = &tp->ops[v];
-		if (y->pad_lax[v] == MO_LAX_NONE)
-			continue;
-		for (int j = 0; j < op->n_in; j++) {
-			int t = op->in[j], u = t >= 0 ? tp->tensors[t].producer : -1;
-			/* not through a tensor several ops read that an op of no
-			 * such input makes (the mask every layer's attention
-			 * adds): each layer's its own region */
-			if (u < 0 || y->pad_lax[u] == MO_LAX_NONE ||
-			    (tp->tensors[t].n_consumers > 1 && !fed_padded(tp, y, u)))
+	for (int pass = 0; pass < 4; pass++) {
+		int *seen = group; /* per op u making a tensor several read: the run
+				    * its readers are in, -2 when in several */
+		for (int v = 0; v < n; v++)
+			seen[v] = -1;
+		bool changed = false;
+		for (int v = 0; v < n; v++) {
+			const struct mo_tp_op *op = &tp->ops[v];
+			if (y->pad_lax[v] == MO_LAX_NONE)
 				continue;
-			int a = u, b = v;
-			while (root[a] != a)
-				a = root[a];
-			while (root[b] != b)
-				b = root[b];
-			if (a != b)
-				root[a > b ? a : b] = a < b ? a : b;
+			for (int j = 0; j < op->n_in; j++) {
+				int t = op->in[j], u = t >= 0 ? tp->tensors[t].producer : -1;
+				if (u < 0 || y->pad_lax[u] == MO_LAX_NONE)
+					continue;
+				int r = find_root(root, v);
+				if (pass == 0 && tp->tensors[t].n_consumers == 1)
+					changed |= join(root, u, v);
+				else if (tp->tensors[t].n_consumers > 1)
+					seen[u] = seen[u] == -1 ? r
+						  : seen[u] >= 0 && find_root(root, seen[u]) == r ? r : -2;
+			}
 		}
+		for (int u = 0; pass > 0 && u < n; u++)
+			if (seen[u] >= 0)
+				changed |= join(root, u, seen[u]);
+		if (pass > 0 && !changed)
+			break;
 	}
 	int ng = 0;
 	for (int v = 0; v < n; v++) {
@@ -702,27 +732,51 @@ enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 			tp->ops[v].lax = y->pad_lax[v];
 			tp->ops[v].note = NULL;
 		}
-	struct mo_diag pd;
-	mo_diag_init(&pd);
+	/* each run must be convex, and the runs must collapse acyclically
+	 * together: taken one at a time, a run that breaks that stays out */
+	enum mo_status st = MO_OK;
+	int *kept = root; /* reused: the groups kept so far, -1 elsewhere */
+	int n_kept = 0, dropped = 0;
 	char why[200] = "";
-	enum mo_status st = mo_part_groups(tp, group, &y->pad_part, &pd);
-	if (st == MO_ERR_NOMEM) {
-		*f->d = pd;
-	} else if (st || !mo_part_check(tp, y->pad_part, why, sizeof why)) {
-		/* each run must be convex and collapse acyclically: if not,
-		 * they stay out as before */
-		mo_part_free(y->pad_part);
-		y->pad_part = NULL;
+	for (int v = 0; v < n; v++)
+		kept[v] = -1;
+	for (int g = 0; g < ng && !st; g++) {
 		for (int v = 0; v < n; v++)
-			if (y->pad_lax[v] != MO_LAX_NONE) {
+			if (group[v] == g)
+				kept[v] = n_kept;
+		struct mo_partition *p = NULL;
+		struct mo_diag pd;
+		mo_diag_init(&pd);
+		st = mo_part_groups(tp, kept, &p, &pd);
+		bool ok = !st && mo_part_check(tp, p, why, sizeof why);
+		mo_part_free(p);
+		if (st == MO_ERR_NOMEM) {
+			*f->d = pd;
+			break;
+		}
+		st = MO_OK;
+		if (ok) {
+			n_kept++;
+			continue;
+		}
+		dropped++;
+		for (int v = 0; v < n; v++)
+			if (group[v] == g) {
+				kept[v] = -1;
+				y->pad_lax[v] = MO_LAX_NONE;
 				tp->ops[v].lax = MO_LAX_NONE;
 				tp->ops[v].note = note_varies;
-				y->pad_lax[v] = MO_LAX_NONE;
 			}
-		fuse_progress(f->a, "the ops that vary beyond rows stay unfused: their runs %s",
-			      why[0] ? why : pd.msg);
-		st = MO_OK;
 	}
+	if (!st && n_kept > 0) {
+		struct mo_diag pd;
+		mo_diag_init(&pd);
+		if ((st = mo_part_groups(tp, kept, &y->pad_part, &pd)))
+			*f->d = pd;
+	}
+	if (!st && dropped)
+		fuse_progress(f->a, "%d run%s of ops that vary beyond rows stay%s unfused: %s", dropped,
+			      dropped == 1 ? "" : "s", dropped == 1 ? "s" : "", why);
 	mo_free(root);
 	mo_free(group);
 	return st;

@@ -279,6 +279,15 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		return MO_OK;
 	}
 	mo_mg_output_dtypes(s->r.best, s->prog);
+	if (s->padded) {
+		char said[400] = "";
+		size_t at = 0;
+		for (int e = 0; e < s->n_ext && at < sizeof said; e++)
+			at += (size_t)snprintf(said + at, sizeof said - at, "%s%s %s %lld", e ? ", " : "",
+					       s->ext_name[e], s->ext_loop[e] ? "in chunks of" : "up to",
+					       (long long)s->ext_bucket[e]);
+		fuse_progress(a, "  serves dims that vary, padded: %s", said);
+	}
 	if (a->profile)
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
 	if (a->dump_dir)

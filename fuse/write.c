@@ -89,6 +89,48 @@ static char *input_shapes_json(const struct mo_tp *tp)
 	}
 	return buf;
 }
+/* A padded region's extents, pads and checks, for the manifest. */
+static void write_padded(FILE *f, const struct mo_fuse_region *s)
+{
+	const struct mo_tp *kg = &s->r.best->kg;
+	fputs(",\n     \"padded\": {\"extents\": [", f);
+	for (int e = 0; e < s->n_ext; e++) {
+		fprintf(f, "%s{\"name\": ", e ? ", " : "");
+		mo_json_string(f, s->ext_name[e]);
+		fprintf(f, ", \"bucket\": %lld, \"looped\": %s}", (long long)s->ext_bucket[e],
+			s->ext_loop[e] ? "true" : "false");
+	}
+	fputs("], \"pads\": [", f);
+	bool first = true;
+	for (int i = 0; i < kg->n_inputs; i++) {
+		bool padded = false;
+		for (int d = 0; d < MO_PLUGIN_MAX_RANK; d++) {
+			int e = s->in_ext[i * MO_PLUGIN_MAX_RANK + d];
+			padded |= e >= 0 && !s->ext_loop[e];
+		}
+		if (!padded)
+			continue;
+		fprintf(f, "%s{\"input\": ", first ? "" : ", ");
+		mo_json_string(f, kg->tensors[kg->inputs[i]].name);
+		fprintf(f, ", \"pad\": \"%s\"}", s->in_pad[i] ? "lowest" : "zero");
+		first = false;
+	}
+	fputs("], \"checked_at\": [", f);
+	static const int slot[3] = { 4, 1, 2 };
+	const struct mo_plugin_check *c[3] = { &s->check_distinct, &s->check_probe, &s->check_one };
+	first = true;
+	for (int q = 0; q < 3; q++) {
+		if (!fuse_dyn_fits(s, slot[q]))
+			continue;
+		fprintf(f, "%s{\"extents\": [", first ? "" : ", ");
+		for (int e = 0; e < s->n_ext; e++)
+			fprintf(f, "%s%lld", e ? ", " : "", (long long)s->ext_vals[e][slot[q]]);
+		fprintf(f, "], \"max_rel\": %.3g}", c[q]->max_rel);
+		first = false;
+	}
+	fputs("]}", f);
+}
+
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
 			   const struct mo_fuse_region *rs, const struct mo_fuse_options *a,
@@ -168,6 +210,8 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 				}
 				fputs("]}", f);
 			}
+			if (s->fused && s->padded)
+				write_padded(f, s);
 			if (s->profile_n) { /* us[0]: the cost model's choice */
 				fputs(",\n     \"profile\": {\"gpu\": ", f);
 				mo_json_string(f, s->profile_gpu);
