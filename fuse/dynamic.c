@@ -55,7 +55,8 @@ static void values_of(const char *name, const struct mo_import_options *o, int64
 	int64_t bucket = ranged ? clamp(hi, 1, FUSE_DYN_MAX_PAD_SIZE)
 			 : size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
 	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : bucket, lo, hi);
-	v[FUSE_DYN_AT_DISTINCT] = clamp(batch ? 3 : 5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
+	v[FUSE_DYN_AT_DISTINCT] = batch ? clamp(3, lo, hi)
+					: clamp(5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
@@ -1020,7 +1021,7 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 					in = in && c < wd[x];
 					wi = wi * (uint64_t)wd[x] + (uint64_t)(c < wd[x] ? c : 0);
 				}
-				if (in && wi < want.counts[q] &&
+				if (in && wi < want.counts[q] && g[i] != w[wi] &&
 				    (isnan(g[i]) != isnan(w[wi]) ||
 				     !(fabs(g[i] - w[wi]) <= 1e-6 * (big_w > 0 ? big_w : 1) || isnan(g[i])))) {
 					*ok = false;

@@ -140,6 +140,11 @@ def simulated_plugin(src, work, arch, sanitize=None, cu_objs=None):
                     "int single, char *err, size_t len) {{ (void)variant; (void)single; "
                     "return mo_op{0}_cuda(in, out, 0, err, len); }}"
                     .format(op.index))
+        if "_cuda_pad(" in open(cu).read():  # an op with padded dims
+            shim.append("int mo_op{0}_cuda_pad(const void *const *, void *const *, const int64_t *, "
+                        "void *, char *, size_t);\nint mo_op{0}_pad(const void *const *in, "
+                        "void *const *out, const int64_t *ext, char *err, size_t len) {{ return "
+                        "mo_op{0}_cuda_pad(in, out, ext, 0, err, len); }}".format(op.index))
         if "_cuda_rows(" in open(cu).read():  # an op serving any number of rows
             shim.append("int mo_op{0}_cuda_rows(const void *const *, void *const *, int64_t, "
                         "void *, char *, size_t);\nint mo_op{0}_rows(const void *const *in, "
@@ -191,6 +196,25 @@ def run_bf16(sess, feeds):
     return [o.view(ml_dtypes.bfloat16) for o in outs]
 
 
+def against_ort_padded(original, fused, plugin):
+    """For rows_test's masked attention fused with its dims unbound: ONNX
+    Runtime with the plugin at several (batch, seq) within the bucket."""
+    import numpy as np
+    sys.path.insert(0, HERE)
+    import fuse_models_test as fm
+    import rows_test
+    a, b = fm.session(original), fm.session(fused, plugin)
+    rng = np.random.default_rng(5)
+    for batch, seq in ((1, 1), (3, 7), (2, 64)):
+        x = rng.standard_normal((batch, seq, rows_test.D)).astype(np.float32)
+        feed = {"x": x, "mask": rows_test.causal_mask(batch, seq)}
+        want, got = a.run(None, feed)[0], b.run(None, feed)[0]
+        err = float(np.max(np.abs(want - got)))
+        if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
+            return "at batch %d, seq %d: error %.3g" % (batch, seq, err)
+    return None
+
+
 def against_ort_rows(original, fused, plugin):
     """For a model fused with its dims unbound (rows_test.py): ONNX Runtime
     with the plugin at several (batch, seq): single rows through the padded
@@ -235,6 +259,8 @@ def against_ort(original, fused, plugin):
     if bf16:
         original = original.replace("_bf16", "_fp32")
     if os.path.basename(original).startswith("rows_"):
+        if "padded" in os.path.basename(original):
+            return against_ort_padded(original, fused, plugin)
         return against_ort_rows(original, fused, plugin)
     feeds = fm.random_inputs(onnx.load(original), 7)
     if bf16:  # the twin sees the inputs the bf16 model sees
@@ -301,6 +327,35 @@ def run_rows(exe, op, text, tag, work, env, failures, rows):
     log(rows[-1])
 
 
+def run_pad(exe, op, text, tag, work, env, failures, rows):
+    """An op with padded dims: its CUDA pad entry (the boxes staged by
+    mo_box_kernel, padded, the op's kernels at the bucket, the outputs'
+    boxes copied back) against its CPU pad entry on the same inputs: each
+    looped extent at 3 chunks, each padded one short of its bucket."""
+    if not op.ext_bucket or "_cuda_pad(" not in text:
+        return
+    ext = [3 * b if loop else max(1, b - 3) for b, loop in zip(op.ext_bucket, op.ext_loop)]
+    inputs = cb.random_inputs(op, seed=13, ext=ext)
+    ref = cb.run_op(exe, op, inputs, "cpu", work, ext=ext)
+    if ref.rc:
+        failures.append("%s: the CPU pad entry at extents %s failed: %s"
+                        % (tag, ext, ref.stderr.strip()[-300:]))
+        return
+    got = cb.run_op(exe, op, inputs, "cuda", work, env=env, ext=ext)
+    if got.rc:
+        failures.append("%s: the CUDA pad entry at extents %s: exit %d: %s"
+                        % (tag, ext, got.rc, failure_line(got.stderr)))
+        return
+    bad = cb.compare(op, ref.outputs, got.outputs)
+    if bad:
+        failures.append("%s: the CUDA pad entry at extents %s differs from the CPU's: %s"
+                        % (tag, ext, bad))
+        return
+    rows.append("pad-entry %-45s extents=%s (buckets %s) launches=%d" % (
+        tag, ext, op.ext_bucket, counters(got.report).get("launches", 0)))
+    log(rows[-1])
+
+
 def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
     """Every op of the kept sources src, on every arch of archs, through
     cudasim against its CPU kernel; appends to failures, rows and seen."""
@@ -341,6 +396,7 @@ def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
                 continue
             ctr = counters(got.report)
             run_rows(exe, op, text, tag, work, env, failures, rows)
+            run_pad(exe, op, text, tag, work, env, failures, rows)
             ran = paths_ran(text, ctr)
             for k, v in ran.items():
                 if v:
@@ -887,6 +943,11 @@ def mask_models(out):
     path = os.path.join(out, "rows_one_size_norm_mlp.onnx")
     onnx.save(rows_test.norm_mlp(), path)
     models.append(("rows_one_size_norm_mlp", path))
+    # attention over the sequence, its dims unbound: fused padded, its
+    # CUDA pad entry (<op>_cuda_pad) staging the padded boxes
+    path = os.path.join(out, "rows_padded_attention.onnx")
+    onnx.save(rows_test.masked_attention(), path)
+    models.append(("rows_padded_attention", path))
     return models
 
 
@@ -898,7 +959,7 @@ def fuse(cli, model, out_dir, budget=None):
     # every kind of launch runs (against_ort_rows' sizes)
     if name.startswith("rows_"):
         more = ["--dynamic-size", "16,1,64", "--budget", "10"]
-    if name.startswith("rows_one_size"):
+    if name.startswith(("rows_one_size", "rows_padded")):
         more = ["--budget", "10"]
     # --no-cuda: the kept .cu files are what runs here, not nvcc's objects
     p = subprocess.run([cli, model, "-o", os.path.join(out_dir, name + ".onnx"), "-q",

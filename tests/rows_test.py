@@ -73,6 +73,53 @@ def norm_mlp():
          w("w_up", [D, F]), w("w_down", [F, D])])
 
 
+def masked_attention(with_mask=True):
+    """x [batch, seq, D] and an additive mask [batch, 1, seq, seq] (0 to
+    attend, the lowest float not to): two heads of attention with their
+    projections and the residual. The attention core varies in its last
+    dims (the key length): fused padded. Without the mask its padded keys
+    would count: no pad keeps its outputs, and it stays unfused."""
+    n = h.make_node
+    rng = np.random.default_rng(6)
+    hd = D // 2
+
+    def w(name, shape):
+        return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
+    core = [n("MatMul", ["qh", "kt"], ["sc"], name="qk"),
+            n("Mul", ["sc", "scale"], ["ss"], name="scale")]
+    core += [n("Add", ["ss", "mask"], ["sm"], name="mask"),
+             n("Softmax", ["sm"], ["p"], axis=-1, name="softmax")] if with_mask else \
+        [n("Softmax", ["ss"], ["p"], axis=-1, name="softmax")]
+    return mo_testlib.model(
+        [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+         n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+         n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+         n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
+         n("Reshape", ["k", "heads"], ["k4"], name="k_heads"),
+         n("Reshape", ["v", "heads"], ["v4"], name="v_heads"),
+         n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
+         n("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1], name="k_t"),
+         n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")] + core +
+        [n("MatMul", ["p", "vh"], ["o"], name="pv"),
+         n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3], name="o_t"),
+         n("Reshape", ["ot", "flat"], ["of"], name="o_flat"),
+         n("MatMul", ["of", "wo"], ["proj"], name="o_proj"),
+         n("Add", ["proj", "x"], ["y"], name="residual")],
+        [vi("x", ["batch", "seq", D])] +
+        ([vi("mask", ["batch", 1, "seq", "seq"])] if with_mask else []),
+        [vi("y", ["batch", "seq", D])],
+        [mo_testlib.const("heads", [0, 0, 2, hd], np.int64),
+         mo_testlib.const("flat", [0, 0, D], np.int64),
+         mo_testlib.const("scale", 1 / np.sqrt(hd)), w("wq", [D, D]), w("wk", [D, D]),
+         w("wv", [D, D]), w("wo", [D, D])])
+
+
+def causal_mask(b, s):
+    """An additive causal mask [b, 1, s, s]: 0 at and below the diagonal."""
+    m = np.where(np.tril(np.ones((s, s), bool)), 0, np.finfo(np.float32).min)
+    return np.broadcast_to(m, (b, 1, s, s)).astype(np.float32).copy()
+
+
 def close(a, b, what, tc):
     """b is a within 1e-4 of a's largest magnitude (in fp16, 16 roundoffs)."""
     tc.assertEqual(a.shape, b.shape, what)
@@ -89,7 +136,7 @@ class Rows(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def fuse(self, model, tag, *flags, rel=1e-4):
+    def fuse(self, model, tag, *flags, rel=1e-4, need_rows=True):
         """model fused to tag.onnx with flags; each region serving rows
         proven row-parallel and float-checked at other sizes within rel of
         the largest output (1e-4; an fp16 model's, 16 of its roundoffs)."""
@@ -105,7 +152,7 @@ class Rows(unittest.TestCase):
         regions = doc["regions"]
         self.searched_at = doc.get("dynamic_dims_searched_at")
         rows = [g for g in regions if g["fused"] and "rows" in g]
-        self.assertTrue(rows, f"{tag}: no fused region serves rows")
+        self.assertTrue(rows or not need_rows, f"{tag}: no fused region serves rows")
         for g in rows:
             # proven row-parallel over the field at both other sizes
             # (FUSE_DYN_TRIALS each), then float-checked there
@@ -395,9 +442,85 @@ class Rows(unittest.TestCase):
                                                    got_s.run(None, feed))):
                         close(w, g, f"{name} batch {b}, seq {s}, output {k}", self)
 
+    def test_attention_over_the_sequence_is_fused_padded(self):
+        """Attention with an additive mask, its dims unbound: the core (Q·Kᵀ,
+        the mask, the softmax, ·V) is one region of its own, searched at
+        the bucket (seq 64), padded (the mask by its lowest value, so that
+        the padded keys weigh nothing), checked at three other sizes; the
+        fused model gives the original's outputs at any batch and at
+        sequences up to 64, and says so above."""
+        src = os.path.join(self.dir, "attention.onnx")
+        onnx.save(masked_attention(), src)
+        out, plugin, regions = self.fuse(src, "attention_fused", "--budget", "10",
+                                         need_rows=False)
+        padded = [g for g in regions if g["fused"] and "padded" in g]
+        self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
+        g = padded[0]
+        self.assertIn("softmax", g["nodes"])
+        ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
+        self.assertEqual(ext, {"batch": (1, True), "seq": (64, False)})
+        pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
+        self.assertEqual(pads.get("mask"), "lowest", pads)
+        # checked at the distinct values' (batch 3, seq 7: the second symbol), the probe's
+        # (2, 23) and the ones' sizes
+        self.assertEqual([c["extents"] for c in g["padded"]["checked_at"]],
+                         [[3, 7], [2, 23], [1, 1]])
+        for c in g["padded"]["checked_at"]:
+            self.assertLessEqual(c["max_rel"], 1e-4)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(2)
+        for b, sq in ((1, 1), (3, 7), (2, 64), (1, 40), (0, 3)):
+            x = rng.standard_normal((b, sq, D)).astype(np.float32)
+            feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}", self)
+        # past the bucket: a clear error, not a wrong answer
+        x = rng.standard_normal((1, 65, D)).astype(np.float32)
+        with self.assertRaises(Exception) as e:
+            got_s.run(None, {"x": x, "mask": causal_mask(1, 65)})
+        self.assertIn("seq is 65", str(e.exception))
+        self.assertIn("over the 64 the fused kernel serves", str(e.exception))
+
+    def test_attention_without_a_mask_is_not_padded_whole(self):
+        """No additive mask: a padded key would weigh exp(0) in the softmax,
+        so no pad keeps the whole core's outputs: it is not fused whole, for
+        that reason. A part of it may be, where the scores themselves are
+        an input: padded by the lowest value they weigh nothing. What fuses
+        gives the original's outputs at every size."""
+        src = os.path.join(self.dir, "attention_nomask.onnx")
+        onnx.save(masked_attention(with_mask=False), src)
+        out = os.path.join(self.dir, "attention_nomask_fused.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("padding its dims that vary changes its outputs", r.stderr)
+        plugin, manifest = fileset(out)
+        with open(manifest) as f:
+            regions = json.load(f)["regions"]
+        for g in regions:
+            if g["fused"] and "qk" in g["nodes"]:
+                self.fail("the core with Q·Kᵀ fused padded without a mask: %s" % g["nodes"])
+            if g["fused"] and "padded" in g and "softmax" in g["nodes"]:
+                pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
+                self.assertEqual(pads.get("sc"), "lowest", g)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(4)
+        for b, sq in ((2, 9), (1, 1), (3, 64)):
+            x = rng.standard_normal((b, sq, D)).astype(np.float32)
+            close(want_s.run(None, {"x": x})[0], got_s.run(None, {"x": x})[0],
+                  f"batch {b}, seq {sq}", self)
+
     def test_optimum_llama_generates_the_same_tokens(self):
         path = os.path.join(MODELS, "llama_optimum_past.onnx")
-        out, plugin, regions = self.fuse(path, "llama_past", "--budget", "2")
+        out, plugin, regions = self.fuse(path, "llama_past", "--budget", "10")
+        # the attention over past + sequence (its softmax) in fused padded
+        # regions, one per layer: served at every step below
+        soft = [g for g in regions if g["fused"] and any(n.endswith("/Softmax")
+                                                          for n in g["nodes"])]
+        self.assertEqual(len(soft), 2, [(g["nodes"][-1], g.get("why")) for g in regions])
+        for g in soft:
+            names = {e["name"] for e in g["padded"]["extents"]}
+            self.assertIn("sequence_length + past_sequence_length", names)
         model = onnx.load(path)
         vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
         kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]

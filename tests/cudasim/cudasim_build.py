@@ -43,6 +43,12 @@ class Op:
     rows: int = 0  # an op serving rows: the rows its tables describe
     in_rows: list = field(default_factory=list)  # leading row dims per input
     out_rows: list = field(default_factory=list)
+    # an op with extents (padded dims): each extent's bucket, whether it is
+    # looped, and per input (output) the extent of each dim (-1: static)
+    ext_bucket: list = field(default_factory=list)
+    ext_loop: list = field(default_factory=list)
+    in_ext: list = field(default_factory=list)
+    out_ext: list = field(default_factory=list)
 
 
 @dataclass
@@ -76,12 +82,31 @@ def parse_ops(src_dir):
     for m in re.finditer(r"mo_op(\d+)_(in|out)_rows\[\] = \{([^}]*)\}", text):
         lead[(int(m.group(1)), m.group(2))] = [int(x) for x in m.group(3).split(",")
                                                 if x.strip()]
+    ints = {}
+    for m in re.finditer(r"mo_op(\d+)_(eb|el|ie|oe)\[\] = \{([^}]*)\}", text):
+        ints[(int(m.group(1)), m.group(2))] = [int(x) for x in m.group(3).split(",")
+                                               if x.strip()]
     ops = []
     for m in re.finditer(r'mo_op(\d+)_desc = \{ "([^"]+)"(?:, [^,}]+){6}(?:, (\d+), )?', text):
         i = int(m.group(1))
-        ops.append(Op(i, m.group(2), tables.get((i, "in"), []), tables.get((i, "out"), []),
-                      int(m.group(3) or 0), lead.get((i, "in"), []), lead.get((i, "out"), [])))
+        op = Op(i, m.group(2), tables.get((i, "in"), []), tables.get((i, "out"), []),
+                int(m.group(3) or 0), lead.get((i, "in"), []), lead.get((i, "out"), []))
+        if (i, "eb") in ints:
+            op.ext_bucket, op.ext_loop = ints[(i, "eb")], ints[(i, "el")]
+            ie, oe = ints[(i, "ie")], ints[(i, "oe")]
+            op.in_ext = [ie[8 * k:8 * k + 8] for k in range(len(op.inputs))]
+            op.out_ext = [oe[8 * k:8 * k + 8] for k in range(len(op.outputs))]
+        ops.append(op)
     return ops
+
+
+def pad_dims(op, ext, output=False):
+    """The dims of op's inputs (outputs) at the extents' values ext."""
+    out = []
+    for k, (dt, dims) in enumerate(op.outputs if output else op.inputs):
+        x = (op.out_ext if output else op.in_ext)[k]
+        out.append((dt, [ext[x[d]] if x[d] >= 0 else dims[d] for d in range(len(dims))]))
+    return out
 
 
 def rows_dims(op, n, output=False):
@@ -185,11 +210,14 @@ def build_runner(src_dir, op, work, arch=None, sanitize=None, cu_text=None, tag=
               c_src, "-o", c_o] + san_flags(sanitize))
     # an op serving rows: its rows entries too (op_runner's cpurows, cudarows)
     rows = op.rows > 0 and ("_cuda_rows(" in cu_text)
+    pad = bool(op.ext_bucket) and ("_cuda_pad(" in cu_text)
     r_o = os.path.join(work, "runner_op%d_%s%s.o" % (op.index, sanitize or "plain",
-                                                     "_rows" if rows else ""))
+                                                     "_rows" if rows else "_pad" if pad else ""))
     if not os.path.exists(r_o):
         defs = ["-DMO_OP_ROWS=mo_op%d_rows" % op.index,
                 "-DMO_OP_CUDA_ROWS=mo_op%d_cuda_rows" % op.index] if rows else []
+        defs += ["-DMO_OP_PAD=mo_op%d_pad" % op.index,
+                 "-DMO_OP_CUDA_PAD=mo_op%d_cuda_pad" % op.index] if pad else []
         _run([cxx(), "-std=c++17", "-O1", "-g", "-DMO_OP_CPU=mo_op%d_cpu" % op.index,
               "-DMO_OP_CUDA=mo_op%d_cuda" % op.index] + defs + ["-c", RUNNER, "-o", r_o]
              + san_flags(sanitize))
@@ -203,12 +231,14 @@ def runner_cu_object(exe):
     return exe + ".cu.o"
 
 
-def random_inputs(op, seed=0, rows=None):
+def random_inputs(op, seed=0, rows=None, ext=None):
     """Inputs in the op's storage dtypes, values of a normal distribution
-    (a bool: 1 where that value is >= 0); on `rows` rows for its rows entries."""
+    (a bool: 1 where that value is >= 0); on `rows` rows for its rows
+    entries, at extents `ext` for its pad entries."""
     rng = np.random.default_rng(seed)
     out = []
-    for dt, dims in (op.inputs if rows is None else rows_dims(op, rows)):
+    for dt, dims in (pad_dims(op, ext) if ext is not None else
+                     op.inputs if rows is None else rows_dims(op, rows)):
         x = rng.standard_normal(dims).astype(np.float32)
         if dt == 9:
             x = (x >= 0).astype(np.uint8)
@@ -226,20 +256,23 @@ def as_float(a, dtype):
     return a.astype(np.float64)
 
 
-def run_op(exe, op, inputs, which, work, env=None, timeout=600, rows=None):
+def run_op(exe, op, inputs, which, work, env=None, timeout=600, rows=None, ext=None):
     """Runs the CPU ("cpu") or CUDA ("cuda") kernel, or with `rows` its rows
-    entry on that many rows (inputs from random_inputs(op, rows=rows));
-    Result.outputs are arrays."""
+    entry on that many rows (inputs from random_inputs(op, rows=rows)), or
+    with `ext` its pad entry at those extents; Result.outputs are arrays."""
     d = tempfile.mkdtemp(dir=work)
     try:
         args = [exe, which] if rows is None else [exe, which + "rows", str(rows)]
+        if ext is not None:
+            args = [exe, which + "pad", ",".join(str(e) for e in ext)]
         for k, x in enumerate(inputs):
             p = os.path.join(d, "in%d" % k)
             x.tofile(p)
             args.append(p)
         args.append("--")
         outs = []
-        for k, (dt, dims) in enumerate(op.outputs if rows is None
+        for k, (dt, dims) in enumerate(pad_dims(op, ext, True) if ext is not None
+                                       else op.outputs if rows is None
                                        else rows_dims(op, rows, True)):
             p = os.path.join(d, "out%d" % k)
             n = int(np.prod(dims)) if dims else 1

@@ -5,6 +5,9 @@
  *   op_runner cpu|cuda IN0 IN1 ... -- OUT0:BYTES OUT1:BYTES ...
  *   op_runner cpurows|cudarows N IN0 ... -- OUT0:BYTES ...   (the rows entries
  *   on N rows: the inputs and outputs with rows hold N of them)
+ *   op_runner cpupad|cudapad E0,E1,... IN0 ... -- OUT0:BYTES ...   (the pad
+ *   entries at those extents; built with -DMO_OP_PAD=mo_opN_pad
+ *   -DMO_OP_CUDA_PAD=mo_opN_cuda_pad)
  * Inputs are raw files (the caller's host memory, passed as device memory, as
  * cudasim allows); outputs start as 0xFF bytes (NaN) and are written raw.
  * Prints the kernel's error message and exits 1 when the op fails, and the
@@ -24,6 +27,12 @@ extern "C" int MO_OP_ROWS(const void *const *in, void *const *out, int64_t n_row
 			  size_t err_len);
 extern "C" int MO_OP_CUDA_ROWS(const void *const *in, void *const *out, int64_t n_rows,
 			       void *stream, char *err, size_t err_len);
+#endif
+#ifdef MO_OP_PAD
+extern "C" int MO_OP_PAD(const void *const *in, void *const *out, const int64_t *ext, char *err,
+			 size_t err_len);
+extern "C" int MO_OP_CUDA_PAD(const void *const *in, void *const *out, const int64_t *ext,
+			      void *stream, char *err, size_t err_len);
 #endif
 
 static std::vector<char> slurp(const char *path)
@@ -45,20 +54,36 @@ static std::vector<char> slurp(const char *path)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
-	bool rows = !strcmp(mode, "cpurows") || !strcmp(mode, "cudarows");
+	bool pad = !strcmp(mode, "cpupad") || !strcmp(mode, "cudapad");
+	bool rows = !strcmp(mode, "cpurows") || !strcmp(mode, "cudarows") || pad;
 	if (argc < 3 + rows || (strcmp(mode, "cpu") && strcmp(mode, "cuda") && !rows)) {
 		fprintf(stderr, "usage: op_runner cpu|cuda IN... -- OUT:BYTES...\n"
-				"       op_runner cpurows|cudarows N IN... -- OUT:BYTES...\n");
+				"       op_runner cpurows|cudarows N IN... -- OUT:BYTES...\n"
+				"       op_runner cpupad|cudapad E0,E1,... IN... -- OUT:BYTES...\n");
 		return 2;
 	}
 #ifndef MO_OP_ROWS
-	if (rows) {
+	if (rows && !pad) {
 		fprintf(stderr, "op_runner: %s: the op serves no rows\n", mode);
 		return 2;
 	}
 #endif
-	bool cuda = !strcmp(mode, "cuda") || !strcmp(mode, "cudarows");
-	int64_t n_rows = rows ? strtoll(argv[2], nullptr, 10) : 0;
+#ifndef MO_OP_PAD
+	if (pad) {
+		fprintf(stderr, "op_runner: %s: the op has no pad entry\n", mode);
+		return 2;
+	}
+#endif
+	bool cuda = !strcmp(mode, "cuda") || !strcmp(mode, "cudarows") || !strcmp(mode, "cudapad");
+	int64_t n_rows = rows && !pad ? strtoll(argv[2], nullptr, 10) : 0;
+	std::vector<int64_t> ext;
+	for (const char *c = pad ? argv[2] : ""; *c;) {
+		char *end;
+		ext.push_back(strtoll(c, &end, 10));
+		c = *end == ',' ? end + 1 : end;
+		if (end == c && *c)
+			break;
+	}
 	std::vector<std::vector<char>> ins, outs;
 	std::vector<std::string> out_paths;
 	int i = 2 + rows;
@@ -81,6 +106,12 @@ int main(int argc, char **argv)
 		out.push_back(v.data());
 	char err[512] = "";
 	int rc;
+#ifdef MO_OP_PAD
+	if (pad)
+		rc = cuda ? MO_OP_CUDA_PAD(in.data(), out.data(), ext.data(), nullptr, err, sizeof err)
+			  : MO_OP_PAD(in.data(), out.data(), ext.data(), err, sizeof err);
+	else
+#endif
 #ifdef MO_OP_ROWS
 	if (rows)
 		rc = cuda ? MO_OP_CUDA_ROWS(in.data(), out.data(), n_rows, nullptr, err, sizeof err)
