@@ -18,7 +18,8 @@ Printed per export:
 - regions fused, the share of float ops and of MatMul FLOPs inside fused
   ops (the report's `all` line) in each;
 - the cost model's estimate at the typical size: the microseconds the fused
-  ops save against the ops they replace, in each, and their ratio;
+  ops save against the ops they replace, in each, and their ratio (an op
+  with padded dims, the attention unbound, costs its whole bucket there);
 - per fused region (or part) with the same ONNX nodes in both, the
   estimated gain unbound against pinned: how many match, and the worst
   ratio (goal: none worse than the pinned fusion);
@@ -86,8 +87,12 @@ def fused_parts(manifest):
     out = {}
     for r in manifest["regions"]:
         if r.get("fused") and not r.get("split_into_parts") and r.get("cost_us"):
-            out[frozenset(r["nodes"])] = (r["unfused_cost_us"] / r["cost_us"],
-                                          r["unfused_cost_us"] - r["cost_us"])
+            # a padded op (attention with its dims unbound) runs its whole
+            # bucket at every size: against the ops it replaces at the
+            # typical size
+            unfused = r["padded"]["unfused_cost_us_at_search_size"] if "padded" in r \
+                else r["unfused_cost_us"]
+            out[frozenset(r["nodes"])] = (unfused / r["cost_us"], unfused - r["cost_us"])
     return out
 
 

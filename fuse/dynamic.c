@@ -847,6 +847,10 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 		mo_tp_free(prog);
 		return MO_OK;
 	}
+	const struct mo_search_options *o = f->a->search;
+	struct mo_cost c;
+	mo_cost_program(s->prog, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
+	s->unfused_us_search = c.us;
 	mo_tp_free(s->prog);
 	s->prog = prog;
 	/* every dim of its inputs and outputs an extent it can serve */

@@ -105,6 +105,9 @@ struct mo_fuse_region {
 	 * μGraph's inputs and outputs (mo_cg_op) and each input's pad, and
 	 * the float checks of its kernel at the three other sizes */
 	bool padded;
+	double unfused_us_search; /* the region op by op at the search sizes
+				   * (the typical size), where the fused op
+				   * still runs the whole bucket */
 	struct mo_tp *prog_distinct;
 	int n_ext;
 	int64_t ext_vals[MO_PLUGIN_MAX_EXT][5]; /* at the search, the probe, the ones,

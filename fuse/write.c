@@ -93,7 +93,8 @@ static char *input_shapes_json(const struct mo_tp *tp)
 static void write_padded(FILE *f, const struct mo_fuse_region *s)
 {
 	const struct mo_tp *kg = &s->r.best->kg;
-	fputs(",\n     \"padded\": {\"extents\": [", f);
+	fprintf(f, ",\n     \"padded\": {\"unfused_cost_us_at_search_size\": %.3f, \"extents\": [",
+		s->unfused_us_search);
 	for (int e = 0; e < s->n_ext; e++) {
 		fprintf(f, "%s{\"name\": ", e ? ", " : "");
 		mo_json_string(f, s->ext_name[e]);

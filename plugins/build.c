@@ -1127,7 +1127,7 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 		out->plans++;
 		if (rc != 0) {
 			out->ok = false;
-			snprintf(out->detail, sizeof out->detail, "%sthe CPU kernel failed: %.150s", what, err);
+			snprintf(out->detail, sizeof out->detail, "%.80sthe CPU kernel failed: %.140s", what, err);
 			break;
 		}
 		for (int i = 0; i < kg->n_outputs; i++) {
