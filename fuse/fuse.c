@@ -540,7 +540,7 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 				*again = true;
 			}
 			s->cuda = rep[k].cuda;
-			s->tensorrt = rep[k].tensorrt;
+			s->tensorrt = rep[k].tensorrt && !s->padded; /* no TensorRT plugin yet */
 		}
 	}
 	mo_plugin_close(lib);
