@@ -823,6 +823,10 @@ static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, in
 				snprintf(s->ext_name[e], sizeof s->ext_name[e], "%.36s + %.36s", y->names[i],
 					 y->names[j]);
 		}
+	/* said in progress lines and run-time messages: one line each */
+	for (char *c = s->ext_name[e]; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	s->ext_names[e] = s->ext_name[e];
 	return e;
 }

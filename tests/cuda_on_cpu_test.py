@@ -297,62 +297,45 @@ def failure_line(stderr):
                 stderr.strip()[-300:])
 
 
-def run_rows(exe, op, text, tag, work, env, failures, rows):
+def run_entry(exe, op, text, tag, work, env, failures, rows):
     """An op serving rows: its CUDA rows entry on three full chunks and a
     partial one (one launch per kernel takes the full chunks, each block's
-    chunk at its own offset; the partial one runs staged) against its CPU
-    rows entry, on the same inputs. Under --tsan the chunks' blocks run as
-    threads, so a race between chunks would show."""
-    if op.rows <= 0 or "_cuda_rows(" not in text:
+    chunk at its own offset; the partial one runs staged). An op with
+    padded dims: its CUDA pad entry (the boxes staged by mo_box_kernel,
+    padded, the op's kernels at the bucket, the outputs' boxes copied
+    back), each looped extent at 3 chunks, each padded one 3 short of its
+    bucket. Either against its CPU twin on the same inputs. Under --tsan
+    the chunks' blocks run as threads, so a race between chunks would
+    show."""
+    if op.rows > 0 and "_cuda_rows(" in text:
+        n = 3 * op.rows + max(1, op.rows // 3)
+        at, kind = dict(rows=n), "rows"
+        said = "on %d rows" % n
+        done = "rows-entry %-44s rows=%d (%d a chunk)" % (tag, n, op.rows)
+    elif op.ext_bucket and "_cuda_pad(" in text:
+        ext = [3 * b if loop else max(1, b - 3) for b, loop in zip(op.ext_bucket, op.ext_loop)]
+        at, kind = dict(ext=ext), "pad"
+        said = "at extents %s" % ext
+        done = "pad-entry %-45s extents=%s (buckets %s)" % (tag, ext, op.ext_bucket)
+    else:
         return
-    n = 3 * op.rows + max(1, op.rows // 3)
-    inputs = cb.random_inputs(op, seed=12, rows=n)
-    ref = cb.run_op(exe, op, inputs, "cpu", work, rows=n)
+    inputs = cb.random_inputs(op, seed=12 if kind == "rows" else 13, **at)
+    ref = cb.run_op(exe, op, inputs, "cpu", work, **at)
     if ref.rc:
-        failures.append("%s: the CPU rows entry on %d rows failed: %s"
-                        % (tag, n, ref.stderr.strip()[-300:]))
+        failures.append("%s: the CPU %s entry %s failed: %s"
+                        % (tag, kind, said, ref.stderr.strip()[-300:]))
         return
-    got = cb.run_op(exe, op, inputs, "cuda", work, env=env, rows=n)
+    got = cb.run_op(exe, op, inputs, "cuda", work, env=env, **at)
     if got.rc:
-        failures.append("%s: the CUDA rows entry on %d rows: exit %d: %s"
-                        % (tag, n, got.rc, failure_line(got.stderr)))
+        failures.append("%s: the CUDA %s entry %s: exit %d: %s"
+                        % (tag, kind, said, got.rc, failure_line(got.stderr)))
         return
     bad = cb.compare(op, ref.outputs, got.outputs)
     if bad:
-        failures.append("%s: the CUDA rows entry on %d rows differs from the CPU's: %s"
-                        % (tag, n, bad))
+        failures.append("%s: the CUDA %s entry %s differs from the CPU's: %s"
+                        % (tag, kind, said, bad))
         return
-    rows.append("rows-entry %-44s rows=%d (%d a chunk) launches=%d" % (
-        tag, n, op.rows, counters(got.report).get("launches", 0)))
-    log(rows[-1])
-
-
-def run_pad(exe, op, text, tag, work, env, failures, rows):
-    """An op with padded dims: its CUDA pad entry (the boxes staged by
-    mo_box_kernel, padded, the op's kernels at the bucket, the outputs'
-    boxes copied back) against its CPU pad entry on the same inputs: each
-    looped extent at 3 chunks, each padded one short of its bucket."""
-    if not op.ext_bucket or "_cuda_pad(" not in text:
-        return
-    ext = [3 * b if loop else max(1, b - 3) for b, loop in zip(op.ext_bucket, op.ext_loop)]
-    inputs = cb.random_inputs(op, seed=13, ext=ext)
-    ref = cb.run_op(exe, op, inputs, "cpu", work, ext=ext)
-    if ref.rc:
-        failures.append("%s: the CPU pad entry at extents %s failed: %s"
-                        % (tag, ext, ref.stderr.strip()[-300:]))
-        return
-    got = cb.run_op(exe, op, inputs, "cuda", work, env=env, ext=ext)
-    if got.rc:
-        failures.append("%s: the CUDA pad entry at extents %s: exit %d: %s"
-                        % (tag, ext, got.rc, failure_line(got.stderr)))
-        return
-    bad = cb.compare(op, ref.outputs, got.outputs)
-    if bad:
-        failures.append("%s: the CUDA pad entry at extents %s differs from the CPU's: %s"
-                        % (tag, ext, bad))
-        return
-    rows.append("pad-entry %-45s extents=%s (buckets %s) launches=%d" % (
-        tag, ext, op.ext_bucket, counters(got.report).get("launches", 0)))
+    rows.append("%s launches=%d" % (done, counters(got.report).get("launches", 0)))
     log(rows[-1])
 
 
@@ -395,8 +378,7 @@ def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):
                                 % (tag, DEVICE[arch], bad))
                 continue
             ctr = counters(got.report)
-            run_rows(exe, op, text, tag, work, env, failures, rows)
-            run_pad(exe, op, text, tag, work, env, failures, rows)
+            run_entry(exe, op, text, tag, work, env, failures, rows)
             ran = paths_ran(text, ctr)
             for k, v in ran.items():
                 if v:

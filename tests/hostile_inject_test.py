@@ -155,6 +155,34 @@ class GeneratedCodeInjection(Base):
                 self.assertEqual(first.count(b"*/"), 1, first)
 
 
+    def test_hostile_symbol_names_are_data_in_a_padded_op(self):
+        """Symbolic dims named with quotes, a comment's end, a backslash, a
+        newline and a '?' (a trigraph), left unbound: the attention fused
+        padded names its extents by them in the plugin's tables and its
+        messages. They are escaped string data there (no byte of them is
+        code), and a line of its own nowhere."""
+        import rows_test
+        model = rows_test.masked_attention()
+        hostile = 'se"q*/\\??=\n#define x'
+        for v in list(model.graph.input) + list(model.graph.output):
+            for d in v.type.tensor_type.shape.dim:
+                if d.dim_param == "seq":
+                    d.dim_param = hostile
+        src = self.write_model(self.path("att.onnx"), model)
+        out, keep = self.path("out.onnx"), self.path("sources")
+        r = self.run_cli(src, "-o", out, "--no-cuda", "--budget", "10", "--keep-sources", keep)
+        err = r.stderr.decode(errors="replace")
+        self.assertEqual(r.returncode, 0, err)
+        self.assertIn("serves dims that vary, padded", err)
+        text = read(os.path.join(keep, "mo_ops.c"))
+        self.assertIn(b'"se\\042q*/\\134\\077\\077=\\077#define x"', text)
+        for bad in (b"\n#define x", b'"q*/', b"??="):
+            self.assertNotIn(bad, text)
+        # progress lines: the newline is a '?', the line whole
+        line = next(ln for ln in err.splitlines() if "serves dims that vary" in ln)
+        self.assertIn('se"q*/\\??=?#define x up to 64', line)
+
+
 class SymlinkSafety(Base):
     def plant(self, link):
         """A symlink at `link` to a victim file; returns the victim's path."""

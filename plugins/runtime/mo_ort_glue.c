@@ -315,6 +315,25 @@ static void mo_ort_out_dims(const struct mo_plugin_op *op, size_t i,
 			dims[d] = in_dims[from[0]][from[1 + d]];
 }
 
+/* Output i of the node, made with dims (the op's rank of them): its data
+ * into *data. */
+static OrtStatus *mo_ort_output(const struct mo_ort_kernel *k, OrtKernelContext *ctx, size_t i,
+				const int64_t *dims, void **data)
+{
+	const struct mo_plugin_op *op = k->op->op;
+	OrtValue *v = NULL;
+	OrtStatus *st = mo_ort_kernel_context_get_output(k->api, ctx, i, dims,
+							 (size_t)op->out[i].rank, &v);
+
+	if (!st && !v)
+		st = mo_ort_errorf(k->api, ORT_FAIL,
+				   "mirage_onnx op '%s' (%s): output %zu was not allocated",
+				   op->name, mo_ort_where(k->op), i);
+	if (!st)
+		st = mo_ort_get_tensor_mutable_data(k->api, v, data);
+	return st;
+}
+
 /* An op with extents (mo_plugin_abi.h): each input's dtype, rank and
  * static dims checked, the extents read off its other dims (every input
  * naming one agrees; a padded one within its bucket), the outputs made at
@@ -413,17 +432,10 @@ static OrtStatus *mo_ort_run_pad(const struct mo_ort_kernel *k, OrtKernelContext
 	for (size_t i = 0; i < (size_t)op->n_out && !st; i++) {
 		const struct mo_plugin_tensor *t = &op->out[i];
 		const int *x = op->out_ext + i * MO_PLUGIN_MAX_RANK;
-		OrtValue *v = NULL;
 
 		for (int d = 0; d < t->rank; d++)
 			dims[d] = x[d] >= 0 ? ext[x[d]] : t->dims[d];
-		st = mo_ort_kernel_context_get_output(api, ctx, i, dims, (size_t)t->rank, &v);
-		if (!st && !v)
-			st = mo_ort_errorf(api, ORT_FAIL,
-					   "mirage_onnx op '%s' (%s): output %zu was not allocated",
-					   op->name, mo_ort_where(o), i);
-		if (!st)
-			st = mo_ort_get_tensor_mutable_data(api, v, &out[i]);
+		st = mo_ort_output(k, ctx, i, dims, &out[i]);
 	}
 	if (st)
 		return st;
@@ -504,18 +516,9 @@ static OrtStatus *mo_ort_run(const struct mo_ort_kernel *k, OrtKernelContext *ct
 		in[i] = p;
 	}
 	for (size_t i = 0; i < (size_t)op->n_out && !st; i++) {
-		const struct mo_plugin_tensor *t = &op->out[i];
-		OrtValue *v = NULL;
-
 		mo_ort_out_dims(op, i, (const int64_t (*)[MO_PLUGIN_MAX_RANK])in_dims,
 				rows < 0 ? 0 : rows, out_dims);
-		st = mo_ort_kernel_context_get_output(api, ctx, i, out_dims, (size_t)t->rank, &v);
-		if (!st && !v)
-			st = mo_ort_errorf(api, ORT_FAIL,
-					   "mirage_onnx op '%s' (%s): output %zu was not allocated",
-					   op->name, mo_ort_where(o), i);
-		if (!st)
-			st = mo_ort_get_tensor_mutable_data(api, v, &out[i]);
+		st = mo_ort_output(k, ctx, i, out_dims, &out[i]);
 	}
 	free(in_dims);
 	if (st)
