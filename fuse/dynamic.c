@@ -1,13 +1,16 @@
 /* Fusing a model whose symbolic dims are left unbound, so that the fused
- * model serves every size (issue 25's first step: rows).
+ * model serves every size (issue 25: rows, then padded dims).
  *
  * The model is imported three times: at the search sizes (every unbound
  * symbol 16, a batch 1), at the probe sizes (23, a batch 2) and with every
  * such symbol 1. A tensor whose dims agree in all three is static. One
  * whose dims differ only in a leading run has rows: the product of that run
- * (batch × sequence for [batch, seq, hidden]). Anything else varies in a way
- * a fused kernel cannot serve yet (an attention score's key length, a mask
- * of past + sequence): its ops stay out of every region, saying so.
+ * (batch × sequence for [batch, seq, hidden]). Ops with a tensor that varies
+ * otherwise (an attention score's key length, a mask of past + sequence)
+ * are fused padded (the second half of this file) when the model imports
+ * alike at two more sizes, a bucket and distinct values; else, and when
+ * they only join rows of two kinds, they stay out of every region, saying
+ * so.
  *
  * A region whose row tensors all have the same rows in the three imports is
  * searched at the search sizes; its kernel runs on any number of rows, that
