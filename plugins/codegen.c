@@ -1250,6 +1250,22 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 	"memcpy(dst + d * es, src + s * es, run);\nint k = rank - 2;\n" \
 	"while (k >= 0 && ++at[k] == n[k]) at[k--] = 0;\nif (k < 0) return;\n}\n}\n\n"
 
+#define MO_BOX_CUDA \
+	/* the same on the GPU: one thread per element of dst (fill: the whole \
+	 * buffer, the rest padding; else the box) */ \
+	"struct mo_box { int rank; int fill; size_t es; uint32_t pad; int64_t sd[8], so[8], dd[8], dof[8], n[8]; };\n" \
+	"static __global__ void mo_box_kernel(unsigned char *dst, const unsigned char *src, struct mo_box b, uint64_t total)\n{\n" \
+	"for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {\n" \
+	"uint64_t r = i, so = 0, dof = 0, ss = 1, ds = 1;\nint in = 1;\n" \
+	"for (int d = b.rank - 1; d >= 0; d--) {\n" \
+	"int64_t ext = b.fill ? b.dd[d] : b.n[d], x = (int64_t)(r % (uint64_t)ext);\nr /= (uint64_t)ext;\n" \
+	"int64_t at = b.fill ? x - b.dof[d] : x;\nif (at < 0 || at >= b.n[d]) in = 0;\n" \
+	"so += (uint64_t)(b.so[d] + at) * ss;\ndof += (uint64_t)(b.fill ? x : b.dof[d] + x) * ds;\n" \
+	"ss *= (uint64_t)b.sd[d];\nds *= (uint64_t)b.dd[d];\n}\n" \
+	"if (b.es == 4) ((uint32_t *)dst)[dof] = in ? ((const uint32_t *)src)[so] : b.pad;\n" \
+	"else if (b.es == 2) ((uint16_t *)dst)[dof] = in ? ((const uint16_t *)src)[so] : (uint16_t)b.pad;\n" \
+	"else dst[dof] = in ? src[so] : (unsigned char)b.pad;\n}\n}\n\n"
+
 static const char prelude_c[] =
 	"#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
 	"#include \"mo_plugin_abi.h\"\n#include \"mo_half.h\"\n\n"
@@ -1258,8 +1274,7 @@ static const char prelude_c[] =
 	"static inline float mo_bf2f(uint16_t b) { return mo_bf16_to_float(b); }\n"
 	"static inline uint16_t mo_f2bf(float f) { return mo_float_to_bf16(f); }\n"
 	"#define MO_DEV static inline\n"
-	"#include \"mo_elementwise.h\"\n\n"
-	MO_BOX_HELPERS;
+	"#include \"mo_elementwise.h\"\n\n";
 
 /* Launches and the dynamic shared-memory declaration go through two macros:
  * unless a header defined them first they are the CUDA text itself (nvcc,
@@ -1281,22 +1296,7 @@ static const char prelude_cuda[] =
 	"static __device__ __forceinline__ float mo_bf2f(uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }\n"
 	"static __device__ __forceinline__ uint16_t mo_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }\n"
 	"#define MO_DEV static __device__ __forceinline__\n"
-	"#include \"mo_elementwise.h\"\n\n"
-	MO_BOX_HELPERS
-	/* the same on the GPU: one thread per element of dst (fill: the whole
-	 * buffer, the rest padding; else the box) */
-	"struct mo_box { int rank; int fill; size_t es; uint32_t pad; int64_t sd[8], so[8], dd[8], dof[8], n[8]; };\n"
-	"static __global__ void mo_box_kernel(unsigned char *dst, const unsigned char *src, struct mo_box b, uint64_t total)\n{\n"
-	"for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {\n"
-	"uint64_t r = i, so = 0, dof = 0, ss = 1, ds = 1;\nint in = 1;\n"
-	"for (int d = b.rank - 1; d >= 0; d--) {\n"
-	"int64_t ext = b.fill ? b.dd[d] : b.n[d], x = (int64_t)(r % (uint64_t)ext);\nr /= (uint64_t)ext;\n"
-	"int64_t at = b.fill ? x - b.dof[d] : x;\nif (at < 0 || at >= b.n[d]) in = 0;\n"
-	"so += (uint64_t)(b.so[d] + at) * ss;\ndof += (uint64_t)(b.fill ? x : b.dof[d] + x) * ds;\n"
-	"ss *= (uint64_t)b.sd[d];\nds *= (uint64_t)b.dd[d];\n}\n"
-	"if (b.es == 4) ((uint32_t *)dst)[dof] = in ? ((const uint32_t *)src)[so] : b.pad;\n"
-	"else if (b.es == 2) ((uint16_t *)dst)[dof] = in ? ((const uint16_t *)src)[so] : (uint16_t)b.pad;\n"
-	"else dst[dof] = in ? src[so] : (unsigned char)b.pad;\n}\n}\n\n";
+	"#include \"mo_elementwise.h\"\n\n";
 
 
 /* Text a user or a model controls (the banner holds the model's path) goes
@@ -1839,6 +1839,11 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		unsupported(g, "%d extents", ne);
 		return;
 	}
+	/* the box copies, here only: their indices run over whole inputs (a
+	 * batch of any size), past what mo_ix_t holds */
+	P(g, "%s", MO_BOX_HELPERS);
+	if (cuda)
+		P(g, "%s", MO_BOX_CUDA);
 	P(g, "/* serves dims that vary: %d extent%s, padded up to or looped in chunks of their "
 	  "buckets */\n", ne, ne == 1 ? "" : "s");
 	P(g, "static const int %s_xr[%d] = {", ident, nio);
