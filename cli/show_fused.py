@@ -107,7 +107,8 @@ def mugraph_levels(mg):
                 kern.tiles.append("%s(%s)%s" % (s.get("op", "?"), ", ".join(
                     "#%d" % i for i in s.get("in", [])), extra))
             elif k == "const":
-                kern.tiles.append("const %.6g" % s.get("value", 0))
+                v = s.get("value", 0)  # an infinity is written as a word ("-inf")
+                kern.tiles.append("const %s" % (v if isinstance(v, str) else "%.6g" % v))
             elif k == "accum":
                 kern.tiles.append("accumulate #%d over the for-loop (%s)" % (
                     s.get("tile", 0), s.get("kind", "sum")))
@@ -301,7 +302,17 @@ def main():
     vi = value_infos(model)
     # a region's fused node is named <op type>_region<label>; identical
     # regions (the layers of a model) share an op type, not a node
-    nodes = {n.name: n for n in model.graph.node if n.domain == man.get("domain")}
+    nodes, guarded = {}, {}
+    for n in model.graph.node:
+        if n.domain == man.get("domain"):
+            nodes[n.name] = n
+        # a padded op sits in an If that runs the original ops past the
+        # sizes it serves: its inputs are the op's, its outputs the If's
+        for at in n.attribute if n.op_type == "If" and not n.domain else ():
+            for inner in at.g.node if at.name == "else_branch" else ():
+                if inner.domain == man.get("domain"):
+                    nodes[inner.name] = inner
+                    guarded[inner.name] = n
     fused = [r for r in regions if r.get("fused")]
     if a.region is not None and not any(str(r.get("region")) == a.region for r in regions):
         raise Failure(f"no region {a.region} in {man_name}")
@@ -328,8 +339,12 @@ def main():
                    + (f" (node {node.name})" if node is not None else " (no node of it in "
                       "the model)"))
         out.append(f"  replaces {len(nodes_of)} nodes: {shown}")
+        if node is not None and node.name in guarded:
+            out.append(f"  inside If {guarded[node.name].name}: past the sizes it serves, "
+                       "the original ops run")
         if node is not None:
-            for what, names in (("inputs", node.input), ("outputs", node.output)):
+            outputs = guarded[node.name].output if node.name in guarded else node.output
+            for what, names in (("inputs", node.input), ("outputs", outputs)):
                 parts = []
                 for n in names:
                     dt, shape = vi.get(n, ("?", None))

@@ -151,6 +151,10 @@ struct ex {
 	bool hold;
 	const struct mo_fused_const **held;
 	bool cyclic;      /* sort found a cycle */
+	/* per fused node: written inside an If with its original ops
+	 * (mo_fused_node.guards); names the export made for that */
+	bool *fallback;
+	struct mo_strmap fresh;
 
 	/* graph-level names, or -1 where the entry has none */
 	int *input_id, *init_id, *sparse_id, *output_id, *vi_id;
@@ -260,6 +264,12 @@ static enum mo_status check_request(struct ex *x)
 			if (!named(f->outputs[i]))
 				return bad(x, "fused node #%d (%s): output %d has no name",
 					   k, f->op_type, i);
+		for (int q = 0; q < f->n_guards; q++)
+			if (!f->guards || f->guards[q].input < 0 || f->guards[q].input >= f->n_inputs ||
+			    !named(f->inputs[f->guards[q].input]) || f->guards[q].axis < 0 ||
+			    f->guards[q].most < 0)
+				return bad(x, "fused node #%d (%s): guard %d is out of range",
+					   k, f->op_type, q);
 	}
 	return MO_OK;
 }
@@ -1099,13 +1109,262 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 	return MO_OK;
 }
 
-/* The model's functions, then one per fused op type that can have one. */
+/* ---- a guarded op's fallback ----
+ *
+ * A fused node that serves some of its inputs' dims only up to a size
+ * (mo_fused_node.guards: a padded op's bucket) and whose op type has a
+ * function body is written as
+ *
+ *   past = Less(ReduceMin(Sub(most, Concat(Gather(Shape(input), axes)...))), 0), a scalar
+ *   outputs = If(past, then: <op>_original(inputs), else: <op>(inputs))
+ *
+ * so that at sizes past the op's the original ops run, in every runtime. */
+
+static int64_t main_opset(const Onnx__ModelProto *p)
+{
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const char *dom = p->opset_import[i]->domain;
+		if (!dom || !*dom || strcmp(dom, "ai.onnx") == 0)
+			return p->opset_import[i]->version;
+	}
+	return 0;
+}
+
+/* "<base>/mirage_<what>", made unique among the model's names and those
+ * made before; NULL when out of memory. */
+static char *fresh_name(struct ex *x, const char *base, const char *what)
+{
+	struct mo_arena *a = &x->arena;
+	char *s = mo_arena_printf(a, "%s/mirage_%s", base, what);
+	for (int k = 1; s && (mo_strmap_get(&x->ids, s) || mo_strmap_get(&x->fresh, s)); k++)
+		s = mo_arena_printf(a, "%s/mirage_%s_%d", base, what, k);
+	int had;
+	return s && mo_strmap_put(&x->fresh, s, 0, &had) ? s : NULL;
+}
+
+static Onnx__NodeProto *new_node(struct ex *x, const char *op_type, const char *name, int n_in,
+				 char **in, int n_out, char **out)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__NodeProto *n = mo_arena_alloc(a, sizeof *n);
+	if (!n)
+		return NULL;
+	onnx__node_proto__init(n);
+	n->op_type = mo_arena_strdup(a, op_type);
+	n->name = fresh_name(x, name, op_type); /* ONNX Runtime wants node names unique */
+	n->n_input = (size_t)n_in;
+	n->input = in;
+	n->n_output = (size_t)n_out;
+	n->output = out;
+	return a->failed ? NULL : n;
+}
+
+/* Adds attribute `name` to n: an int, or a graph when g is set. */
+static bool add_attr(struct ex *x, Onnx__NodeProto *n, const char *name, int64_t i,
+		     Onnx__GraphProto *g)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__AttributeProto *at = mo_arena_alloc(a, sizeof *at);
+	Onnx__AttributeProto **ats = mo_arena_array(a, n->n_attribute + 1, sizeof *ats);
+	if (a->failed)
+		return false;
+	onnx__attribute_proto__init(at);
+	at->name = mo_arena_strdup(a, name);
+	at->has_type = 1;
+	if (g) {
+		at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+		at->g = g;
+	} else {
+		at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+		at->has_i = 1;
+		at->i = i;
+	}
+	if (n->n_attribute)
+		memcpy(ats, n->attribute, n->n_attribute * sizeof *ats);
+	ats[n->n_attribute++] = at;
+	n->attribute = ats;
+	return !a->failed;
+}
+
+/* A Constant node of int64 values [n] (a scalar with n < 0), its output
+ * named fresh. */
+static Onnx__NodeProto *int64_constant(struct ex *x, const char *base, const char *what,
+				       const int64_t *v, int64_t n)
+{
+	char *name = fresh_name(x, base, what);
+	struct mo_fused_const c = { .name = name, .dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64,
+				    .rank = n >= 0, .dims = &n, .n = n >= 0 ? (size_t)n : 1,
+				    .ivals = v };
+	return name ? folded_constant_node(x, &c) : NULL;
+}
+
+/* One branch of the If: node, its outputs renamed "<output>/mirage_<tag>",
+ * as a graph whose outputs are those, of the op's dtypes. */
+static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f, Onnx__NodeProto *node,
+				const char *tag)
+{
+	struct mo_arena *a = &x->arena;
+	Onnx__GraphProto *g = mo_arena_alloc(a, sizeof *g);
+	Onnx__NodeProto **nodes = mo_arena_array(a, 1, sizeof *nodes);
+	Onnx__ValueInfoProto **outs = mo_arena_array(a, (size_t)f->n_outputs, sizeof *outs);
+	char **names = mo_arena_array(a, (size_t)f->n_outputs, sizeof *names);
+	if (a->failed)
+		return NULL;
+	onnx__graph_proto__init(g);
+	g->name = mo_arena_printf(a, "%s/mirage_%s", f->name ? f->name : f->op_type, tag);
+	for (int i = 0; i < f->n_outputs; i++) {
+		Onnx__ValueInfoProto *vi = mo_arena_alloc(a, sizeof *vi);
+		Onnx__TypeProto *t = mo_arena_alloc(a, sizeof *t);
+		Onnx__TypeProto__Tensor *tt = mo_arena_alloc(a, sizeof *tt);
+		if (!(names[i] = fresh_name(x, f->outputs[i], tag)) || a->failed)
+			return NULL;
+		onnx__value_info_proto__init(vi);
+		onnx__type_proto__init(t);
+		onnx__type_proto__tensor__init(tt);
+		tt->has_elem_type = 1;
+		tt->elem_type = f->out_dtypes[i];
+		t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+		t->tensor_type = tt;
+		vi->name = names[i];
+		vi->type = t;
+		outs[i] = vi;
+	}
+	node->output = names;
+	nodes[0] = node;
+	g->n_node = 1;
+	g->node = nodes;
+	g->n_output = (size_t)f->n_outputs;
+	g->output = outs;
+	return g;
+}
+
+/* The nodes of guarded fused node f, appended to out at *n (at most
+ * guard_nodes(f) of them). */
+static int guard_nodes(const struct mo_fused_node *f) { return 3 * f->n_guards + 6; }
+
+static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx__NodeProto **out,
+			      size_t *n)
+{
+	struct mo_arena *a = &x->arena;
+	const char *base = f->name ? f->name : f->op_type;
+	int g = f->n_guards;
+	int64_t *axes = mo_arena_array(a, (size_t)g, sizeof *axes);
+	int64_t *most = mo_arena_array(a, (size_t)g, sizeof *most);
+	char **parts = mo_arena_array(a, (size_t)g, sizeof *parts);
+	bool *done = mo_arena_array(a, (size_t)g, sizeof *done);
+	if (a->failed)
+		return nomem(x);
+	/* the guarded dims of each input in turn, their sizes in the same order */
+	int n_most = 0, n_parts = 0;
+	for (int q = 0; q < g; q++) {
+		if (done[q])
+			continue;
+		int input = f->guards[q].input, n_axes = 0;
+		for (int r = q; r < g; r++)
+			if (f->guards[r].input == input) {
+				done[r] = true;
+				axes[n_axes++] = f->guards[r].axis;
+				most[n_most++] = f->guards[r].most;
+			}
+		Onnx__NodeProto *c = int64_constant(x, base, "guard_axes", axes, n_axes);
+		char **shape_in = mo_arena_array(a, 1, sizeof *shape_in);
+		char **shape = mo_arena_array(a, 1, sizeof *shape);
+		char **gather_in = mo_arena_array(a, 2, sizeof *gather_in);
+		char **dims = mo_arena_array(a, 1, sizeof *dims);
+		if (!c || a->failed || !(shape[0] = fresh_name(x, base, "guard_shape")) ||
+		    !(dims[0] = fresh_name(x, base, "guard_dims")))
+			return nomem(x);
+		shape_in[0] = mo_arena_strdup(a, f->inputs[input]);
+		gather_in[0] = shape[0];
+		gather_in[1] = c->output[0];
+		Onnx__NodeProto *sh = new_node(x, "Shape", base, 1, shape_in, 1, shape);
+		Onnx__NodeProto *ga = new_node(x, "Gather", base, 2, gather_in, 1, dims);
+		if (!sh || !ga || !add_attr(x, ga, "axis", 0, NULL))
+			return nomem(x);
+		out[(*n)++] = c;
+		out[(*n)++] = sh;
+		out[(*n)++] = ga;
+		parts[n_parts++] = dims[0];
+	}
+	char *dims = parts[0];
+	if (n_parts > 1) {
+		char **cat = mo_arena_array(a, 1, sizeof *cat);
+		if (!cat || !(cat[0] = fresh_name(x, base, "guard_dims")))
+			return nomem(x);
+		Onnx__NodeProto *cn = new_node(x, "Concat", base, n_parts, parts, 1, cat);
+		if (!cn || !add_attr(x, cn, "axis", 0, NULL))
+			return nomem(x);
+		out[(*n)++] = cn;
+		dims = cat[0];
+	}
+	static const int64_t zero = 0;
+	Onnx__NodeProto *mc = int64_constant(x, base, "guard_most", most, n_most);
+	Onnx__NodeProto *zc = int64_constant(x, base, "guard_zero", &zero, -1);
+	char **sub_in = mo_arena_array(a, 2, sizeof *sub_in);
+	char **room = mo_arena_array(a, 1, sizeof *room);
+	char **least = mo_arena_array(a, 1, sizeof *least);
+	char **less_in = mo_arena_array(a, 2, sizeof *less_in);
+	char **past = mo_arena_array(a, 1, sizeof *past);
+	if (!mc || !zc || a->failed || !(room[0] = fresh_name(x, base, "guard_room")) ||
+	    !(least[0] = fresh_name(x, base, "guard_least")) ||
+	    !(past[0] = fresh_name(x, base, "past_what_it_serves")))
+		return nomem(x);
+	sub_in[0] = mc->output[0];
+	sub_in[1] = dims;
+	less_in[0] = least[0];
+	less_in[1] = zc->output[0];
+	Onnx__NodeProto *sub = new_node(x, "Sub", base, 2, sub_in, 1, room);
+	Onnx__NodeProto *min = new_node(x, "ReduceMin", base, 1, room, 1, least);
+	Onnx__NodeProto *less = new_node(x, "Less", base, 2, less_in, 1, past);
+	/* a scalar condition, as TensorRT's If wants */
+	if (!sub || !min || !less || !add_attr(x, min, "keepdims", 0, NULL))
+		return nomem(x);
+	out[(*n)++] = mc;
+	out[(*n)++] = zc;
+	out[(*n)++] = sub;
+	out[(*n)++] = min;
+	out[(*n)++] = less;
+
+	/* the branches: the original ops past the sizes, the op within */
+	Onnx__NodeProto *fused = fused_proto(x, f);
+	Onnx__NodeProto *orig = mo_arena_alloc(a, sizeof *orig);
+	if (!fused || !orig)
+		return nomem(x);
+	onnx__node_proto__init(orig);
+	orig->op_type = mo_arena_printf(a, "%s_original", f->op_type);
+	orig->name = fresh_name(x, base, "original");
+	orig->domain = mo_arena_strdup(a, x->o->domain);
+	orig->n_input = (size_t)f->n_inputs;
+	orig->input = arena_strv(a, f->inputs, f->n_inputs);
+	Onnx__GraphProto *then_g = branch(x, f, orig, "original");
+	Onnx__GraphProto *else_g = branch(x, f, fused, "fused");
+	orig->n_output = fused->n_output = (size_t)f->n_outputs;
+	Onnx__NodeProto *node = mo_arena_alloc(a, sizeof *node);
+	if (!then_g || !else_g || !node || a->failed)
+		return nomem(x);
+	onnx__node_proto__init(node);
+	node->op_type = mo_arena_strdup(a, "If");
+	node->name = fresh_name(x, base, "If");
+	node->n_input = 1;
+	node->input = past;
+	node->n_output = (size_t)f->n_outputs;
+	node->output = arena_strv(a, f->outputs, f->n_outputs);
+	if (a->failed || !add_attr(x, node, "then_branch", 0, then_g) ||
+	    !add_attr(x, node, "else_branch", 0, else_g))
+		return nomem(x);
+	out[(*n)++] = node;
+	return MO_OK;
+}
+
+/* The model's functions, then one per fused op type that can have one (and
+ * its <op>_original twin where a guarded node falls back on it). */
 static enum mo_status functions(struct ex *x, struct lists *l)
 {
 	struct mo_arena *a = &x->arena;
 	const Onnx__ModelProto *p = x->p;
-	l->functions = mo_arena_array(a, p->n_functions + (size_t)x->n_fused + 1,
+	l->functions = mo_arena_array(a, p->n_functions + 2 * (size_t)x->n_fused + 1,
 				      sizeof *l->functions);
+	x->fallback = mo_arena_array(a, (size_t)x->n_fused + 1, sizeof *x->fallback);
 	if (a->failed)
 		return nomem(x);
 	for (size_t i = 0; i < p->n_functions; i++)
@@ -1121,8 +1380,26 @@ static enum mo_status functions(struct ex *x, struct lists *l)
 		enum mo_status st = function_of(x, &x->fused[k], &fn);
 		if (st)
 			return st;
-		if (fn)
-			l->functions[l->n_functions++] = fn;
+		if (!fn)
+			continue;
+		l->functions[l->n_functions++] = fn;
+		/* the same body under a name no plugin registers, for the
+		 * guarded nodes of this type to fall back on */
+		bool guarded = false;
+		for (int j = k; j < x->n_fused; j++)
+			if (strcmp(x->fused[j].op_type, fn->name) == 0 && x->fused[j].n_guards > 0 &&
+			    x->fused[j].out_dtypes && main_opset(x->p) >= 11)
+				guarded = x->fallback[j] = true;
+		if (!guarded)
+			continue;
+		Onnx__FunctionProto *orig = mo_arena_alloc(a, sizeof *orig);
+		if (!orig)
+			return nomem(x);
+		*orig = *fn;
+		orig->name = mo_arena_printf(a, "%s_original", fn->name);
+		if (!orig->name)
+			return nomem(x);
+		l->functions[l->n_functions++] = orig;
 	}
 	/* model-local functions need IR version 8 */
 	if (l->n_functions > before && (!l->has_ir_version || l->ir_version < 8)) {
@@ -1155,7 +1432,11 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	size_t n_outer = x->hold ? x->o->n_folded : 0;
 	for (int k = 0; k < x->n_fused; k++)
 		n_outer += (size_t)x->fused[k].n_consts;
-	l->node = mo_arena_array(a, n_order, sizeof *l->node);
+	size_t n_nodes = n_order;
+	for (int k = 0; k < x->n_fused; k++)
+		if (x->fallback && x->fallback[k])
+			n_nodes += (size_t)guard_nodes(&x->fused[k]);
+	l->node = mo_arena_array(a, n_nodes, sizeof *l->node);
 	l->initializer = mo_arena_array(a, g->n_initializer + n_outer + 1, sizeof *l->initializer);
 	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,
 					       sizeof *l->sparse_initializer);
@@ -1167,13 +1448,19 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	if (a->failed)
 		return nomem(x);
 
+	l->n_node = 0;
 	for (size_t i = 0; i < n_order; i++) {
-		int v = order[i];
-		l->node[i] = v < x->n_orig ? g->node[v] : fused_proto(x, &x->fused[v - x->n_orig]);
-		if (!l->node[i])
+		int v = order[i], k = v - x->n_orig;
+		if (v >= x->n_orig && x->fallback && x->fallback[k]) {
+			enum mo_status st = guarded(x, &x->fused[k], l->node, &l->n_node);
+			if (st)
+				return st;
+			continue;
+		}
+		l->node[l->n_node] = v < x->n_orig ? g->node[v] : fused_proto(x, &x->fused[k]);
+		if (!l->node[l->n_node++])
 			return nomem(x);
 	}
-	l->n_node = n_order;
 
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (x->init_id[i] < 0 || !x->dropped[x->init_id[i]])
@@ -1304,13 +1591,13 @@ static enum mo_status export_once(struct mo_model *m, const struct mo_fused_node
 	if (!st)
 		st = sort(&x, &order, &n_order);
 	struct lists l = { 0 };
-	if (!st)
-		st = build(&x, order, n_order, &l);
 	if (!st) {
 		l.has_ir_version = p->has_ir_version;
 		l.ir_version = p->ir_version;
-		st = functions(&x, &l);
+		st = functions(&x, &l); /* first: it decides which nodes fall back */
 	}
+	if (!st)
+		st = build(&x, order, n_order, &l);
 	if (!st && out_path) {
 		struct lists loaded = get_lists(p);
 		set_lists(p, &l);
@@ -1321,6 +1608,7 @@ static enum mo_status export_once(struct mo_model *m, const struct mo_fused_node
 	mo_free(x.reads.v);
 	mo_free(x.writes.v);
 	mo_strmap_free(&x.ids);
+	mo_strmap_free(&x.fresh);
 	mo_arena_free(&x.arena);
 	return st;
 }

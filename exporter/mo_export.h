@@ -23,7 +23,9 @@
  * becomes a model-local function too, its body the region the first node of
  * that type replaces (with Constants for the initializers and Constant
  * outputs it reads), so that a runtime without the plugin runs the original
- * ops; the IR version becomes 8 where it was older. The model is written
+ * ops; the IR version becomes 8 where it was older. A node with guards is
+ * written inside an If, so that sizes past what the op serves run the
+ * original ops (mo_fused_node.guards). The model is written
  * atomically (mo_onnx_save).
  *
  * The loaded model is not changed: the edit is built on the side and exists
@@ -58,6 +60,13 @@ struct mo_fused_const {
 	bool outer;
 };
 
+/* A dim a fused op serves only up to a size (fuse/dynamic.c's padded ops):
+ * the fused node's input `input`, its dim `axis`, at most `most`. */
+struct mo_fused_guard {
+	int input, axis;
+	int64_t most;
+};
+
 struct mo_fused_node {
 	const char *op_type;  /* the custom op's name (stable, from the region's hash) */
 	const char *name;     /* the node's name (unique in the graph) */
@@ -68,6 +77,13 @@ struct mo_fused_node {
 	const char *const *outputs; /* tensor names the replaced nodes made */
 	int n_consts;
 	const struct mo_fused_const *consts;
+	/* With guards (and the outputs' dtypes): where the op's function body
+	 * can be written, the node is an If that runs the op while every
+	 * guarded dim is within its size and the original ops (the body, as
+	 * op type <op_type>_original, which no plugin registers) past it */
+	int n_guards;
+	const struct mo_fused_guard *guards;
+	const int32_t *out_dtypes;
 };
 
 struct mo_export_options {

@@ -409,12 +409,39 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals, .outer = true };
 	}
 	mo_free(readers);
+	/* a padded op serves its padded dims up to their buckets: past them,
+	 * the fused model runs the original ops (mo_fused_node.guards) */
+	const struct mo_fuse_region *r = &rs[u];
+	int n_guards = 0;
+	struct mo_fused_guard *guards = NULL;
+	int32_t *out_dtypes = NULL;
+	if (r->padded && r->in_ext) {
+		guards = mo_calloc((size_t)mg->kg.n_inputs * MO_PLUGIN_MAX_RANK + 1, sizeof *guards);
+		out_dtypes = mo_calloc((size_t)mg->kg.n_outputs + 1, sizeof *out_dtypes);
+		if (!guards || !out_dtypes) {
+			mo_free(guards);
+			mo_free(out_dtypes);
+			mo_free(consts);
+			readers = NULL; /* freed above */
+			goto fail;
+		}
+		for (int i = 0; i < mg->kg.n_inputs; i++)
+			for (int d = 0; d < mg->kg.tensors[mg->kg.inputs[i]].rank; d++) {
+				int e = r->in_ext[i * MO_PLUGIN_MAX_RANK + d];
+				if (e >= 0 && !r->ext_loop[e])
+					guards[n_guards++] = (struct mo_fused_guard){
+						.input = i, .axis = d, .most = r->ext_bucket[e] };
+			}
+		for (int i = 0; i < mg->kg.n_outputs; i++)
+			out_dtypes[i] = mg->kg.tensors[mg->kg.outputs[i]].dtype;
+	}
 	char lb[32];
 	snprintf(name, name_len, "%s_region%s", rs[u].op_type, fuse_label(rs, u, lb, sizeof lb));
 	*f = (struct mo_fused_node){ .op_type = rs[u].op_type, .name = name, .n_nodes = nn,
 				     .nodes = nodes, .n_inputs = mg->kg.n_inputs,
 				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs,
-				     .n_consts = nc, .consts = consts };
+				     .n_consts = nc, .consts = consts, .n_guards = n_guards,
+				     .guards = guards, .out_dtypes = out_dtypes };
 	return true;
 fail:
 	mo_free(nodes);
@@ -459,6 +486,8 @@ void fuse_fused_node_free(struct mo_fused_node *f)
 	mo_free((void *)f->inputs);
 	mo_free((void *)f->outputs);
 	mo_free((void *)f->consts);
+	mo_free((void *)f->guards);
+	mo_free((void *)f->out_dtypes);
 }
 /* Leaves unfused, with the reason, every found unit whose μGraph does not
  * fit the model: its interface differs from the region's, or the model

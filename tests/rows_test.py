@@ -474,12 +474,38 @@ class Rows(unittest.TestCase):
             feed = {"x": x, "mask": causal_mask(b, sq)}
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   f"batch {b}, seq {sq}", self)
-        # past the bucket: a clear error, not a wrong answer
+        # past the bucket the original ops run: the op sits in an If whose
+        # other branch calls its body (<op>_original, which no plugin has)
+        for b, sq in ((1, 65), (2, 100)):
+            x = rng.standard_normal((b, sq, D)).astype(np.float32)
+            feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}, past the bucket", self)
+        fused = onnx.load(out)
+        (cond,) = [n for n in fused.graph.node if n.op_type == "If"]
+        branch = {a.name: a.g.node for a in cond.attribute}
+        self.assertEqual([n.op_type for n in branch["else_branch"]], [g["op_type"]])
+        self.assertEqual([n.op_type for n in branch["then_branch"]], [g["op_type"] + "_original"])
+        self.assertIn(g["op_type"] + "_original", [f.name for f in fused.functions])
+        # the If is what keeps those sizes from the op: told it serves seq up
+        # to 10**6, the op itself refuses 65, by name
+        for n in fused.graph.node:
+            if n.output[0].endswith("/mirage_guard_most"):
+                t = onnx.numpy_helper.to_array(n.attribute[0].t)
+                n.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(
+                    np.full_like(t, 10**6), n.output[0]))
+        wide = os.path.join(self.dir, "attention_fused_wide.onnx")
+        onnx.save(fused, wide)
         x = rng.standard_normal((1, 65, D)).astype(np.float32)
         with self.assertRaises(Exception) as e:
-            got_s.run(None, {"x": x, "mask": causal_mask(1, 65)})
+            session(wide, plugin).run(None, {"x": x, "mask": causal_mask(1, 65)})
         self.assertIn("seq is 65", str(e.exception))
         self.assertIn("over the 64 the fused kernel serves", str(e.exception))
+        # and show tells it
+        r = subprocess.run([CLI, "show", out], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("past the sizes it serves, the original ops run", r.stdout)
 
     def test_attention_without_a_mask_is_not_padded_whole(self):
         """No additive mask: a padded key would weigh exp(0) in the softmax,
@@ -532,6 +558,13 @@ class Rows(unittest.TestCase):
                 with self.subTest(batch=batch, prompt=prompt):
                     ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
                     self.generate(orig, fused, ids, kv, heads, hd, steps=16)
+        # past the bucket (sequence 64, past + sequence 128): a prompt of 70,
+        # and one of 60 whose generation crosses 128 keys at its 69th token;
+        # there the original ops run, the same tokens still
+        for prompt, steps in ((70, 4), (60, 72)):
+            with self.subTest(batch=1, prompt=prompt, steps=steps):
+                ids = rng.integers(0, vocab, (1, prompt)).astype(np.int64)
+                self.generate(orig, fused, ids, kv, heads, hd, steps=steps)
         # bench --generate: the same loop, timed per token
         r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
                             "--generate", "4", "--dim", "batch_size=3",
