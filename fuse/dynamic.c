@@ -458,8 +458,9 @@ bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len)
 						       y->names[i], (long long)y->values[i][FUSE_DYN_AT_PAD]);
 		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
 			 "of rows (batch x sequence); ops that vary otherwise (attention over the "
-			 "sequence) are fused apart, padded, for sizes up to %s at any batch (--dim "
-			 "NAME=LO..HI serves other ranges; %s fuses at one size)", listed, y->desc, upto,
+			 "sequence) are fused apart, padded, for sizes up to %s at any batch, the "
+			 "original ops past those (--dim NAME=LO..HI serves other ranges fused; %s "
+			 "fuses at one size)", listed, y->desc, upto,
 			 flags);
 	} else if (y->n > 0)
 		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
