@@ -559,6 +559,13 @@ def main():
     original = onnx.load(a.model, load_external_data=False)
     rng = np.random.default_rng(a.seed)
     feeds = {}
+    # a --dim naming no symbol of the inputs would be silently ignored
+    texts = {d for i in s0.get_inputs() for d in i.shape if isinstance(d, str)}
+    symbols = {t for d in texts for t in re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", d)}
+    for name in dims:
+        if name not in symbols and name not in texts:
+            raise Failure(f"--dim {name}: {a.model} has no symbolic dimension '{name}' "
+                          f"(its inputs' symbols: {', '.join(sorted(symbols)) or 'none'})")
     # the symbols the fused model was made for, where --dim does not give them
     for i in s0.get_inputs():
         made = made_for.get(i.name)

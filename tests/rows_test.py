@@ -574,6 +574,13 @@ class Rows(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("generation: 4 tokens from a prompt of 5 at batch 3", r.stdout)
         self.assertIn("tokens the same at every step", r.stdout)
+        # a --dim naming no symbol of the model is an error, not ignored
+        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--dim", "seq_len=5"],
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertIn("has no symbolic dimension 'seq_len'", r.stderr)
 
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
         batch = ids.shape[0]
