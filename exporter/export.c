@@ -274,6 +274,45 @@ static enum mo_status check_request(struct ex *x)
 	return MO_OK;
 }
 
+static int64_t main_opset(const Onnx__ModelProto *p)
+{
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const char *dom = p->opset_import[i]->domain;
+		if (!dom || !*dom || strcmp(dom, "ai.onnx") == 0)
+			return p->opset_import[i]->version;
+	}
+	return 0;
+}
+
+/* Whether guarded fused node f is written inside an If with its original
+ * ops (mo_fused_node.guards): it has guards and its outputs' dtypes, the
+ * opset has the ops of the condition on int64, and no node it replaces
+ * holds a subgraph. */
+static bool falls_back(const struct ex *x, const struct mo_fused_node *f)
+{
+	if (f->n_guards <= 0 || !f->out_dtypes || main_opset(x->p) < 11)
+		return false;
+	for (int k = 0; k < f->n_nodes; k++) {
+		const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
+		for (size_t i = 0; i < n->n_attribute; i++)
+			if (n->attribute[i]->g || n->attribute[i]->n_graphs)
+				return false;
+	}
+	return true;
+}
+
+/* Whether a node fused node f replaces makes name. */
+static bool made_by(const struct ex *x, const struct mo_fused_node *f, const char *name)
+{
+	for (int k = 0; k < f->n_nodes; k++) {
+		const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
+		for (size_t i = 0; i < n->n_output; i++)
+			if (named(n->output[i]) && strcmp(n->output[i], name) == 0)
+				return true;
+	}
+	return false;
+}
+
 /* Interns every name the edit looks at and records, per vertex, which names
  * it reads and writes. */
 static enum mo_status collect(struct ex *x)
@@ -285,8 +324,11 @@ static enum mo_status collect(struct ex *x)
 	x->sparse_id = mo_arena_array(&x->arena, x->g->n_sparse_initializer, sizeof(int));
 	x->output_id = mo_arena_array(&x->arena, x->g->n_output, sizeof(int));
 	x->vi_id = mo_arena_array(&x->arena, x->g->n_value_info, sizeof(int));
+	x->fallback = mo_arena_array(&x->arena, (size_t)x->n_fused + 1, sizeof *x->fallback);
 	if (x->arena.failed)
 		return nomem(x);
+	for (int k = 0; k < x->n_fused; k++)
+		x->fallback[k] = falls_back(x, &x->fused[k]);
 
 	for (int v = 0; v < x->n_vert; v++) {
 		x->read_at[v] = x->reads.n;
@@ -312,6 +354,21 @@ static enum mo_status collect(struct ex *x)
 			int id = intern(x, in[i]);
 			if (id < 0 || !ivec_push(&x->reads, id))
 				return nomem(x);
+		}
+		/* a guarded node's original ops read what they read (in its If's
+		 * branch, from the main graph) */
+		if (v >= x->n_orig && x->fallback[v - x->n_orig]) {
+			const struct mo_fused_node *f = &x->fused[v - x->n_orig];
+			for (int k = 0; k < f->n_nodes; k++) {
+				const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
+				for (size_t i = 0; i < n->n_input; i++) {
+					if (!named(n->input[i]) || made_by(x, f, n->input[i]))
+						continue;
+					int id = intern(x, n->input[i]);
+					if (id < 0 || !ivec_push(&x->reads, id))
+						return nomem(x);
+				}
+			}
 		}
 		if (v < x->n_orig) {
 			struct mo_nameset inner = { 0 };
@@ -1000,6 +1057,117 @@ static bool is_formal_input(const struct mo_fused_node *f, const char *name)
 	return false;
 }
 
+/* A function body being written: the nodes (Constants first, as needed),
+ * which names the body makes or holds, and whether it cannot be written. */
+#define BODY_MORE 512 /* room for the nodes recomputing a value of one size */
+#define BODY_DEPTH 48
+struct body {
+	const struct mo_fused_node *f;
+	Onnx__NodeProto **body;
+	size_t n, cap; /* cap: the room before BODY_MORE */
+	bool *made, *have;
+	bool none; /* no body: a value it cannot define */
+};
+
+/* Whether op_type is one a shape's arithmetic uses (what define() may
+ * recompute a value of one size with). */
+static bool shape_step(const char *op_type)
+{
+	static const char *const ops[] = {
+		"Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast",
+		"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Max", "Min", "Floor", "Ceil", "Reshape",
+		"Identity", "ConstantOfShape", "Range", "Equal", "Less", "Greater", "LessOrEqual",
+		"GreaterOrEqual", "Not", "And", "Or", "Where", "Expand", "Tile", "Flatten",
+		"Transpose", "ScatterND", "Trilu",
+	};
+	for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+		if (strcmp(op_type, ops[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Defines value `name` the body reads, unless a formal input or made or
+ * held already: an initializer or a Constant node outside as a Constant; a
+ * value the importer folded as a Constant of it, or, when it is that of
+ * one size of dims left unbound (mo_fused_const.sized), by the nodes of
+ * the model that compute it (a Reshape's target from a Shape of an input),
+ * when they read only the op's inputs and constants. Else bd->none. */
+static enum mo_status define(struct ex *x, struct body *bd, const char *name, int depth)
+{
+	const struct mo_fused_node *f = bd->f;
+	const Onnx__GraphProto *g = x->g;
+	if (!named(name) || is_formal_input(f, name))
+		return MO_OK;
+	const int *idp = mo_strmap_get(&x->ids, name);
+	if (!idp) {
+		bd->none = true;
+		return MO_OK;
+	}
+	int id = *idp;
+	if (bd->made[id] || bd->have[id])
+		return MO_OK;
+	const Onnx__TensorProto *t = initializer_named(x, id);
+	int v = x->producer_before[id];
+	Onnx__NodeProto *c = NULL;
+	bool recompute = false;
+	if (t) {
+		if (t->has_data_location &&
+		    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+			bd->none = true;
+			return MO_OK;
+		}
+		if (!(c = constant_node(x, t, name)))
+			return nomem(x);
+	} else if (v >= 0 && v < x->n_orig && strcmp(g->node[v]->op_type, "Constant") == 0 &&
+		   !(g->node[v]->domain && *g->node[v]->domain)) {
+		c = g->node[v];
+	} else {
+		bool found = false;
+		for (int q = 0; q < f->n_consts && !found; q++) {
+			if (strcmp(f->consts[q].name, name) != 0)
+				continue;
+			found = true;
+			recompute = f->consts[q].sized;
+			if (!recompute && !(c = folded_constant_node(x, &f->consts[q])) &&
+			    x->arena.failed)
+				return nomem(x);
+		}
+		recompute |= !found && depth > 0; /* a step of such a value */
+	}
+	if (recompute) {
+		/* the node making it, after what it reads: shape arithmetic only */
+		const Onnx__NodeProto *n = v >= 0 && v < x->n_orig ? g->node[v] : NULL;
+		if (!n || depth >= BODY_DEPTH || (n->domain && *n->domain) ||
+		    !shape_step(n->op_type)) {
+			bd->none = true;
+			return MO_OK;
+		}
+		for (size_t i = 0; i < n->n_attribute; i++)
+			if (n->attribute[i]->g || n->attribute[i]->n_graphs) {
+				bd->none = true;
+				return MO_OK;
+			}
+		for (size_t i = 0; i < n->n_output; i++) {
+			const int *o = named(n->output[i]) ? mo_strmap_get(&x->ids, n->output[i]) : NULL;
+			if (o)
+				bd->made[*o] = true;
+		}
+		for (size_t i = 0; i < n->n_input && !bd->none; i++) {
+			enum mo_status st = define(x, bd, n->input[i], depth + 1);
+			if (st)
+				return st;
+		}
+		c = (Onnx__NodeProto *)n;
+	}
+	if (bd->none || !c || bd->n >= bd->cap + BODY_MORE) {
+		bd->none = true;
+		return MO_OK;
+	}
+	bd->have[id] = true;
+	bd->body[bd->n++] = c;
+	return MO_OK;
+}
+
 static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 				  Onnx__FunctionProto **out)
 {
@@ -1013,7 +1181,8 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 	size_t n_reads = 0;
 	for (int k = 0; f->n_nodes > 0 && k < f->n_nodes; k++)
 		n_reads += g->node[f->nodes[k]]->n_input;
-	Onnx__NodeProto **body = mo_arena_array(a, n_reads + (size_t)f->n_nodes + 1, sizeof *body);
+	Onnx__NodeProto **body = mo_arena_array(a, n_reads + (size_t)f->n_nodes + 1 + BODY_MORE,
+						sizeof *body);
 	if (a->failed)
 		return nomem(x);
 	memcpy(nodes, f->nodes, (size_t)f->n_nodes * sizeof *nodes);
@@ -1031,43 +1200,17 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 					made[*id] = true;
 			}
 	}
-	size_t nb = 0;
+	struct body bd = { .f = f, .body = body, .cap = n_reads + (size_t)f->n_nodes + 1,
+			   .made = made, .have = have };
 	for (int k = 0; k < f->n_nodes; k++) {
 		const Onnx__NodeProto *n = g->node[nodes[k]];
 		for (size_t i = 0; i < n->n_input; i++) {
-			if (!named(n->input[i]) || is_formal_input(f, n->input[i]))
-				continue;
-			const int *idp = mo_strmap_get(&x->ids, n->input[i]);
-			if (!idp)
-				return MO_OK;
-			int id = *idp;
-			if (made[id] || have[id])
-				continue;
-			const Onnx__TensorProto *t = initializer_named(x, id);
-			int v = x->producer_before[id];
-			Onnx__NodeProto *c = NULL;
-			if (t) {
-				if (t->has_data_location &&
-				    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-					return MO_OK;
-				if (!(c = constant_node(x, t, n->input[i])))
-					return nomem(x);
-			} else if (v >= 0 && v < x->n_orig && strcmp(g->node[v]->op_type, "Constant") == 0 &&
-				   !(g->node[v]->domain && *g->node[v]->domain)) {
-				c = g->node[v];
-			} else {
-				/* a value the importer folded */
-				for (int q = 0; q < f->n_consts && !c; q++)
-					if (strcmp(f->consts[q].name, n->input[i]) == 0 &&
-					    !(c = folded_constant_node(x, &f->consts[q])) && a->failed)
-						return nomem(x);
-				if (!c)
-					return MO_OK;
-			}
-			have[id] = true;
-			body[nb++] = c;
+			enum mo_status st = define(x, &bd, n->input[i], 0);
+			if (st || bd.none)
+				return st;
 		}
 	}
+	size_t nb = bd.n;
 	for (int k = 0; k < f->n_nodes; k++)
 		body[nb++] = g->node[nodes[k]];
 
@@ -1112,23 +1255,14 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 /* ---- a guarded op's fallback ----
  *
  * A fused node that serves some of its inputs' dims only up to a size
- * (mo_fused_node.guards: a padded op's bucket) and whose op type has a
- * function body is written as
+ * (mo_fused_node.guards: a padded op's bucket) is written as
  *
  *   past = Less(ReduceMin(Sub(most, Concat(Gather(Shape(input), axes)...))), 0), a scalar
- *   outputs = If(past, then: <op>_original(inputs), else: <op>(inputs))
+ *   outputs = If(past, then: the nodes it replaces, else: <op>(inputs))
  *
- * so that at sizes past the op's the original ops run, in every runtime. */
-
-static int64_t main_opset(const Onnx__ModelProto *p)
-{
-	for (size_t i = 0; i < p->n_opset_import; i++) {
-		const char *dom = p->opset_import[i]->domain;
-		if (!dom || !*dom || strcmp(dom, "ai.onnx") == 0)
-			return p->opset_import[i]->version;
-	}
-	return 0;
-}
+ * so that at sizes past the op's the original ops run, in every runtime.
+ * The then branch reads what those nodes read from the main graph
+ * (collect() counts those reads): no value folded at one size is held. */
 
 /* "<base>/mirage_<what>", made unique among the model's names and those
  * made before; NULL when out of memory. */
@@ -1198,14 +1332,29 @@ static Onnx__NodeProto *int64_constant(struct ex *x, const char *base, const cha
 	return name ? folded_constant_node(x, &c) : NULL;
 }
 
-/* One branch of the If: node, its outputs renamed "<output>/mirage_<tag>",
- * as a graph whose outputs are those, of the op's dtypes. */
-static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f, Onnx__NodeProto *node,
-				const char *tag)
+/* names, each of f's outputs renamed to its fresh name in `to` */
+static char **renamed(struct ex *x, const struct mo_fused_node *f, char *const *to,
+		      char **names, size_t n)
+{
+	char **v = mo_arena_array(&x->arena, n + 1, sizeof *v);
+	for (size_t i = 0; v && i < n; i++) {
+		v[i] = names[i];
+		for (int k = 0; k < f->n_outputs && named(names[i]); k++)
+			if (strcmp(names[i], f->outputs[k]) == 0)
+				v[i] = to[k];
+	}
+	return v;
+}
+
+/* One branch of the If: nodes (copied), f's outputs renamed
+ * "<output>/mirage_<tag>" wherever they make or read them, as a graph
+ * whose outputs are those, of the op's dtypes. */
+static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f,
+				Onnx__NodeProto *const *nodes, size_t n_nodes, const char *tag)
 {
 	struct mo_arena *a = &x->arena;
 	Onnx__GraphProto *g = mo_arena_alloc(a, sizeof *g);
-	Onnx__NodeProto **nodes = mo_arena_array(a, 1, sizeof *nodes);
+	Onnx__NodeProto **copies = mo_arena_array(a, n_nodes + 1, sizeof *copies);
 	Onnx__ValueInfoProto **outs = mo_arena_array(a, (size_t)f->n_outputs, sizeof *outs);
 	char **names = mo_arena_array(a, (size_t)f->n_outputs, sizeof *names);
 	if (a->failed)
@@ -1229,13 +1378,20 @@ static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f, Onn
 		vi->type = t;
 		outs[i] = vi;
 	}
-	node->output = names;
-	nodes[0] = node;
-	g->n_node = 1;
-	g->node = nodes;
+	for (size_t k = 0; k < n_nodes; k++) {
+		Onnx__NodeProto *c = mo_arena_alloc(a, sizeof *c);
+		if (!c)
+			return NULL;
+		*c = *nodes[k]; /* attributes shared: the copy only renames */
+		c->input = renamed(x, f, names, nodes[k]->input, nodes[k]->n_input);
+		c->output = renamed(x, f, names, nodes[k]->output, nodes[k]->n_output);
+		copies[k] = c;
+	}
+	g->n_node = n_nodes;
+	g->node = copies;
 	g->n_output = (size_t)f->n_outputs;
 	g->output = outs;
-	return g;
+	return a->failed ? NULL : g;
 }
 
 /* The nodes of guarded fused node f, appended to out at *n (at most
@@ -1325,20 +1481,20 @@ static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx_
 	out[(*n)++] = min;
 	out[(*n)++] = less;
 
-	/* the branches: the original ops past the sizes, the op within */
+	/* the branches: the original ops past the sizes (the nodes the op
+	 * replaces, in their order, reading the main graph's values), the op
+	 * within */
 	Onnx__NodeProto *fused = fused_proto(x, f);
-	Onnx__NodeProto *orig = mo_arena_alloc(a, sizeof *orig);
-	if (!fused || !orig)
+	int *order = mo_arena_array(a, (size_t)f->n_nodes, sizeof *order);
+	Onnx__NodeProto **orig = mo_arena_array(a, (size_t)f->n_nodes, sizeof *orig);
+	if (!fused || a->failed)
 		return nomem(x);
-	onnx__node_proto__init(orig);
-	orig->op_type = mo_arena_printf(a, "%s_original", f->op_type);
-	orig->name = fresh_name(x, base, "original");
-	orig->domain = mo_arena_strdup(a, x->o->domain);
-	orig->n_input = (size_t)f->n_inputs;
-	orig->input = arena_strv(a, f->inputs, f->n_inputs);
-	Onnx__GraphProto *then_g = branch(x, f, orig, "original");
-	Onnx__GraphProto *else_g = branch(x, f, fused, "fused");
-	orig->n_output = fused->n_output = (size_t)f->n_outputs;
+	memcpy(order, f->nodes, (size_t)f->n_nodes * sizeof *order);
+	qsort(order, (size_t)f->n_nodes, sizeof *order, cmp_int);
+	for (int k = 0; k < f->n_nodes; k++)
+		orig[k] = x->g->node[order[k]];
+	Onnx__GraphProto *then_g = branch(x, f, orig, (size_t)f->n_nodes, "original");
+	Onnx__GraphProto *else_g = branch(x, f, &fused, 1, "fused");
 	Onnx__NodeProto *node = mo_arena_alloc(a, sizeof *node);
 	if (!then_g || !else_g || !node || a->failed)
 		return nomem(x);
@@ -1356,15 +1512,13 @@ static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx_
 	return MO_OK;
 }
 
-/* The model's functions, then one per fused op type that can have one (and
- * its <op>_original twin where a guarded node falls back on it). */
+/* The model's functions, then one per fused op type that can have one. */
 static enum mo_status functions(struct ex *x, struct lists *l)
 {
 	struct mo_arena *a = &x->arena;
 	const Onnx__ModelProto *p = x->p;
-	l->functions = mo_arena_array(a, p->n_functions + 2 * (size_t)x->n_fused + 1,
+	l->functions = mo_arena_array(a, p->n_functions + (size_t)x->n_fused + 1,
 				      sizeof *l->functions);
-	x->fallback = mo_arena_array(a, (size_t)x->n_fused + 1, sizeof *x->fallback);
 	if (a->failed)
 		return nomem(x);
 	for (size_t i = 0; i < p->n_functions; i++)
@@ -1380,26 +1534,8 @@ static enum mo_status functions(struct ex *x, struct lists *l)
 		enum mo_status st = function_of(x, &x->fused[k], &fn);
 		if (st)
 			return st;
-		if (!fn)
-			continue;
-		l->functions[l->n_functions++] = fn;
-		/* the same body under a name no plugin registers, for the
-		 * guarded nodes of this type to fall back on */
-		bool guarded = false;
-		for (int j = k; j < x->n_fused; j++)
-			if (strcmp(x->fused[j].op_type, fn->name) == 0 && x->fused[j].n_guards > 0 &&
-			    x->fused[j].out_dtypes && main_opset(x->p) >= 11)
-				guarded = x->fallback[j] = true;
-		if (!guarded)
-			continue;
-		Onnx__FunctionProto *orig = mo_arena_alloc(a, sizeof *orig);
-		if (!orig)
-			return nomem(x);
-		*orig = *fn;
-		orig->name = mo_arena_printf(a, "%s_original", fn->name);
-		if (!orig->name)
-			return nomem(x);
-		l->functions[l->n_functions++] = orig;
+		if (fn)
+			l->functions[l->n_functions++] = fn;
 	}
 	/* model-local functions need IR version 8 */
 	if (l->n_functions > before && (!l->has_ir_version || l->ir_version < 8)) {
@@ -1591,13 +1727,13 @@ static enum mo_status export_once(struct mo_model *m, const struct mo_fused_node
 	if (!st)
 		st = sort(&x, &order, &n_order);
 	struct lists l = { 0 };
+	if (!st)
+		st = build(&x, order, n_order, &l);
 	if (!st) {
 		l.has_ir_version = p->has_ir_version;
 		l.ir_version = p->ir_version;
-		st = functions(&x, &l); /* first: it decides which nodes fall back */
+		st = functions(&x, &l);
 	}
-	if (!st)
-		st = build(&x, order, n_order, &l);
 	if (!st && out_path) {
 		struct lists loaded = get_lists(p);
 		set_lists(p, &l);

@@ -58,6 +58,8 @@ struct mo_fused_const {
 	const double *fvals;  /* float types */
 	const int64_t *ivals; /* integer and bool types */
 	bool outer;
+	bool sized; /* this size's only (dims left unbound): no function body
+		     * holds it, so an op reading it has none */
 };
 
 /* A dim a fused op serves only up to a size (fuse/dynamic.c's padded ops):

@@ -394,6 +394,14 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 				tps[0]->syms[i].how = "left symbolic; the size searched at";
 	y->probe = tps[1];
 	y->one = tps[2];
+	/* the folded values of this size only (a Reshape's target holding the
+	 * batch): no fused op's function body may hold them */
+	for (int t = 0; t < tps[0]->n_tensors; t++) {
+		struct mo_tensor *x = &tps[0]->tensors[t];
+		for (int k = 1; k < 3 && x->kind == MO_T_CONST && !x->init; k++)
+			x->sized |= tps[k]->tensors[t].kind != MO_T_CONST ||
+				    !same_values(x, &tps[k]->tensors[t]);
+	}
 	/* the more sizes: each that differs from the search's and imports
 	 * alike (one that does not is said in the line about the symbols) */
 	for (int k = 0; o && k < o->n_more_sizes; k++) {
@@ -670,6 +678,98 @@ static bool join(int *root, int a, int b)
 	return true;
 }
 
+static const char note_shape_back[] = "varies with unbound dims beyond leading rows, and a "
+	"shape of what it makes feeds back into the ops it would be fused with (a mask sliced "
+	"to the keys' length): left to ONNX Runtime";
+
+/* Leaves out of the padded runs (root) each op a shape of whose result
+ * feeds back into its own run: at the imports every Shape is folded, so
+ * the partition sees no such edge, but the fused model computes it (Bloom
+ * slices its mask to the length of the keys its attention transposes: the
+ * Transpose fused with the attention would be on a cycle). The number left
+ * out; -1 when out of memory. */
+static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
+{
+	int n_nodes = tp->n_nodes, n_t = tp->n_tensors, out = 0;
+	int *at = mo_calloc((size_t)n_nodes + 2, sizeof *at); /* CSR: tensors a folded node made */
+	int *made = mo_malloc(sizeof *made * ((size_t)n_t + 1));
+	/* a walk from an op's results: (tensor, whether a folded node is on
+	 * the way) pairs, each pushed once per op and flag */
+	int *stack = mo_malloc(sizeof *stack * (2 * (size_t)n_t + 1));
+	int *seen = mo_malloc(sizeof *seen * (2 * (size_t)n_t + 1));
+	if (!at || !made || !stack || !seen) {
+		out = -1;
+		goto done;
+	}
+	for (int t = 0; t < n_t; t++) {
+		int nd = tp->tensors[t].source_node;
+		if (nd >= 0 && nd < n_nodes && tp->node_op[nd] < 0)
+			at[nd + 1]++;
+		seen[2 * t] = seen[2 * t + 1] = -1;
+	}
+	for (int nd = 0; nd < n_nodes; nd++)
+		at[nd + 1] += at[nd];
+	for (int t = 0; t < n_t; t++) { /* at[nd] counts up while filling */
+		int nd = tp->tensors[t].source_node;
+		if (nd >= 0 && nd < n_nodes && tp->node_op[nd] < 0)
+			made[at[nd]++] = t;
+	}
+	for (int nd = n_nodes; nd > 0; nd--) /* back to the starts */
+		at[nd] = at[nd - 1];
+	at[0] = 0;
+#define PUSH(t, fl)                                          \
+	do {                                                 \
+		if (seen[2 * (t) + (fl)] != u) {             \
+			seen[2 * (t) + (fl)] = u;            \
+			stack[sp++] = 2 * (t) + (fl);        \
+		}                                            \
+	} while (0)
+	for (int u = 0; u < tp->n_ops; u++) {
+		const struct mo_tp_op *op = &tp->ops[u];
+		if (y->pad_lax[u] == MO_LAX_NONE)
+			continue;
+		int r = find_root(root, u), sp = 0;
+		bool back = false;
+		for (int k = 0; k < op->n_out; k++)
+			if (op->out[k] >= 0)
+				PUSH(op->out[k], 0);
+		while (sp > 0 && !back) {
+			int x = stack[--sp] / 2, fl = stack[sp] % 2;
+			const struct mo_tensor *tx = &tp->tensors[x];
+			for (int c = 0; c < tx->n_consumers && !back; c++) {
+				int nd = tx->consumers[c];
+				if (nd < 0 || nd >= n_nodes)
+					continue;
+				int w = tp->node_op[nd];
+				if (w < 0) { /* folded here, computed in the fused model */
+					for (int q = at[nd]; q < at[nd + 1]; q++)
+						PUSH(made[q], 1);
+				} else if (y->pad_lax[w] != MO_LAX_NONE && find_root(root, w) == r) {
+					back = fl; /* back in the run, by way of a shape */
+				} else {
+					const struct mo_tp_op *wo = &tp->ops[w];
+					for (int k = 0; k < wo->n_out; k++)
+						if (wo->out[k] >= 0)
+							PUSH(wo->out[k], fl);
+				}
+			}
+		}
+		if (back) {
+			y->pad_lax[u] = MO_LAX_NONE;
+			tp->ops[u].lax = MO_LAX_NONE;
+			tp->ops[u].note = note_shape_back;
+			out++;
+		}
+	}
+#undef PUSH
+done:
+	mo_free(at);
+	mo_free(made);
+	mo_free(stack);
+	mo_free(seen);
+	return out;
+}
+
 enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 {
 	struct fuse_dyn *y = &f->dyn;
@@ -689,6 +789,7 @@ enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 	 * softmax's output its guard reads twice), not when they are in
 	 * several (the mask every layer's attention adds: each layer's
 	 * attention a region of its own) */
+again:
 	for (int v = 0; v < n; v++)
 		root[v] = v;
 	for (int pass = 0; pass < 4; pass++) {
@@ -719,6 +820,14 @@ enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 		if (pass > 0 && !changed)
 			break;
 	}
+	int left_out = shape_feedback(tp, y, root);
+	if (left_out < 0) {
+		mo_free(root);
+		mo_free(group);
+		return mo_diag_nomem(f->d);
+	}
+	if (left_out > 0)
+		goto again; /* the runs without them */
 	int ng = 0;
 	for (int v = 0; v < n; v++) {
 		group[v] = -1;

@@ -373,7 +373,8 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				consts[nc++] = (struct mo_fused_const){
 					.name = x->name, .dtype = x->dtype, .rank = x->rank,
 					.dims = x->dims, .n = x->n_vals, .fvals = x->fvals,
-					.ivals = x->ivals, .outer = inside };
+					.ivals = x->ivals, .outer = inside,
+					.sized = x->sized };
 		}
 	}
 	/* and the folded values those readers read besides (an empty Slice's
@@ -393,7 +394,8 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		if (!seen && nc < cap)
 			consts[nc++] = (struct mo_fused_const){
 				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
-				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals };
+				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals,
+				.sized = x->sized };
 	}
 	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++) {
 		const struct mo_tensor *x = &tp->tensors[t];
@@ -406,7 +408,8 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		if (mine && !seen)
 			consts[nc++] = (struct mo_fused_const){
 				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
-				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals, .outer = true };
+				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals, .outer = true,
+				.sized = x->sized };
 	}
 	mo_free(readers);
 	/* a padded op serves its padded dims up to their buckets: past them,

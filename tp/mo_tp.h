@@ -275,6 +275,8 @@ struct mo_tensor {
 	double *fvals;           /* values of a small float constant, or NULL */
 	size_t n_vals;
 	bool is_graph_output;
+	bool sized;              /* a folded value that differs at other sizes
+				  * of the unbound dims (fuse/dynamic.c) */
 	int n_consumers;         /* ONNX nodes reading it (inputs or subgraphs) */
 	int *consumers;          /* their indices */
 };
