@@ -22,7 +22,10 @@
  * the shapes fused for), each replacing an old value. Each fused op type
  * becomes a model-local function too, its body the region the first node of
  * that type replaces (with Constants for the initializers and Constant
- * outputs it reads), so that a runtime without the plugin runs the original
+ * outputs it reads, and for values the importer folded; one folded at one
+ * size of dims left unbound (mo_fused_const.sized) is recomputed there by
+ * the model's shape arithmetic from the op's inputs, or the op has no
+ * body), so that a runtime without the plugin runs the original
  * ops; the IR version becomes 8 where it was older. A node with guards is
  * written inside an If, so that sizes past what the op serves run the
  * original ops (mo_fused_node.guards). The model is written
@@ -79,10 +82,10 @@ struct mo_fused_node {
 	const char *const *outputs; /* tensor names the replaced nodes made */
 	int n_consts;
 	const struct mo_fused_const *consts;
-	/* With guards (and the outputs' dtypes): where the op's function body
-	 * can be written, the node is an If that runs the op while every
-	 * guarded dim is within its size and the original ops (the body, as
-	 * op type <op_type>_original, which no plugin registers) past it */
+	/* With guards (and the outputs' dtypes): the node is an If that runs
+	 * the op while every guarded dim is within its size and, past it, the
+	 * nodes it replaces (in the If's other branch, reading the main
+	 * graph's values) */
 	int n_guards;
 	const struct mo_fused_guard *guards;
 	const int32_t *out_dtypes;
