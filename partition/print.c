@@ -141,9 +141,10 @@ void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *o
 			if (++count > 6)
 				continue;
 			const char *name = tp->node_names[o->node];
-			if (col + (int)strlen(name) > WIDTH)
-				continue;
-			col += fprintf(out, " %s (%s)", name, node_op_type(tp, o->node));
+			const char *type = node_op_type(tp, o->node);
+			if (col + (int)(strlen(name) + strlen(type)) + 4 > WIDTH) /* on a line of its own */
+				col = fprintf(out, "\n       ");
+			col += fprintf(out, " %s (%s)", name, type);
 			shown++;
 		}
 		if (count > shown)
