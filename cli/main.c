@@ -78,6 +78,10 @@ static const char usage_text[] =
 	"                     (default: CUDA kernels only, so a CPU session runs each\n"
 	"                     fused node's local function, the original ops, at their\n"
 	"                     speed; MIRAGE_ONNX_CPU_KERNELS=1 or 0 at load overrides)\n"
+	"      --no-fallback  write each padded op bare: past the sizes it serves it\n"
+	"                     fails, naming the dim (default: inside an If that runs\n"
+	"                     the original ops there, at the cost of a shape check\n"
+	"                     on every call)\n"
 	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
 	"                     outputs with shapes and dtypes, exps on the longest path,\n"
 	"                     FLOPs, and bytes moved fused vs op by op; then why the\n"
@@ -198,7 +202,7 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda, cpu_kernels, profile;
+	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -555,7 +559,7 @@ int main(int argc, char **argv)
 	enum { OPT_LIST = 256, OPT_JSON, OPT_DOT, OPT_DUMP_TP, OPT_DIM, OPT_INPUT_SHAPE,
 	       OPT_MAX_REGION_OPS, OPT_SEARCH_ONLY, OPT_BUDGET, OPT_JOBS, OPT_MAX_KERNEL_OPS,
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
-	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS,
+	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS, OPT_NO_FALLBACK,
 	       OPT_PROFILE };
 	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING }; /* apart: lists above grow */
 	static const struct option longopts[] = {
@@ -589,6 +593,7 @@ int main(int argc, char **argv)
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
 		{ "cpu-kernels", no_argument, NULL, OPT_CPU_KERNELS },
+		{ "no-fallback", no_argument, NULL, OPT_NO_FALLBACK },
 		{ "profile", no_argument, NULL, OPT_PROFILE },
 		{ 0 },
 	};
@@ -634,6 +639,7 @@ int main(int argc, char **argv)
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
+		case OPT_NO_FALLBACK: cli.no_fallback = 1; break;
 		case OPT_PROFILE: cli.profile = 1; break;
 		case OPT_CUDA_ARCH: {
 			/* "80,90": SM versions whose shared memory per block
@@ -843,6 +849,7 @@ static int run(struct cli *cli, int argc, char **argv)
 			.archs = cli->cuda_arch ? cli->cuda_arch : "80,90",
 			.keep_sources = cli->keep_sources, .banner = banner,
 			.dump_dir = cli->dump_dir, .cpu_kernels = cli->cpu_kernels,
+			.no_fallback = cli->no_fallback,
 			.profile = cli->profile && nvcc != NULL,
 		};
 		if (cli->profile && !nvcc)

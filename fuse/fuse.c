@@ -591,6 +591,8 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 			st = mo_diag_nomem(f->d);
 			break;
 		}
+		if (f->a->no_fallback)
+			fn[nf].n_guards = 0;
 		nf++;
 	}
 	/* before the export rewrites the graph the layers are read from */

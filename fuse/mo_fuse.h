@@ -28,6 +28,9 @@ struct mo_fuse_options {
 	const char *dump_dir;     /* --dump-mugraph DIR, or NULL */
 	const char *banner;       /* the first line of every generated file */
 	bool cpu_kernels;         /* the plugin registers its CPU kernels by default */
+	/* --no-fallback: a padded op is written bare, refusing sizes past its
+	 * bucket, not inside an If running the original ops there */
+	bool no_fallback;
 	/* --profile: time each region's best μGraph and its runners-up (the
 	 * search's options.alternatives) on the GPU and keep the fastest */
 	bool profile;

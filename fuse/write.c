@@ -522,6 +522,8 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 			st = MO_ERR_NOMEM;
 			goto out;
 		} else {
+			if (a->no_fallback)
+				fn[nf].n_guards = 0;
 			/* a check only: the build, and so the domain, come later */
 			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX,
 							.folded = folded, .n_folded = n_folded };

@@ -509,6 +509,13 @@ class Rows(unittest.TestCase):
             session(wide, plugin).run(None, {"x": x, "mask": causal_mask(1, 65)})
         self.assertIn("seq is 65", str(e.exception))
         self.assertIn("over the 64 the fused kernel serves", str(e.exception))
+        # --no-fallback: no If, the op refuses past its bucket
+        bare, bare_plugin, _ = self.fuse(src, "attention_bare", "--budget", "10",
+                                         "--no-fallback", need_rows=False)
+        self.assertFalse(any(n.op_type == "If" for n in onnx.load(bare).graph.node))
+        with self.assertRaises(Exception) as e:
+            session(bare, bare_plugin).run(None, {"x": x, "mask": causal_mask(1, 65)})
+        self.assertIn("seq is 65", str(e.exception))
         # and show tells it
         r = subprocess.run([CLI, "show", out], capture_output=True, text=True, timeout=600,
                            env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable})
