@@ -1396,7 +1396,12 @@ static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f,
 
 /* The nodes of guarded fused node f, appended to out at *n (at most
  * guard_nodes(f) of them). */
-static int guard_nodes(const struct mo_fused_node *f) { return 3 * f->n_guards + 6; }
+static int guard_nodes(const struct mo_fused_node *f)
+{
+	/* per input guarded: Constant, Shape, Gather; then Concat, two
+	 * Constants, Sub, ReduceMin, Less and the If */
+	return 3 * f->n_guards + 7;
+}
 
 static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx__NodeProto **out,
 			      size_t *n)
