@@ -805,6 +805,94 @@ static void the_loaded_model_is_unchanged_and_exports_repeat(void **state)
 	tm_free(&t);
 }
 
+/* A fused node with guards (a padded op's buckets) is an If on its inputs'
+ * dims: past them the nodes it replaces, renamed where they make its
+ * outputs, reading the main graph; within, the op. The main graph holds
+ * the condition's nodes before it; a guard out of range is refused. */
+static const struct mo_fused_guard bc_guards[] = { { .input = 0, .axis = 1, .most = 4 },
+						   { .input = 0, .axis = 0, .most = 9 } };
+static const int32_t float_out[] = { ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT };
+
+static void a_guarded_node_is_an_if_with_the_original_nodes(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	build_chain(&t);
+	struct run r = { 0 };
+	struct mo_fused_node f = chain_fused;
+	f.n_guards = 2;
+	f.guards = bc_guards;
+	f.out_dtypes = float_out;
+	run_export(&r, &t, &f, 1);
+	const Onnx__GraphProto *g = out_graph(&r);
+	assert_topological(g);
+	assert_string_equal(g->node[0]->name, "A");
+	assert_string_equal(g->node[g->n_node - 1]->name, "D");
+	const Onnx__NodeProto *cond = g->node[g->n_node - 2];
+	assert_string_equal(cond->op_type, "If");
+	assert_int_equal(cond->n_output, 1);
+	assert_string_equal(cond->output[0], "c");
+	const char *ops[] = { "Constant", "Shape", "Gather", "Constant", "Constant", "Sub",
+			      "ReduceMin", "Less" };
+	assert_int_equal(g->n_node, 1 + 8 + 1 + 1);
+	for (int i = 0; i < 8; i++)
+		assert_string_equal(g->node[1 + i]->op_type, ops[i]);
+	assert_string_equal(g->node[2]->input[0], "a"); /* Shape of the op's input */
+	const Onnx__GraphProto *then_g = NULL, *else_g = NULL;
+	for (size_t i = 0; i < cond->n_attribute; i++) {
+		if (!strcmp(cond->attribute[i]->name, "then_branch"))
+			then_g = cond->attribute[i]->g;
+		if (!strcmp(cond->attribute[i]->name, "else_branch"))
+			else_g = cond->attribute[i]->g;
+	}
+	assert_non_null(then_g);
+	assert_non_null(else_g);
+	assert_int_equal(then_g->n_node, 2);
+	assert_string_equal(then_g->node[0]->op_type, "Exp");
+	assert_string_equal(then_g->node[0]->input[0], "a");
+	assert_string_equal(then_g->node[1]->op_type, "Neg");
+	assert_string_equal(then_g->node[1]->input[0], "b");
+	assert_string_equal(then_g->node[1]->output[0], "c/mirage_original");
+	assert_string_equal(then_g->output[0]->name, "c/mirage_original");
+	assert_int_equal(then_g->output[0]->type->tensor_type->elem_type,
+			 ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+	assert_int_equal(else_g->n_node, 1);
+	assert_string_equal(else_g->node[0]->op_type, "mirage_bc01");
+	assert_string_equal(else_g->node[0]->output[0], "c/mirage_fused");
+	run_free(&r);
+
+	r = (struct run){ 0 };
+	load_tm(&r, &t);
+	f.guards = (const struct mo_fused_guard[]){ { .input = 1, .axis = 0, .most = 4 },
+						    { .input = 0, .axis = 0, .most = 4 } };
+	expect_refused(&r, &f, 1, "guard 0 is out of range");
+	run_free(&r);
+	tm_free(&t);
+}
+
+/* Fails each allocation of an export of f in turn until one succeeds: each
+ * failure is MO_ERR_NOMEM and writes nothing (the folder keeps its `files`),
+ * leaking nothing (ASan). */
+static void fail_each_allocation(struct run *r, const struct mo_fused_node *f, int files)
+{
+	enum mo_status st = MO_ERR_NOMEM;
+	unsigned long k;
+	for (k = 1; k < 10000 && st != MO_OK; k++) {
+		struct mo_diag d;
+		mo_diag_init(&d);
+		mo_alloc_fail_after(k);
+		st = mo_export(r->in, f, 1, &opts, r->path, &d);
+		mo_alloc_fail_after(0);
+		if (st != MO_OK) {
+			assert_int_equal(st, MO_ERR_NOMEM);
+			assert_int_equal(tm_count_entries(r->dir), files);
+		}
+	}
+	assert_int_equal(st, MO_OK);
+	assert_true(k > 2); /* some allocation did fail on the way */
+	assert_int_equal(tm_count_entries(r->dir), 1);
+}
+
 static void allocation_failures_write_nothing_and_leak_nothing(void **state)
 {
 	(void)state;
@@ -813,22 +901,14 @@ static void allocation_failures_write_nothing_and_leak_nothing(void **state)
 	NODE(&t, &t.graph, "Relu", "Dead", "a", "unused");
 	struct run r = { 0 };
 	load_tm(&r, &t);
-	enum mo_status st = MO_ERR_NOMEM;
-	unsigned long k;
-	for (k = 1; k < 10000 && st != MO_OK; k++) {
-		struct mo_diag d;
-		mo_diag_init(&d);
-		mo_alloc_fail_after(k);
-		st = mo_export(r.in, &chain_fused, 1, &opts, r.path, &d);
-		mo_alloc_fail_after(0);
-		if (st != MO_OK) {
-			assert_int_equal(st, MO_ERR_NOMEM);
-			assert_int_equal(tm_count_entries(r.dir), 0);
-		}
-	}
-	assert_int_equal(st, MO_OK);
-	assert_true(k > 2); /* some allocation did fail on the way */
-	assert_int_equal(tm_count_entries(r.dir), 1);
+	fail_each_allocation(&r, &chain_fused, 0);
+	/* a guarded node (its If, branches and condition); the file written
+	 * above stays while each of these fails */
+	struct mo_fused_node guarded = chain_fused;
+	guarded.n_guards = 2;
+	guarded.guards = bc_guards;
+	guarded.out_dtypes = float_out;
+	fail_each_allocation(&r, &guarded, 1);
 	run_free(&r);
 	tm_free(&t);
 }
@@ -851,6 +931,7 @@ int main(void)
 		cmocka_unit_test(nodes_only_the_regions_read_are_dropped_and_dead_ones_stay),
 		cmocka_unit_test(value_info_of_vanished_tensors_is_dropped),
 		cmocka_unit_test(invalid_fused_nodes_are_refused_and_nothing_is_written),
+		cmocka_unit_test(a_guarded_node_is_an_if_with_the_original_nodes),
 		cmocka_unit_test(an_unwritable_path_fails_and_leaves_nothing),
 		cmocka_unit_test(the_loaded_model_is_unchanged_and_exports_repeat),
 		cmocka_unit_test(allocation_failures_write_nothing_and_leak_nothing),
