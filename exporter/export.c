@@ -274,14 +274,14 @@ static enum mo_status check_request(struct ex *x)
 	return MO_OK;
 }
 
-static int64_t main_opset(const Onnx__ModelProto *p)
+/* Whether node n holds a subgraph (whose outer reads only the main graph's
+ * walk follows). */
+static bool holds_subgraph(const Onnx__NodeProto *n)
 {
-	for (size_t i = 0; i < p->n_opset_import; i++) {
-		const char *dom = p->opset_import[i]->domain;
-		if (!dom || !*dom || strcmp(dom, "ai.onnx") == 0)
-			return p->opset_import[i]->version;
-	}
-	return 0;
+	for (size_t i = 0; i < n->n_attribute; i++)
+		if (n->attribute[i]->g || n->attribute[i]->n_graphs)
+			return true;
+	return false;
 }
 
 /* Whether guarded fused node f is written inside an If with its original
@@ -290,14 +290,11 @@ static int64_t main_opset(const Onnx__ModelProto *p)
  * holds a subgraph. */
 static bool falls_back(const struct ex *x, const struct mo_fused_node *f)
 {
-	if (f->n_guards <= 0 || !f->out_dtypes || main_opset(x->p) < 11)
+	if (f->n_guards <= 0 || !f->out_dtypes || mo_onnx_default_opset(x->p) < 11)
 		return false;
-	for (int k = 0; k < f->n_nodes; k++) {
-		const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
-		for (size_t i = 0; i < n->n_attribute; i++)
-			if (n->attribute[i]->g || n->attribute[i]->n_graphs)
-				return false;
-	}
+	for (int k = 0; k < f->n_nodes; k++)
+		if (holds_subgraph(x->g->node[f->nodes[k]]))
+			return false;
 	return true;
 }
 
@@ -1138,15 +1135,10 @@ static enum mo_status define(struct ex *x, struct body *bd, const char *name, in
 		/* the node making it, after what it reads: shape arithmetic only */
 		const Onnx__NodeProto *n = v >= 0 && v < x->n_orig ? g->node[v] : NULL;
 		if (!n || depth >= BODY_DEPTH || (n->domain && *n->domain) ||
-		    !shape_step(n->op_type)) {
+		    !shape_step(n->op_type) || holds_subgraph(n)) {
 			bd->none = true;
 			return MO_OK;
 		}
-		for (size_t i = 0; i < n->n_attribute; i++)
-			if (n->attribute[i]->g || n->attribute[i]->n_graphs) {
-				bd->none = true;
-				return MO_OK;
-			}
 		for (size_t i = 0; i < n->n_output; i++) {
 			const int *o = named(n->output[i]) ? mo_strmap_get(&x->ids, n->output[i]) : NULL;
 			if (o)
@@ -1189,10 +1181,8 @@ static enum mo_status function_of(struct ex *x, const struct mo_fused_node *f,
 	qsort(nodes, (size_t)f->n_nodes, sizeof *nodes, cmp_int);
 	for (int k = 0; k < f->n_nodes; k++) {
 		const Onnx__NodeProto *n = g->node[nodes[k]];
-		if (n->n_attribute)
-			for (size_t i = 0; i < n->n_attribute; i++)
-				if (n->attribute[i]->g || n->attribute[i]->n_graphs)
-					return MO_OK; /* a subgraph's outer reads: not here */
+		if (holds_subgraph(n))
+			return MO_OK; /* a subgraph's outer reads: not here */
 		for (size_t i = 0; i < n->n_output; i++)
 			if (named(n->output[i])) {
 				const int *id = mo_strmap_get(&x->ids, n->output[i]);

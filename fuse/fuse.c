@@ -587,12 +587,11 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 		if (!f->rs[ri].fused)
 			continue;
 		char *name = mo_arena_alloc(&f->p->arena, 80);
-		if (!name || !fuse_fused_node_of(f->tp, f->rs, ri, name, 80, &fn[nf])) {
+		if (!name || !fuse_fused_node_of(f->tp, f->rs, ri, !f->a->no_fallback, name, 80,
+						 &fn[nf])) {
 			st = mo_diag_nomem(f->d);
 			break;
 		}
-		if (f->a->no_fallback)
-			fn[nf].n_guards = 0;
 		nf++;
 	}
 	/* before the export rewrites the graph the layers are read from */

@@ -177,9 +177,11 @@ void fuse_profile_region(struct mo_fuse_region *s, const struct mo_fuse_options 
 const char *fuse_base_name(const char *p);
 
 /* The fused node of unit u (nodes, inputs and outputs allocated into f;
- * name[name_len] its node name); false when out of memory. */
+ * name[name_len] its node name); with `fallback`, a padded unit's guards
+ * (its buckets: the export writes it inside an If running the original
+ * ops past them; off by --no-fallback). False when out of memory. */
 bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int u,
-			char *name, size_t name_len, struct mo_fused_node *f);
+			bool fallback, char *name, size_t name_len, struct mo_fused_node *f);
 void fuse_fused_node_free(struct mo_fused_node *f);
 
 /* Leaves unfused, with the reason, every found unit whose μGraph does not

@@ -284,9 +284,17 @@ static bool interface_matches(const struct mo_tp *tp, const struct mo_mugraph *m
 	}
 	return true;
 }
+/* Folded value x as a constant a fused node reads (mo_fused_const). */
+static struct mo_fused_const fused_const(const struct mo_tensor *x, bool outer)
+{
+	return (struct mo_fused_const){ .name = x->name, .dtype = x->dtype, .rank = x->rank,
+					.dims = x->dims, .n = x->n_vals, .fvals = x->fvals,
+					.ivals = x->ivals, .outer = outer, .sized = x->sized };
+}
+
 /* The fused node of unit u (nodes, inputs and outputs malloc'ed into f). */
 bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int u,
-			  char *name, size_t name_len, struct mo_fused_node *f)
+			  bool fallback, char *name, size_t name_len, struct mo_fused_node *f)
 {
 	const struct mo_region *rg = rs[u].rg;
 	const struct mo_mugraph *mg = rs[u].r.best;
@@ -370,11 +378,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 			for (int q = 0; q < nc && !seen; q++)
 				seen = strcmp(consts[q].name, x->name) == 0;
 			if (!seen)
-				consts[nc++] = (struct mo_fused_const){
-					.name = x->name, .dtype = x->dtype, .rank = x->rank,
-					.dims = x->dims, .n = x->n_vals, .fvals = x->fvals,
-					.ivals = x->ivals, .outer = inside,
-					.sized = x->sized };
+				consts[nc++] = fused_const(x, inside);
 		}
 	}
 	/* and the folded values those readers read besides (an empty Slice's
@@ -392,10 +396,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		for (int q = 0; q < nc && !seen; q++)
 			seen = strcmp(consts[q].name, x->name) == 0;
 		if (!seen && nc < cap)
-			consts[nc++] = (struct mo_fused_const){
-				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
-				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals,
-				.sized = x->sized };
+			consts[nc++] = fused_const(x, false);
 	}
 	for (int t = 0; t < tp->n_tensors && n_readers > 0; t++) {
 		const struct mo_tensor *x = &tp->tensors[t];
@@ -406,10 +407,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 		for (int q = 0; q < nc && mine && !seen; q++)
 			seen = strcmp(consts[q].name, x->name) == 0;
 		if (mine && !seen)
-			consts[nc++] = (struct mo_fused_const){
-				.name = x->name, .dtype = x->dtype, .rank = x->rank, .dims = x->dims,
-				.n = x->n_vals, .fvals = x->fvals, .ivals = x->ivals, .outer = true,
-				.sized = x->sized };
+			consts[nc++] = fused_const(x, true);
 	}
 	mo_free(readers);
 	/* a padded op serves its padded dims up to their buckets: past them,
@@ -418,7 +416,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	int n_guards = 0;
 	struct mo_fused_guard *guards = NULL;
 	int32_t *out_dtypes = NULL;
-	if (r->padded && r->in_ext) {
+	if (fallback && r->padded && r->in_ext) {
 		guards = mo_calloc((size_t)mg->kg.n_inputs * MO_PLUGIN_MAX_RANK + 1, sizeof *guards);
 		out_dtypes = mo_calloc((size_t)mg->kg.n_outputs + 1, sizeof *out_dtypes);
 		if (!guards || !out_dtypes) {
@@ -475,10 +473,7 @@ static struct mo_fused_const *folded_values(const struct mo_tp *tp, size_t *n)
 		    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x) ||
 		    x->n_vals > MAX_HELD || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
 			continue;
-		v[(*n)++] = (struct mo_fused_const){ .name = x->name, .dtype = x->dtype,
-						     .rank = x->rank, .dims = x->dims,
-						     .n = x->n_vals, .fvals = x->fvals,
-						     .ivals = x->ivals };
+		v[(*n)++] = fused_const(x, false);
 	}
 	return v;
 }
@@ -518,12 +513,11 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 		/* a padded one's μGraph is its program's at the bucket */
 		if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
 			snprintf(s->why, sizeof s->why, "export: %s", why);
-		} else if (!fuse_fused_node_of(tp, rs, u, names[nf], sizeof names[nf], &fn[nf])) {
+		} else if (!fuse_fused_node_of(tp, rs, u, !a->no_fallback, names[nf], sizeof names[nf],
+					       &fn[nf])) {
 			st = MO_ERR_NOMEM;
 			goto out;
 		} else {
-			if (a->no_fallback)
-				fn[nf].n_guards = 0;
 			/* a check only: the build, and so the domain, come later */
 			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX,
 							.folded = folded, .n_folded = n_folded };

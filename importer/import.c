@@ -380,16 +380,6 @@ static bool has_subgraph(const Onnx__NodeProto *n)
 	return false;
 }
 
-/* The default-domain opset the model imports. */
-static int64_t default_opset(const Onnx__ModelProto *p)
-{
-	for (size_t i = 0; i < p->n_opset_import; i++) {
-		const char *dom = str(p->opset_import[i]->domain);
-		if (!*dom || strcmp(dom, "ai.onnx") == 0)
-			return p->opset_import[i]->version;
-	}
-	return 1;
-}
 
 /* Which ONNX inputs of an op are parameters that must be constant (bit i set
  * for input i) at the model's opset; the rest are data. */
@@ -3080,7 +3070,7 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 	tp->model = m;
 	const Onnx__ModelProto *p = mo_onnx_proto(m);
 	struct importer im = { .tp = tp, .opt = opt, .g = p->graph, .d = d, .syms.tp = tp };
-	tp->opset = default_opset(p);
+	tp->opset = mo_onnx_default_opset(p);
 	tp->n_nodes = (int)im.g->n_node;
 	size_t nn = (size_t)tp->n_nodes + 1, n_ops = nn;
 	/* a decomposed node is several ops: at most one per input, or

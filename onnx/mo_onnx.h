@@ -81,6 +81,10 @@ const char *mo_onnx_external_file(const struct mo_model *m, size_t i);
  * defined. */
 enum mo_status mo_onnx_validate(const struct mo_model *m, struct mo_diag *d);
 
+/* The default-domain (ai.onnx) opset p imports; 1 when it imports none
+ * (before IR version 3 there was only opset 1). */
+int64_t mo_onnx_default_opset(const Onnx__ModelProto *p);
+
 /* The newest default-domain opset the tool (and ONNX Runtime 1.30) knows;
  * validation refuses newer ones. */
 #define MO_ONNX_OPSET_MAX 26

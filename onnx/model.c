@@ -898,3 +898,13 @@ enum mo_status mo_onnx_save(const struct mo_model *m, const char *path,
 	}
 	return mo_file_commit(&mf, d);
 }
+
+int64_t mo_onnx_default_opset(const Onnx__ModelProto *p)
+{
+	for (size_t i = 0; i < p->n_opset_import; i++) {
+		const char *dom = p->opset_import[i]->domain;
+		if (!dom || !*dom || strcmp(dom, "ai.onnx") == 0)
+			return p->opset_import[i]->version;
+	}
+	return 1;
+}
