@@ -1046,11 +1046,13 @@ bool fuse_dyn_fits(const struct mo_fuse_region *s, int k)
 }
 
 /* One try of pads kind[] (per region input: 0 zero, 1 lowest) at import
- * slot k (1 the probe's, 2 the ones', 4 the distinct values'): the region
- * there against s->prog run on each chunk's boxes of its inputs. *ok, or
- * where it differs in why. */
+ * slot k (1 the probe's, 2 the ones', 4 the distinct values') with bool
+ * inputs `bools` (struct mo_eval_rows): the region there against s->prog
+ * run on each chunk's boxes of its inputs. *ok, or where it differs in
+ * why. */
 static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, const int *kind,
-			       int k, bool *ok, char *why, size_t why_len, struct mo_diag *d)
+			       int k, int bools, bool *ok, char *why, size_t why_len,
+			       struct mo_diag *d)
 {
 	const struct mo_region *rg = s->rg;
 	const struct mo_tp *big = k == 1 ? s->prog_probe : k == 2 ? s->prog_one : s->prog_distinct;
@@ -1072,7 +1074,8 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 	}
 	struct mo_diag xd;
 	mo_diag_init(&xd);
-	if (mo_eval(big, MO_EVAL_FLOAT, seed, &want, &xd)) {
+	struct mo_eval_rows whole = { .bools = bools };
+	if (mo_eval_rows(big, MO_EVAL_FLOAT, seed, &whole, NULL, &want, &xd)) {
 		*ok = false;
 		snprintf(why, why_len, "cannot be evaluated at other sizes: %.200s", xd.msg);
 		if (xd.status == MO_ERR_NOMEM)
@@ -1080,7 +1083,8 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 		goto out;
 	}
 	struct mo_eval_rows rows = { .names = names, .box_dims = (const int64_t (*)[MO_MAX_RANK])dims,
-				     .box_off = (const int64_t (*)[MO_MAX_RANK])off, .box_pad = pad };
+				     .box_off = (const int64_t (*)[MO_MAX_RANK])off, .box_pad = pad,
+				     .bools = bools };
 	for (int i = 0; i < ni; i++) {
 		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
 		bool varies = false;
@@ -1164,6 +1168,11 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 		}
 		more = e < s->n_ext;
 	}
+	if (!*ok && bools) {
+		size_t at = strlen(why);
+		snprintf(why + at, why_len - at, ", every mask %s",
+			 bools == MO_EVAL_BOOLS_FALSE ? "false" : "true");
+	}
 out:
 	mo_eval_result_free(&want);
 	mo_free(names);
@@ -1186,8 +1195,11 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		mo_free(padded);
 		return mo_diag_nomem(d);
 	}
-	/* the inputs padded (an extent that is not looped) */
-	int np = 0;
+	/* the inputs padded (an extent that is not looped); a bool one (a
+	 * mask) is also tried all false and all true: drawn at random, a row
+	 * of a few keys with none to attend to is a matter of luck, and only
+	 * the right pad keeps such a row's keys from its padding's */
+	int np = 0, n_bools = 1;
 	for (int i = 0; i < ni; i++) {
 		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
 		for (int x = 0; x < t->rank && !padded[i]; x++) {
@@ -1195,6 +1207,8 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 			padded[i] = e >= 0 && !s->ext_loop[e];
 		}
 		np += padded[i];
+		if (padded[i] && t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+			n_bools = 3;
 	}
 	/* all 0; then each padded input alone its lowest; then all lowest */
 	char why[300] = "", first[300] = "";
@@ -1207,11 +1221,11 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		}
 		ok = true;
 		static const int sizes[3] = { 4, 2, 1 };
-		for (int k = 0; k < 3 && ok && !st; k++) {
+		for (int k = 0; k < 3 * n_bools && ok && !st; k++) {
 			why[0] = '\0';
-			if (!fits(s, sizes[k]))
+			if (!fits(s, sizes[k % 3]))
 				continue;
-			st = try_pads(f, s, kind, sizes[k], &ok, why, sizeof why, d);
+			st = try_pads(f, s, kind, sizes[k % 3], k / 3, &ok, why, sizeof why, d);
 		}
 		if (!ok && !first[0])
 			snprintf(first, sizeof first, "%s", why);

@@ -73,14 +73,17 @@ def norm_mlp():
          w("w_up", [D, F]), w("w_down", [F, D])])
 
 
-def masked_attention(with_mask=True, sliced=False):
+def masked_attention(with_mask=True, sliced=False, bool_mask=False):
     """x [batch, seq, D] and an additive mask [batch, 1, seq, seq] (0 to
     attend, the lowest float not to): two heads of attention with their
     projections and the residual. The attention core varies in its last
     dims (the key length): fused padded. Without the mask its padded keys
     would count: no pad keeps its outputs, and it stays unfused. `sliced`:
     the mask is sliced to the length of the transposed keys first, read
-    off their Shape (as Bloom's export does)."""
+    off their Shape (as Bloom's export does). `bool_mask`: the scores go
+    through Where(bmask, scores, lowest) first, bmask a bool input [batch,
+    1, seq, seq] (GPT-Neo's and MPT's causal mask), then the additive mask
+    when with_mask."""
     n = h.make_node
     rng = np.random.default_rng(6)
     hd = D // 2
@@ -88,7 +91,9 @@ def masked_attention(with_mask=True, sliced=False):
     def w(name, shape):
         return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
     core = [n("MatMul", ["qh", "kt"], ["sc"], name="qk"),
-            n("Mul", ["sc", "scale"], ["ss"], name="scale")]
+            n("Mul", ["sc", "scale"], ["ss0" if bool_mask else "ss"], name="scale")]
+    if bool_mask:
+        core += [n("Where", ["bmask", "ss0", "lowest"], ["ss"], name="bool_mask")]
     if sliced:
         core += [n("Shape", ["kt"], ["kt_shape"], name="keys_shape"),
                  n("Gather", ["kt_shape", "last"], ["keys"], axis=0, name="keys_length"),
@@ -112,10 +117,13 @@ def masked_attention(with_mask=True, sliced=False):
          n("MatMul", ["of", "wo"], ["proj"], name="o_proj"),
          n("Add", ["proj", "x"], ["y"], name="residual")],
         [vi("x", ["batch", "seq", D])] +
-        ([vi("mask", ["batch", 1, "seq", "seq"])] if with_mask else []),
+        ([vi("mask", ["batch", 1, "seq", "seq"])] if with_mask else []) +
+        ([vi("bmask", ["batch", 1, "seq", "seq"], onnx.TensorProto.BOOL)] if bool_mask else []),
         [vi("y", ["batch", "seq", D])],
         ([mo_testlib.const("last", [3], np.int64), mo_testlib.const("zero", [0], np.int64)]
          if sliced else []) +
+        ([mo_testlib.const("lowest", np.float32(np.finfo(np.float32).min))]
+         if bool_mask else []) +
         [mo_testlib.const("heads", [0, 0, 2, hd], np.int64),
          mo_testlib.const("flat", [0, 0, D], np.int64),
          mo_testlib.const("scale", 1 / np.sqrt(hd)), w("wq", [D, D]), w("wk", [D, D]),
@@ -541,6 +549,69 @@ class Rows(unittest.TestCase):
         for b, sq in ((1, 1), (3, 7), (2, 64), (2, 65)):
             x = rng.standard_normal((b, sq, D)).astype(np.float32)
             feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}", self)
+
+    def bool_mask_feed(self, b, sq, rng):
+        """x and masks at (b, sq): the bool mask causal but for one row of
+        each batch with nothing to attend to (all false), the additive one
+        causal."""
+        bm = np.broadcast_to(np.tril(np.ones((sq, sq), bool)), (b, 1, sq, sq)).copy()
+        bm[:, :, rng.integers(sq), :] = False
+        return {"x": rng.standard_normal((b, sq, D)).astype(np.float32), "bmask": bm}
+
+    def test_a_bool_mask_and_an_additive_one_pad_the_additive_one_lowest(self):
+        """Scores through Where(bool mask, scores, lowest), then the
+        additive mask (GPT-Neo's export). A row the bool mask leaves with
+        nothing to attend to has every score at the lowest value; zero
+        pads would give its padded keys that value too and they would share
+        its softmax. Only the additive mask padded at its lowest keeps them
+        out: the pad found with every mask false, not by luck of random
+        bools (the generated kernel's float check caught GPT-Neo's second
+        layer with zero pads). Right at every size, such rows included."""
+        src = os.path.join(self.dir, "attention_bool.onnx")
+        onnx.save(masked_attention(bool_mask=True), src)
+        out, plugin, regions = self.fuse(src, "attention_bool_fused", "--budget", "10",
+                                         need_rows=False)
+        padded = [g for g in regions if g["fused"] and "padded" in g]
+        self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
+        self.assertIn("bool_mask", padded[0]["nodes"])
+        pads = {p["input"]: p["pad"] for p in padded[0]["padded"]["pads"]}
+        self.assertEqual(pads.get("mask"), "lowest", pads)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(4)
+        for b, sq in ((1, 1), (1, 2), (3, 7), (2, 64), (2, 65)):
+            feed = self.bool_mask_feed(b, sq, rng)
+            feed["mask"] = causal_mask(b, sq)
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}", self)
+
+    def test_a_bool_mask_alone_is_not_padded(self):
+        """Scores through Where(bool mask, scores, lowest) and no additive
+        mask (MPT's dynamo export): in a row with nothing to attend to, a
+        padded key's score is the lowest value whatever its pad (false, or
+        true and a zero key's score), so no pad keeps that row: the core
+        stays unfused, saying so, and the model is right at every size."""
+        src = os.path.join(self.dir, "attention_bool_only.onnx")
+        onnx.save(masked_attention(with_mask=False, bool_mask=True), src)
+        out = os.path.join(self.dir, "attention_bool_only_fused.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("padding its dims that vary changes its outputs", r.stderr)
+        plugin, manifest = fileset(out)
+        regions = []
+        if manifest:
+            with open(manifest) as f:
+                regions = json.load(f)["regions"]
+        for g in regions:
+            if g["fused"] and "bool_mask" in g["nodes"] and "padded" in g:
+                self.fail("the masked core fused padded with a bool mask alone: %s"
+                          % g["nodes"])
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(5)
+        for b, sq in ((1, 1), (3, 7)):
+            feed = self.bool_mask_feed(b, sq, rng)
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   f"batch {b}, seq {sq}", self)
 

@@ -311,6 +311,15 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	return from != to;
 }
 
+/* The float value of input t's element `at` in walk e: drawn, or the
+ * walk's fixed bool (struct mo_eval_rows's bools). */
+static double input_value(const struct ev *e, const struct mo_tensor *t, uint64_t at)
+{
+	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && e->rows && e->rows->bools)
+		return e->rows->bools == MO_EVAL_BOOLS_TRUE;
+	return mo_eval_input_as(t->name, at, e->seed, e->scale, t->dtype);
+}
+
 /* Input t of a walk whose rows name it as box k (struct mo_eval_rows):
  * each element B's at the same index plus the box's offset, or the pad
  * outside B's dims. */
@@ -333,8 +342,7 @@ static void load_box(struct ev *e, const struct mo_tensor *t, int k, uint64_t hn
 			((ff *)v)[i] = in || pad != 0 ? (ff){ h % e->f->p, mo_mix64(h) % e->f->q }
 						      : (ff){ 0, 0 };
 		} else {
-			((double *)v)[i] = in ? mo_eval_input_as(t->name, at, e->seed, e->scale, t->dtype)
-					      : pad;
+			((double *)v)[i] = in ? input_value(e, t, at) : pad;
 		}
 		for (int d = t->rank - 1; d >= 0 && ++idx[d] == t->dims[d]; d--)
 			idx[d] = 0;
@@ -415,8 +423,7 @@ bool mo_ev_load_leaf(struct ev *e, int ti)
 			if (e->dom == MO_EVAL_FF)
 				((ff *)v)[i] = (ff){ h % e->f->p, mo_mix64(h) % e->f->q };
 			else
-				((double *)v)[i] = pad ? 0 : mo_eval_input_as(t->name, at, e->seed,
-									      e->scale, t->dtype);
+				((double *)v)[i] = pad ? 0 : input_value(e, t, at);
 		}
 		if (e->dom == MO_EVAL_FLOAT && e->masked && strcmp(t->name, e->masked) == 0)
 			causal_mask(t, v);

@@ -114,6 +114,10 @@ struct mo_eval_rows {
 	const int64_t (*box_dims)[MO_MAX_RANK];
 	const int64_t (*box_off)[MO_MAX_RANK];
 	const double *box_pad;
+	/* the float domain's bool inputs (masks): MO_EVAL_BOOLS_DRAWN at
+	 * random, or every element false (a row with nothing to attend to) or
+	 * true, in every input, boxes included */
+	enum { MO_EVAL_BOOLS_DRAWN, MO_EVAL_BOOLS_FALSE, MO_EVAL_BOOLS_TRUE } bools;
 };
 /* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
 enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
