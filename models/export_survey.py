@@ -4,8 +4,10 @@ of how the tool does on models nobody here wrote (none is committed; the
 tests hold those of export_whole.py).
 
 Decoders (Mistral, Gemma, Gemma 2, Qwen3, StableLM, GPT-NeoX, OPT, Granite,
-Falcon, Phi, Bloom, GPT-J, CodeGen, Llama with llama3 rope scaling) and
-encoders (RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa-v2), two or three
+Falcon, Phi, Bloom, GPT-J, CodeGen, Llama with llama3 rope scaling; a
+second group at hidden 80, 5 heads: OLMo 2, Cohere, GPTBigCode, GPT-Neo
+with local attention, Helium, Nemotron, SmolLM3, MPT) and encoders
+(RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa-v2; RoFormer, MPNet), two or three
 layers with random weights from a config, written by Optimum (decoders also
 with past key values: "optimum_past") and by torch.onnx.export's dynamo
 exporter; T5 and BART (encoder, decoder, decoder with past) and ViT by
@@ -49,6 +51,8 @@ def configs():
     small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, vocab_size=160, max_position_embeddings=128)
     gpt = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=160)
+    mid = dict(hidden_size=80, intermediate_size=144, num_hidden_layers=2,
+               num_attention_heads=5, vocab_size=160, max_position_embeddings=128)
     return {
         "mistral": (T.MistralConfig(num_key_value_heads=2, sliding_window=None, **ids, **big), GEN),
         "gemma": (T.GemmaConfig(num_key_value_heads=2, head_dim=16, **ids, **big), GEN),
@@ -79,6 +83,23 @@ def configs():
         "albert": (T.AlbertConfig(embedding_size=32, **small), ENC),
         "electra": (T.ElectraConfig(embedding_size=32, **small), ENC),
         "deberta_v2": (T.DebertaV2Config(**small), ENC),
+        # a second group, first surveyed later (hidden 80, 5 heads)
+        "olmo2": (T.Olmo2Config(num_key_value_heads=5, **ids, **mid), GEN),
+        "cohere": (T.CohereConfig(num_key_value_heads=1, **ids, **mid), GEN),
+        "gpt_bigcode": (T.GPTBigCodeConfig(n_embd=80, n_layer=2, n_head=5, vocab_size=160,
+                                           n_positions=128, multi_query=True, **ids), GEN),
+        "gpt_neo": (T.GPTNeoConfig(hidden_size=80, num_layers=2, num_heads=5, vocab_size=160,
+                                   max_position_embeddings=128, attention_types=[
+                                       [["global", "local"], 1]], window_size=32, **ids), GEN),
+        "helium": (T.HeliumConfig(num_key_value_heads=5, head_dim=16, **ids, **mid), GEN),
+        "nemotron": (T.NemotronConfig(num_key_value_heads=1, head_dim=16,
+                                      partial_rotary_factor=0.5, **ids, **mid), GEN),
+        "smollm3": (T.SmolLM3Config(num_key_value_heads=1, no_rope_layer_interval=2,
+                                    pad_token_id=0, **ids, **mid), GEN),
+        "mpt": (T.MptConfig(d_model=80, n_heads=5, n_layers=2, vocab_size=160, max_seq_len=128,
+                            expansion_ratio=2, **ids), GEN),
+        "roformer": (T.RoFormerConfig(embedding_size=80, **mid), ENC),
+        "mpnet": (T.MPNetConfig(**mid), ENC),
     }
 
 
