@@ -1023,12 +1023,20 @@ static enum mo_status padded_op(struct mo_fuse_state *f, struct mo_fuse_region *
 }
 
 /* The lowest value of a dtype, as a padded input takes it. */
-static double lowest_of(int32_t dtype)
+/* A padded input's "never" pad (kind 1): false in a bool, else -inf: below
+ * the lowest finite value an additive mask holds, so that in a row where
+ * every key of its own is masked (all that value) the padded keys still
+ * weigh nothing. */
+static double never_of(int32_t dtype)
 {
-	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? -65504.0
-	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? -0x1.fep127
-	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 0 : -0x1.fffffep127;
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 0 : -INFINITY;
 }
+
+/* How try_pads draws the region's inputs: at random; every bool input
+ * false, or true; or, besides the random draw, every float input padded
+ * with -inf holding its lowest finite value (a row with nothing to attend
+ * to, as Hugging Face's masks hold it for a left-padded prompt's padding). */
+enum pad_trial { PAD_DRAWN, PAD_BOOLS_FALSE, PAD_BOOLS_TRUE, PAD_NOTHING_ATTENDS };
 
 /* Whether every padded extent of s at import slot k (struct
  * mo_fuse_region's ext_vals) is within its bucket. */
@@ -1045,13 +1053,12 @@ bool fuse_dyn_fits(const struct mo_fuse_region *s, int k)
 	return fits(s, k);
 }
 
-/* One try of pads kind[] (per region input: 0 zero, 1 lowest) at import
- * slot k (1 the probe's, 2 the ones', 4 the distinct values') with bool
- * inputs `bools` (struct mo_eval_rows): the region there against s->prog
- * run on each chunk's boxes of its inputs. *ok, or where it differs in
- * why. */
+/* One try of pads kind[] (per region input: 0 zero, 1 never_of) at import
+ * slot k (1 the probe's, 2 the ones', 4 the distinct values') with inputs
+ * drawn as `trial` says: the region there against s->prog run on each
+ * chunk's boxes of its inputs. *ok, or where it differs in why. */
 static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, const int *kind,
-			       int k, int bools, bool *ok, char *why, size_t why_len,
+			       int k, enum pad_trial trial, bool *ok, char *why, size_t why_len,
 			       struct mo_diag *d)
 {
 	const struct mo_region *rg = s->rg;
@@ -1060,6 +1067,7 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 	uint64_t seed = f->a->search->seed ^ 0x7061646465647321ull;
 	int ni = rg->n_inputs;
 	const char **names = mo_calloc((size_t)ni + 1, sizeof *names);
+	const char **never = mo_calloc((size_t)ni + 1, sizeof *never);
 	int64_t (*dims)[MO_MAX_RANK] = mo_calloc((size_t)ni + 1, sizeof *dims);
 	int64_t (*off)[MO_MAX_RANK] = mo_calloc((size_t)ni + 1, sizeof *off);
 	double *pad = mo_calloc((size_t)ni + 1, sizeof *pad);
@@ -1068,13 +1076,19 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 	enum mo_status st = MO_OK;
 	int64_t chunk[MO_PLUGIN_MAX_EXT] = { 0 };
 	*ok = true;
-	if (!names || !dims || !off || !pad || !which) {
+	if (!names || !never || !dims || !off || !pad || !which) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
+	int n_never = 0;
+	for (int i = 0; trial == PAD_NOTHING_ATTENDS && i < ni; i++)
+		if (kind[i] && f->tp->tensors[rg->inputs[i]].dtype != ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+			never[n_never++] = f->tp->tensors[rg->inputs[i]].name;
+	int bools = trial == PAD_BOOLS_FALSE ? MO_EVAL_BOOLS_FALSE
+		    : trial == PAD_BOOLS_TRUE ? MO_EVAL_BOOLS_TRUE : MO_EVAL_BOOLS_DRAWN;
 	struct mo_diag xd;
 	mo_diag_init(&xd);
-	struct mo_eval_rows whole = { .bools = bools };
+	struct mo_eval_rows whole = { .bools = bools, .n_lowest = n_never, .lowest = never };
 	if (mo_eval_rows(big, MO_EVAL_FLOAT, seed, &whole, NULL, &want, &xd)) {
 		*ok = false;
 		snprintf(why, why_len, "cannot be evaluated at other sizes: %.200s", xd.msg);
@@ -1084,7 +1098,7 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 	}
 	struct mo_eval_rows rows = { .names = names, .box_dims = (const int64_t (*)[MO_MAX_RANK])dims,
 				     .box_off = (const int64_t (*)[MO_MAX_RANK])off, .box_pad = pad,
-				     .bools = bools };
+				     .bools = bools, .n_lowest = n_never, .lowest = never };
 	for (int i = 0; i < ni; i++) {
 		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
 		bool varies = false;
@@ -1095,7 +1109,7 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 		which[rows.n] = i;
 		names[rows.n] = t->name;
 		memcpy(dims[rows.n], at->tensors[rg->inputs[i]].dims, sizeof dims[0]);
-		pad[rows.n++] = kind[i] ? lowest_of(t->dtype) : 0;
+		pad[rows.n++] = kind[i] ? never_of(t->dtype) : 0;
 	}
 	for (bool more = true; more && *ok && !st;) {
 		for (int q = 0; q < rows.n; q++) {
@@ -1168,14 +1182,15 @@ static enum mo_status try_pads(struct mo_fuse_state *f, struct mo_fuse_region *s
 		}
 		more = e < s->n_ext;
 	}
-	if (!*ok && bools) {
+	if (!*ok && trial != PAD_DRAWN) {
 		size_t at = strlen(why);
-		snprintf(why + at, why_len - at, ", every mask %s",
-			 bools == MO_EVAL_BOOLS_FALSE ? "false" : "true");
+		snprintf(why + at, why_len - at, ", %s", trial == PAD_BOOLS_FALSE ? "every bool false"
+			 : trial == PAD_BOOLS_TRUE ? "every bool true" : "nothing attended to");
 	}
 out:
 	mo_eval_result_free(&want);
 	mo_free(names);
+	mo_free(never);
 	mo_free(dims);
 	mo_free(off);
 	mo_free(pad);
@@ -1196,10 +1211,13 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		return mo_diag_nomem(d);
 	}
 	/* the inputs padded (an extent that is not looped); a bool one (a
-	 * mask) is also tried all false and all true: drawn at random, a row
-	 * of a few keys with none to attend to is a matter of luck, and only
-	 * the right pad keeps such a row's keys from its padding's */
-	int np = 0, n_bools = 1;
+	 * mask) is also tried all false and all true, and a float one padded
+	 * with -inf at its lowest finite value: drawn at random, a row with
+	 * nothing to attend to is a matter of luck (a few keys of random
+	 * bools) or never happens (random floats), and only the right pad
+	 * keeps such a row's keys from its padding's */
+	bool has_bool = false;
+	int np = 0;
 	for (int i = 0; i < ni; i++) {
 		const struct mo_tensor *t = &f->tp->tensors[rg->inputs[i]];
 		for (int x = 0; x < t->rank && !padded[i]; x++) {
@@ -1207,8 +1225,7 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 			padded[i] = e >= 0 && !s->ext_loop[e];
 		}
 		np += padded[i];
-		if (padded[i] && t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
-			n_bools = 3;
+		has_bool |= padded[i] && t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 	}
 	/* all 0; then each padded input alone its lowest; then all lowest */
 	char why[300] = "", first[300] = "";
@@ -1219,13 +1236,25 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 			kind[i] = padded[i] && (c == np + 1 || (c > 0 && n == c - 1));
 			n += padded[i];
 		}
+		bool has_never = false;
+		for (int i = 0; i < ni; i++)
+			has_never |= kind[i] && f->tp->tensors[rg->inputs[i]].dtype !=
+							ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+		enum pad_trial trials[4] = { PAD_DRAWN };
+		int nt = 1;
+		if (has_bool) {
+			trials[nt++] = PAD_BOOLS_FALSE;
+			trials[nt++] = PAD_BOOLS_TRUE;
+		}
+		if (has_never)
+			trials[nt++] = PAD_NOTHING_ATTENDS;
 		ok = true;
 		static const int sizes[3] = { 4, 2, 1 };
-		for (int k = 0; k < 3 * n_bools && ok && !st; k++) {
+		for (int k = 0; k < 3 * nt && ok && !st; k++) {
 			why[0] = '\0';
 			if (!fits(s, sizes[k % 3]))
 				continue;
-			st = try_pads(f, s, kind, sizes[k % 3], k / 3, &ok, why, sizeof why, d);
+			st = try_pads(f, s, kind, sizes[k % 3], trials[k / 3], &ok, why, sizeof why, d);
 		}
 		if (!ok && !first[0])
 			snprintf(first, sizeof first, "%s", why);

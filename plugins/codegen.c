@@ -1808,19 +1808,21 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		P(g, "free(stage);\nreturn rc;\n}\n\n");
 }
 
-/* The bits a padded input's elements take: 0, or the lowest finite value
- * of its dtype (an additive mask's "never": exp of it is 0). */
+/* The bits a padded input's elements take: 0, or -inf in a float dtype
+ * (an additive mask's "never", below even the lowest finite value a mask
+ * holds where a row has nothing to attend to: exp of it is 0) and false
+ * in a bool. */
 static uint32_t pad_bits(int32_t dtype, int kind)
 {
 	if (kind == 0)
 		return 0;
 	switch (dtype) {
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
-		return 0xff7fffffu;
+		return 0xff800000u;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
-		return 0xfbffu;
+		return 0xfc00u;
 	case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16:
-		return 0xff7fu;
+		return 0xff80u;
 	default:
 		return 0;
 	}

@@ -461,10 +461,13 @@ class Rows(unittest.TestCase):
     def test_attention_over_the_sequence_is_fused_padded(self):
         """Attention with an additive mask, its dims unbound: the core (Q·Kᵀ,
         the mask, the softmax, ·V) is one region of its own, searched at
-        the bucket (seq 64), padded (the mask by its lowest value, so that
-        the padded keys weigh nothing), checked at three other sizes; the
-        fused model gives the original's outputs at any batch and at
-        sequences up to 64, and says so above."""
+        the bucket (seq 64), padded (the mask by -inf, so that the padded
+        keys weigh nothing, even in a row whose own keys are all masked by
+        the lowest float: a left-padded prompt's padding in Hugging Face's
+        masks, where a pad of that lowest value would tie with them and
+        share the softmax), checked at three other sizes; the fused model
+        gives the original's outputs at any batch and at sequences up to
+        64, such rows included, and says so above."""
         src = os.path.join(self.dir, "attention.onnx")
         onnx.save(masked_attention(), src)
         out, plugin, regions = self.fuse(src, "attention_fused", "--budget", "10",
@@ -476,7 +479,7 @@ class Rows(unittest.TestCase):
         ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
         self.assertEqual(ext, {"batch": (1, True), "seq": (64, False)})
         pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
-        self.assertEqual(pads.get("mask"), "lowest", pads)
+        self.assertEqual(pads.get("mask"), "-inf", pads)
         # checked at the distinct values' (batch 3, seq 7: the second symbol), the probe's
         # (2, 23) and the ones' sizes
         self.assertEqual([c["extents"] for c in g["padded"]["checked_at"]],
@@ -490,6 +493,10 @@ class Rows(unittest.TestCase):
             feed = {"x": x, "mask": causal_mask(b, sq)}
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   f"batch {b}, seq {sq}", self)
+            if b and sq > 1:  # a row with nothing to attend to
+                feed["mask"][:, :, rng.integers(sq), :] = np.finfo(np.float32).min
+                close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                      f"batch {b}, seq {sq}, a row masked whole", self)
         # past the bucket the original ops run: the op sits in an If whose
         # other branch holds the nodes it replaces
         for b, sq in ((1, 65), (2, 100)):
@@ -577,7 +584,7 @@ class Rows(unittest.TestCase):
         self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
         self.assertIn("bool_mask", padded[0]["nodes"])
         pads = {p["input"]: p["pad"] for p in padded[0]["padded"]["pads"]}
-        self.assertEqual(pads.get("mask"), "lowest", pads)
+        self.assertEqual(pads.get("mask"), "-inf", pads)
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(4)
         for b, sq in ((1, 1), (1, 2), (3, 7), (2, 64), (2, 65)):
@@ -636,7 +643,7 @@ class Rows(unittest.TestCase):
                 self.fail("the core with Q·Kᵀ fused padded without a mask: %s" % g["nodes"])
             if g["fused"] and "padded" in g and "softmax" in g["nodes"]:
                 pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
-                self.assertEqual(pads.get("sc"), "lowest", g)
+                self.assertEqual(pads.get("sc"), "-inf", g)
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(4)
         for b, sq in ((2, 9), (1, 1), (3, 64)):

@@ -118,7 +118,14 @@ struct mo_eval_rows {
 	 * random, or every element false (a row with nothing to attend to) or
 	 * true, in every input, boxes included */
 	enum { MO_EVAL_BOOLS_DRAWN, MO_EVAL_BOOLS_FALSE, MO_EVAL_BOOLS_TRUE } bools;
+	/* the float domain's inputs named in lowest[0..n_lowest) hold their
+	 * dtype's lowest finite value in every element, boxes included (a
+	 * mask where nothing attends) */
+	int n_lowest;
+	const char *const *lowest;
 };
+/* The lowest finite value of a float dtype (float32's for any other). */
+double mo_eval_lowest(int32_t dtype);
 /* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
 enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
 			    const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
