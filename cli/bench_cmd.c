@@ -85,6 +85,11 @@ static const char bench_usage[] =
 	"                  side, each step's logits compared; prints the median time\n"
 	"                  per generated token of each and whether the tokens agree\n"
 	"                  (exit 1 when they do not)\n"
+	"  --left-pad N    a batch of prompts of different lengths, as a tokenizer\n"
+	"                  pads them for generation: every prompt but the first has\n"
+	"                  its first N positions masked out (attention mask 0 there),\n"
+	"                  in the outputs compared and in --generate. Needs a batch\n"
+	"                  of 2 or more and an attention mask longer than N\n"
 	"  -h, --help      print this help\n"
 	"\n"
 	"Python with onnxruntime, onnx and numpy runs the measurement:\n"
@@ -99,7 +104,7 @@ static const char prog[] = "mirage-onnx bench";
 static int bench(int argc, char **argv, const char **dims)
 {
 	enum { OPT_RUNS = 256, OPT_WARMUP, OPT_THREADS, OPT_SEED, OPT_TOLERANCE, OPT_PROVIDER,
-	       OPT_GENERATE, OPT_DIM };
+	       OPT_GENERATE, OPT_LEFT_PAD, OPT_DIM };
 	static const struct option longopts[] = {
 		{ "runs", required_argument, NULL, OPT_RUNS },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
@@ -108,6 +113,7 @@ static int bench(int argc, char **argv, const char **dims)
 		{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
 		{ "generate", required_argument, NULL, OPT_GENERATE },
+		{ "left-pad", required_argument, NULL, OPT_LEFT_PAD },
 		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -120,7 +126,7 @@ static int bench(int argc, char **argv, const char **dims)
 		{ "--seed", 0, 4294967295.0, true },
 		{ "--tolerance", 0, 1e9, false },
 	};
-	const char *given[7] = { NULL }; /* each flag's value, checked */
+	const char *given[8] = { NULL }; /* each flag's value, checked */
 	int n_dims = 0, c; /* dims[0..n_dims): each --dim, checked */
 	optind = 1;
 	opterr = 0;
@@ -135,10 +141,12 @@ static int bench(int argc, char **argv, const char **dims)
 				return cli_num_flag_error(prog, &nums[c - OPT_RUNS], optarg, 2);
 			given[c - OPT_RUNS] = optarg;
 			break;
-		case OPT_GENERATE: {
+		case OPT_GENERATE: case OPT_LEFT_PAD: {
 			static const struct cli_num_flag tokens = { "--generate", 1, 100000, true };
-			if (!cli_parse_num(optarg, &tokens, &v))
-				return cli_num_flag_error(prog, &tokens, optarg, 2);
+			static const struct cli_num_flag pad = { "--left-pad", 1, 2147483647.0, true };
+			const struct cli_num_flag *flag = c == OPT_GENERATE ? &tokens : &pad;
+			if (!cli_parse_num(optarg, flag, &v))
+				return cli_num_flag_error(prog, flag, optarg, 2);
 			given[c - OPT_RUNS] = optarg;
 			break;
 		}
@@ -192,7 +200,7 @@ static int bench(int argc, char **argv, const char **dims)
 	if (!py || !*py)
 		py = "python3";
 	/* the script is text with a terminating NUL (embed.cmake adds one) */
-	char **args = calloc((size_t)(3 + 2 * 7 + 2 * n_dims + 4), sizeof *args);
+	char **args = calloc((size_t)(3 + 2 * 8 + 2 * n_dims + 4), sizeof *args);
 	if (!args) {
 		fprintf(stderr, "%s: out of memory\n", prog);
 		return 3;
@@ -201,9 +209,9 @@ static int bench(int argc, char **argv, const char **dims)
 	args[n++] = (char *)py;
 	args[n++] = "-c";
 	args[n++] = (char *)cli_scripts_files[0].data;
-	static const char *flags[7] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
-					"--provider", "--generate" };
-	for (int k = 0; k < 7; k++)
+	static const char *flags[8] = { "--runs", "--warmup", "--threads", "--seed", "--tolerance",
+					"--provider", "--generate", "--left-pad" };
+	for (int k = 0; k < 8; k++)
 		if (given[k]) {
 			args[n++] = (char *)flags[k];
 			args[n++] = (char *)given[k];

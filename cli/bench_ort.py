@@ -366,7 +366,24 @@ def coverage(model, manifest, shapes, onnx, np):
     print(f"{f'; {unknown} MatMuls of unknown shape' if unknown else ''}")
 
 
-def generate(s0, s1, feeds, steps, paths, np):
+def left_pad(feeds, masks, n):
+    """--left-pad: every prompt but the first has its first n positions
+    masked out in each attention mask ([batch, positions])."""
+    if not masks:
+        raise Failure("--left-pad needs an attention mask input of [batch, positions] "
+                      "(an input with 'mask' in its name); the inputs have none")
+    for m in masks:
+        b, positions = feeds[m].shape
+        if b < 2:
+            raise Failure(f"--left-pad pads every prompt but the first: {m} has a batch of "
+                          f"{b} (give a batch of 2 or more with --dim)")
+        if n >= positions:
+            raise Failure(f"--left-pad {n}: {m} has {positions} positions, so at most "
+                          f"{positions - 1} can be padding")
+        feeds[m][1:, :n] = 0
+
+
+def generate(s0, s1, feeds, steps, paths, np, pad=0):
     """--generate: greedy decoding with a KV cache, the two models side by
     side from the same prompt (feeds' input_ids) and an empty cache, each fed
     its own tokens. Prints the prefill and the median per-token times and
@@ -399,6 +416,7 @@ def generate(s0, s1, feeds, steps, paths, np):
                 dt = feeds[n].dtype
                 if "mask" in n:
                     feed[n] = np.ones((batch, pos + m), dt)
+                    feed[n][1:, :pad] = 0  # --left-pad
                 elif "position" in n:
                     feed[n] = np.broadcast_to(np.arange(pos, pos + m), (batch, m)).astype(dt)
                 else:
@@ -430,7 +448,8 @@ def generate(s0, s1, feeds, steps, paths, np):
         tokens = nxt
     per = [statistics.median(t[1:]) * 1e3 if len(t) > 1 else t[0] * 1e3 for t in times]
     print(f"\ngeneration: {steps} tokens from a prompt of {ids.shape[1]} at batch {batch} "
-          "(greedy, empty cache first)")
+          + (f"(every prompt but the first left-padded by {pad}) " if pad else "")
+          + "(greedy, empty cache first)")
     print(f"  prefill   original {times[0][0] * 1e3:10.3f} ms   fused {times[1][0] * 1e3:10.3f} ms")
     print(f"  per token original {per[0]:10.3f} ms   fused {per[1]:10.3f} ms"
           + (f"   ({per[0] / per[1]:.2f}x)" if per[1] > 0 else ""))
@@ -451,6 +470,7 @@ def main():
     ap.add_argument("--threads", type=bounded(int, 0, 256, "--threads"), default=0)
     ap.add_argument("--tolerance", type=bounded(float, 0, 1e9, "--tolerance"), default=None)
     ap.add_argument("--generate", type=bounded(int, 1, 100000, "--generate"), default=0)
+    ap.add_argument("--left-pad", type=bounded(int, 1, 2**31 - 1, "--left-pad"), default=0)
     ap.add_argument("--dim", action="append", default=[])
     a = ap.parse_args()
     dims = {}
@@ -583,7 +603,11 @@ def main():
         feeds[i.name] = (rng.standard_normal(shape).astype(dt)
                          if np.issubdtype(dt, np.floating) else
                          integer_input(original, i.name, shape, dt, rng, np))
-    print("inputs: " + ", ".join(f"{n} {list(v.shape)}" for n, v in feeds.items()))
+    masks = [n for n, v in feeds.items() if "mask" in n.lower() and v.ndim == 2]
+    if a.left_pad:
+        left_pad(feeds, masks, a.left_pad)
+    print("inputs: " + ", ".join(f"{n} {list(v.shape)}" for n, v in feeds.items())
+          + (f"; every prompt but the first left-padded by {a.left_pad}" if a.left_pad else ""))
 
     def run(s, path):
         try:
@@ -633,7 +657,7 @@ def main():
         coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),
                  {n: list(v.shape) for n, v in feeds.items()}, onnx, np)
     if a.generate:
-        generate(s0, s1, feeds, a.generate, (a.model, a.fused), np)
+        generate(s0, s1, feeds, a.generate, (a.model, a.fused), np, a.left_pad)
     if a.tolerance is not None and not worst <= a.tolerance:
         raise Failure(f"the largest error {worst:.3g} is over the tolerance {a.tolerance:g}")
 

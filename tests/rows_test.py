@@ -470,6 +470,15 @@ class Rows(unittest.TestCase):
                                                    got_s.run(None, feed))):
                         close(w, g, f"{name} batch {b}, seq {s}, left-padded, output {k}",
                               self)
+                # bench --left-pad says the same
+                if name == "llama_dynamo":
+                    r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--left-pad",
+                                        "3", "--dim", "batch=2", "--dim", "sequence=7",
+                                        "--tolerance", "1e-4"], capture_output=True, text=True,
+                                       timeout=600, env={**os.environ,
+                                                         "MIRAGE_ONNX_PYTHON": sys.executable})
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertIn("left-padded by 3", r.stdout)
 
     def test_attention_over_the_sequence_is_fused_padded(self):
         """Attention with an additive mask, its dims unbound: the core (Q·Kᵀ,
@@ -693,15 +702,26 @@ class Rows(unittest.TestCase):
             with self.subTest(batch=1, prompt=prompt, steps=steps):
                 ids = rng.integers(0, vocab, (1, prompt)).astype(np.int64)
                 self.generate(orig, fused, ids, kv, heads, hd, steps=steps)
-        # bench --generate: the same loop, timed per token
+        # bench --generate: the same loop, timed per token, from prompts
+        # of 5, 3 and 3 (--left-pad 2: the last two masked out there)
+        env = {**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable, "MIRAGE_ONNX_CPU_KERNELS": "1"}
         r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
-                            "--generate", "4", "--dim", "batch_size=3",
-                            "--dim", "sequence_length=5"], capture_output=True, text=True,
-                           timeout=600, env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable,
-                                             "MIRAGE_ONNX_CPU_KERNELS": "1"})
+                            "--generate", "4", "--dim", "batch_size=3", "--left-pad", "2",
+                            "--dim", "sequence_length=5", "--tolerance", "1e-4"],
+                           capture_output=True, text=True, timeout=600, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("generation: 4 tokens from a prompt of 5 at batch 3", r.stdout)
+        self.assertIn("generation: 4 tokens from a prompt of 5 at batch 3 (every prompt but "
+                      "the first left-padded by 2)", r.stdout)
         self.assertIn("tokens the same at every step", r.stdout)
+        # a left pad needs a second prompt, and one token of it left
+        for flags, said in ((["--dim", "batch_size=1"], "give a batch of 2 or more"),
+                            (["--dim", "batch_size=2", "--left-pad", "5"], "at most 4 can be")):
+            r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--left-pad", "3",
+                                "--dim", "sequence_length=5", "--dim", "past_sequence_length=0",
+                                *flags], capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+            self.assertIn(said, r.stderr)
         # a --dim naming no symbol of the model is an error, not ignored
         r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--dim", "seq_len=5"],
                            capture_output=True, text=True, timeout=600,
