@@ -559,20 +559,42 @@ class Rows(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("past the sizes it serves, the original ops run", r.stdout)
 
+    def fuse_padded(self, model, tag):
+        """model saved as tag.onnx and fused with its dims unbound: its
+        path, the fused model's, the plugin's and its one padded region."""
+        src = os.path.join(self.dir, tag + ".onnx")
+        onnx.save(model, src)
+        out, plugin, regions = self.fuse(src, tag + "_fused", "--budget", "10", need_rows=False)
+        padded = [g for g in regions if g["fused"] and "padded" in g]
+        self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
+        return src, out, plugin, padded[0]
+
+    def fuse_unpadded(self, model, tag):
+        """model saved as tag.onnx and fused with its dims unbound, which
+        says that no pad keeps some region's outputs: its path, the fused
+        model's, the plugin's (None: nothing fused) and the regions."""
+        src = os.path.join(self.dir, tag + ".onnx")
+        onnx.save(model, src)
+        out = os.path.join(self.dir, tag + "_fused.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("padding its dims that vary changes its outputs", r.stderr)
+        plugin, manifest = fileset(out)
+        if not manifest:
+            return src, out, None, []
+        with open(manifest) as f:
+            return src, out, plugin, json.load(f)["regions"]
+
     def test_a_mask_sliced_to_the_keys_length_is_fused_padded(self):
         """The mask sliced to the length of the transposed keys (a Shape of
         them): fused with the keys' Transpose, the op would be on a cycle
         through that Shape (folded at every size the tool imports at, not
         in the fused model). The Transpose is left to ONNX Runtime and the
         rest of the core is fused padded, right at every size."""
-        src = os.path.join(self.dir, "attention_sliced.onnx")
-        onnx.save(masked_attention(sliced=True), src)
-        out, plugin, regions = self.fuse(src, "attention_sliced_fused", "--budget", "10",
-                                         need_rows=False)
-        padded = [g for g in regions if g["fused"] and "padded" in g]
-        self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
-        self.assertIn("softmax", padded[0]["nodes"])
-        self.assertNotIn("k_t", padded[0]["nodes"])
+        src, out, plugin, g = self.fuse_padded(masked_attention(sliced=True), "attention_sliced")
+        self.assertIn("softmax", g["nodes"])
+        self.assertNotIn("k_t", g["nodes"])
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(3)
         for b, sq in ((1, 1), (3, 7), (2, 64), (2, 65)):
@@ -589,23 +611,18 @@ class Rows(unittest.TestCase):
         bm[:, :, rng.integers(sq), :] = False
         return {"x": rng.standard_normal((b, sq, D)).astype(np.float32), "bmask": bm}
 
-    def test_a_bool_mask_and_an_additive_one_pad_the_additive_one_lowest(self):
+    def test_a_bool_mask_and_an_additive_one_pad_the_additive_one_minus_inf(self):
         """Scores through Where(bool mask, scores, lowest), then the
         additive mask (GPT-Neo's export). A row the bool mask leaves with
         nothing to attend to has every score at the lowest value; zero
         pads would give its padded keys that value too and they would share
-        its softmax. Only the additive mask padded at its lowest keeps them
+        its softmax. Only the additive mask padded with -inf keeps them
         out: the pad found with every mask false, not by luck of random
         bools (the generated kernel's float check caught GPT-Neo's second
         layer with zero pads). Right at every size, such rows included."""
-        src = os.path.join(self.dir, "attention_bool.onnx")
-        onnx.save(masked_attention(bool_mask=True), src)
-        out, plugin, regions = self.fuse(src, "attention_bool_fused", "--budget", "10",
-                                         need_rows=False)
-        padded = [g for g in regions if g["fused"] and "padded" in g]
-        self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
-        self.assertIn("bool_mask", padded[0]["nodes"])
-        pads = {p["input"]: p["pad"] for p in padded[0]["padded"]["pads"]}
+        src, out, plugin, g = self.fuse_padded(masked_attention(bool_mask=True), "attention_bool")
+        self.assertIn("bool_mask", g["nodes"])
+        pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
         self.assertEqual(pads.get("mask"), "-inf", pads)
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(4)
@@ -621,18 +638,8 @@ class Rows(unittest.TestCase):
         padded key's score is the lowest value whatever its pad (false, or
         true and a zero key's score), so no pad keeps that row: the core
         stays unfused, saying so, and the model is right at every size."""
-        src = os.path.join(self.dir, "attention_bool_only.onnx")
-        onnx.save(masked_attention(with_mask=False, bool_mask=True), src)
-        out = os.path.join(self.dir, "attention_bool_only_fused.onnx")
-        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
-                            "--budget", "10"], capture_output=True, text=True, timeout=1800)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("padding its dims that vary changes its outputs", r.stderr)
-        plugin, manifest = fileset(out)
-        regions = []
-        if manifest:
-            with open(manifest) as f:
-                regions = json.load(f)["regions"]
+        src, out, plugin, regions = self.fuse_unpadded(
+            masked_attention(with_mask=False, bool_mask=True), "attention_bool_only")
         for g in regions:
             if g["fused"] and "bool_mask" in g["nodes"] and "padded" in g:
                 self.fail("the masked core fused padded with a bool mask alone: %s"
@@ -650,16 +657,8 @@ class Rows(unittest.TestCase):
         that reason. A part of it may be, where the scores themselves are
         an input: padded by the lowest value they weigh nothing. What fuses
         gives the original's outputs at every size."""
-        src = os.path.join(self.dir, "attention_nomask.onnx")
-        onnx.save(masked_attention(with_mask=False), src)
-        out = os.path.join(self.dir, "attention_nomask_fused.onnx")
-        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
-                            "--budget", "10"], capture_output=True, text=True, timeout=1800)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("padding its dims that vary changes its outputs", r.stderr)
-        plugin, manifest = fileset(out)
-        with open(manifest) as f:
-            regions = json.load(f)["regions"]
+        src, out, plugin, regions = self.fuse_unpadded(masked_attention(with_mask=False),
+                                                       "attention_nomask")
         for g in regions:
             if g["fused"] and "qk" in g["nodes"]:
                 self.fail("the core with Q·Kᵀ fused padded without a mask: %s" % g["nodes"])
