@@ -1227,7 +1227,8 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		np += padded[i];
 		has_bool |= padded[i] && t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
 	}
-	/* all 0; then each padded input alone its lowest; then all lowest */
+	/* all 0; then each padded input alone its never_of; then all; each
+	 * candidate at every size that fits, in every trial that applies */
 	char why[300] = "", first[300] = "";
 	bool ok = false;
 	for (int c = 0; c < (np > 0 ? np + 2 : 1) && !ok && !st; c++) {
