@@ -603,9 +603,9 @@ def main():
         feeds[i.name] = (rng.standard_normal(shape).astype(dt)
                          if np.issubdtype(dt, np.floating) else
                          integer_input(original, i.name, shape, dt, rng, np))
-    masks = [n for n, v in feeds.items() if "mask" in n.lower() and v.ndim == 2]
     if a.left_pad:
-        left_pad(feeds, masks, a.left_pad)
+        left_pad(feeds, [n for n, v in feeds.items() if "mask" in n.lower() and v.ndim == 2],
+                 a.left_pad)
     print("inputs: " + ", ".join(f"{n} {list(v.shape)}" for n, v in feeds.items())
           + (f"; every prompt but the first left-padded by {a.left_pad}" if a.left_pad else ""))
 

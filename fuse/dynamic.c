@@ -1022,7 +1022,6 @@ static enum mo_status padded_op(struct mo_fuse_state *f, struct mo_fuse_region *
 	return MO_OK;
 }
 
-/* The lowest value of a dtype, as a padded input takes it. */
 /* A padded input's "never" pad (kind 1): false in a bool, else -inf: below
  * the lowest finite value an additive mask holds, so that in a row where
  * every key of its own is masked (all that value) the padded keys still

@@ -311,23 +311,25 @@ bool mo_ev_cast_rounds(const struct mo_tp *tp, const struct mo_tp_op *op)
 	return from != to;
 }
 
+/* The lowest finite value of a float dtype (float32's for any other). */
+static double lowest_finite(int32_t dtype)
+{
+	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? -65504.0
+	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? -0x1.fep127
+							       : -0x1.fffffep127;
+}
+
 /* The float value of input t's element `at` in walk e: drawn, or the
- * walk's fixed bool or fill (struct mo_eval_rows's bools, fills). */
+ * walk's fixed bool or lowest value (struct mo_eval_rows's bools and
+ * lowest). */
 static double input_value(const struct ev *e, const struct mo_tensor *t, uint64_t at)
 {
 	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && e->rows && e->rows->bools)
 		return e->rows->bools == MO_EVAL_BOOLS_TRUE;
 	for (int k = 0; e->rows && k < e->rows->n_lowest; k++)
 		if (strcmp(e->rows->lowest[k], t->name) == 0)
-			return mo_eval_lowest(t->dtype);
+			return lowest_finite(t->dtype);
 	return mo_eval_input_as(t->name, at, e->seed, e->scale, t->dtype);
-}
-
-double mo_eval_lowest(int32_t dtype)
-{
-	return dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? -65504.0
-	       : dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ? -0x1.fep127
-							       : -0x1.fffffep127;
 }
 
 /* Input t of a walk whose rows name it as box k (struct mo_eval_rows):

@@ -124,8 +124,6 @@ struct mo_eval_rows {
 	int n_lowest;
 	const char *const *lowest;
 };
-/* The lowest finite value of a float dtype (float32's for any other). */
-double mo_eval_lowest(int32_t dtype);
 /* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
 enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
 			    const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
