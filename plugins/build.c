@@ -961,13 +961,14 @@ static uint64_t check_numel(const struct mo_tensor *t, const struct mo_tp *ref, 
 
 static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 			       const struct mo_tp *ref, int64_t rows, const int64_t *ext,
-			       uint64_t seed, struct mo_plugin_check *out, struct mo_diag *d);
+			       const struct mo_eval_rows *trial, uint64_t seed,
+			       struct mo_plugin_check *out, struct mo_diag *d);
 
 enum mo_status mo_plugin_check_cpu(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d)
 {
-	return check_op(lib, op, ref, 0, NULL, seed, out, d);
+	return check_op(lib, op, ref, 0, NULL, NULL, seed, out, d);
 }
 
 enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
@@ -976,7 +977,7 @@ enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_c
 {
 	if (op->rows <= 0 || rows < 0)
 		return mo_diag_set(d, MO_ERR_INTERNAL, "op %s does not serve rows", op->name);
-	return check_op(lib, op, ref, rows, NULL, seed, out, d);
+	return check_op(lib, op, ref, rows, NULL, NULL, seed, out, d);
 }
 
 enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
@@ -998,15 +999,63 @@ enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg
 		if (ext[e] < 0)
 			return mo_diag_set(d, MO_ERR_INTERNAL, "op %s: extent %d is no input's", op->name, e);
 	}
-	return check_op(lib, op, ref, 0, ext, seed, out, d);
+	/* the trials the pads were chosen by (fuse/dynamic.c, try_pads), so
+	 * that the generated padding code is held to what the evaluator
+	 * showed: inputs drawn; where the op reads bools, every bool false
+	 * (rows with nothing to attend to) and true; where it pads a float
+	 * input with "never", those inputs at their lowest finite value
+	 * everywhere (a mask where nothing attends: the padded keys must
+	 * still weigh nothing) */
+	const char **lowest = mo_calloc((size_t)kg->n_inputs + 1, sizeof *lowest);
+	int n_lowest = 0;
+	if (!lowest)
+		return mo_diag_nomem(d);
+	bool bools = false;
+	for (int i = 0; i < kg->n_inputs; i++) {
+		const struct mo_tensor *t = &kg->tensors[kg->inputs[i]];
+		const struct mo_tensor *r = ref_tensor(ref, t->name);
+		if (!r || r->kind != MO_T_INPUT)
+			continue;
+		if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+			bools = true;
+		else if (op->in_pad && op->in_pad[i])
+			lowest[n_lowest++] = t->name;
+	}
+	struct mo_eval_rows trials[3];
+	int nt = 0;
+	if (bools) {
+		trials[nt++] = (struct mo_eval_rows){ .bools = MO_EVAL_BOOLS_FALSE };
+		trials[nt++] = (struct mo_eval_rows){ .bools = MO_EVAL_BOOLS_TRUE };
+	}
+	if (n_lowest)
+		trials[nt++] = (struct mo_eval_rows){ .n_lowest = n_lowest, .lowest = lowest };
+	enum mo_status st = check_op(lib, op, ref, 0, ext, NULL, seed, out, d);
+	for (int k = 0; k < nt && !st && out->ok; k++) {
+		struct mo_plugin_check c;
+		st = check_op(lib, op, ref, 0, ext, &trials[k], seed, &c, d);
+		out->plans += c.plans;
+		out->max_abs = fmax(out->max_abs, c.max_abs);
+		out->max_rel = fmax(out->max_rel, c.max_rel);
+		if (!st && !c.ok) {
+			out->ok = false;
+			snprintf(out->detail, sizeof out->detail, "%s: %.200s",
+				 trials[k].n_lowest ? "with the inputs it pads -inf at their lowest value"
+				 : trials[k].bools == MO_EVAL_BOOLS_FALSE ? "with every bool input false"
+									  : "with every bool input true",
+				 c.detail);
+		}
+	}
+	mo_free(lowest);
+	return st;
 }
 
 /* rows > 0: the rows entry on that many rows of ref's tensors; ext: the
- * pad entry at those extents (ref's sizes); neither: the op's own entry at
- * its own sizes. */
+ * pad entry at those extents (ref's sizes), its inputs those of `trial`
+ * (NULL: drawn); neither: the op's own entry at its own sizes. */
 static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 			       const struct mo_tp *ref, int64_t rows_in, const int64_t *ext,
-			       uint64_t seed, struct mo_plugin_check *out, struct mo_diag *d)
+			       const struct mo_eval_rows *trial, uint64_t seed,
+			       struct mo_plugin_check *out, struct mo_diag *d)
 {
 	/* check_numel's "at ref's sizes": -1 for the pad entry */
 	int64_t rows = ext ? -1 : rows_in;
@@ -1064,7 +1113,7 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 		bool ok = r != NULL;
 		if (ok && r->kind == MO_T_INPUT) {
 			for (uint64_t k = 0; k < n; k++)
-				vals[k] = mo_eval_input_as(t->name, k, seed, 1.0, t->dtype);
+				vals[k] = mo_eval_rows_input(trial, t->name, t->dtype, k, seed, 1.0);
 		} else if (ok && r->init) {
 			ok = mo_onnx_tensor_doubles(ref->model, r->init, n, 0, n, vals);
 		} else if (ok && r->fvals && r->n_vals == n) {
@@ -1090,7 +1139,8 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 	}
 	if (st)
 		goto out;
-	st = mo_eval(ref, MO_EVAL_FLOAT, seed, &ev, d);
+	st = trial ? mo_eval_rows(ref, MO_EVAL_FLOAT, seed, trial, NULL, &ev, d)
+		   : mo_eval(ref, MO_EVAL_FLOAT, seed, &ev, d);
 	if (st)
 		goto out;
 	/* every variant and plan a GPU may run, where the library lists them */

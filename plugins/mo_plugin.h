@@ -58,7 +58,9 @@ struct mo_cg_op {
 	 * MO_PLUGIN_MAX_RANK ints per kg input / output (-1: static), mg's
 	 * shapes are the extents at ext_bucket, an extent with ext_loop set
 	 * runs in chunks of its bucket, the others are padded up to it: input
-	 * i with in_pad[i] 0 by zeros, 1 by its dtype's lowest value. The
+	 * i with in_pad[i] 0 by zeros, 1 by "never" (-inf in a float, false
+	 * in a bool; 2, the lowest finite value, only by a test's fault
+	 * injection). The
 	 * generated <ident>_pad (C) and <ident>_cuda_pad (CUDA) copy each
 	 * chunk of the inputs into buffers of the bucket's sizes, padded, run
 	 * the op's entry on them, and copy each output's part back. */
@@ -209,7 +211,11 @@ enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_c
 				    struct mo_plugin_check *out, struct mo_diag *d);
 /* The same for an op with extents (op->n_ext set) at ref's sizes: ref is
  * the region there, the extents read off its tensors, run through the
- * library's <ident>_pad, chunks, padding and all. */
+ * library's <ident>_pad, chunks, padding and all; with inputs drawn, and
+ * also in the trials its pads were chosen by (every bool input false, and
+ * true; every input padded "never" at its lowest finite value: rows with
+ * nothing to attend to), each against the region evaluated on the same
+ * inputs. The detail names the trial that failed. */
 enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d);

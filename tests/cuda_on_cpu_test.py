@@ -320,23 +320,61 @@ def run_entry(exe, op, text, tag, work, env, failures, rows):
     else:
         return
     inputs = cb.random_inputs(op, seed=12 if kind == "rows" else 13, **at)
-    ref = cb.run_op(exe, op, inputs, "cpu", work, **at)
-    if ref.rc:
-        failures.append("%s: the CPU %s entry %s failed: %s"
-                        % (tag, kind, said, ref.stderr.strip()[-300:]))
-        return
-    got = cb.run_op(exe, op, inputs, "cuda", work, env=env, **at)
-    if got.rc:
-        failures.append("%s: the CUDA %s entry %s: exit %d: %s"
-                        % (tag, kind, said, got.rc, failure_line(got.stderr)))
-        return
-    bad = cb.compare(op, ref.outputs, got.outputs)
-    if bad:
-        failures.append("%s: the CUDA %s entry %s differs from the CPU's: %s"
-                        % (tag, kind, said, bad))
-        return
-    rows.append("%s launches=%d" % (done, counters(got.report).get("launches", 0)))
+    trials = [("", inputs)]
+    if kind == "pad":
+        # also where nothing attends: every bool input false and every
+        # input padded -inf at its lowest finite value, as the plugin's
+        # float check runs the CPU twin (the padded keys must still weigh
+        # nothing: -inf staged into the boxes, exp of it 0 on the GPU too)
+        nothing = nothing_attends(op, text, inputs)
+        if nothing is not None:
+            trials.append((", nothing attending", nothing))
+    launches = 0
+    for what, feed in trials:
+        ref = cb.run_op(exe, op, feed, "cpu", work, **at)
+        if ref.rc:
+            failures.append("%s: the CPU %s entry %s%s failed: %s"
+                            % (tag, kind, said, what, ref.stderr.strip()[-300:]))
+            return
+        got = cb.run_op(exe, op, feed, "cuda", work, env=env, **at)
+        if got.rc:
+            failures.append("%s: the CUDA %s entry %s%s: exit %d: %s"
+                            % (tag, kind, said, what, got.rc, failure_line(got.stderr)))
+            return
+        bad = cb.compare(op, ref.outputs, got.outputs)
+        if bad:
+            failures.append("%s: the CUDA %s entry %s%s differs from the CPU's: %s"
+                            % (tag, kind, said, what, bad))
+            return
+        launches += counters(got.report).get("launches", 0)
+    rows.append("%s launches=%d%s" % (done, launches,
+                                      " (and nothing attending)" if len(trials) > 1 else ""))
     log(rows[-1])
+
+
+def nothing_attends(op, text, inputs):
+    """The pad entry's inputs with every bool false and every input padded
+    -inf at its lowest finite value (None when the op has neither)."""
+    import numpy as np
+    # per float storage dtype: the bits of -inf the pad entry writes (the
+    # generated <op>_xp table), and the dtype's lowest finite value
+    never_bits = {1: (0xff800000, np.float32(np.finfo(np.float32).min)),
+                  10: (0xfc00, np.float16(np.finfo(np.float16).min)),
+                  16: (0xff80, np.uint16(0xff7f))}
+    m = re.search(r"_xp\[\d+\] = \{([^}]*)\}", text)
+    xp = [int(v.strip().rstrip("u"), 16) for v in m.group(1).split(",")] if m else []
+    out, changed = [], False
+    for k, x in enumerate(inputs):
+        dt = op.inputs[k][0]
+        if dt == 9:
+            out.append(np.zeros_like(x))
+            changed = True
+        elif dt in never_bits and k < len(xp) and xp[k] == never_bits[dt][0]:
+            out.append(np.full_like(x, never_bits[dt][1]))
+            changed = True
+        else:
+            out.append(x)
+    return out if changed else None
 
 
 def run_ops(src, mname, archs, size, args, work, san, failures, rows, seen):

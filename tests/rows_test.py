@@ -586,6 +586,36 @@ class Rows(unittest.TestCase):
         with open(manifest) as f:
             return src, out, plugin, json.load(f)["regions"]
 
+    def test_the_kernel_check_runs_the_pad_trials(self):
+        """The generated pad entry is float-checked in the trials its pads
+        were chosen by, not only on drawn inputs. With its "never" pads
+        generated as the lowest finite value instead of -inf (a fault the
+        test injects: the pad before 6e3ba74, which drawn inputs pass), the
+        check with every input padded -inf at its lowest value (rows with
+        nothing to attend to) catches it: the core stays unfused, saying
+        which trial, and the model is right in such rows."""
+        src, _, _, g = self.fuse_padded(masked_attention(), "attention_trials")
+        out = os.path.join(self.dir, "attention_trials_injected.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800,
+                           env={**os.environ,
+                                "MIRAGE_ONNX_TEST_FAIL": g["region"] + ":pad-lowest"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("region %s stays unfused: the generated CPU kernel failed its float "
+                      "check: with the inputs it pads -inf at their lowest value" % g["region"],
+                      r.stderr)
+        plugin, manifest = fileset(out)
+        if manifest:
+            with open(manifest) as f:
+                for h in json.load(f)["regions"]:
+                    self.assertFalse(h["fused"] and "softmax" in h["nodes"], h)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(6)
+        x = rng.standard_normal((2, 9, D)).astype(np.float32)
+        feed = {"x": x, "mask": causal_mask(2, 9)}
+        feed["mask"][:, :, 4, :] = np.finfo(np.float32).min
+        close(want_s.run(None, feed)[0], got_s.run(None, feed)[0], "a row masked whole", self)
+
     def test_a_mask_sliced_to_the_keys_length_is_fused_padded(self):
         """The mask sliced to the length of the transposed keys (a Shape of
         them): fused with the keys' Transpose, the op would be on a cycle

@@ -324,12 +324,18 @@ static double lowest_finite(int32_t dtype)
  * lowest). */
 static double input_value(const struct ev *e, const struct mo_tensor *t, uint64_t at)
 {
-	if (t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && e->rows && e->rows->bools)
-		return e->rows->bools == MO_EVAL_BOOLS_TRUE;
-	for (int k = 0; e->rows && k < e->rows->n_lowest; k++)
-		if (strcmp(e->rows->lowest[k], t->name) == 0)
-			return lowest_finite(t->dtype);
-	return mo_eval_input_as(t->name, at, e->seed, e->scale, t->dtype);
+	return mo_eval_rows_input(e->rows, t->name, t->dtype, at, e->seed, e->scale);
+}
+
+double mo_eval_rows_input(const struct mo_eval_rows *rows, const char *name, int32_t dtype,
+			  uint64_t index, uint64_t seed, double scale)
+{
+	if (dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL && rows && rows->bools)
+		return rows->bools == MO_EVAL_BOOLS_TRUE;
+	for (int k = 0; rows && k < rows->n_lowest; k++)
+		if (strcmp(rows->lowest[k], name) == 0)
+			return lowest_finite(dtype);
+	return mo_eval_input_as(name, index, seed, scale, dtype);
 }
 
 /* Input t of a walk whose rows name it as box k (struct mo_eval_rows):

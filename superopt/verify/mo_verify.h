@@ -124,6 +124,12 @@ struct mo_eval_rows {
 	int n_lowest;
 	const char *const *lowest;
 };
+/* The float value a walk with `rows` (NULL: none) gives element `index`
+ * of input `name` of dtype, where no box names it: drawn (as
+ * mo_eval_input_as), or the walk's fixed bool or lowest value. What the
+ * plugin's float check feeds a kernel in the same trial. */
+double mo_eval_rows_input(const struct mo_eval_rows *rows, const char *name, int32_t dtype,
+			  uint64_t index, uint64_t seed, double scale);
 /* mo_eval_masked's walk (nothing masked) with the inputs of `rows`. */
 enum mo_status mo_eval_rows(const struct mo_tp *tp, enum mo_eval_domain domain, uint64_t seed,
 			    const struct mo_eval_rows *rows, struct mo_eval_cache *cache,
