@@ -6,11 +6,12 @@
  * such symbol 1. A tensor whose dims agree in all three is static. One
  * whose dims differ only in a leading run has rows: the product of that run
  * (batch × sequence for [batch, seq, hidden]). Ops with a tensor that varies
- * otherwise (an attention score's key length, a mask of past + sequence)
- * are fused padded (the second half of this file) when the model imports
- * alike at two more sizes, a bucket and distinct values; else, and when
- * they only join rows of two kinds, they stay out of every region, saying
- * so.
+ * otherwise (an attention score's key length, a mask of past + sequence),
+ * and ops joining rows of two kinds (a Transpose putting the heads before
+ * the sequence, [b, s, h, d] to [b, h, s, d]; rotary's products of such
+ * a tensor with tables of [b, 1, s, d]), are fused padded (the second half
+ * of this file) when the model imports alike at two more sizes, a bucket
+ * and distinct values; else they stay out of every region, saying so.
  *
  * A region whose row tensors all have the same rows in the three imports is
  * searched at the search sizes; its kernel runs on any number of rows, that
@@ -207,9 +208,11 @@ static bool paddable_op(const struct mo_tp *tp, const struct fuse_dyn *y, const 
 
 /* Whether some tensor of op varies other than in leading dims, or in its
  * last dim (an attention score's key length, a mask over past + sequence):
- * such ops are fused padded, apart from those serving rows (an op that
- * only joins rows of two kinds, a Reshape splitting a row, stays out as
- * before: padding it would make the projections around it padded too). */
+ * such ops are fused padded, apart from those serving rows, and so are ops
+ * joining rows of two kinds (exclude_ops). A Reshape splitting a row
+ * ([b, s, 64] to [b, s, 4, 16]) by a target computed from the sizes stays
+ * out: its rows are of one kind, and padded it would join the projections
+ * before it to the attention's region. */
 static bool varies_in_last_dims(const struct mo_tp *tp, const struct fuse_dyn *y,
 				const struct mo_tp_op *op)
 {
@@ -230,7 +233,7 @@ static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 		struct mo_tp_op *op = &tp->ops[v];
 		if (op->lax == MO_LAX_NONE)
 			continue;
-		bool ok = true, row_in = false, row_out = true;
+		bool ok = true, row_in = false, row_out = true, kinds = false;
 		int64_t *ref = NULL;
 		for (int j = 0; j < op->n_in + op->n_out && ok; j++) {
 			int t = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
@@ -241,7 +244,7 @@ static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 			if (lead > 0 && !ref)
 				ref = y->rows[t];
 			else if (lead > 0)
-				ok = !memcmp(ref, y->rows[t], sizeof y->rows[t]);
+				kinds = !(ok = !memcmp(ref, y->rows[t], sizeof y->rows[t]));
 			/* rows that run to the last dim are single elements: only
 			 * an element-wise op keeps them apart */
 			if (lead > 0 && lead == tp->tensors[t].rank && !mo_op_elementwise(op->kind))
@@ -268,7 +271,11 @@ static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 				 regroups_rows(tp, y, op->in[0], op->out[0]);
 		for (int j = 0; j < op->n_params && ok && !rows_view; j++)
 			ok = op->param_in[j] < 0 || y->lead[op->param_in[j]] >= 0;
-		if (varies_in_last_dims(tp, y, op) && paddable_op(tp, y, op)) {
+		/* padded: ops varying beyond their rows, and those joining rows
+		 * of two kinds (the heads' Transposes and rotary around the
+		 * attention: padded, they join its region; left to ONNX Runtime
+		 * they split it from the projections' and cost a launch each) */
+		if ((varies_in_last_dims(tp, y, op) || kinds) && paddable_op(tp, y, op)) {
 			y->pad_lax[v] = op->lax;
 			y->n_pad_ops++;
 			op->lax = MO_LAX_NONE;

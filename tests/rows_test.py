@@ -481,8 +481,9 @@ class Rows(unittest.TestCase):
                     self.assertIn("left-padded by 3", r.stdout)
 
     def test_attention_over_the_sequence_is_fused_padded(self):
-        """Attention with an additive mask, its dims unbound: the core (Q·Kᵀ,
-        the mask, the softmax, ·V) is one region of its own, searched at
+        """Attention with an additive mask, its dims unbound: the core (the
+        heads' Transposes, Q·Kᵀ, the mask, the softmax, ·V) is one region
+        of its own, searched at
         the bucket (seq 64), padded (the mask by -inf, so that the padded
         keys weigh nothing, even in a row whose own keys are all masked by
         the lowest float: a left-padded prompt's padding in Hugging Face's
@@ -498,6 +499,10 @@ class Rows(unittest.TestCase):
         self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
         g = padded[0]
         self.assertIn("softmax", g["nodes"])
+        # the heads' Transposes around it, each joining rows of two kinds
+        # ([b, s, h, d] and [b, h, s, d]), join it, padded
+        for name in ("q_t", "k_t", "v_t", "o_t"):
+            self.assertIn(name, g["nodes"])
         ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
         self.assertEqual(ext, {"batch": (1, True), "seq": (64, False)})
         pads = {p["input"]: p["pad"] for p in g["padded"]["pads"]}
