@@ -1235,7 +1235,7 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 	}
 	/* all 0; then each padded input alone its never_of; then all; each
 	 * candidate at every size that fits, in every trial that applies */
-	char why[300] = "", first[300] = "";
+	char why[300] = "", first[300] = "", last[300] = "";
 	bool ok = false;
 	for (int c = 0; c < (np > 0 ? np + 2 : 1) && !ok && !st; c++) {
 		int n = 0;
@@ -1265,8 +1265,15 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 		}
 		if (!ok && !first[0])
 			snprintf(first, sizeof first, "%s", why);
+		if (!ok)
+			snprintf(last, sizeof last, "%s", why);
 	}
-	if (!st && !ok)
+	/* the first candidate's failure and the last's (every padded input
+	 * at "never"), the one a mask would need */
+	if (!st && !ok && np > 0)
+		snprintf(s->why, sizeof s->why, "padding its dims that vary changes its outputs "
+			 "(zero pads: %.150s; every padded input -inf or false: %.150s)", first, last);
+	else if (!st && !ok)
 		snprintf(s->why, sizeof s->why, "padding its dims that vary changes its outputs (%s)",
 			 first);
 	/* the μGraph's inputs by name */

@@ -576,7 +576,8 @@ class Rows(unittest.TestCase):
 
     def fuse_unpadded(self, model, tag):
         """model saved as tag.onnx and fused with its dims unbound, which
-        says that no pad keeps some region's outputs: its path, the fused
+        says that no pad keeps some region's outputs, and how the first
+        and the last pads tried changed them: its path, the fused
         model's, the plugin's (None: nothing fused) and the regions."""
         src = os.path.join(self.dir, tag + ".onnx")
         onnx.save(model, src)
@@ -585,6 +586,10 @@ class Rows(unittest.TestCase):
                             "--budget", "10"], capture_output=True, text=True, timeout=1800)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("padding its dims that vary changes its outputs", r.stderr)
+        # saying how the first candidate (zero pads) and the last (every
+        # padded input at "never") failed
+        self.assertRegex(r.stderr, r"\(zero pads: [^;]+; every padded input -inf or false: "
+                                   r"output '[^']+' element")
         plugin, manifest = fileset(out)
         if not manifest:
             return src, out, None, []
