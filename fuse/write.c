@@ -114,7 +114,9 @@ static void write_padded(FILE *f, const struct mo_fuse_region *s)
 		fprintf(f, "%s{\"input\": ", first ? "" : ", ");
 		mo_json_string(f, kg->tensors[kg->inputs[i]].name);
 		bool bool_in = kg->tensors[kg->inputs[i]].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-		fprintf(f, ", \"pad\": \"%s\"}", !s->in_pad[i] ? "zero" : bool_in ? "false" : s->in_pad[i] == 2 ? "lowest" : "-inf");
+		const char *pad = !s->in_pad[i] ? "zero" : bool_in ? "false"
+				  : s->in_pad[i] == 2 ? "lowest" : "-inf";
+		fprintf(f, ", \"pad\": \"%s\"}", pad);
 		first = false;
 	}
 	fputs("], \"checked_at\": [", f);
