@@ -224,10 +224,76 @@ static bool varies_in_last_dims(const struct mo_tp *tp, const struct fuse_dyn *y
 	return false;
 }
 
+static void pad_op(struct mo_tp_op *op, struct fuse_dyn *y, int v)
+{
+	y->pad_lax[v] = op->lax;
+	y->n_pad_ops++;
+	op->lax = MO_LAX_NONE;
+	op->note = note_padded;
+}
+
+/* The op making tensor t, or -1 (an input, a constant, a folded node). */
+static int producer(const struct mo_tp *tp, int t)
+{
+	int nd = t >= 0 ? tp->tensors[t].source_node : -1;
+	return nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
+}
+
+/* Pads the rows ops lying on a path from a padded op to a padded op (the
+ * views GQA's repeat_kv puts between rotary and the attention, the
+ * Slice/Neg/Concat of rotary's rotate_half), marked y->between: left in
+ * the rows' partition they cut the attention into pieces around them.
+ * Only paths through ops that may be padded count, and the whole set is
+ * taken at once (padding one op at a time, those whose inputs and
+ * readers are all padded, left such a path half taken, and collapsing
+ * the padded run then made a cycle through the rows' region). Paths
+ * through other ops (one left to ONNX Runtime) may still leave a run and
+ * come back, and an op may feed several layers' runs (rotary's tables):
+ * fuse_dyn_pad_regions gives such ops back to the rows. Returns false
+ * when out of memory (nothing is changed). */
+static bool pad_between(struct mo_tp *tp, struct fuse_dyn *y)
+{
+	int n = tp->n_ops;
+	unsigned char *may = mo_calloc((size_t)n + 1, 3);
+	if (!may)
+		return false;
+	unsigned char *fw = may + n + 1, *bw = fw + n + 1;
+	for (int v = 0; v < n; v++) /* a rows op that may be padded */
+		may[v] = tp->ops[v].lax != MO_LAX_NONE && paddable_op(tp, y, &tp->ops[v]);
+	/* fw: reached from a padded op through such ops (ops are in
+	 * topological order, so one pass each way) */
+	for (int v = 0; v < n; v++) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		for (int j = 0; j < op->n_in && may[v] && !fw[v]; j++) {
+			int u = producer(tp, op->in[j]);
+			fw[v] = u >= 0 && u < v && (y->pad_lax[u] != MO_LAX_NONE || fw[u]);
+		}
+	}
+	/* bw: reaches a padded op through such ops */
+	for (int v = n - 1; v >= 0; v--) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		for (int k = 0; k < op->n_out && may[v] && !bw[v]; k++) {
+			const struct mo_tensor *t = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
+			for (int c = 0; t && c < t->n_consumers && !bw[v]; c++) {
+				int nd = t->consumers[c];
+				int w = nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
+				bw[v] = w > v && (y->pad_lax[w] != MO_LAX_NONE || bw[w]);
+			}
+		}
+	}
+	for (int v = 0; v < n; v++)
+		if (fw[v] && bw[v]) {
+			pad_op(&tp->ops[v], y, v);
+			y->between[v] = 1;
+		}
+	mo_free(may);
+	return true;
+}
+
 /* Keeps out of every region the ops whose tensors vary other than in rows
  * that agree: the partition never sees them as fusable. Those that may be
  * fused padded are kept apart (y->pad_lax) for regions of their own. */
-static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
+static bool exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 {
 	for (int v = 0; v < tp->n_ops; v++) {
 		struct mo_tp_op *op = &tp->ops[v];
@@ -276,15 +342,13 @@ static void exclude_ops(struct mo_tp *tp, struct fuse_dyn *y)
 		 * attention: padded, they join its region; left to ONNX Runtime
 		 * they split it from the projections' and cost a launch each) */
 		if ((varies_in_last_dims(tp, y, op) || kinds) && paddable_op(tp, y, op)) {
-			y->pad_lax[v] = op->lax;
-			y->n_pad_ops++;
-			op->lax = MO_LAX_NONE;
-			op->note = note_padded;
+			pad_op(op, y, v);
 		} else if (!ok) {
 			op->lax = MO_LAX_NONE;
 			op->note = note_varies;
 		}
 	}
+	return y->n_pad_ops == 0 || pad_between(tp, y);
 }
 
 /* A symbol an input's dims name that nothing binds (one only outputs or
@@ -444,11 +508,13 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	for (int i = 0; i < tps[0]->n_tensors; i++)
 		y->lead[i] = classify(c, i, y->rows[i]);
 	y->pad_lax = mo_calloc((size_t)tps[0]->n_ops + 1, sizeof *y->pad_lax);
-	if (!y->pad_lax)
+	y->between = mo_calloc((size_t)tps[0]->n_ops + 1, 1);
+	if (!y->pad_lax || !y->between)
 		return mo_diag_nomem(d);
 	for (int v = 0; v < tps[0]->n_ops; v++)
 		y->pad_lax[v] = MO_LAX_NONE;
-	exclude_ops(tps[0], y);
+	if (!exclude_ops(tps[0], y))
+		return mo_diag_nomem(d);
 	return MO_OK;
 }
 
@@ -497,6 +563,7 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_tp_free(y->pad);
 	mo_tp_free(y->distinct);
 	mo_free(y->pad_lax);
+	mo_free(y->between);
 	mo_part_free(y->pad_part);
 	for (int k = 0; k < y->n_more; k++)
 		mo_tp_free(y->more[k]);
@@ -689,6 +756,16 @@ static const char note_shape_back[] = "varies with unbound dims beyond leading r
 	"shape of what it makes feeds back into the ops it would be fused with (a mask sliced "
 	"to the keys' length): left to ONNX Runtime";
 
+/* Gives op v, padded for lying between padded ops, back to the rows. */
+static void give_back(struct mo_tp *tp, struct fuse_dyn *y, int v)
+{
+	tp->ops[v].lax = y->pad_lax[v];
+	tp->ops[v].note = NULL;
+	y->pad_lax[v] = MO_LAX_NONE;
+	y->between[v] = 0;
+	y->n_pad_ops--;
+}
+
 /* Leaves out of the padded runs (root) each op a shape of whose result
  * feeds back into its own run: at the imports every Shape is folded, so
  * the partition sees no such edge, but the fused model computes it (Bloom
@@ -761,7 +838,10 @@ static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 				}
 			}
 		}
-		if (back) {
+		if (back && y->between[u]) {
+			give_back(tp, y, u); /* a rows op, as before */
+			out++;
+		} else if (back) {
 			y->pad_lax[u] = MO_LAX_NONE;
 			tp->ops[u].lax = MO_LAX_NONE;
 			tp->ops[u].note = note_shape_back;
@@ -777,6 +857,27 @@ done:
 	return out;
 }
 
+/* Whether an output of op v (in a padded run) is read by a rows op or by
+ * an op of another padded run. */
+static bool feeds_elsewhere(const struct mo_tp *tp, const struct fuse_dyn *y, const int *group,
+			    int v)
+{
+	const struct mo_tp_op *op = &tp->ops[v];
+	for (int k = 0; k < op->n_out; k++) {
+		const struct mo_tensor *t = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
+		for (int c = 0; t && c < t->n_consumers; c++) {
+			int nd = t->consumers[c];
+			int w = nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
+			if (w < 0)
+				continue;
+			if (y->pad_lax[w] == MO_LAX_NONE ? tp->ops[w].lax != MO_LAX_NONE
+							 : group[w] != group[v])
+				return true;
+		}
+	}
+	return false;
+}
+
 enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 {
 	struct fuse_dyn *y = &f->dyn;
@@ -784,7 +885,7 @@ enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f)
 	if (!y->pad_lax || y->n_pad_ops == 0)
 		return MO_OK;
 	int n = tp->n_ops;
-	int *root = mo_malloc(sizeof *root * ((size_t)n + 1));
+	int *root = mo_malloc(sizeof *root * (2 * (size_t)n + 2)); /* and room for give_back's list */
 	int *group = mo_malloc(sizeof *group * ((size_t)n + 1));
 	if (!root || !group) {
 		mo_free(root);
@@ -848,6 +949,27 @@ again:
 		else
 			group[v] = group[r];
 	}
+	/* ops padded only for lying between padded ones go back to the rows,
+	 * where they fuse as before, when they are a run of their own, or
+	 * when they feed a rows op or another run (rotary's tables, read by
+	 * every layer's attention: kept, they would be cut off from the rows
+	 * region computing them and in no attention's region) */
+	int *own = root; /* reused: per run, whether it has an op of its own */
+	for (int g = 0; g < ng; g++)
+		own[g] = 0;
+	for (int v = 0; v < n; v++)
+		if (group[v] >= 0 && !y->between[v])
+			own[group[v]] = 1;
+	int *give = root + ng; /* and the ops to give back */
+	int n_give = 0;
+	for (int v = 0; v < n; v++)
+		if (y->between[v] && group[v] >= 0 &&
+		    (!own[group[v]] || feeds_elsewhere(tp, y, group, v)))
+			give[n_give++] = v;
+	for (int k = 0; k < n_give; k++)
+		give_back(tp, y, give[k]);
+	if (n_give)
+		goto again;
 	for (int v = 0; v < n; v++)
 		if (y->pad_lax[v] != MO_LAX_NONE) {
 			tp->ops[v].lax = y->pad_lax[v];
@@ -858,6 +980,7 @@ again:
 	enum mo_status st = MO_OK;
 	int *kept = root; /* reused: the groups kept so far, -1 elsewhere */
 	int n_kept = 0, dropped = 0;
+	bool retry = false;
 	char why[200] = "";
 	for (int v = 0; v < n; v++)
 		kept[v] = -1;
@@ -880,14 +1003,38 @@ again:
 			n_kept++;
 			continue;
 		}
+		for (int v = 0; v < n; v++)
+			if (group[v] == g)
+				kept[v] = -1;
+		/* the rows ops padded for lying between padded ones may be
+		 * what joined this run around a path leaving it (through an op
+		 * neither rows nor padded): they go back to the rows, and the
+		 * runs are made again without them */
+		bool gave_back = false;
+		for (int v = 0; v < n; v++)
+			if (group[v] == g && y->between[v]) {
+				give_back(tp, y, v);
+				gave_back = true;
+			}
+		if (gave_back) {
+			retry = true;
+			break;
+		}
 		dropped++;
 		for (int v = 0; v < n; v++)
 			if (group[v] == g) {
-				kept[v] = -1;
 				y->pad_lax[v] = MO_LAX_NONE;
 				tp->ops[v].lax = MO_LAX_NONE;
 				tp->ops[v].note = note_varies;
 			}
+	}
+	if (retry && !st) {
+		for (int v = 0; v < n; v++)
+			if (y->pad_lax[v] != MO_LAX_NONE) {
+				tp->ops[v].lax = MO_LAX_NONE;
+				tp->ops[v].note = note_padded;
+			}
+		goto again;
 	}
 	if (!st && n_kept > 0) {
 		struct mo_diag pd;
@@ -901,6 +1048,16 @@ again:
 	mo_free(root);
 	mo_free(group);
 	return st;
+}
+
+void fuse_dyn_hide_padded(struct mo_fuse_state *f, bool hide)
+{
+	const struct fuse_dyn *y = &f->dyn;
+	for (int v = 0; y->pad_lax && v < f->tp->n_ops; v++)
+		if (y->pad_lax[v] != MO_LAX_NONE) {
+			f->tp->ops[v].lax = hide ? MO_LAX_NONE : y->pad_lax[v];
+			f->tp->ops[v].note = hide ? note_padded : NULL;
+		}
 }
 
 /* The extent dim d of tensor t is among s's (added when new; its name the

@@ -636,7 +636,15 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		else
 			fuse_progress(a, "%s", said);
 	}
-	if (mo_part_run(f->tp, a->part, &f->p, d))
+	/* the ops that vary other than in rows: regions of their own, made
+	 * first (rows ops lying between them may join them, or be given back
+	 * to the rows), then hidden from the rows' partition */
+	if (fuse_dyn_pad_regions(f))
+		return d->status;
+	fuse_dyn_hide_padded(f, true);
+	enum mo_status pst = mo_part_run(f->tp, a->part, &f->p, d);
+	fuse_dyn_hide_padded(f, false);
+	if (pst)
 		return d->status;
 	/* --profile needs the runners-up, which a cached μGraph has not */
 	char why[160];
@@ -644,9 +652,6 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		       mo_search_cache_dir(f->cache, sizeof f->cache, why, sizeof why);
 	if (!a->no_cache && !a->profile && !f->use_cache && why[0])
 		fuse_warn(a, MO_SEARCH_CACHE_UNUSABLE, f->cache, why);
-	/* the ops that vary other than in rows: regions of their own */
-	if (fuse_dyn_pad_regions(f))
-		return d->status;
 	int n_pad = f->dyn.pad_part ? f->dyn.pad_part->n_regions : 0;
 	f->n_top = f->p->n_regions + n_pad;
 	size_t cap = (size_t)f->n_top + (size_t)f->tp->n_ops + 1;

@@ -51,6 +51,9 @@ struct fuse_dyn {
 	 * but may be fused padded (it is MO_LAX_NONE in the program until
 	 * fuse_dyn_pad_regions makes the regions of such ops) */
 	enum mo_lax *pad_lax;
+	unsigned char *between; /* per op: a rows op padded for lying between
+				 * padded ones (given back to the rows when its
+				 * run does not collapse) */
 	int n_pad_ops;
 	struct mo_partition *pad_part; /* those regions */
 };
@@ -128,6 +131,9 @@ enum mo_status fuse_dyn_prove(struct mo_fuse_state *f, struct mo_fuse_region *s,
  * each connected run of them, appended to f->rs as units. Fails only when
  * out of memory. */
 enum mo_status fuse_dyn_pad_regions(struct mo_fuse_state *f);
+/* Hides the ops of those regions from the rows' partition (hide), or
+ * gives them back their classes (!hide). */
+void fuse_dyn_hide_padded(struct mo_fuse_state *f, bool hide);
 /* A padded unit's pads: which inputs' padding is 0 and which the lowest
  * value, found by evaluating the region at the distinct values', the
  * ones' and the probe's sizes against its program at the bucket (s->prog)

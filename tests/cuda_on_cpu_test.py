@@ -197,8 +197,9 @@ def run_bf16(sess, feeds):
 
 
 def against_ort_padded(original, fused, plugin):
-    """For rows_test's masked attention fused with its dims unbound: ONNX
-    Runtime with the plugin at several (batch, seq) within the bucket."""
+    """For rows_test's masked attention fused with its dims unbound (with
+    rotary and repeat_kv, its tables too): ONNX Runtime with the plugin at
+    several (batch, seq) within the bucket."""
     import numpy as np
     sys.path.insert(0, HERE)
     import fuse_models_test as fm
@@ -208,6 +209,8 @@ def against_ort_padded(original, fused, plugin):
     for batch, seq in ((1, 1), (3, 7), (2, 64)):
         x = rng.standard_normal((batch, seq, rows_test.D)).astype(np.float32)
         feed = {"x": x, "mask": rows_test.causal_mask(batch, seq)}
+        if any(i.name == "cos" for i in a.get_inputs()):
+            feed.update(rows_test.rotary_tables(batch, seq, rows_test.D // 4))
         want, got = a.run(None, feed)[0], b.run(None, feed)[0]
         err = float(np.max(np.abs(want - got)))
         if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
@@ -970,6 +973,11 @@ def mask_models(out):
     path = os.path.join(out, "rows_padded_attention.onnx")
     onnx.save(rows_test.masked_attention(), path)
     models.append(("rows_padded_attention", path))
+    # the same with rotary and GQA's repeat_kv: their Slice, Neg, Concat,
+    # Unsqueeze, Expand and Reshape in the padded op's kernels
+    path = os.path.join(out, "rows_padded_rotary_attention.onnx")
+    onnx.save(rows_test.masked_attention(rotary_gqa=True), path)
+    models.append(("rows_padded_rotary_attention", path))
     return models
 
 

@@ -73,7 +73,7 @@ def norm_mlp():
          w("w_up", [D, F]), w("w_down", [F, D])])
 
 
-def masked_attention(with_mask=True, sliced=False, bool_mask=False):
+def masked_attention(with_mask=True, sliced=False, bool_mask=False, rotary_gqa=False):
     """x [batch, seq, D] and an additive mask [batch, 1, seq, seq] (0 to
     attend, the lowest float not to): two heads of attention with their
     projections and the residual. The attention core varies in its last
@@ -83,10 +83,16 @@ def masked_attention(with_mask=True, sliced=False, bool_mask=False):
     off their Shape (as Bloom's export does). `bool_mask`: the scores go
     through Where(bmask, scores, lowest) first, bmask a bool input [batch,
     1, seq, seq] (GPT-Neo's and MPT's causal mask), then the additive mask
-    when with_mask."""
+    when with_mask. `rotary_gqa`: as Llama's exports, four query heads of
+    D / 4 and two key and value heads, each shared by two query heads
+    (repeat_kv: Unsqueeze, Expand, Reshape), rotary on the queries and keys over [batch, heads, seq, hd]
+    with tables cos and sin [batch, 1, seq, D / 4] (inputs), its rotate_half
+    a Slice of each half, a Neg and a Concat."""
     n = h.make_node
     rng = np.random.default_rng(6)
     hd = D // 2
+    if rotary_gqa:
+        return rotary_gqa_attention(n, rng, D // 4)
 
     def w(name, shape):
         return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
@@ -128,6 +134,71 @@ def masked_attention(with_mask=True, sliced=False, bool_mask=False):
          mo_testlib.const("flat", [0, 0, D], np.int64),
          mo_testlib.const("scale", 1 / np.sqrt(hd)), w("wq", [D, D]), w("wk", [D, D]),
          w("wv", [D, D]), w("wo", [D, D])])
+
+
+def rotary_gqa_attention(n, rng, hd):
+    """masked_attention(rotary_gqa=True)."""
+    def w(name, shape):
+        return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
+
+    def rotary(x, tag):
+        return [n("Mul", [x, "cos"], [tag + "_c"], name=tag + "_cos"),
+                n("Slice", [x, "half", "whole", "last"], [tag + "_hi"], name=tag + "_hi"),
+                n("Slice", [x, "zero", "half", "last"], [tag + "_lo"], name=tag + "_lo"),
+                n("Neg", [tag + "_hi"], [tag + "_nhi"], name=tag + "_neg"),
+                n("Concat", [tag + "_nhi", tag + "_lo"], [tag + "_rot"], axis=-1,
+                  name=tag + "_cat"),
+                n("Mul", [tag + "_rot", "sin"], [tag + "_s"], name=tag + "_sin"),
+                n("Add", [tag + "_c", tag + "_s"], [tag + "_r"], name=tag + "_rotary")]
+
+    def repeat_kv(x, tag):
+        return [n("Unsqueeze", [x, "two"], [tag + "_u"], name=tag + "_unsqueeze"),
+                n("Expand", [tag + "_u", "reps"], [tag + "_e"], name=tag + "_expand"),
+                n("Reshape", [tag + "_e", "rep_heads"], [tag + "_rep"], name=tag + "_view")]
+
+    return mo_testlib.model(
+        [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+         n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+         n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+         n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
+         n("Reshape", ["k", "kv_head"], ["k4"], name="k_heads"),
+         n("Reshape", ["v", "kv_head"], ["v4"], name="v_heads"),
+         n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
+         n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3], name="k_t"),
+         n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")] +
+        rotary("qh", "q") + rotary("kh", "k") + repeat_kv("k_r", "k") + repeat_kv("vh", "v") +
+        [n("Transpose", ["k_rep"], ["kt"], perm=[0, 1, 3, 2], name="k_tt"),
+         n("MatMul", ["q_r", "kt"], ["sc"], name="qk"),
+         n("Mul", ["sc", "scale"], ["ss"], name="scale"),
+         n("Add", ["ss", "mask"], ["sm"], name="mask"),
+         n("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+         n("MatMul", ["p", "v_rep"], ["o"], name="pv"),
+         n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3], name="o_t"),
+         n("Reshape", ["ot", "flat"], ["of"], name="o_flat"),
+         n("MatMul", ["of", "wo"], ["proj"], name="o_proj"),
+         n("Add", ["proj", "x"], ["y"], name="residual")],
+        [vi("x", ["batch", "seq", D]), vi("mask", ["batch", 1, "seq", "seq"]),
+         vi("cos", ["batch", 1, "seq", hd]), vi("sin", ["batch", 1, "seq", hd])],
+        [vi("y", ["batch", "seq", D])],
+        [mo_testlib.const("heads", [0, 0, 4, hd], np.int64),
+         mo_testlib.const("kv_head", [0, 0, 2, hd], np.int64),
+         mo_testlib.const("rep_heads", [0, 4, -1, hd], np.int64),
+         mo_testlib.const("reps", [1, 1, 2, 1, 1], np.int64),
+         mo_testlib.const("two", [2], np.int64),
+         mo_testlib.const("zero", [0], np.int64), mo_testlib.const("half", [hd // 2], np.int64),
+         mo_testlib.const("whole", [hd], np.int64), mo_testlib.const("last", [3], np.int64),
+         mo_testlib.const("flat", [0, 0, D], np.int64),
+         mo_testlib.const("scale", 1 / np.sqrt(hd)), w("wq", [D, D]), w("wk", [D, 2 * hd]),
+         w("wv", [D, 2 * hd]), w("wo", [D, D])])
+
+
+def rotary_tables(b, s, hd):
+    """cos and sin [b, 1, s, hd] of positions 0..s-1, Llama's frequencies."""
+    inv = 1.0 / 10000 ** (np.arange(0, hd, 2) / hd)
+    ang = np.outer(np.arange(s), inv)
+    ang = np.concatenate([ang, ang], axis=-1)[None, None]
+    return {"cos": np.broadcast_to(np.cos(ang), (b, 1, s, hd)).astype(np.float32).copy(),
+            "sin": np.broadcast_to(np.sin(ang), (b, 1, s, hd)).astype(np.float32).copy()}
 
 
 def causal_mask(b, s):
@@ -436,7 +507,8 @@ class Rows(unittest.TestCase):
         rotary table a Tile), at (batch, seq) = (1, 1), (2, 7), (3, 37)
         (a past as long as seq, at most 20) the fused model (CPU kernels)
         gives the original's outputs (Llama in fp16 too: its norms between
-        Casts); also with the second prompt of a batch left-padded by 3
+        Casts; Llama's rotary and repeat_kv fused padded with the
+        attention); also with the second prompt of a batch left-padded by 3
         (its attention mask 0 there): a padding position attends to nothing,
         its scores all the mask's lowest value, and a padded op's padded
         keys must weigh nothing there too (pads of the lowest finite value
@@ -450,8 +522,18 @@ class Rows(unittest.TestCase):
                 model = onnx.load(path)
                 logits = onnx.helper.tensor_dtype_to_np_dtype(
                     model.graph.output[0].type.tensor_type.elem_type)
-                out, plugin, _ = self.fuse(path, name + "_dyn", "--budget", "2",
-                                           rel=relative_tolerance(logits))
+                out, plugin, regions = self.fuse(path, name + "_dyn", "--budget", "2",
+                                                 rel=relative_tolerance(logits))
+                if name == "llama_dynamo":
+                    # the rows ops between padded ones are padded with them:
+                    # rotary's rotate_half (Slice, Neg, Concat) and GQA's
+                    # repeat_kv views (Unsqueeze, Expand, Reshape), not left
+                    # in the rows' partition cutting the attention apart
+                    padded = {n for g in regions if g["fused"] and "padded" in g
+                              for n in g["nodes"]}
+                    for n in ("node_neg", "node_cat_1", "node_neg_1", "node_expand_1",
+                              "node__unsafe_view", "node_unsqueeze_16"):
+                        self.assertIn(n, padded)
                 want_s, got_s = session(path), session(out, plugin)
                 for b, s in ((1, 1), (2, 7), (3, 37)):
                     # a past of up to 20: past + seq within the 64 positions
@@ -640,6 +722,27 @@ class Rows(unittest.TestCase):
         for b, sq in ((1, 1), (3, 7), (2, 64), (2, 65)):
             x = rng.standard_normal((b, sq, D)).astype(np.float32)
             feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}", self)
+
+    def test_rotary_and_repeat_kv_join_the_padded_attention(self):
+        """Rotary's rotate_half (Slice, Neg, Concat) and GQA's repeat_kv
+        views (Unsqueeze, Expand, Reshape) are rows ops lying between
+        padded ones (the heads' Transposes, rotary's products with tables
+        over the sequence, the core): padded with them, the attention with
+        its rotary and repeat_kv is one region, not cut into pieces around
+        them, and the fused model is right at any batch and at sequences
+        up to the bucket and past it."""
+        src, out, plugin, g = self.fuse_padded(masked_attention(rotary_gqa=True),
+                                               "attention_rotary_gqa")
+        for name in ("softmax", "q_neg", "k_cat", "q_hi", "k_expand", "v_view", "v_unsqueeze",
+                     "q_t", "k_t", "o_t", "pv"):
+            self.assertIn(name, g["nodes"])
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(4)
+        for b, sq in ((1, 1), (3, 7), (2, 64), (1, 65)):
+            feed = {"x": rng.standard_normal((b, sq, D)).astype(np.float32),
+                    "mask": causal_mask(b, sq), **rotary_tables(b, sq, D // 4)}
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   f"batch {b}, seq {sq}", self)
 
