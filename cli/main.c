@@ -84,11 +84,14 @@ static const char usage_text[] =
 	"                     on every call)\n"
 	"      --list-regions print the fusable regions: their ONNX nodes, inputs and\n"
 	"                     outputs with shapes and dtypes, exps on the longest path,\n"
-	"                     FLOPs, and bytes moved fused vs op by op; then why the\n"
-	"                     other ops are not fused\n"
+	"                     FLOPs, and bytes moved fused vs op by op (numbered as\n"
+	"                     the fuse numbers them; with dims unbound, those fused\n"
+	"                     padded last, marked so); then why the other ops are\n"
+	"                     not fused\n"
 	"      --json         with --list-regions: print one JSON object\n"
 	"                     {\"regions\": [{\"nodes\": [...], \"inputs\": [...],\n"
-	"                     \"outputs\": [...], ...}], \"unfused\": [...]} and nothing else\n"
+	"                     \"outputs\": [...], \"padded\": false, ...}], \"unfused\": [...]}\n"
+	"                     and nothing else\n"
 	"      --dot FILE     write the graph with its regions colored, for Graphviz\n"
 	"                     (dot -Tsvg FILE -o graph.svg)\n"
 	"      --dump-tp      print the imported tensor program (every tensor's dtype\n"
@@ -234,10 +237,11 @@ static int write_text_file(const char *path,
 static int show_regions(const struct cli *cli, const struct mo_model *m, struct mo_diag *d)
 {
 	struct mo_tp *tp;
+	struct mo_partition *pad = NULL; /* the regions fused padded */
 	char said[1024];
 	/* as the fuse sees it: unbound dims left symbolic (--dump-tp: as imported) */
 	if (cli->dump_tp ? mo_tp_import(m, &cli->import, &tp, d)
-			 : mo_fuse_import(m, &cli->import, &tp, said, sizeof said, d)) {
+			 : mo_fuse_import(m, &cli->import, &tp, &pad, said, sizeof said, d)) {
 		if (d->status == MO_ERR_USAGE)
 			return usage_error(d->msg, NULL);
 		return fail(d);
@@ -253,22 +257,24 @@ static int show_regions(const struct cli *cli, const struct mo_model *m, struct 
 	}
 	struct mo_partition *p;
 	if (mo_part_run(tp, &cli->part, &p, d)) {
+		mo_part_free(pad);
 		mo_tp_free(tp);
 		return fail(d);
 	}
 	int rc = EXIT_OK;
 	if (cli->list_regions) {
 		if (cli->json) {
-			mo_part_print_json(tp, p, stdout);
+			mo_part_print_json(tp, p, pad, stdout);
 		} else {
 			if (!cli->quiet)
 				fputc('\n', stdout);
-			mo_part_print(tp, p, stdout);
+			mo_part_print(tp, p, pad, stdout);
 		}
 	}
 	if (cli->dot_path)
 		rc = write_text_file(cli->dot_path, mo_part_print_dot, tp, p);
 	mo_part_free(p);
+	mo_part_free(pad);
 	mo_tp_free(tp);
 	return rc;
 }

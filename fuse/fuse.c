@@ -719,19 +719,32 @@ void mo_fuse_report_free(struct mo_fuse_report *rep)
 }
 
 enum mo_status mo_fuse_import(const struct mo_model *m, const struct mo_import_options *o,
-			      struct mo_tp **tp, char *said, size_t said_len, struct mo_diag *d)
+			      struct mo_tp **tp, struct mo_partition **pad, char *said, size_t said_len,
+			      struct mo_diag *d)
 {
-	struct fuse_dyn y = { 0 };
+	static const struct mo_fuse_options quiet; /* no progress lines */
+	struct mo_fuse_state f = { .a = &quiet, .d = d };
 	*tp = NULL;
+	if (pad)
+		*pad = NULL;
 	said[0] = '\0';
-	enum mo_status st = fuse_dyn_import(m, o, &y, tp, d);
+	enum mo_status st = fuse_dyn_import(m, o, &f.dyn, &f.tp, d);
+	/* the padded regions made, and their ops hidden, as mo_fuse_run does:
+	 * rows ops between padded ones may be given back to the rows */
+	if (!st)
+		st = fuse_dyn_pad_regions(&f);
 	if (st) {
-		mo_tp_free(*tp);
-		*tp = NULL;
+		mo_tp_free(f.tp);
 	} else {
-		fuse_dyn_said(&y, said, said_len);
+		fuse_dyn_hide_padded(&f, true);
+		fuse_dyn_said(&f.dyn, said, said_len);
+		*tp = f.tp;
+		if (pad) {
+			*pad = f.dyn.pad_part;
+			f.dyn.pad_part = NULL;
+		}
 	}
-	fuse_dyn_free(&y);
+	fuse_dyn_free(&f.dyn);
 	return st;
 }
 

@@ -180,10 +180,14 @@ void mo_fuse_report_free(struct mo_fuse_report *rep);
 
 /* The model's program as mo_fuse_run partitions it: with the model's
  * unbound dims at the sizes searched at, and the ops that vary with them
- * other than in rows made boundaries (fuse/dynamic.c). *said: the line
- * saying so ("" when every dim is bound). Errors as mo_tp_import's. */
+ * other than in rows made boundaries (fuse/dynamic.c). *pad (when pad is
+ * not NULL): the regions of those ops fused padded, over the same
+ * program, or NULL when there are none (freed with mo_part_free). *said:
+ * the line saying so ("" when every dim is bound). Errors as
+ * mo_tp_import's. */
 enum mo_status mo_fuse_import(const struct mo_model *m, const struct mo_import_options *o,
-			      struct mo_tp **tp, char *said, size_t said_len, struct mo_diag *d);
+			      struct mo_tp **tp, struct mo_partition **pad, char *said, size_t said_len,
+			      struct mo_diag *d);
 
 /* "3", or "3.2" for the second part of region 3. */
 const char *mo_fuse_label(const struct mo_fuse_report *rep, int i, char *buf, size_t len);

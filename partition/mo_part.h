@@ -63,9 +63,13 @@ bool mo_part_folded_reader(const struct mo_tp *tp, int node);
 bool mo_part_check(const struct mo_tp *tp, const struct mo_partition *p,
 		   char *why, size_t why_len);
 
-/* --list-regions, as text, as JSON, and the graph for Graphviz. */
-void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *out);
-void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p, FILE *out);
+/* --list-regions, as text, as JSON (the regions of pad too, when not
+ * NULL: those fused padded, numbered after p's, "padded": true), and the
+ * graph for Graphviz. */
+void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p,
+		   const struct mo_partition *pad, FILE *out);
+void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p,
+			const struct mo_partition *pad, FILE *out);
 void mo_part_print_dot(const struct mo_tp *tp, const struct mo_partition *p, FILE *out);
 
 #endif

@@ -74,25 +74,46 @@ static void print_symbols(const struct mo_tp *tp, FILE *out)
 		fputc('\n', out);
 }
 
-void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *out)
+/* The i-th region of p, then of pad (the padded ones, numbered after p's
+ * as the fuse numbers them), or NULL past the last. */
+static const struct mo_region *nth_region(const struct mo_partition *p,
+					  const struct mo_partition *pad, int i)
+{
+	if (i < p->n_regions)
+		return &p->regions[i];
+	i -= p->n_regions;
+	return pad && i < pad->n_regions ? &pad->regions[i] : NULL;
+}
+
+/* Whether op i is in a region of p or of pad. */
+static bool in_region(const struct mo_partition *p, const struct mo_partition *pad, int i)
+{
+	return p->op_region[i] >= 0 || (pad && pad->op_region[i] >= 0);
+}
+
+void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p,
+		   const struct mo_partition *pad, FILE *out)
 {
 	print_symbols(tp, out);
-	int in_regions = 0, fusable = 0;
+	int in_regions = 0, fusable = 0, n_pad = pad ? pad->n_regions : 0;
 	for (int i = 0; i < tp->n_ops; i++) {
-		in_regions += p->op_region[i] >= 0;
-		fusable += tp->ops[i].lax != MO_LAX_NONE;
+		in_regions += in_region(p, pad, i);
+		fusable += tp->ops[i].lax != MO_LAX_NONE || (pad && pad->op_region[i] >= 0);
 	}
-	fprintf(out, "%d region%s: %d of %d ops (%d fusable)\n", p->n_regions,
-		p->n_regions == 1 ? "" : "s", in_regions, tp->n_ops, fusable);
-	for (int ri = 0; ri < p->n_regions; ri++) {
-		const struct mo_region *r = &p->regions[ri];
+	fprintf(out, "%d region%s", p->n_regions + n_pad, p->n_regions + n_pad == 1 ? "" : "s");
+	if (n_pad)
+		fprintf(out, " (%d padded)", n_pad);
+	fprintf(out, ": %d of %d ops (%d fusable)\n", in_regions, tp->n_ops, fusable);
+	const struct mo_region *r;
+	for (int ri = 0; (r = nth_region(p, pad, ri)); ri++) {
 		char fl[32], bf[32], bu[32];
 		human(r->flops, "FLOP", fl, sizeof fl);
 		human(r->bytes_fused, "B", bf, sizeof bf);
 		human(r->bytes_unfused, "B", bu, sizeof bu);
-		fprintf(out, "\nregion %d: %d ops, %d exp%s on the longest path, "
+		fprintf(out, "\nregion %d%s: %d ops, %d exp%s on the longest path, "
 			"%d MatMul%s chained, %s, %s moved fused vs %s unfused\n",
-			ri + 1, r->n_ops, r->exps, r->exps == 1 ? "" : "s", r->matmul_chain,
+			ri + 1, ri < p->n_regions ? "" : " (padded: its dims that vary padded to a bucket)",
+			r->n_ops, r->exps, r->exps == 1 ? "" : "s", r->matmul_chain,
 			r->matmul_chain == 1 ? "" : "s", fl, bf, bu);
 		int m = r->n_nodes > r->n_inputs ? r->n_nodes : r->n_inputs;
 		if (r->n_outputs > m)
@@ -122,12 +143,12 @@ void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *o
 	bool header = false;
 	for (int i = 0; i < tp->n_ops; i++) {
 		const struct mo_tp_op *op = &tp->ops[i];
-		if (op->lax != MO_LAX_NONE || !op->note)
+		if (op->lax != MO_LAX_NONE || !op->note || in_region(p, pad, i))
 			continue;
 		bool seen = false;
 		for (int j = 0; j < i && !seen; j++)
 			seen = tp->ops[j].lax == MO_LAX_NONE && tp->ops[j].note &&
-			       strcmp(tp->ops[j].note, op->note) == 0;
+			       !in_region(p, pad, j) && strcmp(tp->ops[j].note, op->note) == 0;
 		if (seen)
 			continue;
 		if (!header)
@@ -136,7 +157,8 @@ void mo_part_print(const struct mo_tp *tp, const struct mo_partition *p, FILE *o
 		int count = 0, shown = 0, col = fprintf(out, "    %s:", op->note);
 		for (int j = i; j < tp->n_ops; j++) {
 			const struct mo_tp_op *o = &tp->ops[j];
-			if (o->lax != MO_LAX_NONE || !o->note || strcmp(o->note, op->note))
+			if (o->lax != MO_LAX_NONE || !o->note || in_region(p, pad, j) ||
+			    strcmp(o->note, op->note))
 				continue;
 			if (++count > 6)
 				continue;
@@ -180,11 +202,12 @@ static void json_shapes(const struct mo_tp *tp, const int *ts, int n, FILE *out)
 	fputc('}', out);
 }
 
-void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p, FILE *out)
+void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p,
+			const struct mo_partition *pad, FILE *out)
 {
 	fputs("{\"regions\": [", out);
-	for (int ri = 0; ri < p->n_regions; ri++) {
-		const struct mo_region *r = &p->regions[ri];
+	const struct mo_region *r;
+	for (int ri = 0; (r = nth_region(p, pad, ri)); ri++) {
 		fputs(ri ? ",\n  {\"nodes\": [" : "\n  {\"nodes\": [", out);
 		for (int i = 0; i < r->n_nodes; i++) {
 			if (i)
@@ -206,13 +229,13 @@ void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p, FI
 		fputs(", \"output_types\": ", out);
 		json_shapes(tp, r->outputs, r->n_outputs, out);
 		fprintf(out, ", \"ops\": %d, \"exps\": %d, \"matmul_chain\": %d, \"flops\": %" PRIu64
-			", \"bytes_fused\": %" PRIu64 ", \"bytes_unfused\": %" PRIu64 "}",
+			", \"bytes_fused\": %" PRIu64 ", \"bytes_unfused\": %" PRIu64 ", \"padded\": %s}",
 			r->n_ops, r->exps, r->matmul_chain, r->flops, r->bytes_fused,
-			r->bytes_unfused);
+			r->bytes_unfused, ri < p->n_regions ? "false" : "true");
 	}
 	fputs("],\n\"unfused\": [", out);
 	for (int i = 0, first = 1; i < tp->n_ops; i++) {
-		if (p->op_region[i] >= 0)
+		if (in_region(p, pad, i))
 			continue;
 		fputs(first ? "\n  {\"node\": " : ",\n  {\"node\": ", out);
 		first = 0;

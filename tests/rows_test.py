@@ -731,13 +731,19 @@ class Rows(unittest.TestCase):
         padded ones (the heads' Transposes, rotary's products with tables
         over the sequence, the core): padded with them, the attention with
         its rotary and repeat_kv is one region, not cut into pieces around
-        them, and the fused model is right at any batch and at sequences
-        up to the bucket and past it."""
+        them (--list-regions shows it so), and the fused model is right at
+        any batch and at sequences up to the bucket and past it."""
         src, out, plugin, g = self.fuse_padded(masked_attention(rotary_gqa=True),
                                                "attention_rotary_gqa")
         for name in ("softmax", "q_neg", "k_cat", "q_hi", "k_expand", "v_view", "v_unsqueeze",
                      "q_t", "k_t", "o_t", "pv"):
             self.assertIn(name, g["nodes"])
+        # --list-regions shows that region as the fuse made it, padded
+        r = subprocess.run([CLI, src, "--list-regions", "--json"], capture_output=True,
+                           text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        listed = [set(x["nodes"]) for x in json.loads(r.stdout)["regions"] if x["padded"]]
+        self.assertEqual(listed, [set(g["nodes"])])
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(4)
         for b, sq in ((1, 1), (3, 7), (2, 64), (1, 65)):
