@@ -232,10 +232,9 @@ static void pad_op(struct mo_tp_op *op, struct fuse_dyn *y, int v)
 	op->note = note_padded;
 }
 
-/* The op making tensor t, or -1 (an input, a constant, a folded node). */
-static int producer(const struct mo_tp *tp, int t)
+/* The op of node nd (a tensor's consumer), or -1 (folded, or none). */
+static int node_op(const struct mo_tp *tp, int nd)
 {
-	int nd = t >= 0 ? tp->tensors[t].source_node : -1;
 	return nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
 }
 
@@ -265,7 +264,7 @@ static bool pad_between(struct mo_tp *tp, struct fuse_dyn *y)
 	for (int v = 0; v < n; v++) {
 		const struct mo_tp_op *op = &tp->ops[v];
 		for (int j = 0; j < op->n_in && may[v] && !fw[v]; j++) {
-			int u = producer(tp, op->in[j]);
+			int u = op->in[j] >= 0 ? tp->tensors[op->in[j]].producer : -1;
 			fw[v] = u >= 0 && u < v && (y->pad_lax[u] != MO_LAX_NONE || fw[u]);
 		}
 	}
@@ -275,8 +274,7 @@ static bool pad_between(struct mo_tp *tp, struct fuse_dyn *y)
 		for (int k = 0; k < op->n_out && may[v] && !bw[v]; k++) {
 			const struct mo_tensor *t = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
 			for (int c = 0; t && c < t->n_consumers && !bw[v]; c++) {
-				int nd = t->consumers[c];
-				int w = nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
+				int w = node_op(tp, t->consumers[c]);
 				bw[v] = w > v && (y->pad_lax[w] != MO_LAX_NONE || bw[w]);
 			}
 		}
@@ -866,8 +864,7 @@ static bool feeds_elsewhere(const struct mo_tp *tp, const struct fuse_dyn *y, co
 	for (int k = 0; k < op->n_out; k++) {
 		const struct mo_tensor *t = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
 		for (int c = 0; t && c < t->n_consumers; c++) {
-			int nd = t->consumers[c];
-			int w = nd >= 0 && nd < tp->n_nodes ? tp->node_op[nd] : -1;
+			int w = node_op(tp, t->consumers[c]);
 			if (w < 0)
 				continue;
 			if (y->pad_lax[w] == MO_LAX_NONE ? tp->ops[w].lax != MO_LAX_NONE
@@ -970,11 +967,7 @@ again:
 		give_back(tp, y, give[k]);
 	if (n_give)
 		goto again;
-	for (int v = 0; v < n; v++)
-		if (y->pad_lax[v] != MO_LAX_NONE) {
-			tp->ops[v].lax = y->pad_lax[v];
-			tp->ops[v].note = NULL;
-		}
+	fuse_dyn_hide_padded(f, false);
 	/* each run must be convex, and the runs must collapse acyclically
 	 * together: taken one at a time, a run that breaks that stays out */
 	enum mo_status st = MO_OK;
@@ -1029,11 +1022,7 @@ again:
 			}
 	}
 	if (retry && !st) {
-		for (int v = 0; v < n; v++)
-			if (y->pad_lax[v] != MO_LAX_NONE) {
-				tp->ops[v].lax = MO_LAX_NONE;
-				tp->ops[v].note = note_padded;
-			}
+		fuse_dyn_hide_padded(f, true);
 		goto again;
 	}
 	if (!st && n_kept > 0) {
