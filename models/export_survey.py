@@ -103,6 +103,26 @@ def configs():
     }
 
 
+def configs_real():
+    """Head dim 64 as deployed models have it (hidden 256, 4 heads, 2 of
+    them for keys and values where the architecture groups them), 2 layers;
+    --real exports these instead."""
+    ids = dict(bos_token_id=1, eos_token_id=2)
+    dec = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+               num_attention_heads=4, vocab_size=512, max_position_embeddings=1024)
+    return {
+        "llama": (T.LlamaConfig(num_key_value_heads=2, **ids, **dec), GEN),
+        "qwen2": (T.Qwen2Config(num_key_value_heads=2, **ids, **dec), GEN),
+        "mistral": (T.MistralConfig(num_key_value_heads=2, sliding_window=None, **ids, **dec),
+                    GEN),
+        "phi3": (T.Phi3Config(num_key_value_heads=4, pad_token_id=0, **ids, **dec), GEN),
+        "gpt2": (T.GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=512, n_positions=1024,
+                              **ids), GEN),
+        "bert": (T.BertConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
+                              num_attention_heads=4, vocab_size=512), ENC),
+    }
+
+
 def seq2seq():
     """Optimum-only exports: (config, model class, task)."""
     return {
@@ -139,12 +159,14 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma-separated architectures")
     ap.add_argument("--exporters", default="optimum_past,optimum,dynamo")
+    ap.add_argument("--real", action="store_true",
+                    help="head dim 64, hidden 256 (configs_real) instead of the small sizes")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     warnings.filterwarnings("ignore")
     ew.VOCAB = 160  # the example inputs' ids
     only = set(a.only.split(",")) if a.only else None
-    for arch, (config, task) in configs().items():
+    for arch, (config, task) in (configs_real() if a.real else configs()).items():
         if only and arch not in only:
             continue
         for e in a.exporters.split(","):
@@ -159,7 +181,7 @@ def main():
                 print(f"{arch} {e}: FAILED: {type(ex).__name__}: {ex}".splitlines()[0],
                       file=sys.stderr)
     for arch, (config, cls, task) in seq2seq().items():
-        if (only and arch not in only) or "optimum" not in a.exporters:
+        if a.real or (only and arch not in only) or "optimum" not in a.exporters:
             continue
         try:
             torch.manual_seed(0)
