@@ -262,21 +262,34 @@ def integer_input(model, name, shape, dt, rng, np):
     return np.zeros(shape, dt)
 
 
+def padded_chains(graph):
+    """Per padded op (inside an If that runs the original ops past the
+    sizes it serves): its op types, smallest bucket first (a larger
+    bucket's op sits in the If's then branch, in an If of its own)."""
+    chains = []
+    for n in graph.node:
+        chain, cur = [], n
+        while cur is not None and cur.op_type == "If" and not cur.domain:
+            br = {at.name: at.g for at in cur.attribute}
+            ops = [m.op_type for m in br["else_branch"].node if m.domain.startswith("mirage_onnx")]
+            if not ops:
+                break
+            chain.append(ops[0])
+            cur = next((m for m in br["then_branch"].node if m.op_type == "If"), None)
+        if chain:
+            chains.append(tuple(chain))
+    return chains
+
+
 def which_ran(path, plugin, feeds, session, onnx):
     """Says whether the fused nodes ran as the plugin's CPU kernels or as
     their local functions (the original ops), from one profiled run."""
     import tempfile
-    fused, guarded = set(), set()
-    for n in onnx.load(path, load_external_data=False).graph.node:
-        if n.domain.startswith("mirage_onnx"):
-            fused.add(n.op_type)
-        # a padded op: inside an If that runs the original ops past the
-        # sizes it serves
-        for at in n.attribute if n.op_type == "If" and not n.domain else ():
-            for inner in at.g.node if at.name == "else_branch" else ():
-                if inner.domain.startswith("mirage_onnx"):
-                    fused.add(inner.op_type)
-                    guarded.add(inner.op_type)
+    graph = onnx.load(path, load_external_data=False).graph
+    fused = {n.op_type for n in graph.node if n.domain.startswith("mirage_onnx")}
+    chains = set(padded_chains(graph))
+    for c in chains:
+        fused |= set(c)
     if not fused:
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -285,12 +298,19 @@ def which_ran(path, plugin, feeds, session, onnx):
         with open(s.end_profiling()) as f:
             ran = {e.get("args", {}).get("op_name") for e in json.load(f)
                    if e.get("cat") == "Node"}
-    past = guarded - ran
+    # the ops of a padded chain that did not run: all of them when the
+    # sizes are past every bucket, the others when one bucket served
+    past = {c for c in chains if not ran & set(c)}
+    larger = {c for c in chains if ran & set(c[1:])}
     if past:
         print(f"fused ops that serve these sizes padded only up to a bucket ran as their "
-              f"original ops: {len(past)} of {len(fused)} (fuse with a larger --dim range to "
-              "serve these sizes fused)")
-    fused -= past
+              f"original ops: {len(past)} of {len(chains)} (fuse with a larger --dim range, or "
+              "more buckets, to serve these sizes fused)")
+    if larger:
+        print(f"fused ops with several buckets ran at a larger bucket than their first: "
+              f"{len(larger)}")
+    for c in chains:
+        fused -= set(c) - ran if ran & set(c) else set(c)
     kernels = len(fused & ran)
     if not fused:
         return

@@ -118,6 +118,14 @@ static const char usage_text[] =
 	"                     binds it to must lie within; LO..LO binds it. Padded\n"
 	"                     ops are searched with NAME at HI (at most 65536): they\n"
 	"                     serve it fused up to HI\n"
+	"      --dim NAME=A,B[,C,D]\n"
+	"                     leave NAME symbolic with padded buckets A < B < ... (1 to\n"
+	"                     65536, at most 4): each padded op is searched, proven\n"
+	"                     and checked once per bucket, and the fused model runs\n"
+	"                     the μGraph of the smallest bucket holding the size\n"
+	"                     (e.g. sequence_length=64,512: short prompts padded to\n"
+	"                     64, long ones to 512; past the last the original ops);\n"
+	"                     a symbol without a list keeps its one bucket at each\n"
 	"      --dynamic-size N[,M...]\n"
 	"                     the size unbound dims other than a batch take in the\n"
 	"                     search, 1 to 65536 (default 16): ops serving rows run\n"
@@ -397,8 +405,9 @@ static const char *dims_usage(bool dim, const char *arg)
 {
 	static char msg[400];
 	snprintf(msg, sizeof msg, "%s needs %s with %s from %d to %lld, not '%.200s'",
-		 dim ? "--dim" : "--input-shape", dim ? "NAME=N or NAME=LO..HI" : "NAME=2x4096",
-		 dim ? "N (LO <= HI)" : "sizes", 0, (long long)MAX_DIM_ARG, arg);
+		 dim ? "--dim" : "--input-shape", dim ? "NAME=N, NAME=LO..HI or NAME=A,B,..." : "NAME=2x4096",
+		 dim ? "N (LO <= HI; A, B, ... ascending, from 1, at most 4)" : "sizes", 0,
+		 (long long)MAX_DIM_ARG, arg);
 	return msg;
 }
 

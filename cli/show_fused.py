@@ -302,17 +302,30 @@ def main():
     vi = value_infos(model)
     # a region's fused node is named <op type>_region<label>; identical
     # regions (the layers of a model) share an op type, not a node
-    nodes, guarded = {}, {}
-    for n in model.graph.node:
-        if n.domain == man.get("domain"):
-            nodes[n.name] = n
+    nodes, guarded, larger = {}, {}, {}
+
+    def walk_if(n, top, smaller):
         # a padded op sits in an If that runs the original ops past the
-        # sizes it serves: its inputs are the op's, its outputs the If's
+        # sizes it serves (its inputs are the op's, its outputs the top
+        # If's), or, with several buckets, the next bucket's op in an If
+        # of its own
+        mine = None
         for at in n.attribute if n.op_type == "If" and not n.domain else ():
             for inner in at.g.node if at.name == "else_branch" else ():
                 if inner.domain == man.get("domain"):
                     nodes[inner.name] = inner
-                    guarded[inner.name] = n
+                    guarded[inner.name] = top
+                    mine = inner.name
+                    if smaller:
+                        larger[inner.name] = smaller
+        for at in n.attribute if n.op_type == "If" and not n.domain else ():
+            for inner in at.g.node if at.name == "then_branch" and mine else ():
+                walk_if(inner, top, mine)
+
+    for n in model.graph.node:
+        if n.domain == man.get("domain"):
+            nodes[n.name] = n
+        walk_if(n, n, None)
     fused = [r for r in regions if r.get("fused")]
     if a.region is not None and not any(str(r.get("region")) == a.region for r in regions):
         raise Failure(f"no region {a.region} in {man_name}")
@@ -339,7 +352,10 @@ def main():
                    + (f" (node {node.name})" if node is not None else " (no node of it in "
                       "the model)"))
         out.append(f"  replaces {len(nodes_of)} nodes: {shown}")
-        if node is not None and node.name in guarded:
+        if node is not None and node.name in larger:
+            out.append(f"  a larger bucket: runs past the sizes {larger[node.name]} serves, "
+                       "inside its If's other branch; past its own, the original ops run")
+        elif node is not None and node.name in guarded:
             out.append(f"  inside If {guarded[node.name].name}: past the sizes it serves, "
                        "the original ops run")
         if node is not None:

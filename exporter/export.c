@@ -270,6 +270,33 @@ static enum mo_status check_request(struct ex *x)
 			    f->guards[q].most < 0)
 				return bad(x, "fused node #%d (%s): guard %d is out of range",
 					   k, f->op_type, q);
+		/* its next ops: guarded, the same nodes, inputs and outputs */
+		int depth = 0;
+		for (const struct mo_fused_node *c = f->next; c; c = c->next) {
+			bool same = ++depth <= 8 && named(c->op_type) && c->n_guards > 0 && c->guards &&
+				    c->out_dtypes && c->n_nodes == f->n_nodes && c->nodes &&
+				    c->n_inputs == f->n_inputs && c->n_outputs == f->n_outputs &&
+				    (c->n_inputs == 0 || c->inputs) && c->outputs;
+			for (int i = 0; same && i < f->n_nodes; i++)
+				same = c->nodes[i] == f->nodes[i];
+			for (int i = 0; same && i < f->n_inputs + f->n_outputs; i++) {
+				bool out = i >= f->n_inputs;
+				const char *want = out ? f->outputs[i - f->n_inputs] : f->inputs[i];
+				bool found = false;
+				for (int j = 0; !found && j < (out ? c->n_outputs : c->n_inputs); j++) {
+					const char *have = out ? c->outputs[j] : c->inputs[j];
+					found = have && strcmp(have, want) == 0;
+				}
+				same = found;
+			}
+			for (int q = 0; same && q < c->n_guards; q++)
+				same = c->guards[q].input >= 0 && c->guards[q].input < c->n_inputs &&
+				       c->guards[q].axis >= 0 && c->guards[q].most >= 0;
+			if (!same)
+				return bad(x, "fused node #%d (%s): its next op (%s) is not guarded over "
+					   "the same nodes, inputs and outputs", k, f->op_type,
+					   named(c->op_type) ? c->op_type : "unnamed");
+		}
 	}
 	return MO_OK;
 }
@@ -290,6 +317,9 @@ static bool holds_subgraph(const Onnx__NodeProto *n)
  * holds a subgraph. */
 static bool falls_back(const struct ex *x, const struct mo_fused_node *f)
 {
+	for (const struct mo_fused_node *c = f->next; c; c = c->next)
+		if (c->n_guards <= 0 || !c->out_dtypes)
+			return false;
 	if (f->n_guards <= 0 || !f->out_dtypes || mo_onnx_default_opset(x->p) < 11)
 		return false;
 	for (int k = 0; k < f->n_nodes; k++)
@@ -1488,7 +1518,21 @@ static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx_
 	qsort(order, (size_t)f->n_nodes, sizeof *order, cmp_int);
 	for (int k = 0; k < f->n_nodes; k++)
 		orig[k] = x->g->node[order[k]];
-	Onnx__GraphProto *then_g = branch(x, f, orig, (size_t)f->n_nodes, "original");
+	/* with a next op: it, guarded, in place of the original nodes */
+	Onnx__GraphProto *then_g = NULL;
+	if (f->next) {
+		Onnx__NodeProto **inner = mo_arena_array(a, (size_t)guard_nodes(f->next),
+							 sizeof *inner);
+		size_t n_inner = 0;
+		if (!inner)
+			return nomem(x);
+		enum mo_status st = guarded(x, f->next, inner, &n_inner);
+		if (st)
+			return st;
+		then_g = branch(x, f, inner, n_inner, "larger");
+	} else {
+		then_g = branch(x, f, orig, (size_t)f->n_nodes, "original");
+	}
 	Onnx__GraphProto *else_g = branch(x, f, &fused, 1, "fused");
 	Onnx__NodeProto *node = mo_arena_alloc(a, sizeof *node);
 	if (!then_g || !else_g || !node || a->failed)
@@ -1512,21 +1556,30 @@ static enum mo_status functions(struct ex *x, struct lists *l)
 {
 	struct mo_arena *a = &x->arena;
 	const Onnx__ModelProto *p = x->p;
-	l->functions = mo_arena_array(a, p->n_functions + (size_t)x->n_fused + 1,
-				      sizeof *l->functions);
+	/* each fused node's and its next ops' (check_request bounds them) */
+	size_t n_ops = 0;
+	for (int k = 0; k < x->n_fused; k++)
+		for (const struct mo_fused_node *c = &x->fused[k]; c; c = c->next)
+			n_ops++;
+	const struct mo_fused_node **ops = mo_arena_array(a, n_ops + 1, sizeof *ops);
+	l->functions = mo_arena_array(a, p->n_functions + n_ops + 1, sizeof *l->functions);
 	if (a->failed)
 		return nomem(x);
+	n_ops = 0;
+	for (int k = 0; k < x->n_fused; k++)
+		for (const struct mo_fused_node *c = &x->fused[k]; c; c = c->next)
+			ops[n_ops++] = c;
 	for (size_t i = 0; i < p->n_functions; i++)
 		l->functions[l->n_functions++] = p->functions[i];
 	size_t before = l->n_functions;
-	for (int k = 0; k < x->n_fused; k++) {
+	for (size_t k = 0; k < n_ops; k++) {
 		bool seen = false;
-		for (int j = 0; j < k && !seen; j++)
-			seen = strcmp(x->fused[j].op_type, x->fused[k].op_type) == 0;
+		for (size_t j = 0; j < k && !seen; j++)
+			seen = strcmp(ops[j]->op_type, ops[k]->op_type) == 0;
 		if (seen)
 			continue;
 		Onnx__FunctionProto *fn;
-		enum mo_status st = function_of(x, &x->fused[k], &fn);
+		enum mo_status st = function_of(x, ops[k], &fn);
 		if (st)
 			return st;
 		if (fn)

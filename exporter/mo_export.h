@@ -89,6 +89,11 @@ struct mo_fused_node {
 	int n_guards;
 	const struct mo_fused_guard *guards;
 	const int32_t *out_dtypes;
+	/* With guards: past them, this op (guarded too, its sizes larger:
+	 * a padded op's next bucket) instead of the original nodes; it
+	 * replaces the same nodes and has the same inputs and outputs, in any
+	 * order. NULL: the original nodes. */
+	const struct mo_fused_node *next;
 };
 
 struct mo_export_options {

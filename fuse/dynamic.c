@@ -37,7 +37,8 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search. */
 static void values_of(const char *name, const struct mo_import_options *o, int64_t lo,
-		      int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS])
+		      int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS],
+		      int64_t levels[FUSE_DYN_MAX_LEVELS])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -58,13 +59,22 @@ static void values_of(const char *name, const struct mo_import_options *o, int64
 	 * below it, apart from each other (past + seq is then no 2 x seq) */
 	int64_t bucket = ranged ? clamp(hi, 1, FUSE_DYN_MAX_PAD_SIZE)
 			 : size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
-	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : bucket, lo, hi);
+	/* a bucket list: the first, and the others for the levels after it
+	 * (a symbol without one keeps its bucket at every level) */
+	int64_t b[MO_IMPORT_MAX_BUCKETS];
+	int nb = mo_import_buckets(o, name, b);
+	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : nb ? clamp(b[0], 1, FUSE_DYN_MAX_PAD_SIZE) : bucket,
+				   lo, hi);
+	for (int k = 0; k < FUSE_DYN_MAX_LEVELS; k++)
+		levels[k] = batch || !nb ? v[FUSE_DYN_AT_PAD]
+			    : clamp(b[k < nb ? k : nb - 1], 1, FUSE_DYN_MAX_PAD_SIZE);
 	v[FUSE_DYN_AT_DISTINCT] = batch ? clamp(3, lo, hi)
 					: clamp(5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
- * symbol of the first import. */
+ * symbol of the first import (which >= FUSE_DYN_IMPORTS: its size at
+ * padded level which - FUSE_DYN_IMPORTS). */
 static enum mo_status import_at(const struct mo_model *m, const struct mo_import_options *base,
 				const struct fuse_dyn *y, int which, struct mo_tp **out,
 				struct mo_diag *d)
@@ -83,7 +93,8 @@ static enum mo_status import_at(const struct mo_model *m, const struct mo_import
 		}
 		for (int i = 0; i < y->n; i++) {
 			names[o.n_dims + i] = y->names[i];
-			vals[o.n_dims + i] = y->values[i][which];
+			vals[o.n_dims + i] = which < FUSE_DYN_IMPORTS ? y->values[i][which]
+					     : y->level_vals[i][which - FUSE_DYN_IMPORTS];
 		}
 		o.n_dims = n;
 		o.dim_names = names;
@@ -166,8 +177,12 @@ static const char note_padded[] = "varies with unbound dims beyond leading rows:
  * same values in every import, the padded ones too. */
 static bool paddable(const struct mo_tp *tp, const struct fuse_dyn *y, int t)
 {
-	const struct mo_tp *at[5] = { tp, y->probe, y->one, y->pad, y->distinct };
-	for (int k = 0; k < 5; k++) {
+	const struct mo_tp *at[5 + FUSE_DYN_MAX_LEVELS] = { tp, y->probe, y->one, y->pad,
+							     y->distinct };
+	int n = 5;
+	for (int k = 1; k < y->n_levels; k++)
+		at[n++] = y->level[k];
+	for (int k = 0; k < n; k++) {
 		const struct mo_tensor *x = &at[k]->tensors[t];
 		if (!x->shape_known || x->rank != at[0]->tensors[t].rank ||
 		    !same_values(x, &at[0]->tensors[t]))
@@ -370,7 +385,8 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	}
 	y->names = mo_calloc((size_t)y->n, sizeof *y->names);
 	y->values = mo_calloc((size_t)y->n, sizeof *y->values);
-	if (!y->names || !y->values) {
+	y->level_vals = mo_calloc((size_t)y->n, sizeof *y->level_vals);
+	if (!y->names || !y->values || !y->level_vals) {
 		mo_tp_free(first);
 		return mo_diag_nomem(d);
 	}
@@ -396,9 +412,15 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		}
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
-		values_of(y->names[n], o, lo, hi, ranged, n, y->values[n]);
+		values_of(y->names[n], o, lo, hi, ranged, n, y->values[n], y->level_vals[n]);
 		char within[64] = "";
-		if (ranged)
+		int64_t b[MO_IMPORT_MAX_BUCKETS];
+		int nb = mo_import_buckets(o, y->names[n], b);
+		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
+		if (nb > 0)
+			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 ")", b[0],
+				 nb > 2 ? " .. " : ", ", b[nb - 1]);
+		else if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
 				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64 "%s",
@@ -455,6 +477,28 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		mo_tp_free(y->pad);
 		mo_tp_free(y->distinct);
 		y->pad = y->distinct = NULL;
+	}
+	/* the padded levels after the first (--dim NAME=A,B,...): each that
+	 * imports alike; the first that does not ends them */
+	if (y->n_levels < 1 || !y->pad)
+		y->n_levels = 1;
+	y->level[0] = y->pad;
+	for (int k = 1; k < y->n_levels; k++) {
+		struct mo_tp *at = NULL;
+		mo_diag_init(&xd);
+		if (import_at(m, o, y, FUSE_DYN_IMPORTS + k, &at, &xd) && xd.status == MO_ERR_NOMEM) {
+			*d = xd;
+			return d->status; /* *tp and y are freed by the caller */
+		}
+		if (!at || !aligned(tps[0], at)) {
+			mo_tp_free(at);
+			size_t len = strlen(y->desc);
+			snprintf(y->desc + len, sizeof y->desc - len, " (its padded bucket %d does not "
+				 "import alike: %d kept)", k + 1, k);
+			y->n_levels = k;
+			break;
+		}
+		y->level[k] = at;
 	}
 	/* what the symbols became, for --list-regions */
 	for (int i = 0; i < tps[0]->n_syms; i++)
@@ -529,12 +573,19 @@ bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len)
 		snprintf(buf, len, "%s: cannot fuse for every size: %s; what depends on them stays "
 			 "unfused (%s fuses at one size)", listed, y->why, flags);
 	else if (y->n > 0 && y->pad) {
-		char upto[256] = "";
+		char upto[400] = "";
 		size_t at = 0;
-		for (int i = 0; i < y->n && at < sizeof upto; i++)
-			if (y->values[i][FUSE_DYN_AT_PAD] != 1 || y->values[i][0] != 1)
-				at += (size_t)snprintf(upto + at, sizeof upto - at, "%s%s=%lld", at ? ", " : "",
-						       y->names[i], (long long)y->values[i][FUSE_DYN_AT_PAD]);
+		for (int k = 0; k < y->n_levels && at < sizeof upto; k++) {
+			if (k > 0)
+				at += (size_t)snprintf(upto + at, sizeof upto - at, "; then up to ");
+			for (int i = 0, first = 1; i < y->n && at < sizeof upto; i++)
+				if (y->level_vals[i][k] != 1 || y->values[i][0] != 1) {
+					at += (size_t)snprintf(upto + at, sizeof upto - at, "%s%s=%lld",
+							       first ? "" : ", ", y->names[i],
+							       (long long)y->level_vals[i][k]);
+					first = 0;
+				}
+		}
 		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
 			 "of rows (batch x sequence); ops that vary otherwise (attention over the "
 			 "sequence) are fused apart, padded, for sizes up to %s at any batch, the "
@@ -554,6 +605,9 @@ void fuse_dyn_free(struct fuse_dyn *y)
 		mo_free((void *)y->names[i]);
 	mo_free(y->names);
 	mo_free(y->values);
+	mo_free(y->level_vals);
+	for (int k = 1; k < y->n_levels; k++)
+		mo_tp_free(y->level[k]);
 	mo_free(y->lead);
 	mo_free(y->rows);
 	mo_tp_free(y->probe);
@@ -1055,8 +1109,9 @@ void fuse_dyn_hide_padded(struct mo_fuse_state *f, bool hide)
 static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, int t, int d)
 {
 	const struct fuse_dyn *y = &f->dyn;
-	const struct mo_tp *at[5] = { f->tp, y->probe, y->one, y->pad, y->distinct };
-	static const int slot[5] = { 0, 1, 2, FUSE_DYN_AT_PAD, FUSE_DYN_AT_DISTINCT };
+	/* the padded search's: at s's level */
+	const struct mo_tp *at[5] = { f->tp, y->probe, y->one, y->level[s->level], y->distinct };
+	static const int slot[5] = { 0, 1, 2, -1, FUSE_DYN_AT_DISTINCT };
 	int64_t v[5];
 	bool same = true;
 	for (int k = 0; k < 5; k++) {
@@ -1080,8 +1135,10 @@ static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, in
 		for (int j = i; j < y->n; j++) {
 			bool one = true, sum = i != j;
 			for (int k = 0; k < 5; k++) {
-				one = one && y->values[i][slot[k]] == v[k];
-				sum = sum && y->values[i][slot[k]] + y->values[j][slot[k]] == v[k];
+				int64_t vi = slot[k] < 0 ? y->level_vals[i][s->level] : y->values[i][slot[k]];
+				int64_t vj = slot[k] < 0 ? y->level_vals[j][s->level] : y->values[j][slot[k]];
+				one = one && vi == v[k];
+				sum = sum && vi + vj == v[k];
 			}
 			if (one)
 				snprintf(s->ext_name[e], sizeof s->ext_name[e], "%.70s", y->names[i]);
@@ -1106,7 +1163,7 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 	const struct fuse_dyn *y = &f->dyn;
 	struct mo_tp *prog = NULL;
 	s->padded = true;
-	if (region_at(f, s, y->pad, &prog, s->why, sizeof s->why, d) ||
+	if (region_at(f, s, y->level[s->level], &prog, s->why, sizeof s->why, d) ||
 	    (!s->why[0] && region_at(f, s, y->distinct, &s->prog_distinct, s->why, sizeof s->why, d)) ||
 	    (!s->why[0] && region_at(f, s, y->probe, &s->prog_probe, s->why, sizeof s->why, d)) ||
 	    (!s->why[0] && region_at(f, s, y->one, &s->prog_one, s->why, sizeof s->why, d))) {
@@ -1403,11 +1460,20 @@ enum mo_status fuse_dyn_pads(struct mo_fuse_state *f, struct mo_fuse_region *s, 
 			trials[nt++] = PAD_NOTHING_ATTENDS;
 		ok = true;
 		static const int sizes[3] = { 4, 2, 1 };
+		int tried = 0;
 		for (int k = 0; k < 3 * nt && ok && !st; k++) {
 			why[0] = '\0';
 			if (!fits(s, sizes[k % 3]))
 				continue;
+			tried++;
 			st = try_pads(f, s, kind, sizes[k % 3], trials[k / 3], &ok, why, sizeof why, d);
+		}
+		/* unchecked is not padded: none of the sizes lies within its
+		 * buckets (not so while the distinct values lie below the
+		 * first bucket) */
+		if (!tried) {
+			ok = false;
+			snprintf(why, sizeof why, "no size it is checked at lies within its buckets");
 		}
 		if (!ok && !first[0])
 			snprintf(first, sizeof first, "%s", why);

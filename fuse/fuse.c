@@ -329,7 +329,8 @@ static enum mo_status split_unfused(struct mo_fuse_state *f, int ri, bool nomem)
 		int k = 0;
 		for (; f->parts[ri] && k < f->parts[ri]->n_regions; k++)
 			f->rs[f->nu + k] = (struct mo_fuse_region){ .rg = &f->parts[ri]->regions[k],
-								  .parent = ri, .part = k + 1 };
+								  .parent = ri, .part = k + 1,
+								  .level = s->level };
 		if (k > 0)
 			fuse_progress(f->a, "  fusing %d of its runs of ops as regions of their own", k);
 		s->split = k > 0;
@@ -345,6 +346,8 @@ static enum mo_status split_unfused(struct mo_fuse_state *f, int ri, bool nomem)
 				f->tight = NULL;
 		}
 		int k = f->tight ? split_region(rg, f->tight, f->rs + f->nu, ri) : 0;
+		for (int q = 0; q < k; q++)
+			f->rs[f->nu + q].level = s->level;
 		if (k > 0)
 			fuse_progress(f->a, "  trying its %d parts", k);
 		s->split = k > 0;
@@ -591,10 +594,11 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 	if (!fn)
 		return mo_diag_nomem(f->d);
 	for (int ri = 0; ri < f->nu; ri++) {
-		if (!f->rs[ri].fused)
+		/* a larger bucket's op is written inside the smaller's If */
+		if (!f->rs[ri].fused || fuse_is_next_bucket(f->rs, f->nu, ri))
 			continue;
 		char *name = mo_arena_alloc(&f->p->arena, 80);
-		if (!name || !fuse_fused_node_of(f->tp, f->rs, ri, !f->a->no_fallback, name, 80,
+		if (!name || !fuse_fused_node_of(f->tp, f->rs, f->nu, ri, !f->a->no_fallback, name, 80,
 						 &fn[nf])) {
 			st = mo_diag_nomem(f->d);
 			break;
@@ -652,9 +656,11 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 		       mo_search_cache_dir(f->cache, sizeof f->cache, why, sizeof why);
 	if (!a->no_cache && !a->profile && !f->use_cache && why[0])
 		fuse_warn(a, MO_SEARCH_CACHE_UNUSABLE, f->cache, why);
+	/* each padded region once per padded level (--dim NAME=A,B,...) */
 	int n_pad = f->dyn.pad_part ? f->dyn.pad_part->n_regions : 0;
-	f->n_top = f->p->n_regions + n_pad;
-	size_t cap = (size_t)f->n_top + (size_t)f->tp->n_ops + 1;
+	int levels = f->dyn.n_levels > 1 ? f->dyn.n_levels : 1;
+	f->n_top = f->p->n_regions + n_pad * levels;
+	size_t cap = (size_t)f->n_top + (size_t)f->tp->n_ops * (size_t)levels + 1;
 	f->nu = f->n_top;
 	f->rs = mo_calloc(cap, sizeof *f->rs);
 	f->parts = mo_calloc((size_t)f->n_top + 1, sizeof *f->parts);
@@ -663,10 +669,12 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 	if (!f->rs || !f->ops || !f->rep || !f->parts)
 		return mo_diag_nomem(d);
 	rep->regions = f->rs;
-	for (int ri = 0; ri < f->nu; ri++)
-		f->rs[ri] = (struct mo_fuse_region){ .rg = ri < f->p->n_regions ? &f->p->regions[ri]
-							   : &f->dyn.pad_part->regions[ri - f->p->n_regions],
-						     .parent = -1 };
+	for (int ri = 0; ri < f->nu; ri++) {
+		int q = ri - f->p->n_regions;
+		f->rs[ri] = (struct mo_fuse_region){ .rg = q < 0 ? &f->p->regions[ri]
+							   : &f->dyn.pad_part->regions[q % n_pad],
+						     .parent = -1, .level = q < 0 ? 0 : q / n_pad };
+	}
 	enum mo_status st = search_regions(f);
 	rep->n_regions = f->nu;
 	if (!st)

@@ -25,6 +25,7 @@
 #define FUSE_DYN_AT_PAD (3 + MO_IMPORT_MAX_MORE_SIZES)
 #define FUSE_DYN_AT_DISTINCT (4 + MO_IMPORT_MAX_MORE_SIZES)
 #define FUSE_DYN_IMPORTS (5 + MO_IMPORT_MAX_MORE_SIZES)
+#define FUSE_DYN_MAX_LEVELS MO_IMPORT_MAX_BUCKETS
 
 /* The model's unbound symbols and what they vary (dynamic.c). */
 struct fuse_dyn {
@@ -47,6 +48,11 @@ struct fuse_dyn {
 	/* the model at the padded search's and the distinct values' sizes
 	 * (NULL: it does not import alike there: nothing is padded) */
 	struct mo_tp *pad, *distinct;
+	/* padded levels (--dim NAME=A,B,...: 1 without a bucket list): per
+	 * symbol its size at each, and the model there (level[0] is pad) */
+	int n_levels;
+	int64_t (*level_vals)[FUSE_DYN_MAX_LEVELS];
+	struct mo_tp *level[FUSE_DYN_MAX_LEVELS];
 	/* per op: MO_LAX_NONE, or its class when it varies other than in rows
 	 * but may be fused padded (it is MO_LAX_NONE in the program until
 	 * fuse_dyn_pad_regions makes the regions of such ops) */
@@ -186,8 +192,15 @@ const char *fuse_base_name(const char *p);
  * name[name_len] its node name); with `fallback`, a padded unit's guards
  * (its buckets: the export writes it inside an If running the original
  * ops past them; off by --no-fallback). False when out of memory. */
-bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int u,
+bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu, int u,
 			bool fallback, char *name, size_t name_len, struct mo_fused_node *f);
+/* The unit serving padded unit u's sizes past its buckets (f->next of its
+ * fused node): the fused unit of the nearest larger padded level (--dim
+ * NAME=A,B,...) over the same ops, reading and making the same tensors;
+ * -1 when none. */
+int fuse_next_bucket(const struct mo_fuse_region *rs, int nu, int u);
+/* Whether unit w is another unit's next bucket (exported inside its If). */
+bool fuse_is_next_bucket(const struct mo_fuse_region *rs, int nu, int w);
 void fuse_fused_node_free(struct mo_fused_node *f);
 
 /* Leaves unfused, with the reason, every found unit whose μGraph does not

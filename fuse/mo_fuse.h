@@ -108,6 +108,7 @@ struct mo_fuse_region {
 	 * μGraph's inputs and outputs (mo_cg_op) and each input's pad, and
 	 * the float checks of its kernel at the three other sizes */
 	bool padded;
+	int level;                /* its padded bucket (--dim NAME=A,B,...: 0 for A) */
 	double unfused_us_search; /* the region op by op at the search sizes
 				   * (the typical size), where the fused op
 				   * still runs the whole bucket */

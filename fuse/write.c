@@ -295,8 +295,53 @@ static struct mo_fused_const fused_const(const struct mo_tensor *x, bool outer)
 					.ivals = x->ivals, .outer = outer, .sized = x->sized };
 }
 
-/* The fused node of unit u (nodes, inputs and outputs malloc'ed into f). */
-bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int u,
+/* Whether the μGraphs of units a and b read the same tensors, and make
+ * the same, in any order. */
+static bool same_io(const struct mo_fuse_region *a, const struct mo_fuse_region *b)
+{
+	const struct mo_tp *x = &a->r.best->kg, *y = &b->r.best->kg;
+	if (x->n_inputs != y->n_inputs || x->n_outputs != y->n_outputs)
+		return false;
+	for (int i = 0; i < x->n_inputs + x->n_outputs; i++) {
+		bool out = i >= x->n_inputs, found = false;
+		const char *want = x->tensors[out ? x->outputs[i - x->n_inputs] : x->inputs[i]].name;
+		for (int j = 0; j < (out ? y->n_outputs : y->n_inputs) && !found; j++)
+			found = !strcmp(want, y->tensors[out ? y->outputs[j] : y->inputs[j]].name);
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+int fuse_next_bucket(const struct mo_fuse_region *rs, int nu, int u)
+{
+	const struct mo_fuse_region *s = &rs[u];
+	if (!s->fused || !s->padded || !s->r.best)
+		return -1;
+	int best = -1;
+	for (int w = 0; w < nu; w++) {
+		const struct mo_fuse_region *t = &rs[w];
+		if (w == u || !t->fused || !t->padded || !t->r.best || t->level <= s->level ||
+		    (best >= 0 && t->level >= rs[best].level) || t->rg->n_ops != s->rg->n_ops ||
+		    memcmp(t->rg->ops, s->rg->ops, sizeof *s->rg->ops * (size_t)s->rg->n_ops) ||
+		    !same_io(s, t))
+			continue;
+		best = w;
+	}
+	return best;
+}
+
+bool fuse_is_next_bucket(const struct mo_fuse_region *rs, int nu, int w)
+{
+	for (int u = 0; u < nu; u++)
+		if (u != w && fuse_next_bucket(rs, nu, u) == w)
+			return true;
+	return false;
+}
+
+/* The fused node of unit u (nodes, inputs and outputs malloc'ed into f;
+ * with `fallback`, the node of its next bucket's unit as f->next). */
+bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu, int u,
 			  bool fallback, char *name, size_t name_len, struct mo_fused_node *f)
 {
 	const struct mo_region *rg = rs[u].rg;
@@ -446,6 +491,18 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs,
 				     .n_consts = nc, .consts = consts, .n_guards = n_guards,
 				     .guards = guards, .out_dtypes = out_dtypes };
+	/* past its buckets, the next bucket's op (its node and name in one
+	 * block, freed with f) */
+	int w = n_guards > 0 ? fuse_next_bucket(rs, nu, u) : -1;
+	if (w >= 0) {
+		struct mo_fused_node *nx = mo_calloc(1, sizeof *nx + 80);
+		if (!nx || !fuse_fused_node_of(tp, rs, nu, w, fallback, (char *)(nx + 1), 80, nx)) {
+			mo_free(nx);
+			fuse_fused_node_free(f);
+			return false;
+		}
+		f->next = nx;
+	}
 	return true;
 fail:
 	mo_free(nodes);
@@ -483,6 +540,12 @@ static struct mo_fused_const *folded_values(const struct mo_tp *tp, size_t *n)
 
 void fuse_fused_node_free(struct mo_fused_node *f)
 {
+	if (f->next) {
+		struct mo_fused_node *nx = (struct mo_fused_node *)f->next;
+		fuse_fused_node_free(nx);
+		mo_free(nx);
+		f->next = NULL;
+	}
 	mo_free((void *)f->nodes);
 	mo_free((void *)f->inputs);
 	mo_free((void *)f->outputs);
@@ -502,21 +565,49 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 	char (*names)[80] = mo_calloc((size_t)nu + 1, sizeof *names);
 	size_t n_folded;
 	struct mo_fused_const *folded = folded_values(tp, &n_folded);
+	/* the units in order, then those skipped as a larger bucket of a unit
+	 * that did not export */
+	bool *skipped = mo_calloc((size_t)nu + 1, sizeof *skipped);
 	enum mo_status st = MO_OK;
 	int nf = 0;
-	if (!fn || !names) {
+	if (!fn || !names || !skipped) {
 		st = MO_ERR_NOMEM;
 		goto out;
 	}
-	for (int u = 0; u < nu; u++) {
+	for (int it = 0; it < 2 * nu; it++) {
+		int u = it % nu;
 		struct mo_fuse_region *s = &rs[u];
-		if (!s->fused)
+		if (!s->fused || (it >= nu && !skipped[u]))
 			continue;
+		/* a larger bucket's op: exported inside the smaller's If, or,
+		 * with --no-fallback (no If), not at all */
+		if (fuse_is_next_bucket(rs, nu, u)) {
+			skipped[u] = true;
+			if (!a->no_fallback)
+				continue;
+			s->fused = false;
+			snprintf(s->why, sizeof s->why, "not used: --no-fallback writes a region's "
+				 "smallest bucket alone");
+			continue;
+		}
 		char why[300] = "";
+		/* its larger buckets' μGraphs must fit too: one that does not
+		 * stays unfused, and the next one is tried in its place */
+		for (int w = fuse_next_bucket(rs, nu, u); w >= 0 && !a->no_fallback;
+		     w = fuse_next_bucket(rs, nu, u)) {
+			if (interface_matches(rs[w].prog, rs[w].r.best, why, sizeof why))
+				break;
+			snprintf(rs[w].why, sizeof rs[w].why, "export: %s", why);
+			rs[w].fused = false;
+			char lb[32];
+			fuse_warn(a, "region %s stays unfused: %s", fuse_label(rs, w, lb, sizeof lb),
+				  rs[w].why);
+			why[0] = '\0';
+		}
 		/* a padded one's μGraph is its program's at the bucket */
 		if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
 			snprintf(s->why, sizeof s->why, "export: %s", why);
-		} else if (!fuse_fused_node_of(tp, rs, u, !a->no_fallback, names[nf], sizeof names[nf],
+		} else if (!fuse_fused_node_of(tp, rs, nu, u, !a->no_fallback, names[nf], sizeof names[nf],
 					       &fn[nf])) {
 			st = MO_ERR_NOMEM;
 			goto out;
@@ -553,6 +644,7 @@ out:
 		fuse_fused_node_free(&fn[k]);
 	mo_free(fn);
 	mo_free(names);
+	mo_free(skipped);
 	mo_free(folded);
 	return st;
 }

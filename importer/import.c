@@ -3171,7 +3171,34 @@ static bool grow_ranges(struct mo_import_options *o)
 	if (!r)
 		return false;
 	o->ranges = r;
+	int *nb = mo_realloc(o->n_buckets, ((size_t)o->n_ranges + 1) * sizeof *nb);
+	if (!nb)
+		return false;
+	o->n_buckets = nb;
+	int64_t(*b)[MO_IMPORT_MAX_BUCKETS] = mo_realloc(o->buckets,
+							 ((size_t)o->n_ranges + 1) * sizeof *b);
+	if (!b)
+		return false;
+	o->buckets = b;
 	return true;
+}
+
+/* "A,B,..." (s to end) into b: ascending, each at least 1; how many, 0
+ * when it is not such a list. */
+static int parse_buckets(const char *s, const char *end, int64_t *b)
+{
+	int n = 0;
+	for (;;) {
+		const char *c = memchr(s, ',', (size_t)(end - s));
+		const char *stop = c ? c : end;
+		if (n == MO_IMPORT_MAX_BUCKETS || !parse_i64(s, stop, &b[n]) || b[n] < 1 ||
+		    (n > 0 && b[n] <= b[n - 1]))
+			return 0;
+		n++;
+		if (!c)
+			return n;
+		s = c + 1;
+	}
 }
 
 enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
@@ -3179,14 +3206,21 @@ enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 {
 	const char *eq = strchr(arg, '=');
 	const char *dots = eq ? strstr(eq + 1, "..") : NULL;
-	int64_t v, hi;
-	bool ok = eq && eq != arg && (dots ? parse_i64(eq + 1, dots, &v) &&
+	const char *comma = eq ? strchr(eq + 1, ',') : NULL;
+	int64_t v, hi, b[MO_IMPORT_MAX_BUCKETS];
+	int nb = comma && !dots && eq != arg ? parse_buckets(eq + 1, eq + strlen(eq), b) : 0;
+	bool ok = eq && eq != arg && (comma ? nb > 0 : dots ? parse_i64(eq + 1, dots, &v) &&
 				      parse_i64(dots + 2, eq + strlen(eq), &hi) && v <= hi
 				      : parse_i64(eq + 1, eq + strlen(eq), &v));
 	if (!ok)
-		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=N or NAME=LO..HI with "
-				   "0 <= LO <= HI", arg);
-	bool range = dots && v < hi;
+		return mo_diag_set(d, MO_ERR_USAGE, "--dim %s: expected NAME=N, NAME=LO..HI with "
+				   "0 <= LO <= HI, or NAME=A,B,... (at most %d buckets, ascending, "
+				   "from 1)", arg, MO_IMPORT_MAX_BUCKETS);
+	if (nb > 0) {
+		v = 0;
+		hi = b[nb - 1];
+	}
+	bool range = nb > 0 || (dots && v < hi);
 	char *name = mo_malloc((size_t)(eq - arg) + 1);
 	if (!name || !(range ? grow_ranges(o) : grow_options(o, 0))) {
 		mo_free(name);
@@ -3197,7 +3231,9 @@ enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 	if (range) {
 		o->range_names[o->n_ranges] = name;
 		o->ranges[o->n_ranges][0] = v;
-		o->ranges[o->n_ranges++][1] = hi;
+		o->ranges[o->n_ranges][1] = hi;
+		o->n_buckets[o->n_ranges] = nb;
+		memcpy(o->buckets[o->n_ranges++], b, (size_t)nb * sizeof b[0]);
 	} else {
 		o->dim_names[o->n_dims] = name;
 		o->dim_values[o->n_dims++] = v;
@@ -3215,6 +3251,16 @@ bool mo_import_range(const struct mo_import_options *o, const char *name, int64_
 			return true;
 		}
 	return false;
+}
+
+int mo_import_buckets(const struct mo_import_options *o, const char *name, int64_t *b)
+{
+	for (int i = 0; o && i < o->n_ranges; i++)
+		if (strcmp(o->range_names[i], name) == 0) {
+			memcpy(b, o->buckets[i], (size_t)o->n_buckets[i] * sizeof *b);
+			return o->n_buckets[i];
+		}
+	return 0;
 }
 
 enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
@@ -3264,6 +3310,8 @@ void mo_import_options_free(struct mo_import_options *o)
 		mo_free((char *)o->range_names[i]);
 	mo_free(o->range_names);
 	mo_free(o->ranges);
+	mo_free(o->n_buckets);
+	mo_free(o->buckets);
 	mo_free(o->dim_names);
 	mo_free(o->dim_values);
 	mo_free(o->input_shape_names);

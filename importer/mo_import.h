@@ -8,6 +8,7 @@
 #include "mo_tp.h"
 
 #define MO_IMPORT_MAX_MORE_SIZES 3 /* --dynamic-size takes 4 sizes */
+#define MO_IMPORT_MAX_BUCKETS 4    /* --dim NAME=A,B,C,D */
 
 /* Binds symbolic dimensions and overrides input shapes. */
 struct mo_import_options {
@@ -24,6 +25,11 @@ struct mo_import_options {
 	int n_ranges;
 	const char **range_names;
 	int64_t (*ranges)[2];
+	/* --dim NAME=A,B,...: the range 0..(the last), each value a bucket
+	 * (ascending) that ops fused padded get a μGraph for (0: a plain
+	 * range, its top the one bucket) */
+	int *n_buckets;
+	int64_t (*buckets)[MO_IMPORT_MAX_BUCKETS];
 	/* not the importer's: the size the fuse gives unbound dims other than
 	 * a batch when it leaves them symbolic (fuse/dynamic.c; 0: 16) */
 	int64_t dynamic_size;
@@ -37,8 +43,8 @@ struct mo_import_options {
 	bool sizes_chosen;
 };
 
-/* Parses "NAME=VALUE", "NAME=LO..HI" and "NAME=2x4096" flag values into
- * options (the names are copied). */
+/* Parses "NAME=VALUE", "NAME=LO..HI", "NAME=A,B,..." and "NAME=2x4096"
+ * flag values into options (the names are copied). */
 enum mo_status mo_tp_add_dim(struct mo_import_options *o, const char *arg,
 			     struct mo_diag *d);
 enum mo_status mo_tp_add_input_shape(struct mo_import_options *o, const char *arg,
@@ -48,6 +54,9 @@ void mo_import_options_free(struct mo_import_options *o);
 /* The range --dim gave symbol `name`: true with lo/hi set, else false. */
 bool mo_import_range(const struct mo_import_options *o, const char *name, int64_t *lo,
 		     int64_t *hi);
+/* The buckets --dim NAME=A,B,... gave symbol `name`, ascending, into
+ * b[MO_IMPORT_MAX_BUCKETS]: how many (0 without a list). */
+int mo_import_buckets(const struct mo_import_options *o, const char *name, int64_t *b);
 
 enum mo_status mo_tp_import(const struct mo_model *m,
 			    const struct mo_import_options *opt,

@@ -33,6 +33,7 @@ import unittest
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper as h
 
 import mo_testlib
@@ -477,7 +478,10 @@ class Rows(unittest.TestCase):
                 (["--dim", "seq=100..200", "--dim", "batch=2..4"], {"batch": 2, "seq": 100},
                  "batch=2 (of 2..4), seq=100 (of 100..200)"),
                 (["--dim", "seq=0..4096", "--dynamic-size", "64"], {"batch": 1, "seq": 64},
-                 "batch=1, seq=64 (of 0..4096)")):
+                 "batch=1, seq=64 (of 0..4096)"),
+                # a bucket list: the range up to its last
+                (["--dim", "seq=1,64,512"], {"batch": 1, "seq": 16},
+                 "batch=1, seq=16 (buckets 1 .. 512)")):
             r = subprocess.run([CLI, src, "--list-regions", "--json", *flags],
                                capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -493,7 +497,15 @@ class Rows(unittest.TestCase):
         syms = {x["name"]: (x["value"], x["how"]) for x in json.loads(r.stdout)["symbols"]}
         self.assertEqual(syms, {"batch": (5, "--dim"), "seq": (3, "--dim")})
         for flags, said in ((["--dim", "seq=1..8", "--dim", "seq=9"], "outside its range 1..8"),
-                            (["--dim", "sqe=1..8"], "no symbolic dimension 'sqe'")):
+                            (["--dim", "sqe=1..8"], "no symbolic dimension 'sqe'"),
+                            (["--dim", "seq=64,16"], "NAME=A,B,... with N (LO <= HI; A, B, "
+                             "... ascending, from 1, at most 4)"),
+                            (["--dim", "seq=0,16"], "not 'seq=0,16'"),
+                            (["--dim", "seq=1,2,3,4,5"], "not 'seq=1,2,3,4,5'"),
+                            (["--dim", "seq=16,"], "not 'seq=16,'"),
+                            (["--dim", "seq=16,64", "--dim", "seq=100"],
+                             "outside its range 0..64"),
+                            (["--dim", "sqe=16,64"], "no symbolic dimension 'sqe'")):
             r = subprocess.run([CLI, src, "--list-regions", *flags],
                                capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 2, flags)
@@ -645,6 +657,68 @@ class Rows(unittest.TestCase):
                            env={**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable})
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("past the sizes it serves, the original ops run", r.stdout)
+
+    def test_a_bucket_list_gives_each_bucket_its_op(self):
+        """--dim seq=16,64: the padded core is searched, proven and checked
+        at each bucket, and the fused model holds both ops: the 16's in an
+        If whose other branch holds the 64's in an If of its own, whose
+        other branch holds the original ops. Each size runs the op of the
+        smallest bucket holding it (ONNX Runtime's profile says which ran),
+        past the last the original ops, and every size gives the
+        original's outputs; --no-fallback writes the first bucket alone."""
+        src = os.path.join(self.dir, "attention_buckets.onnx")
+        onnx.save(masked_attention(), src)
+        out, plugin, regions = self.fuse(src, "attention_buckets_fused", "--budget", "10",
+                                         "--dim", "seq=16,64", need_rows=False)
+        padded = [g for g in regions if g["fused"] and "padded" in g]
+        self.assertEqual(len(padded), 2, [g.get("why") for g in regions])
+        buckets = []
+        for g in padded:
+            ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
+            buckets.append(ext["seq"][0])
+            self.assertEqual(ext["batch"], (1, True))
+            self.assertIn("softmax", g["nodes"])
+            self.assertEqual(g["nodes"], padded[0]["nodes"])
+            for c in g["padded"]["checked_at"]:
+                self.assertLessEqual(c["max_rel"], 1e-4)
+        self.assertEqual(buckets, [16, 64])
+        small, large = (g["op_type"] for g in padded)
+        self.assertNotEqual(small, large)
+        fused = onnx.load(out)
+        (cond,) = [n for n in fused.graph.node if n.op_type == "If"]
+        branch = {a.name: a.g.node for a in cond.attribute}
+        self.assertEqual([n.op_type for n in branch["else_branch"]], [small])
+        (inner,) = [n for n in branch["then_branch"] if n.op_type == "If"]
+        inner_branch = {a.name: a.g.node for a in inner.attribute}
+        self.assertEqual([n.op_type for n in inner_branch["else_branch"]], [large])
+        self.assertIn("Softmax", [n.op_type for n in inner_branch["then_branch"]])
+        want_s = session(src)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.register_custom_ops_library(plugin)
+        rng = np.random.default_rng(5)
+        for b, sq, ran in ((2, 1, small), (1, 16, small), (2, 17, large), (1, 64, large),
+                           (1, 65, None), (2, 80, None)):
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(self.dir, f"buckets_{b}_{sq}")
+            got_s = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
+            x = rng.standard_normal((b, sq, D)).astype(np.float32)
+            feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  f"batch {b}, seq {sq}", self)
+            with open(got_s.end_profiling()) as f:
+                ops = {e.get("args", {}).get("op_name") for e in json.load(f)
+                       if e.get("cat") == "Node"}
+            self.assertEqual({small, large} & ops, {ran} if ran else set(), f"seq {sq}")
+        # --no-fallback: no If, the first bucket's op alone, the other
+        # region saying why
+        bare, bare_plugin, bare_regions = self.fuse(src, "attention_buckets_bare", "--budget",
+                                                    "10", "--dim", "seq=16,64",
+                                                    "--no-fallback", need_rows=False)
+        self.assertFalse(any(n.op_type == "If" for n in onnx.load(bare).graph.node))
+        self.assertIn(small, [n.op_type for n in onnx.load(bare).graph.node])
+        self.assertTrue(any("--no-fallback writes a region's smallest bucket alone" in
+                            g.get("why", "") for g in bare_regions), bare_regions)
 
     def fuse_padded(self, model, tag):
         """model saved as tag.onnx and fused with its dims unbound: its
