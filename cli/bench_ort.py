@@ -264,21 +264,21 @@ def integer_input(model, name, shape, dt, rng, np):
 
 def padded_chains(graph):
     """Per padded op (inside an If that runs the original ops past the
-    sizes it serves): its op types, smallest bucket first (a larger
-    bucket's op sits in the If's then branch, in an If of its own)."""
-    chains = []
-    for n in graph.node:
-        chain, cur = [], n
-        while cur is not None and cur.op_type == "If" and not cur.domain:
-            br = {at.name: at.g for at in cur.attribute}
-            ops = [m.op_type for m in br["else_branch"].node if m.domain.startswith("mirage_onnx")]
-            if not ops:
-                break
-            chain.append(ops[0])
-            cur = next((m for m in br["then_branch"].node if m.op_type == "If"), None)
-        if chain:
-            chains.append(tuple(chain))
-    return chains
+    sizes it serves): its op type, then those of its larger buckets (ops in
+    the If's then branch, each in an If of its own: the next bucket's op
+    whole, or its parts)."""
+    def ops_of(n):
+        if n.op_type != "If" or n.domain:
+            return []
+        br = {at.name: at.g for at in n.attribute}
+        mine = [m.op_type for m in br["else_branch"].node if m.domain.startswith("mirage_onnx")]
+        if not mine:
+            return []
+        for m in br["then_branch"].node:
+            mine += ops_of(m)
+        return mine
+
+    return [tuple(c) for c in map(ops_of, graph.node) if c]
 
 
 def which_ran(path, plugin, feeds, session, onnx):

@@ -237,6 +237,65 @@ static struct span reads_of(const struct ex *x, int v) { return span_of(&x->read
 static struct span writes_of(const struct ex *x, int v) { return span_of(&x->writes, x->write_at, v); }
 
 /* Checks the fused-node list on its own terms and against the graph's size. */
+/* Whether one of the nodes f replaces makes name (ignoring those its next
+ * ops replace when `unclaimed`). */
+static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const char *name,
+			bool unclaimed);
+
+/* Fused node #k's next ops below f (mo_fused_node.next): each guarded,
+ * named, its nodes f's, no node in two; every output of f made by one of
+ * them or by a node none replaces. */
+static enum mo_status check_next(struct ex *x, int k, const struct mo_fused_node *f, int depth)
+{
+	if (f->n_next == 0)
+		return MO_OK;
+	if (f->n_next < 0 || !f->next || depth >= 8)
+		return bad(x, "fused node #%d (%s): its next ops are out of range", k, f->op_type);
+	for (int i = 0; i < f->n_next; i++) {
+		const struct mo_fused_node *c = &f->next[i];
+		bool ok = named(c->op_type) && c->n_guards > 0 && c->guards && c->out_dtypes &&
+			  c->n_nodes > 0 && c->nodes && c->n_outputs > 0 && c->outputs &&
+			  (c->n_inputs == 0 || c->inputs);
+		for (int q = 0; ok && q < c->n_guards; q++)
+			ok = c->guards[q].input >= 0 && c->guards[q].input < c->n_inputs &&
+			     c->guards[q].axis >= 0 && c->guards[q].most >= 0;
+		for (int q = 0; ok && q < c->n_inputs + c->n_outputs; q++)
+			ok = q < c->n_inputs ? c->inputs[q] != NULL : named(c->outputs[q - c->n_inputs]);
+		/* what f makes is renamed in the branch, not in the next op's
+		 * own branches: none may read it */
+		for (int q = 0; ok && q < c->n_inputs; q++)
+			for (int o = 0; ok && o < f->n_outputs; o++)
+				ok = strcmp(c->inputs[q], f->outputs[o]) != 0;
+		for (int a = 0; ok && a < c->n_nodes; a++) {
+			bool mine = false;
+			for (int b = 0; b < f->n_nodes && !mine; b++)
+				mine = f->nodes[b] == c->nodes[a];
+			for (int j = 0; j < i && mine; j++)
+				for (int b = 0; b < f->next[j].n_nodes && mine; b++)
+					mine = f->next[j].nodes[b] != c->nodes[a];
+			ok = mine;
+		}
+		if (!ok)
+			return bad(x, "fused node #%d (%s): its next op %d is not guarded over nodes "
+				   "of its own", k, f->op_type, i);
+	}
+	for (int o = 0; o < f->n_outputs; o++) {
+		bool made = made_inside(x, f, f->outputs[o], true);
+		for (int i = 0; i < f->n_next && !made; i++)
+			for (int q = 0; q < f->next[i].n_outputs && !made; q++)
+				made = strcmp(f->next[i].outputs[q], f->outputs[o]) == 0;
+		if (!made)
+			return bad(x, "fused node #%d (%s): past its sizes nothing makes '%s'", k,
+				   f->op_type, f->outputs[o]);
+	}
+	for (int i = 0; i < f->n_next; i++) {
+		enum mo_status st = check_next(x, k, &f->next[i], depth + 1);
+		if (st)
+			return st;
+	}
+	return MO_OK;
+}
+
 static enum mo_status check_request(struct ex *x)
 {
 	if (!x->o || !named(x->o->domain))
@@ -270,33 +329,9 @@ static enum mo_status check_request(struct ex *x)
 			    f->guards[q].most < 0)
 				return bad(x, "fused node #%d (%s): guard %d is out of range",
 					   k, f->op_type, q);
-		/* its next ops: guarded, the same nodes, inputs and outputs */
-		int depth = 0;
-		for (const struct mo_fused_node *c = f->next; c; c = c->next) {
-			bool same = ++depth <= 8 && named(c->op_type) && c->n_guards > 0 && c->guards &&
-				    c->out_dtypes && c->n_nodes == f->n_nodes && c->nodes &&
-				    c->n_inputs == f->n_inputs && c->n_outputs == f->n_outputs &&
-				    (c->n_inputs == 0 || c->inputs) && c->outputs;
-			for (int i = 0; same && i < f->n_nodes; i++)
-				same = c->nodes[i] == f->nodes[i];
-			for (int i = 0; same && i < f->n_inputs + f->n_outputs; i++) {
-				bool out = i >= f->n_inputs;
-				const char *want = out ? f->outputs[i - f->n_inputs] : f->inputs[i];
-				bool found = false;
-				for (int j = 0; !found && j < (out ? c->n_outputs : c->n_inputs); j++) {
-					const char *have = out ? c->outputs[j] : c->inputs[j];
-					found = have && strcmp(have, want) == 0;
-				}
-				same = found;
-			}
-			for (int q = 0; same && q < c->n_guards; q++)
-				same = c->guards[q].input >= 0 && c->guards[q].input < c->n_inputs &&
-				       c->guards[q].axis >= 0 && c->guards[q].most >= 0;
-			if (!same)
-				return bad(x, "fused node #%d (%s): its next op (%s) is not guarded over "
-					   "the same nodes, inputs and outputs", k, f->op_type,
-					   named(c->op_type) ? c->op_type : "unnamed");
-		}
+		enum mo_status st = check_next(x, k, f, 0);
+		if (st)
+			return st;
 	}
 	return MO_OK;
 }
@@ -317,8 +352,8 @@ static bool holds_subgraph(const Onnx__NodeProto *n)
  * holds a subgraph. */
 static bool falls_back(const struct ex *x, const struct mo_fused_node *f)
 {
-	for (const struct mo_fused_node *c = f->next; c; c = c->next)
-		if (c->n_guards <= 0 || !c->out_dtypes)
+	for (int i = 0; i < f->n_next; i++)
+		if (!falls_back(x, &f->next[i]))
 			return false;
 	if (f->n_guards <= 0 || !f->out_dtypes || mo_onnx_default_opset(x->p) < 11)
 		return false;
@@ -326,6 +361,30 @@ static bool falls_back(const struct ex *x, const struct mo_fused_node *f)
 		if (holds_subgraph(x->g->node[f->nodes[k]]))
 			return false;
 	return true;
+}
+
+/* Whether node v is one f's next ops replace. */
+static bool claimed_next(const struct mo_fused_node *f, int v)
+{
+	for (int i = 0; i < f->n_next; i++)
+		for (int b = 0; b < f->next[i].n_nodes; b++)
+			if (f->next[i].nodes[b] == v)
+				return true;
+	return false;
+}
+
+static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const char *name,
+			bool unclaimed)
+{
+	for (int k = 0; k < f->n_nodes; k++) {
+		if (unclaimed && claimed_next(f, f->nodes[k]))
+			continue;
+		const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
+		for (size_t i = 0; i < n->n_output; i++)
+			if (named(n->output[i]) && strcmp(n->output[i], name) == 0)
+				return true;
+	}
+	return false;
 }
 
 /* Whether a node fused node f replaces makes name. */
@@ -1414,6 +1473,100 @@ static Onnx__GraphProto *branch(struct ex *x, const struct mo_fused_node *f,
 	return a->failed ? NULL : g;
 }
 
+static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx__NodeProto **out,
+			      size_t *n);
+static int guard_nodes(const struct mo_fused_node *f);
+
+/* The nodes run past guarded fused node f's sizes when it has next ops:
+ * the nodes none of them replaces (order: f's nodes sorted, as loaded) and
+ * each next op guarded, in an order where each reads what comes before
+ * it or what the main graph holds. */
+static enum mo_status next_nodes(struct ex *x, const struct mo_fused_node *f, const int *order,
+				 Onnx__NodeProto ***out, size_t *n_out)
+{
+	struct mo_arena *a = &x->arena;
+	/* the units: an original node each, then a next op each (its guard
+	 * nodes and If together) */
+	int n_units = 0;
+	size_t cap = 0;
+	for (int k = 0; k < f->n_nodes; k++)
+		n_units += !claimed_next(f, order[k]);
+	n_units += f->n_next;
+	for (int i = 0; i < f->n_next; i++)
+		cap += (size_t)guard_nodes(&f->next[i]);
+	cap += (size_t)f->n_nodes;
+	Onnx__NodeProto **nodes = mo_arena_array(a, cap + 1, sizeof *nodes);
+	size_t *first = mo_arena_array(a, (size_t)n_units + 1, sizeof *first);
+	int *unit_node = mo_arena_array(a, (size_t)n_units + 1, sizeof *unit_node);
+	bool *done = mo_arena_array(a, (size_t)n_units + 1, sizeof *done);
+	Onnx__NodeProto **sorted = mo_arena_array(a, cap + 1, sizeof *sorted);
+	if (a->failed)
+		return nomem(x);
+	size_t n = 0;
+	int u = 0;
+	for (int k = 0; k < f->n_nodes; k++)
+		if (!claimed_next(f, order[k])) {
+			first[u] = n;
+			unit_node[u++] = order[k];
+			nodes[n++] = x->g->node[order[k]];
+		}
+	for (int i = 0; i < f->n_next; i++) {
+		first[u] = n;
+		unit_node[u++] = -1 - i;
+		enum mo_status st = guarded(x, &f->next[i], nodes, &n);
+		if (st)
+			return st;
+	}
+	first[u] = n;
+	/* a unit is ready when every name it reads that another unit makes
+	 * is made by one placed before it */
+	size_t n_sorted = 0;
+	for (int placed = 0; placed < n_units;) {
+		int before = placed;
+		for (int v = 0; v < n_units; v++) {
+			if (done[v])
+				continue;
+			bool ready = true;
+			for (size_t q = first[v]; q < first[v + 1] && ready; q++) {
+				const Onnx__NodeProto *r = nodes[q];
+				for (size_t j = 0; j < r->n_input && ready; j++) {
+					if (!named(r->input[j]))
+						continue;
+					for (int w = 0; w < n_units && ready; w++) {
+						if (w == v || done[w])
+							continue;
+						const struct mo_fused_node *c = unit_node[w] < 0
+							? &f->next[-1 - unit_node[w]] : NULL;
+						if (c) {
+							for (int o = 0; o < c->n_outputs && ready; o++)
+								ready = strcmp(c->outputs[o], r->input[j]) != 0;
+						} else {
+							const Onnx__NodeProto *m = nodes[first[w]];
+							for (size_t o = 0; o < m->n_output && ready; o++)
+								ready = !named(m->output[o]) ||
+									strcmp(m->output[o], r->input[j]) != 0;
+						}
+					}
+				}
+			}
+			/* a next op's If reads, in its branches, what its
+			 * original nodes read: the guard and If nodes above
+			 * stand for it (its inputs) */
+			if (!ready)
+				continue;
+			for (size_t q = first[v]; q < first[v + 1]; q++)
+				sorted[n_sorted++] = nodes[q];
+			done[v] = true;
+			placed++;
+		}
+		if (placed == before)
+			return bad(x, "the nodes run past %s's sizes form a cycle", f->op_type);
+	}
+	*out = sorted;
+	*n_out = n_sorted;
+	return MO_OK;
+}
+
 /* The nodes of guarded fused node f, appended to out at *n (at most
  * guard_nodes(f) of them). */
 static int guard_nodes(const struct mo_fused_node *f)
@@ -1518,15 +1671,13 @@ static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx_
 	qsort(order, (size_t)f->n_nodes, sizeof *order, cmp_int);
 	for (int k = 0; k < f->n_nodes; k++)
 		orig[k] = x->g->node[order[k]];
-	/* with a next op: it, guarded, in place of the original nodes */
+	/* with next ops: they, guarded, in place of the original nodes they
+	 * replace */
 	Onnx__GraphProto *then_g = NULL;
-	if (f->next) {
-		Onnx__NodeProto **inner = mo_arena_array(a, (size_t)guard_nodes(f->next),
-							 sizeof *inner);
+	if (f->n_next > 0) {
+		Onnx__NodeProto **inner = NULL;
 		size_t n_inner = 0;
-		if (!inner)
-			return nomem(x);
-		enum mo_status st = guarded(x, f->next, inner, &n_inner);
+		enum mo_status st = next_nodes(x, f, order, &inner, &n_inner);
 		if (st)
 			return st;
 		then_g = branch(x, f, inner, n_inner, "larger");
@@ -1551,6 +1702,18 @@ static enum mo_status guarded(struct ex *x, const struct mo_fused_node *f, Onnx_
 	return MO_OK;
 }
 
+/* f and its next ops, depth first, into ops[n..] (ops NULL: counted):
+ * the new n. */
+static size_t tree_ops(const struct mo_fused_node *f, const struct mo_fused_node **ops, size_t n)
+{
+	if (ops)
+		ops[n] = f;
+	n++;
+	for (int i = 0; i < f->n_next; i++)
+		n = tree_ops(&f->next[i], ops, n);
+	return n;
+}
+
 /* The model's functions, then one per fused op type that can have one. */
 static enum mo_status functions(struct ex *x, struct lists *l)
 {
@@ -1559,16 +1722,14 @@ static enum mo_status functions(struct ex *x, struct lists *l)
 	/* each fused node's and its next ops' (check_request bounds them) */
 	size_t n_ops = 0;
 	for (int k = 0; k < x->n_fused; k++)
-		for (const struct mo_fused_node *c = &x->fused[k]; c; c = c->next)
-			n_ops++;
+		n_ops += tree_ops(&x->fused[k], NULL, 0);
 	const struct mo_fused_node **ops = mo_arena_array(a, n_ops + 1, sizeof *ops);
 	l->functions = mo_arena_array(a, p->n_functions + n_ops + 1, sizeof *l->functions);
 	if (a->failed)
 		return nomem(x);
 	n_ops = 0;
 	for (int k = 0; k < x->n_fused; k++)
-		for (const struct mo_fused_node *c = &x->fused[k]; c; c = c->next)
-			ops[n_ops++] = c;
+		n_ops = tree_ops(&x->fused[k], ops, n_ops);
 	for (size_t i = 0; i < p->n_functions; i++)
 		l->functions[l->n_functions++] = p->functions[i];
 	size_t before = l->n_functions;

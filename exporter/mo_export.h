@@ -89,10 +89,12 @@ struct mo_fused_node {
 	int n_guards;
 	const struct mo_fused_guard *guards;
 	const int32_t *out_dtypes;
-	/* With guards: past them, this op (guarded too, its sizes larger:
-	 * a padded op's next bucket) instead of the original nodes; it
-	 * replaces the same nodes and has the same inputs and outputs, in any
-	 * order. NULL: the original nodes. */
+	/* With guards: past them, these ops (guarded too, their sizes
+	 * larger: a padded op's next bucket, whole or in parts) in place of
+	 * the original nodes they replace, each a subset of these nodes, no
+	 * node in two; the nodes none replaces run as they were. n_next 0:
+	 * the original nodes. */
+	int n_next;
 	const struct mo_fused_node *next;
 };
 

@@ -194,11 +194,13 @@ const char *fuse_base_name(const char *p);
  * ops past them; off by --no-fallback). False when out of memory. */
 bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu, int u,
 			bool fallback, char *name, size_t name_len, struct mo_fused_node *f);
-/* The unit serving padded unit u's sizes past its buckets (f->next of its
- * fused node): the fused unit of the nearest larger padded level (--dim
- * NAME=A,B,...) over the same ops, reading and making the same tensors;
- * -1 when none. */
-int fuse_next_bucket(const struct mo_fuse_region *rs, int nu, int u);
+/* The units serving padded unit u's sizes past its buckets (f->next of
+ * its fused node), at the nearest larger padded level (--dim
+ * NAME=A,B,...) where any do: the fused unit over the same ops, reading
+ * and making the same tensors; or, u a whole region whose copy there did
+ * not fuse whole, that copy's fused parts. Into w[] (room for nu): how
+ * many, 0 when none. */
+int fuse_next_buckets(const struct mo_fuse_region *rs, int nu, int u, int *w);
 /* Whether unit w is another unit's next bucket (exported inside its If). */
 bool fuse_is_next_bucket(const struct mo_fuse_region *rs, int nu, int w);
 void fuse_fused_node_free(struct mo_fused_node *f);

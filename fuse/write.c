@@ -313,30 +313,54 @@ static bool same_io(const struct mo_fuse_region *a, const struct mo_fuse_region 
 	return true;
 }
 
-int fuse_next_bucket(const struct mo_fuse_region *rs, int nu, int u)
+/* Whether t serves padded unit s's sizes past its buckets at level L as
+ * one op: fused padded at that level over the same ops, reading and making
+ * the same tensors. */
+static bool serves_whole(const struct mo_fuse_region *s, const struct mo_fuse_region *t, int L)
+{
+	return t != s && t->fused && t->padded && t->r.best && t->level == L &&
+	       t->rg->n_ops == s->rg->n_ops &&
+	       !memcmp(t->rg->ops, s->rg->ops, sizeof *s->rg->ops * (size_t)s->rg->n_ops) &&
+	       same_io(s, t);
+}
+
+int fuse_next_buckets(const struct mo_fuse_region *rs, int nu, int u, int *w)
 {
 	const struct mo_fuse_region *s = &rs[u];
 	if (!s->fused || !s->padded || !s->r.best)
-		return -1;
-	int best = -1;
-	for (int w = 0; w < nu; w++) {
-		const struct mo_fuse_region *t = &rs[w];
-		if (w == u || !t->fused || !t->padded || !t->r.best || t->level <= s->level ||
-		    (best >= 0 && t->level >= rs[best].level) || t->rg->n_ops != s->rg->n_ops ||
-		    memcmp(t->rg->ops, s->rg->ops, sizeof *s->rg->ops * (size_t)s->rg->n_ops) ||
-		    !same_io(s, t))
-			continue;
-		best = w;
+		return 0;
+	for (int L = s->level + 1; L < FUSE_DYN_MAX_LEVELS; L++) {
+		for (int t = 0; t < nu; t++)
+			if (serves_whole(s, &rs[t], L)) {
+				w[0] = t;
+				return 1;
+			}
+		/* a whole region whose copy at L fused in parts: those */
+		int copy = -1;
+		for (int t = 0; t < nu && s->parent < 0 && copy < 0; t++)
+			if (rs[t].parent < 0 && rs[t].rg == s->rg && rs[t].level == L && !rs[t].fused)
+				copy = t;
+		int n = 0;
+		for (int t = 0; t < nu && copy >= 0; t++)
+			if (rs[t].parent == copy && rs[t].fused && rs[t].padded && rs[t].r.best)
+				w[n++] = t;
+		if (n > 0)
+			return n;
 	}
-	return best;
+	return 0;
 }
 
 bool fuse_is_next_bucket(const struct mo_fuse_region *rs, int nu, int w)
 {
-	for (int u = 0; u < nu; u++)
-		if (u != w && fuse_next_bucket(rs, nu, u) == w)
-			return true;
-	return false;
+	int *list = mo_malloc(sizeof *list * ((size_t)nu + 1));
+	bool found = false;
+	for (int u = 0; list && u < nu && !found; u++) {
+		int n = u != w ? fuse_next_buckets(rs, nu, u, list) : 0;
+		for (int k = 0; k < n && !found; k++)
+			found = list[k] == w;
+	}
+	mo_free(list);
+	return found;
 }
 
 /* The fused node of unit u (nodes, inputs and outputs malloc'ed into f;
@@ -491,18 +515,31 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				     .n_outputs = mg->kg.n_outputs, .inputs = ins, .outputs = outs,
 				     .n_consts = nc, .consts = consts, .n_guards = n_guards,
 				     .guards = guards, .out_dtypes = out_dtypes };
-	/* past its buckets, the next bucket's op (its node and name in one
-	 * block, freed with f) */
-	int w = n_guards > 0 ? fuse_next_bucket(rs, nu, u) : -1;
-	if (w >= 0) {
-		struct mo_fused_node *nx = mo_calloc(1, sizeof *nx + 80);
-		if (!nx || !fuse_fused_node_of(tp, rs, nu, w, fallback, (char *)(nx + 1), 80, nx)) {
-			mo_free(nx);
+	/* past its buckets, the next bucket's ops (their nodes and names in
+	 * one block, freed with f) */
+	int *w = n_guards > 0 ? mo_malloc(sizeof *w * ((size_t)nu + 1)) : NULL;
+	int n_next = w ? fuse_next_buckets(rs, nu, u, w) : 0;
+	if (n_guards > 0 && !w) {
+		fuse_fused_node_free(f);
+		return false;
+	}
+	if (n_next > 0) {
+		struct mo_fused_node *nx = mo_calloc((size_t)n_next, sizeof *nx + 80);
+		char *nx_names = nx ? (char *)(nx + n_next) : NULL;
+		int made = 0;
+		while (nx && made < n_next &&
+		       fuse_fused_node_of(tp, rs, nu, w[made], fallback, nx_names + 80 * made, 80,
+					  &nx[made]))
+			made++;
+		f->next = nx;
+		f->n_next = made;
+		if (made < n_next) {
+			mo_free(w);
 			fuse_fused_node_free(f);
 			return false;
 		}
-		f->next = nx;
 	}
+	mo_free(w);
 	return true;
 fail:
 	mo_free(nodes);
@@ -542,9 +579,11 @@ void fuse_fused_node_free(struct mo_fused_node *f)
 {
 	if (f->next) {
 		struct mo_fused_node *nx = (struct mo_fused_node *)f->next;
-		fuse_fused_node_free(nx);
+		for (int i = 0; i < f->n_next; i++)
+			fuse_fused_node_free(&nx[i]);
 		mo_free(nx);
 		f->next = NULL;
+		f->n_next = 0;
 	}
 	mo_free((void *)f->nodes);
 	mo_free((void *)f->inputs);
@@ -568,9 +607,10 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 	/* the units in order, then those skipped as a larger bucket of a unit
 	 * that did not export */
 	bool *skipped = mo_calloc((size_t)nu + 1, sizeof *skipped);
+	int *next = mo_calloc((size_t)nu + 1, sizeof *next);
 	enum mo_status st = MO_OK;
 	int nf = 0;
-	if (!fn || !names || !skipped) {
+	if (!fn || !names || !skipped || !next) {
 		st = MO_ERR_NOMEM;
 		goto out;
 	}
@@ -592,17 +632,23 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 		}
 		char why[300] = "";
 		/* its larger buckets' μGraphs must fit too: one that does not
-		 * stays unfused, and the next one is tried in its place */
-		for (int w = fuse_next_bucket(rs, nu, u); w >= 0 && !a->no_fallback;
-		     w = fuse_next_bucket(rs, nu, u)) {
-			if (interface_matches(rs[w].prog, rs[w].r.best, why, sizeof why))
-				break;
-			snprintf(rs[w].why, sizeof rs[w].why, "export: %s", why);
-			rs[w].fused = false;
-			char lb[32];
-			fuse_warn(a, "region %s stays unfused: %s", fuse_label(rs, w, lb, sizeof lb),
-				  rs[w].why);
-			why[0] = '\0';
+		 * stays unfused, and the others (or the next bucket's) are tried
+		 * in its place */
+		for (bool again = !a->no_fallback; again;) {
+			int n = fuse_next_buckets(rs, nu, u, next);
+			again = false;
+			for (int k = 0; k < n && !again; k++) {
+				int w = next[k];
+				if (interface_matches(rs[w].prog, rs[w].r.best, why, sizeof why))
+					continue;
+				snprintf(rs[w].why, sizeof rs[w].why, "export: %s", why);
+				rs[w].fused = false;
+				char lb[32];
+				fuse_warn(a, "region %s stays unfused: %s",
+					  fuse_label(rs, w, lb, sizeof lb), rs[w].why);
+				why[0] = '\0';
+				again = true;
+			}
 		}
 		/* a padded one's μGraph is its program's at the bucket */
 		if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
@@ -645,6 +691,7 @@ out:
 	mo_free(fn);
 	mo_free(names);
 	mo_free(skipped);
+	mo_free(next);
 	mo_free(folded);
 	return st;
 }
