@@ -695,23 +695,30 @@ class Rows(unittest.TestCase):
         self.assertEqual([n.op_type for n in inner_branch["else_branch"]], [large])
         self.assertIn("Softmax", [n.op_type for n in inner_branch["then_branch"]])
         want_s = session(src)
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.register_custom_ops_library(plugin)
         rng = np.random.default_rng(5)
-        for b, sq, ran in ((2, 1, small), (1, 16, small), (2, 17, large), (1, 64, large),
-                           (1, 65, None), (2, 80, None)):
+
+        def runs(model, plugin, ops, cases, tag):
+            # each (batch, seq, the op of ops that must run: None, none)
+            # right, ONNX Runtime's profile saying which ran
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            so.register_custom_ops_library(plugin)
             so.enable_profiling = True
-            so.profile_file_prefix = os.path.join(self.dir, f"buckets_{b}_{sq}")
-            got_s = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
-            x = rng.standard_normal((b, sq, D)).astype(np.float32)
-            feed = {"x": x, "mask": causal_mask(b, sq)}
-            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
-                  f"batch {b}, seq {sq}", self)
-            with open(got_s.end_profiling()) as f:
-                ops = {e.get("args", {}).get("op_name") for e in json.load(f)
-                       if e.get("cat") == "Node"}
-            self.assertEqual({small, large} & ops, {ran} if ran else set(), f"seq {sq}")
+            for b, sq, ran in cases:
+                so.profile_file_prefix = os.path.join(self.dir, f"{tag}_{b}_{sq}")
+                got_s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+                x = rng.standard_normal((b, sq, D)).astype(np.float32)
+                feed = {"x": x, "mask": causal_mask(b, sq)}
+                close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                      f"{tag}: batch {b}, seq {sq}", self)
+                with open(got_s.end_profiling()) as f:
+                    seen = {e.get("args", {}).get("op_name") for e in json.load(f)
+                            if e.get("cat") == "Node"}
+                self.assertEqual(set(ops) & seen, {ran} if ran else set(), f"{tag}: seq {sq}")
+
+        runs(out, plugin, (small, large), ((2, 1, small), (1, 16, small), (2, 17, large),
+                                           (1, 64, large), (1, 65, None), (2, 80, None)),
+             "buckets")
         # the 64's region not fused whole (its search failing, a fault the
         # test injects) but in parts (regions of at most 4 ops): its fused
         # part runs in the 16's If's other branch, beside the original
@@ -739,21 +746,9 @@ class Rows(unittest.TestCase):
         self.assertEqual([n.op_type for n in {a.name: a.g.node for a in inner.attribute}[
             "else_branch"]], [part["op_type"]])
         self.assertIn("Transpose", [n.op_type for n in then])
-        so.register_custom_ops_library(parts_plugin)
-        for b, sq, ran in ((2, 7, first), (2, 17, part["op_type"]), (1, 64, part["op_type"]),
-                           (1, 70, None)):
-            so.enable_profiling = True
-            so.profile_file_prefix = os.path.join(self.dir, f"parts_{b}_{sq}")
-            got_s = ort.InferenceSession(parts, so, providers=["CPUExecutionProvider"])
-            x = rng.standard_normal((b, sq, D)).astype(np.float32)
-            feed = {"x": x, "mask": causal_mask(b, sq)}
-            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
-                  f"parts: batch {b}, seq {sq}", self)
-            with open(got_s.end_profiling()) as f:
-                ops = {e.get("args", {}).get("op_name") for e in json.load(f)
-                       if e.get("cat") == "Node"}
-            self.assertEqual({first, part["op_type"]} & ops, {ran} if ran else set(),
-                             f"parts: seq {sq}")
+        runs(parts, parts_plugin, (first, part["op_type"]),
+             ((2, 7, first), (2, 17, part["op_type"]), (1, 64, part["op_type"]), (1, 70, None)),
+             "parts")
         # --no-fallback: no If, the first bucket's op alone, the other
         # region saying why
         bare, bare_plugin, bare_regions = self.fuse(src, "attention_buckets_bare", "--budget",
