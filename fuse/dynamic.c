@@ -1128,7 +1128,10 @@ static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, in
 	int e = s->n_ext++;
 	memcpy(s->ext_vals[e], v, sizeof v);
 	s->ext_bucket[e] = v[3];
-	s->ext_loop[e] = v[3] == 1; /* a batch: run one at a time */
+	/* a batch (1 at the search too): run one at a time; a bucket of 1
+	 * from a bucket list (a decode step's sequence) is padded, served
+	 * up to 1 */
+	s->ext_loop[e] = v[3] == 1 && v[0] == 1;
 	snprintf(s->ext_name[e], sizeof s->ext_name[e], "dim %d of '%.40s'", d,
 		 f->tp->tensors[t].name);
 	for (int i = 0; i < y->n; i++)

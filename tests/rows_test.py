@@ -666,7 +666,8 @@ class Rows(unittest.TestCase):
         smallest bucket holding it (ONNX Runtime's profile says which ran),
         past the last the original ops, and every size gives the
         original's outputs. The 64's region fused in parts: they run there
-        beside the original nodes none of them replaces. --no-fallback
+        beside the original nodes none of them replaces. A bucket of 1 (a
+        decode step's) serves that size only. --no-fallback
         writes the first bucket alone."""
         src = os.path.join(self.dir, "attention_buckets.onnx")
         onnx.save(masked_attention(), src)
@@ -749,6 +750,16 @@ class Rows(unittest.TestCase):
         runs(parts, parts_plugin, (first, part["op_type"]),
              ((2, 7, first), (2, 17, part["op_type"]), (1, 64, part["op_type"]), (1, 70, None)),
              "parts")
+        # a bucket of 1 (a decode step's): seq padded to 1, not looped
+        # one at a time as a batch is, so longer sizes take the next bucket
+        dec, dec_plugin, dec_regions = self.fuse(src, "attention_buckets_decode", "--budget",
+                                                 "10", "--dim", "seq=1,64", need_rows=False)
+        dec_padded = [g for g in dec_regions if g["fused"] and "padded" in g]
+        self.assertEqual([{e["name"]: (e["bucket"], e["looped"]) for e in g["padded"][
+            "extents"]}["seq"] for g in dec_padded], [(1, False), (64, False)])
+        one, upto64 = (g["op_type"] for g in dec_padded)
+        runs(dec, dec_plugin, (one, upto64), ((3, 1, one), (2, 2, upto64), (1, 64, upto64),
+                                              (1, 65, None)), "decode")
         # --no-fallback: no If, the first bucket's op alone, the other
         # region saying why
         bare, bare_plugin, bare_regions = self.fuse(src, "attention_buckets_bare", "--budget",
