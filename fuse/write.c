@@ -295,6 +295,16 @@ static struct mo_fused_const fused_const(const struct mo_tensor *x, bool outer)
 					.ivals = x->ivals, .outer = outer, .sized = x->sized };
 }
 
+/* Whether regions a and b have an op in common. */
+static bool shares_ops(const struct mo_region *a, const struct mo_region *b)
+{
+	for (int i = 0; i < a->n_ops; i++)
+		for (int j = 0; j < b->n_ops; j++)
+			if (a->ops[i] == b->ops[j])
+				return true;
+	return false;
+}
+
 /* Whether the μGraphs of units a and b read the same tensors, and make
  * the same, in any order. */
 static bool same_io(const struct mo_fuse_region *a, const struct mo_fuse_region *b)
@@ -608,9 +618,10 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 	 * that did not export */
 	bool *skipped = mo_calloc((size_t)nu + 1, sizeof *skipped);
 	int *next = mo_calloc((size_t)nu + 1, sizeof *next);
+	int *kept = mo_calloc((size_t)nu + 1, sizeof *kept); /* per fn[k]: its unit */
 	enum mo_status st = MO_OK;
 	int nf = 0;
-	if (!fn || !names || !skipped || !next) {
+	if (!fn || !names || !skipped || !next || !kept) {
 		st = MO_ERR_NOMEM;
 		goto out;
 	}
@@ -650,8 +661,21 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 				again = true;
 			}
 		}
+		/* another bucket's unit over some of its ops kept already (a
+		 * whole region's bucket and another's part, neither in the
+		 * other's chain): said so, not as a node claimed twice */
+		int other = -1;
+		for (int k = 0; k < nf && s->padded && other < 0; k++)
+			if (rs[kept[k]].padded && rs[kept[k]].level != s->level &&
+			    shares_ops(rs[kept[k]].rg, s->rg))
+				other = kept[k];
 		/* a padded one's μGraph is its program's at the bucket */
-		if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
+		if (other >= 0) {
+			char lb[32];
+			snprintf(s->why, sizeof s->why, "its ops are fused at another bucket already "
+				 "(region %s): a bucket's parts serve only under the whole region's "
+				 "smaller bucket", fuse_label(rs, other, lb, sizeof lb));
+		} else if (!interface_matches(s->padded ? s->prog : tp, s->r.best, why, sizeof why)) {
 			snprintf(s->why, sizeof s->why, "export: %s", why);
 		} else if (!fuse_fused_node_of(tp, rs, nu, u, !a->no_fallback, names[nf], sizeof names[nf],
 					       &fn[nf])) {
@@ -673,7 +697,7 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 				goto out;
 			}
 			if (xd.status == MO_OK) {
-				nf++;
+				kept[nf++] = u;
 				continue;
 			}
 			fuse_fused_node_free(&fn[nf]);
@@ -692,6 +716,7 @@ out:
 	mo_free(names);
 	mo_free(skipped);
 	mo_free(next);
+	mo_free(kept);
 	mo_free(folded);
 	return st;
 }

@@ -750,6 +750,17 @@ class Rows(unittest.TestCase):
         runs(parts, parts_plugin, (first, part["op_type"]),
              ((2, 7, first), (2, 17, part["op_type"]), (1, 64, part["op_type"]), (1, 70, None)),
              "parts")
+        # the other way round (the 16's region in parts, the 64's whole):
+        # no chain; the 64's op serves every size up to 64, and the 16's
+        # part says why it stays out
+        env["MIRAGE_ONNX_TEST_FAIL"] = padded[0]["region"] + ":search"
+        r = subprocess.run([CLI, src, "-o", parts, "--no-cuda", "--cpu-kernels",
+                            "--no-cache", "--budget", "10", "--dim", "seq=16,64",
+                            "--max-region-ops", "8"], capture_output=True, text=True,
+                           timeout=1800, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("its ops are fused at another bucket already (region %s)"
+                      % padded[1]["region"], r.stderr)
         # a bucket of 1 (a decode step's): seq padded to 1, not looped
         # one at a time as a batch is, so longer sizes take the next bucket
         dec, dec_plugin, dec_regions = self.fuse(src, "attention_buckets_decode", "--budget",
