@@ -90,7 +90,11 @@ def fused_parts(manifest):
             # a padded op (attention with its dims unbound) runs its whole
             # bucket at every size: against the ops it replaces at the
             # typical size
-            unfused = r["padded"]["unfused_cost_us_at_search_size"] if "padded" in r \
+            # (a larger bucket's, of a bucket list, at the bucket
+            # before's sizes)
+            p = r.get("padded", {})
+            unfused = p.get("unfused_cost_us_at_search_size",
+                            p.get("unfused_cost_us_at_bucket_before")) if p \
                 else r["unfused_cost_us"]
             out[frozenset(r["nodes"])] = (unfused / r["cost_us"], unfused - r["cost_us"])
     return out

@@ -1181,6 +1181,23 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 	struct mo_cost c;
 	mo_cost_program(s->prog, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
 	s->unfused_us_search = c.us;
+	/* a larger bucket serves sizes past the one before it: what it
+	 * saves there, the least it runs at, is what counts */
+	struct mo_tp *before = NULL;
+	if (s->level > 0 && region_at(f, s, y->level[s->level - 1], &before, s->why,
+				      sizeof s->why, d)) {
+		mo_tp_free(prog);
+		return MO_ERR_NOMEM;
+	}
+	if (before) {
+		mo_cost_program(before, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
+		s->unfused_us_search = c.us;
+		mo_tp_free(before);
+	}
+	if (s->why[0]) {
+		mo_tp_free(prog);
+		return MO_OK;
+	}
 	mo_tp_free(s->prog);
 	s->prog = prog;
 	/* every dim of its inputs and outputs an extent it can serve */

@@ -267,7 +267,8 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 			 "%.3g µs of the %.3g µs it takes unfused%s, less than %.3g µs (--min-saving)",
 			 s->r.cost_best.us, s->padded ? " at the bucket, padded" : "", saving,
 			 s->padded ? s->unfused_us_search : s->r.cost_unfused.us,
-			 s->padded ? " at the search sizes" : "", worth);
+			 !s->padded ? "" : s->level ? " at the bucket before" : " at the search sizes",
+			 worth);
 		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
 			  s->why);
 		return MO_OK;
@@ -292,8 +293,9 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 			at += (size_t)snprintf(said + at, sizeof said - at, "%s%s %s %lld", e ? ", " : "",
 					       s->ext_name[e], s->ext_loop[e] ? "in chunks of" : "up to",
 					       (long long)s->ext_bucket[e]);
-		fuse_progress(a, "  serves dims that vary, padded: %s; at the search sizes %.3g µs "
-			      "unfused, %.3g µs padded to the bucket", said, s->unfused_us_search,
+		fuse_progress(a, "  serves dims that vary, padded: %s; at the %s %.3g µs "
+			      "unfused, %.3g µs padded to the bucket", said,
+			      s->level ? "bucket before's sizes" : "search sizes", s->unfused_us_search,
 			      s->r.cost_best.us);
 	}
 	if (a->profile)

@@ -93,7 +93,10 @@ static char *input_shapes_json(const struct mo_tp *tp)
 static void write_padded(FILE *f, const struct mo_fuse_region *s)
 {
 	const struct mo_tp *kg = &s->r.best->kg;
-	fprintf(f, ",\n     \"padded\": {\"unfused_cost_us_at_search_size\": %.3f, \"extents\": [",
+	/* a larger bucket (--dim NAME=A,B,...): against the ops at the
+	 * bucket before's sizes, the least it serves */
+	fprintf(f, ",\n     \"padded\": {\"bucket_level\": %d, \"unfused_cost_us_at_%s\": %.3f, "
+		"\"extents\": [", s->level, s->level ? "bucket_before" : "search_size",
 		s->unfused_us_search);
 	for (int e = 0; e < s->n_ext; e++) {
 		fprintf(f, "%s{\"name\": ", e ? ", " : "");
