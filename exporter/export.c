@@ -236,7 +236,6 @@ static struct span span_of(const struct ivec *a, const size_t *at, int v)
 static struct span reads_of(const struct ex *x, int v) { return span_of(&x->reads, x->read_at, v); }
 static struct span writes_of(const struct ex *x, int v) { return span_of(&x->writes, x->write_at, v); }
 
-/* Checks the fused-node list on its own terms and against the graph's size. */
 /* Whether one of the nodes f replaces makes name (ignoring those its next
  * ops replace when `unclaimed`). */
 static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const char *name,
@@ -296,6 +295,7 @@ static enum mo_status check_next(struct ex *x, int k, const struct mo_fused_node
 	return MO_OK;
 }
 
+/* Checks the fused-node list on its own terms and against the graph's size. */
 static enum mo_status check_request(struct ex *x)
 {
 	if (!x->o || !named(x->o->domain))
@@ -387,18 +387,6 @@ static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const
 	return false;
 }
 
-/* Whether a node fused node f replaces makes name. */
-static bool made_by(const struct ex *x, const struct mo_fused_node *f, const char *name)
-{
-	for (int k = 0; k < f->n_nodes; k++) {
-		const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
-		for (size_t i = 0; i < n->n_output; i++)
-			if (named(n->output[i]) && strcmp(n->output[i], name) == 0)
-				return true;
-	}
-	return false;
-}
-
 /* Interns every name the edit looks at and records, per vertex, which names
  * it reads and writes. */
 static enum mo_status collect(struct ex *x)
@@ -448,7 +436,7 @@ static enum mo_status collect(struct ex *x)
 			for (int k = 0; k < f->n_nodes; k++) {
 				const Onnx__NodeProto *n = x->g->node[f->nodes[k]];
 				for (size_t i = 0; i < n->n_input; i++) {
-					if (!named(n->input[i]) || made_by(x, f, n->input[i]))
+					if (!named(n->input[i]) || made_inside(x, f, n->input[i], false))
 						continue;
 					int id = intern(x, n->input[i]);
 					if (id < 0 || !ivec_push(&x->reads, id))

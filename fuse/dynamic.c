@@ -35,10 +35,11 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
 
 /* The values an unbound symbol takes at the search, the probe and the ones
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
- * (lo < hi; 0, INT64_MAX without one): the probe differs from the search. */
-static void values_of(const char *name, const struct mo_import_options *o, int64_t lo,
-		      int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS],
-		      int64_t levels[FUSE_DYN_MAX_LEVELS])
+ * (lo < hi; 0, INT64_MAX without one): the probe differs from the search;
+ * levels[] its padded size at each level, b[] its bucket list: how many. */
+static int values_of(const char *name, const struct mo_import_options *o, int64_t lo,
+		     int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS],
+		     int64_t levels[FUSE_DYN_MAX_LEVELS], int64_t b[MO_IMPORT_MAX_BUCKETS])
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -61,7 +62,6 @@ static void values_of(const char *name, const struct mo_import_options *o, int64
 			 : size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
 	/* a bucket list: the first, and the others for the levels after it
 	 * (a symbol without one keeps its bucket at every level) */
-	int64_t b[MO_IMPORT_MAX_BUCKETS];
 	int nb = mo_import_buckets(o, name, b);
 	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : nb ? clamp(b[0], 1, FUSE_DYN_MAX_PAD_SIZE) : bucket,
 				   lo, hi);
@@ -70,6 +70,7 @@ static void values_of(const char *name, const struct mo_import_options *o, int64
 			    : clamp(b[k < nb ? k : nb - 1], 1, FUSE_DYN_MAX_PAD_SIZE);
 	v[FUSE_DYN_AT_DISTINCT] = batch ? clamp(3, lo, hi)
 					: clamp(5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
+	return nb;
 }
 
 /* Imports m with a's options plus `--dim name=v[which]` for every unbound
@@ -412,10 +413,9 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		}
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
-		values_of(y->names[n], o, lo, hi, ranged, n, y->values[n], y->level_vals[n]);
-		char within[64] = "";
 		int64_t b[MO_IMPORT_MAX_BUCKETS];
-		int nb = mo_import_buckets(o, y->names[n], b);
+		int nb = values_of(y->names[n], o, lo, hi, ranged, n, y->values[n], y->level_vals[n], b);
+		char within[64] = "";
 		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
 		if (nb > 0)
 			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 ")", b[0],

@@ -91,7 +91,7 @@ static void op_type_of(const struct mo_fuse_region *s, const struct mo_search_op
  * of a region and the other regions collapse acyclically together: a cycle
  * through a part would be one through its whole region. */
 static int split_region(const struct mo_region *rg, const struct mo_partition *tight,
-			struct mo_fuse_region *rs, int parent)
+			struct mo_fuse_region *rs, int parent, int level)
 {
 	int n = 0;
 	for (int k = 0; k < tight->n_regions; k++) {
@@ -104,7 +104,8 @@ static int split_region(const struct mo_region *rg, const struct mo_partition *t
 			inside = found;
 		}
 		if (inside) {
-			rs[n] = (struct mo_fuse_region){ .rg = r, .parent = parent, .part = n + 1 };
+			rs[n] = (struct mo_fuse_region){ .rg = r, .parent = parent, .part = n + 1,
+							 .level = level };
 			n++;
 		}
 	}
@@ -347,9 +348,7 @@ static enum mo_status split_unfused(struct mo_fuse_state *f, int ri, bool nomem)
 			if (mo_part_run(tp, &po, &f->tight, &pd))
 				f->tight = NULL;
 		}
-		int k = f->tight ? split_region(rg, f->tight, f->rs + f->nu, ri) : 0;
-		for (int q = 0; q < k; q++)
-			f->rs[f->nu + q].level = s->level;
+		int k = f->tight ? split_region(rg, f->tight, f->rs + f->nu, ri, s->level) : 0;
 		if (k > 0)
 			fuse_progress(f->a, "  trying its %d parts", k);
 		s->split = k > 0;
