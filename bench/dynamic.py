@@ -89,13 +89,12 @@ def fused_parts(manifest):
         if r.get("fused") and not r.get("split_into_parts") and r.get("cost_us"):
             # a padded op (attention with its dims unbound) runs its whole
             # bucket at every size: against the ops it replaces at the
-            # typical size
-            # (a larger bucket's, of a bucket list, at the bucket
-            # before's sizes)
+            # typical size; of several buckets (a decode step's and a
+            # prompt's), the one serving the typical size
             p = r.get("padded", {})
-            unfused = p.get("unfused_cost_us_at_search_size",
-                            p.get("unfused_cost_us_at_bucket_before")) if p \
-                else r["unfused_cost_us"]
+            if p and not p.get("serves_search_sizes", True):
+                continue
+            unfused = p["unfused_cost_us_at_search_size"] if p else r["unfused_cost_us"]
             out[frozenset(r["nodes"])] = (unfused / r["cost_us"], unfused - r["cost_us"])
     return out
 

@@ -36,9 +36,11 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
 /* The values an unbound symbol takes at the search, the probe and the ones
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search;
- * levels[] its padded size at each level, b[] its bucket list: how many. */
+ * levels[] its padded size at each level, b[] its bucket list: how many.
+ * A KV cache's new tokens (decode: the past unbound too) with no --dim get
+ * two buckets, 1 and the default's: a decode step's own, and a prompt's. */
 static int values_of(const char *name, const struct mo_import_options *o, int64_t lo,
-		     int64_t hi, bool ranged, int index, int64_t v[FUSE_DYN_IMPORTS],
+		     int64_t hi, bool ranged, bool decode, int index, int64_t v[FUSE_DYN_IMPORTS],
 		     int64_t levels[FUSE_DYN_MAX_LEVELS], int64_t b[MO_IMPORT_MAX_BUCKETS])
 {
 	bool batch = false;
@@ -63,6 +65,11 @@ static int values_of(const char *name, const struct mo_import_options *o, int64_
 	/* a bucket list: the first, and the others for the levels after it
 	 * (a symbol without one keeps its bucket at every level) */
 	int nb = mo_import_buckets(o, name, b);
+	if (!nb && decode && !ranged && !batch && bucket > 1) {
+		b[0] = 1;
+		b[1] = bucket;
+		nb = 2;
+	}
 	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : nb ? clamp(b[0], 1, FUSE_DYN_MAX_PAD_SIZE) : bucket,
 				   lo, hi);
 	for (int k = 0; k < FUSE_DYN_MAX_LEVELS; k++)
@@ -414,12 +421,18 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
 		int64_t b[MO_IMPORT_MAX_BUCKETS];
-		int nb = values_of(y->names[n], o, lo, hi, ranged, n, y->values[n], y->level_vals[n], b);
-		char within[64] = "";
+		bool listed = mo_import_buckets(o, y->names[n], b) > 0, decode = false;
+		for (int k = 0; k < first->n_syms && first->syms[i].past; k++)
+			decode |= !strcmp(first->syms[k].name, first->syms[i].past) &&
+				  unbound_input_symbol(&first->syms[k]);
+		int nb = values_of(y->names[n], o, lo, hi, ranged, decode, n, y->values[n],
+				   y->level_vals[n], b);
+		char within[96] = "";
 		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
 		if (nb > 0)
-			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 ")", b[0],
-				 nb > 2 ? " .. " : ", ", b[nb - 1]);
+			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 "%s)", b[0],
+				 nb > 2 ? " .. " : ", ", b[nb - 1],
+				 listed ? "" : ": a decode step's and a prompt's, by default");
 		else if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
@@ -499,6 +512,13 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			break;
 		}
 		y->level[k] = at;
+	}
+	for (y->search_level = 0; y->search_level < y->n_levels; y->search_level++) {
+		bool holds = true;
+		for (int i = 0; i < y->n; i++)
+			holds = holds && y->values[i][0] <= y->level_vals[i][y->search_level];
+		if (holds)
+			break;
 	}
 	/* what the symbols became, for --list-regions */
 	for (int i = 0; i < tps[0]->n_syms; i++)
@@ -1157,6 +1177,20 @@ static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, in
 	return e;
 }
 
+/* Where a padded unit's saving is judged: " at the search sizes", or its
+ * manifest key's tail ("search_size"). */
+const char *fuse_worth_at(const struct mo_fuse_region *s, bool key)
+{
+	switch (s->worth_at) {
+	case FUSE_WORTH_BUCKET:
+		return key ? "bucket" : " at the bucket's sizes";
+	case FUSE_WORTH_BEFORE:
+		return key ? "bucket_before" : " at the bucket before's sizes";
+	default:
+		return key ? "search_size" : " at the search sizes";
+	}
+}
+
 /* A padded unit: its programs at the padded search's size (its program
  * from now on: the search's), at the distinct values', the probe's and the
  * ones'. */
@@ -1179,19 +1213,24 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 	}
 	const struct mo_search_options *o = f->a->search;
 	struct mo_cost c;
-	mo_cost_program(s->prog, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
-	s->unfused_us_search = c.us;
+	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	mo_cost_program(s->prog, gpu, &c);
+	s->unfused_us_search = s->unfused_us_worth = c.us;
+	s->worth_at = FUSE_WORTH_SEARCH;
+	s->serves_search = s->level == y->search_level;
 	/* a larger bucket serves sizes past the one before it: what it
-	 * saves there, the least it runs at, is what counts */
+	 * saves there, the least it runs at, is what counts; a first bucket
+	 * below the search sizes (a decode step's 1), at its own */
 	struct mo_tp *before = NULL;
 	if (s->level > 0 && region_at(f, s, y->level[s->level - 1], &before, s->why,
 				      sizeof s->why, d)) {
 		mo_tp_free(prog);
 		return MO_ERR_NOMEM;
 	}
-	if (before) {
-		mo_cost_program(before, o->gpu ? o->gpu : mo_gpu_of_target(o->target), &c);
-		s->unfused_us_search = c.us;
+	if (before || (s->level == 0 && y->search_level > 0)) {
+		mo_cost_program(before ? before : prog, gpu, &c);
+		s->unfused_us_worth = c.us;
+		s->worth_at = before ? FUSE_WORTH_BEFORE : FUSE_WORTH_BUCKET;
 		mo_tp_free(before);
 	}
 	if (s->why[0]) {

@@ -257,9 +257,10 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	}
 	double saving = s->r.cost_unfused.us - s->r.cost_best.us, worth = mo_search_min_saving(&o);
 	/* padded: it runs the whole bucket at every size; what it saves at
-	 * the search sizes (the typical ones) is what counts */
-	if (s->padded && s->unfused_us_search - s->r.cost_best.us < saving)
-		saving = s->unfused_us_search - s->r.cost_best.us;
+	 * the search sizes (the typical ones) is what counts, or where
+	 * fuse_dyn judges it (worth_at) */
+	if (s->padded && s->unfused_us_worth - s->r.cost_best.us < saving)
+		saving = s->unfused_us_worth - s->r.cost_best.us;
 	if (saving < worth) {
 		/* a μGraph was found: the region's parts would save less */
 		s->not_worth = true;
@@ -267,9 +268,8 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		snprintf(s->why, sizeof s->why, "not worth a custom op: its μGraph (%.3g µs%s) saves "
 			 "%.3g µs of the %.3g µs it takes unfused%s, less than %.3g µs (--min-saving)",
 			 s->r.cost_best.us, s->padded ? " at the bucket, padded" : "", saving,
-			 s->padded ? s->unfused_us_search : s->r.cost_unfused.us,
-			 !s->padded ? "" : s->level ? " at the bucket before" : " at the search sizes",
-			 worth);
+			 s->padded ? s->unfused_us_worth : s->r.cost_unfused.us,
+			 !s->padded ? "" : fuse_worth_at(s, false), worth);
 		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
 			  s->why);
 		return MO_OK;
@@ -294,10 +294,9 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 			at += (size_t)snprintf(said + at, sizeof said - at, "%s%s %s %lld", e ? ", " : "",
 					       s->ext_name[e], s->ext_loop[e] ? "in chunks of" : "up to",
 					       (long long)s->ext_bucket[e]);
-		fuse_progress(a, "  serves dims that vary, padded: %s; at the %s %.3g µs "
-			      "unfused, %.3g µs padded to the bucket", said,
-			      s->level ? "bucket before's sizes" : "search sizes", s->unfused_us_search,
-			      s->r.cost_best.us);
+		fuse_progress(a, "  serves dims that vary, padded: %s;%s %.3g µs unfused, %.3g µs "
+			      "padded to the bucket", said, fuse_worth_at(s, false),
+			      s->unfused_us_worth, s->r.cost_best.us);
 	}
 	if (a->profile)
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);

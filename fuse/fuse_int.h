@@ -33,7 +33,7 @@ struct fuse_dyn {
 	const char **names;
 	int64_t (*values)[FUSE_DYN_IMPORTS]; /* at the search, the probe, the ones,
 					      * then the more sizes */
-	char desc[512];         /* "batch_size=1, sequence_length=16" */
+	char desc[768];         /* "batch_size=1, sequence_length=16" */
 	char listed[1024];      /* the importer's list of them and the inputs naming them */
 	char why[300];          /* why the fused model serves the search sizes only */
 	struct mo_tp *probe, *one; /* the model at the probe's and the ones' sizes */
@@ -51,6 +51,8 @@ struct fuse_dyn {
 	/* padded levels (--dim NAME=A,B,...: 1 without a bucket list): per
 	 * symbol its size at each, and the model there (level[0] is pad) */
 	int n_levels;
+	int search_level;       /* the first whose buckets hold the search
+				 * sizes (n_levels: none) */
 	int64_t (*level_vals)[FUSE_DYN_MAX_LEVELS];
 	struct mo_tp *level[FUSE_DYN_MAX_LEVELS];
 	/* per op: MO_LAX_NONE, or its class when it varies other than in rows
@@ -117,6 +119,9 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 /* The line saying what the unbound dims became; false when there are none. */
 bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len);
 void fuse_dyn_free(struct fuse_dyn *y);
+/* Where padded unit s's saving is judged: " at the search sizes", or (key)
+ * its manifest key's tail, "search_size". */
+const char *fuse_worth_at(const struct mo_fuse_region *s, bool key);
 /* Unit s's rows (s->rows, and its programs at the other sizes); s->why
  * when it cannot serve every size. Fails only when out of memory. */
 enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s,

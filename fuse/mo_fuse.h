@@ -112,6 +112,13 @@ struct mo_fuse_region {
 	double unfused_us_search; /* the region op by op at the search sizes
 				   * (the typical size), where the fused op
 				   * still runs the whole bucket */
+	/* where what it saves is judged: at the search sizes, at the bucket's
+	 * own when they lie past it (a decode bucket of 1), at the bucket
+	 * before's for a larger bucket (the least it serves); the region
+	 * there, op by op */
+	enum { FUSE_WORTH_SEARCH, FUSE_WORTH_BUCKET, FUSE_WORTH_BEFORE } worth_at;
+	double unfused_us_worth;
+	bool serves_search;       /* the first bucket to hold the search sizes */
 	struct mo_tp *prog_distinct;
 	int n_ext;
 	int64_t ext_vals[MO_PLUGIN_MAX_EXT][5]; /* at the search, the probe, the ones,
@@ -163,7 +170,7 @@ struct mo_fuse_report {
 	bool decided;             /* every region's outcome is final: the set was written,
 				   * or writing it was tried */
 	bool written;             /* OUT (and, when fused, its plugin and manifest) */
-	int n_fused;              /* fused nodes in OUT, parts included */
+	int n_fused;              /* fused ops in OUT, parts and larger buckets included */
 	char plugin[4200], manifest[4200]; /* "" when nothing fused */
 	char domain[64];
 	struct mo_fuse_layers layers; /* when decided: the share fused per layer */

@@ -89,15 +89,30 @@ static char *input_shapes_json(const struct mo_tp *tp)
 	}
 	return buf;
 }
+/* The fused ops n writes: itself and its larger buckets'. */
+static int fused_ops_in(const struct mo_fused_node *n)
+{
+	int c = 1;
+	for (int k = 0; k < n->n_next; k++)
+		c += fused_ops_in(&n->next[k]);
+	return c;
+}
+
 /* A padded region's extents, pads and checks, for the manifest. */
 static void write_padded(FILE *f, const struct mo_fuse_region *s)
 {
 	const struct mo_tp *kg = &s->r.best->kg;
-	/* a larger bucket (--dim NAME=A,B,...): against the ops at the
-	 * bucket before's sizes, the least it serves */
-	fprintf(f, ",\n     \"padded\": {\"bucket_level\": %d, \"unfused_cost_us_at_%s\": %.3f, "
-		"\"extents\": [", s->level, s->level ? "bucket_before" : "search_size",
-		s->unfused_us_search);
+	/* against the ops at the search sizes, and where its saving was
+	 * judged when elsewhere (a larger bucket of --dim NAME=A,B,...: at
+	 * the bucket before's sizes, the least it serves; a first bucket
+	 * below the search sizes: at its own) */
+	fprintf(f, ",\n     \"padded\": {\"bucket_level\": %d, \"serves_search_sizes\": %s, "
+		"\"unfused_cost_us_at_search_size\": %.3f, ", s->level,
+		s->serves_search ? "true" : "false", s->unfused_us_search);
+	if (s->worth_at != FUSE_WORTH_SEARCH)
+		fprintf(f, "\"unfused_cost_us_at_%s\": %.3f, ", fuse_worth_at(s, true),
+			s->unfused_us_worth);
+	fputs("\"extents\": [", f);
 	for (int e = 0; e < s->n_ext; e++) {
 		fprintf(f, "%s{\"name\": ", e ? ", " : "");
 		mo_json_string(f, s->ext_name[e]);
@@ -940,7 +955,9 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 		fuse_warn(a, "%s: cannot remove the previous run's plugin "
 			  "and manifest: %s", out, strerror(errno));
 	rep->written = true;
-	rep->n_fused = fs->nf;
+	rep->n_fused = 0;
+	for (int k = 0; k < fs->nf; k++)
+		rep->n_fused += fused_ops_in(&fs->fn[k]);
 	if (fused) {
 		snprintf(rep->plugin, sizeof rep->plugin, "%s", so);
 		snprintf(rep->manifest, sizeof rep->manifest, "%s", manifest);

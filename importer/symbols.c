@@ -328,6 +328,64 @@ static enum mo_status settle_all(struct mo_symtab *st, const Onnx__GraphProto *g
 	return MO_OK;
 }
 
+/* Whether some dim of vs[0..n) is exactly name. */
+static bool alone_in(Onnx__ValueInfoProto *const *vs, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++) {
+		const Onnx__TensorShapeProto *sh = shape_of(vs[i]);
+		for (size_t k = 0; sh && k < sh->n_dim; k++)
+			if (strcmp(param_of(sh->dim[k]), name) == 0)
+				return true;
+	}
+	return false;
+}
+
+struct pair {
+	struct mo_symtab *st;
+	int k[2], n; /* the distinct symbols of a dim, up to 3 counted */
+};
+
+static void pair_one(void *ctx, const char *name, size_t len)
+{
+	struct pair *p = ctx;
+	int k = find_sym(p->st, name, len);
+	if (k < 0 || (p->n > 0 && p->k[0] == k) || (p->n > 1 && p->k[1] == k))
+		return;
+	if (p->n < 2)
+		p->k[p->n] = k;
+	p->n++;
+}
+
+/* Marks the new-token symbol of a KV cache: of the two symbols of a graph
+ * input's or output's derived dim (the attention mask's and the present
+ * keys' past + sequence), the one an output's dims hold alone (the
+ * logits' sequence) while the other is alone in an input's (the past
+ * keys') and in no output's. */
+static void mark_new_tokens(struct mo_symtab *st, const Onnx__GraphProto *g)
+{
+	Onnx__ValueInfoProto *const *lists[2] = { g->input, g->output };
+	size_t counts[2] = { g->n_input, g->n_output };
+	for (int l = 0; l < 2; l++)
+		for (size_t i = 0; i < counts[l]; i++) {
+			const Onnx__TensorShapeProto *sh = shape_of(lists[l][i]);
+			for (size_t x = 0; sh && x < sh->n_dim; x++) {
+				const char *param = param_of(sh->dim[x]);
+				struct pair p = { st, { -1, -1 }, 0 };
+				if (!mo_dimexpr_is_compound(param))
+					continue;
+				mo_dimexpr_symbols(param, pair_one, &p);
+				for (int a = 0; p.n == 2 && a < 2; a++) {
+					struct mo_tp_sym *s = &st->tp->syms[p.k[a]];
+					const char *other = st->tp->syms[p.k[1 - a]].name;
+					if (alone_in(g->output, g->n_output, s->name) &&
+					    alone_in(g->input, g->n_input, other) &&
+					    !alone_in(g->output, g->n_output, other))
+						s->past = other;
+				}
+			}
+		}
+}
+
 enum mo_status mo_symtab_bind(struct mo_symtab *st, const Onnx__GraphProto *g,
 			      const struct mo_import_options *o, struct mo_diag *d)
 {
@@ -340,6 +398,7 @@ enum mo_status mo_symtab_bind(struct mo_symtab *st, const Onnx__GraphProto *g,
 	for (size_t i = 0; i < g->n_value_info; i++)
 		if (!collect_value(st, g->value_info[i], false))
 			return mo_diag_nomem(d);
+	mark_new_tokens(st, g);
 	if (!o)
 		return MO_OK;
 	for (int i = 0; i < o->n_dims; i++) {

@@ -260,6 +260,10 @@ void mo_part_print_json(const struct mo_tp *tp, const struct mo_partition *p,
 		} else {
 			fputs(", \"value\": null", out);
 		}
+		if (s->past) { /* a KV cache's new tokens: their past's symbol */
+			fputs(", \"kv_cache_past\": ", out);
+			mo_json_string(out, s->past);
+		}
 		fputc('}', out);
 	}
 	fputs("]}\n", out);

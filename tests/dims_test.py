@@ -88,6 +88,20 @@ class Dims(unittest.TestCase):
                          [("batch", 1), ("seq", 16), ("past", 16)])
         for s in syms.values():
             self.assertIn("left symbolic", s["how"])
+        # seq is the KV cache's new tokens (summed with past in the mask's
+        # and the new cache's dim, alone in y's, past alone in no output's):
+        # a fuse gives it a decode step's bucket by default (rows_test.py)
+        self.assertEqual({k: v.get("kv_cache_past") for k, v in syms.items()},
+                         {"batch": None, "seq": "past", "past": None})
+        self.assertIn("seq=16 (buckets 1, 64: a decode step's and a prompt's, by default)",
+                      err)
+        # any --dim of seq replaces that default; so does a past bound
+        # (no decode step to serve)
+        for flags, said in ((["--dim", "seq=0..32"], "batch=1, seq=16 (of 0..32), past=16;"),
+                            (["--dim", "seq=1,8"], "batch=1, seq=8 (buckets 1, 8), past=16;"),
+                            (["--dim", "past=4"], "batch=1, seq=16;")):
+            _, e = self.symbols(*flags)
+            self.assertIn("searched at " + said, e)
         lines = [ln for ln in err.splitlines() if "unbound symbolic dimensions" in ln]
         self.assertEqual(len(lines), 1, err)
         self.assertIn("batch (x, past, mask), seq (x, mask), past (past, mask)", lines[0])

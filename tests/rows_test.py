@@ -960,13 +960,25 @@ class Rows(unittest.TestCase):
         path = os.path.join(MODELS, "llama_optimum_past.onnx")
         out, plugin, regions = self.fuse(path, "llama_past", "--budget", "10")
         # the attention over past + sequence (its softmax) in fused padded
-        # regions, one per layer: served at every step below
+        # regions, one per layer at each of two buckets by default (the
+        # model's KV cache tells its new tokens' dim): a decode step's
+        # (sequence 1) and a prompt's (64): served at every step below
+        self.assertIn("sequence_length=16 (buckets 1, 64: a decode step's and a prompt's, "
+                      "by default)", self.searched_at)
         soft = [g for g in regions if g["fused"] and any(n.endswith("/Softmax")
                                                           for n in g["nodes"])]
-        self.assertEqual(len(soft), 2, [(g["nodes"][-1], g.get("why")) for g in regions])
+        self.assertEqual(len(soft), 4, [(g["nodes"][-1], g.get("why")) for g in regions])
+        seq = {}
         for g in soft:
-            names = {e["name"] for e in g["padded"]["extents"]}
-            self.assertIn("sequence_length + past_sequence_length", names)
+            ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
+            self.assertIn("sequence_length + past_sequence_length", ext)
+            seq.setdefault(ext["sequence_length"], []).append(g["op_type"])
+            # a decode step's saving judged at its own sizes, not at the
+            # search's (a sequence of 16 it never serves)
+            self.assertEqual(g["padded"]["serves_search_sizes"], g["padded"]["bucket_level"] == 1)
+            self.assertIn("unfused_cost_us_at_bucket" if g["padded"]["bucket_level"] == 0
+                          else "unfused_cost_us_at_bucket_before", g["padded"])
+        self.assertEqual(sorted(seq), [(1, False), (64, False)])
         model = onnx.load(path)
         vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
         kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
@@ -978,6 +990,25 @@ class Rows(unittest.TestCase):
                 with self.subTest(batch=batch, prompt=prompt):
                     ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
                     self.generate(orig, fused, ids, kv, heads, hd, steps=16)
+        # which op ran (ONNX Runtime's profile): a decode step's, at a
+        # step of one token; the prompt's, at a prompt of 5
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.register_custom_ops_library(plugin)
+        so.enable_profiling = True
+        for n, past_len, ran in ((1, 9, seq[(1, False)]), (5, 0, seq[(64, False)])):
+            so.profile_file_prefix = os.path.join(self.dir, f"llama_past_{n}")
+            sess = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
+            feed = {"input_ids": np.ones((2, n), np.int64),
+                    "attention_mask": np.ones((2, past_len + n), np.int64),
+                    "position_ids": np.broadcast_to(np.arange(past_len, past_len + n),
+                                                    (2, n)).astype(np.int64),
+                    **{i.name: np.zeros((2, heads, past_len, hd), np.float32) for i in kv}}
+            sess.run(None, feed)
+            with open(sess.end_profiling()) as f:
+                seen = {e.get("args", {}).get("op_name") for e in json.load(f)
+                        if e.get("cat") == "Node"}
+            self.assertEqual(seen & set(sum(seq.values(), [])), set(ran), f"{n} tokens")
         # past the bucket (sequence 64, past + sequence 128): a prompt of 70,
         # and one of 60 whose generation crosses 128 keys at its 69th token;
         # there the original ops run, the same tokens still

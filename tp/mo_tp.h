@@ -333,6 +333,10 @@ struct mo_tp_sym {
 	bool bound;
 	bool whole_text;    /* a derived dim_param bound by its text */
 	bool in_input;      /* a graph input's dims name it */
+	const char *past;   /* a KV cache's new tokens (a decode step's 1):
+			     * the symbol summed with it in a dim (past +
+			     * sequence), alone in no output's dims while it
+			     * is alone in one's; else NULL */
 	int64_t value;
 	const char *how;    /* "--dim", "--input-shape ids", "'a + b' = 13" */
 	const char *inputs; /* the inputs whose dims name it: "ids, mask" */
