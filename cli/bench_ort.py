@@ -281,10 +281,20 @@ def padded_chains(graph):
     return [tuple(c) for c in map(ops_of, graph.node) if c]
 
 
+def profiled(path, plugin, feeds, session):
+    """The op types that ran in one profiled run of path on feeds."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        s = session(path, plugin, profile=os.path.join(tmp, "profile"))
+        s.run(None, feeds)
+        with open(s.end_profiling()) as f:
+            return {e.get("args", {}).get("op_name") for e in json.load(f)
+                    if e.get("cat") == "Node"}
+
+
 def which_ran(path, plugin, feeds, session, onnx):
     """Says whether the fused nodes ran as the plugin's CPU kernels or as
     their local functions (the original ops), from one profiled run."""
-    import tempfile
     graph = onnx.load(path, load_external_data=False).graph
     fused = {n.op_type for n in graph.node if n.domain.startswith("mirage_onnx")}
     chains = set(padded_chains(graph))
@@ -292,12 +302,7 @@ def which_ran(path, plugin, feeds, session, onnx):
         fused |= set(c)
     if not fused:
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        s = session(path, plugin, profile=os.path.join(tmp, "profile"))
-        s.run(None, feeds)
-        with open(s.end_profiling()) as f:
-            ran = {e.get("args", {}).get("op_name") for e in json.load(f)
-                   if e.get("cat") == "Node"}
+    ran = profiled(path, plugin, feeds, session)
     # the ops of a padded chain that did not run: all of them when the
     # sizes are past every bucket, the others when one bucket served
     past = {c for c in chains if not ran & set(c)}
@@ -403,11 +408,27 @@ def left_pad(feeds, masks, n):
         feeds[m][1:, :n] = 0
 
 
-def generate(s0, s1, feeds, steps, paths, np, pad=0):
+def decode_buckets(path, plugin, feed, session, onnx):
+    """Which bucket of each padded op served a decode step (feed): a line,
+    or None when the fused model has no padded op with several buckets."""
+    chains = [c for c in set(padded_chains(onnx.load(path, load_external_data=False).graph))
+              if len(c) > 1]
+    if not chains or not plugin:
+        return None
+    ran = profiled(path, plugin, feed, session)
+    first = sum(c[0] in ran for c in chains)
+    larger = sum(bool(ran & set(c[1:])) for c in chains)
+    return (f"  the last step ran the padded ops with several buckets (by type) at their "
+            f"first bucket: {first} of {len(chains)}, at a larger one: {larger}, as the "
+            f"original ops: {len(chains) - first - larger}")
+
+
+def generate(s0, s1, feeds, steps, paths, np, pad=0, bucket_line=None):
     """--generate: greedy decoding with a KV cache, the two models side by
     side from the same prompt (feeds' input_ids) and an empty cache, each fed
     its own tokens. Prints the prefill and the median per-token times and
-    whether the tokens agree; fails when they do not."""
+    whether the tokens agree (and, given bucket_line, which bucket served
+    the last step: bucket_line(feed)); fails when they do not."""
     ins = {i.name: i for i in s0.get_inputs()}
     outs = [o.name for o in s0.get_outputs()]
     past = [n for n in ins if n.startswith("past_key_values")]
@@ -424,7 +445,7 @@ def generate(s0, s1, feeds, steps, paths, np, pad=0):
                  for d, v in zip(ins[n].shape, feeds[n].shape)]
         cache[n] = np.zeros(shape, feeds[n].dtype)
     caches, tokens = [dict(cache), dict(cache)], [ids, ids]
-    times, pos, worst, differ = ([], []), 0, 0.0, None
+    times, pos, worst, differ, last = ([], []), 0, 0.0, None, None
     for step in range(steps):
         got = []
         for k, (s, path) in enumerate(zip((s0, s1), paths)):
@@ -441,6 +462,7 @@ def generate(s0, s1, feeds, steps, paths, np, pad=0):
                     feed[n] = np.broadcast_to(np.arange(pos, pos + m), (batch, m)).astype(dt)
                 else:
                     feed[n] = np.zeros((batch, m), dt)
+            last = feed
             start = time.perf_counter()
             try:
                 r = s.run(None, feed)
@@ -475,6 +497,9 @@ def generate(s0, s1, feeds, steps, paths, np, pad=0):
           + (f"   ({per[0] / per[1]:.2f}x)" if per[1] > 0 else ""))
     print(f"  largest logit error {worst:.3g} of the largest logit; tokens "
           + ("the same at every step" if differ is None else f"differ from step {differ}"))
+    line = bucket_line(last) if bucket_line and steps > 1 else None
+    if line:
+        print(line)
     if differ is not None:
         raise Failure(f"the generated tokens differ from step {differ}")
 
@@ -677,7 +702,9 @@ def main():
         coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),
                  {n: list(v.shape) for n, v in feeds.items()}, onnx, np)
     if a.generate:
-        generate(s0, s1, feeds, a.generate, (a.model, a.fused), np, a.left_pad)
+        generate(s0, s1, feeds, a.generate, (a.model, a.fused), np, a.left_pad,
+                 (lambda feed: decode_buckets(a.fused, plugin, feed, session, onnx))
+                 if a.provider == "cpu" else None)
     if a.tolerance is not None and not worst <= a.tolerance:
         raise Failure(f"the largest error {worst:.3g} is over the tolerance {a.tolerance:g}")
 

@@ -1027,6 +1027,10 @@ class Rows(unittest.TestCase):
         self.assertIn("generation: 4 tokens from a prompt of 5 at batch 3 (every prompt but "
                       "the first left-padded by 2)", r.stdout)
         self.assertIn("tokens the same at every step", r.stdout)
+        # its last step (one token, a past of 8) at the decode bucket
+        self.assertIn("the last step ran the padded ops with several buckets (by type) at "
+                      "their first bucket: 2 of 2, at a larger one: 0, as the original ops: 0",
+                      r.stdout)
         # a left pad needs a second prompt, and one token of it left
         for flags, said in ((["--dim", "batch_size=1"], "give a batch of 2 or more"),
                             (["--dim", "batch_size=2", "--left-pad", "5"], "at most 4 can be")):
