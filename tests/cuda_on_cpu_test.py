@@ -978,6 +978,11 @@ def mask_models(out):
     path = os.path.join(out, "rows_padded_rotary_attention.onnx")
     onnx.save(rows_test.masked_attention(rotary_gqa=True), path)
     models.append(("rows_padded_rotary_attention", path))
+    # the same core with a decode step's bucket (--dim seq=1,64): two
+    # padded ops, the first searched at one query row
+    path = os.path.join(out, "rows_padded_decode_attention.onnx")
+    onnx.save(rows_test.masked_attention(), path)
+    models.append(("rows_padded_decode_attention", path))
     return models
 
 
@@ -991,6 +996,8 @@ def fuse(cli, model, out_dir, budget=None):
         more = ["--dynamic-size", "16,1,64", "--budget", "10"]
     if name.startswith(("rows_one_size", "rows_padded")):
         more = ["--budget", "10"]
+    if name.startswith("rows_padded_decode"):
+        more += ["--dim", "seq=1,64"]
     # --no-cuda: the kept .cu files are what runs here, not nvcc's objects
     p = subprocess.run([cli, model, "-o", os.path.join(out_dir, name + ".onnx"), "-q",
                         "--keep-sources", src, "--no-cuda"] + more, capture_output=True,
@@ -1163,6 +1170,11 @@ def main():
                 if "padded" in name and \
                         not any(r.split()[:2] == ["pad-entry", name] for r in rows):
                     failures.append("%s: no CUDA pad entry ran" % name)
+                # with a decode step's bucket: its op's pad entry too
+                if "padded_decode" in name and not any(
+                        r.split()[:2] == ["pad-entry", name] and "(buckets [1, 1])" in r
+                        for r in rows):
+                    failures.append("%s: the decode bucket's pad entry did not run" % name)
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch (the Optimum-style core: one fused
                 # op, of several launches)
