@@ -33,6 +33,9 @@ struct fuse_dyn {
 	const char **names;
 	int64_t (*values)[FUSE_DYN_IMPORTS]; /* at the search, the probe, the ones,
 					      * then the more sizes */
+	bool *decode;           /* per symbol: a KV cache's new tokens, their
+				 * past unbound too (a decode step's bucket
+				 * by default) */
 	char desc[768];         /* "batch_size=1, sequence_length=16" */
 	char listed[1024];      /* the importer's list of them and the inputs naming them */
 	char why[300];          /* why the fused model serves the search sizes only */

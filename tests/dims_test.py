@@ -102,6 +102,15 @@ class Dims(unittest.TestCase):
                             (["--dim", "past=4"], "batch=1, seq=16;")):
             _, e = self.symbols(*flags)
             self.assertIn("searched at " + said, e)
+        # a model that does not import alike at one new token (a test's
+        # injected failure) keeps the prompt's bucket, saying why
+        r = subprocess.run([CLI, self.model, "--list-regions"], capture_output=True, text=True,
+                           timeout=600, env={**os.environ,
+                                             "MIRAGE_ONNX_TEST_FAIL": "import:decode-bucket"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("searched at batch=1, seq=16, past=16 (no decode step's bucket: the model "
+                      "does not import alike at one new token); ", r.stderr)
+        self.assertIn("padded, for sizes up to seq=64, past=64 at any batch", r.stderr)
         lines = [ln for ln in err.splitlines() if "unbound symbolic dimensions" in ln]
         self.assertEqual(len(lines), 1, err)
         self.assertIn("batch (x, past, mask), seq (x, mask), past (past, mask)", lines[0])
