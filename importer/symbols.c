@@ -178,20 +178,23 @@ static enum mo_status bind(struct mo_symtab *st, int k, int64_t v, const char *h
 	return s->how ? MO_OK : mo_diag_nomem(d);
 }
 
+/* Whether some dim of vs[0..n) is exactly name. */
+static bool alone_in(Onnx__ValueInfoProto *const *vs, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++) {
+		const Onnx__TensorShapeProto *sh = shape_of(vs[i]);
+		for (size_t k = 0; sh && k < sh->n_dim; k++)
+			if (strcmp(param_of(sh->dim[k]), name) == 0)
+				return true;
+	}
+	return false;
+}
+
 /* Whether text is a whole dim_param somewhere in the graph's value infos. */
 static bool is_dim_param(const Onnx__GraphProto *g, const char *text)
 {
-	const Onnx__ValueInfoProto *const *lists[3] = { (void *)g->input, (void *)g->output,
-							(void *)g->value_info };
-	size_t counts[3] = { g->n_input, g->n_output, g->n_value_info };
-	for (int l = 0; l < 3; l++)
-		for (size_t i = 0; i < counts[l]; i++) {
-			const Onnx__TensorShapeProto *sh = shape_of(lists[l][i]);
-			for (size_t k = 0; sh && k < sh->n_dim; k++)
-				if (strcmp(param_of(sh->dim[k]), text) == 0)
-					return true;
-		}
-	return false;
+	return alone_in(g->input, g->n_input, text) || alone_in(g->output, g->n_output, text) ||
+	       alone_in(g->value_info, g->n_value_info, text);
 }
 
 struct unknowns {
@@ -326,18 +329,6 @@ static enum mo_status settle_all(struct mo_symtab *st, const Onnx__GraphProto *g
 		}
 	}
 	return MO_OK;
-}
-
-/* Whether some dim of vs[0..n) is exactly name. */
-static bool alone_in(Onnx__ValueInfoProto *const *vs, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++) {
-		const Onnx__TensorShapeProto *sh = shape_of(vs[i]);
-		for (size_t k = 0; sh && k < sh->n_dim; k++)
-			if (strcmp(param_of(sh->dim[k]), name) == 0)
-				return true;
-	}
-	return false;
 }
 
 struct pair {
