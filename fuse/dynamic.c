@@ -38,10 +38,12 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search;
  * levels[] its padded size at each level, b[] its bucket list: how many.
  * A KV cache's new tokens (decode: the past unbound too) with no --dim get
- * two buckets, 1 and the default's: a decode step's own, and a prompt's. */
+ * two buckets, 1 and the default's: a decode step's own, and a prompt's
+ * (*by_default). */
 static int values_of(const char *name, const struct mo_import_options *o, int64_t lo,
 		     int64_t hi, bool ranged, bool decode, int index, int64_t v[FUSE_DYN_IMPORTS],
-		     int64_t levels[FUSE_DYN_MAX_LEVELS], int64_t b[MO_IMPORT_MAX_BUCKETS])
+		     int64_t levels[FUSE_DYN_MAX_LEVELS], int64_t b[MO_IMPORT_MAX_BUCKETS],
+		     bool *by_default)
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -65,7 +67,8 @@ static int values_of(const char *name, const struct mo_import_options *o, int64_
 	/* a bucket list: the first, and the others for the levels after it
 	 * (a symbol without one keeps its bucket at every level) */
 	int nb = mo_import_buckets(o, name, b);
-	if (!nb && decode && !ranged && !batch && bucket > 1) {
+	*by_default = !nb && decode && !ranged && !batch && bucket > 1;
+	if (*by_default) {
 		b[0] = 1;
 		b[1] = bucket;
 		nb = 2;
@@ -390,15 +393,15 @@ static void symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
 		int64_t b[MO_IMPORT_MAX_BUCKETS];
-		bool listed = mo_import_buckets(o, y->names[n], b) > 0;
+		bool by_default;
 		int nb = values_of(y->names[n], o, lo, hi, ranged, decode && y->decode[n], n,
-				   y->values[n], y->level_vals[n], b);
+				   y->values[n], y->level_vals[n], b, &by_default);
 		char within[96] = "";
 		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
 		if (nb > 0)
 			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 "%s)", b[0],
 				 nb > 2 ? " .. " : ", ", b[nb - 1],
-				 listed ? "" : ": a decode step's and a prompt's, by default");
+				 by_default ? ": a decode step's and a prompt's, by default" : "");
 		else if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
@@ -412,6 +415,12 @@ static void symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 static enum mo_status import_pad(const struct mo_model *m, const struct mo_import_options *o,
 				 struct fuse_dyn *y, const struct mo_tp *search, struct mo_diag *d)
 {
+	/* a test's (MIRAGE_ONNX_TEST_FAIL=import:decode-bucket): the model as
+	 * if it did not import alike at one new token */
+	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
+	bool inject = false;
+	for (int i = 0; e && !strcmp(e, "import:decode-bucket") && i < y->n; i++)
+		inject |= y->decode[i] && y->values[i][FUSE_DYN_AT_PAD] == 1;
 	for (int k = 0; k < 2; k++) {
 		struct mo_tp *at = NULL;
 		struct mo_diag xd;
@@ -421,12 +430,6 @@ static enum mo_status import_pad(const struct mo_model *m, const struct mo_impor
 			*d = xd;
 			return d->status; /* y is freed by the caller */
 		}
-		/* a test's (MIRAGE_ONNX_TEST_FAIL=import:decode-bucket): the
-		 * model as if it did not import alike at one new token */
-		const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
-		bool inject = false;
-		for (int i = 0; e && !strcmp(e, "import:decode-bucket") && i < y->n; i++)
-			inject |= y->decode[i] && y->values[i][FUSE_DYN_AT_PAD] == 1;
 		if (at && (inject || !aligned(search, at))) {
 			mo_tp_free(at);
 			at = NULL;

@@ -333,7 +333,7 @@ static enum mo_status settle_all(struct mo_symtab *st, const Onnx__GraphProto *g
 
 struct pair {
 	struct mo_symtab *st;
-	int k[2], n; /* the distinct symbols of a dim, up to 3 counted */
+	int k[2], n; /* a dim's first two distinct symbols; n: more than 2 when it has more */
 };
 
 static void pair_one(void *ctx, const char *name, size_t len)
