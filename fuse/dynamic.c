@@ -33,17 +33,32 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* A symbol's part in a KV cache's default buckets (symbol_values). */
+enum dyn_role {
+	ROLE_NONE,
+	ROLE_NEW,      /* new tokens: 1, then the prompt's bucket */
+	ROLE_NEW_LONG, /* new tokens: 1, 1 again (a long past), the prompt's */
+	ROLE_PAST_LONG /* their past: the prompt's, FUSE_DYN_DECODE_PAST, the prompt's */
+};
+
+/* The padded search's size of a symbol without a range or a bucket list:
+ * the search's size or FUSE_DYN_PAD_SIZE, whichever is larger. */
+static int64_t pad_bucket(const struct mo_import_options *o)
+{
+	int64_t size = o && o->dynamic_size > 0 ? o->dynamic_size : FUSE_DYN_SEARCH_SIZE;
+	return size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
+}
+
 /* The values an unbound symbol takes at the search, the probe and the ones
  * (size: --dynamic-size, 0 for the default), within its range [lo, hi]
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search;
  * levels[] its padded size at each level, b[] its bucket list: how many.
- * A KV cache's new tokens (decode: the past unbound too) with no --dim get
- * two buckets, 1 and the default's: a decode step's own, and a prompt's
- * (*by_default). */
+ * A KV cache's new tokens and past (role) with no --dim get their default
+ * buckets (*by_default). */
 static int values_of(const char *name, const struct mo_import_options *o, int64_t lo,
-		     int64_t hi, bool ranged, bool decode, int index, int64_t v[FUSE_DYN_IMPORTS],
-		     int64_t levels[FUSE_DYN_MAX_LEVELS], int64_t b[MO_IMPORT_MAX_BUCKETS],
-		     bool *by_default)
+		     int64_t hi, bool ranged, enum dyn_role role, int index,
+		     int64_t v[FUSE_DYN_IMPORTS], int64_t levels[FUSE_DYN_MAX_LEVELS],
+		     int64_t b[MO_IMPORT_MAX_BUCKETS], bool *by_default)
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -59,19 +74,20 @@ static int values_of(const char *name, const struct mo_import_options *o, int64_
 	v[2] = clamp(1, lo, hi);
 	for (int k = 0; k < MO_IMPORT_MAX_MORE_SIZES; k++)
 		v[3 + k] = o && k < o->n_more_sizes ? clamp(batch ? 1 : o->more_sizes[k], lo, hi) : v[0];
-	/* padded: the bucket is the top of a range, else the search's size
-	 * or FUSE_DYN_PAD_SIZE, whichever is larger; the distinct values lie
-	 * below it, apart from each other (past + seq is then no 2 x seq) */
-	int64_t bucket = ranged ? clamp(hi, 1, FUSE_DYN_MAX_PAD_SIZE)
-			 : size > FUSE_DYN_PAD_SIZE ? size : FUSE_DYN_PAD_SIZE;
+	/* padded: the bucket is the top of a range, else pad_bucket; the
+	 * distinct values lie below it, apart from each other (past + seq is
+	 * then no 2 x seq) */
+	int64_t bucket = ranged ? clamp(hi, 1, FUSE_DYN_MAX_PAD_SIZE) : pad_bucket(o);
 	/* a bucket list: the first, and the others for the levels after it
 	 * (a symbol without one keeps its bucket at every level) */
 	int nb = mo_import_buckets(o, name, b);
-	*by_default = !nb && decode && !ranged && !batch && bucket > 1;
+	*by_default = !nb && role != ROLE_NONE && !ranged && !batch;
 	if (*by_default) {
-		b[0] = 1;
-		b[1] = bucket;
-		nb = 2;
+		const int64_t lists[][3] = { [ROLE_NEW] = { 1, bucket },
+					     [ROLE_NEW_LONG] = { 1, 1, bucket },
+					     [ROLE_PAST_LONG] = { bucket, FUSE_DYN_DECODE_PAST, bucket } };
+		nb = role == ROLE_NEW ? 2 : 3;
+		memcpy(b, lists[role], (size_t)nb * sizeof *b);
 	}
 	v[FUSE_DYN_AT_PAD] = clamp(batch ? 1 : nb ? clamp(b[0], 1, FUSE_DYN_MAX_PAD_SIZE) : bucket,
 				   lo, hi);
@@ -382,32 +398,72 @@ static bool unbound_input_symbol(const struct mo_tp_sym *s)
 	return !s->bound && s->in_input && !s->whole_text;
 }
 
-/* Each unbound symbol's values (values_of; a KV cache's new tokens their
- * decode step's bucket when decode), and y->desc saying them. */
-static void symbol_values(struct fuse_dyn *y, const struct mo_import_options *o, bool decode)
+/* Whether --dim names symbol name (a value, a range or a bucket list). */
+static bool named_by_dim(const struct mo_import_options *o, const char *name)
 {
+	int64_t lo, hi, b[MO_IMPORT_MAX_BUCKETS];
+	return mo_import_range(o, name, &lo, &hi) || mo_import_buckets(o, name, b) > 0;
+}
+
+/* Each unbound symbol's values (values_of; with decode, a KV cache's new
+ * tokens and past their default buckets: a decode step's with a past up
+ * to the prompt's bucket, one with a long past, a prompt's; the long past
+ * only when --dim names neither), and y->desc saying them: false when out
+ * of memory. */
+static bool symbol_values(struct fuse_dyn *y, const struct mo_import_options *o, bool decode)
+{
+	enum dyn_role *role = mo_calloc((size_t)y->n + 1, sizeof *role);
+	if (!role)
+		return false;
+	for (int n = 0; n < y->n; n++) {
+		int k = decode ? y->past[n] : -1;
+		if (k < 0)
+			continue;
+		bool lasting = !named_by_dim(o, y->names[n]) && !named_by_dim(o, y->names[k]) &&
+			       FUSE_DYN_DECODE_PAST > pad_bucket(o);
+		role[n] = lasting ? ROLE_NEW_LONG : ROLE_NEW;
+		if (lasting)
+			role[k] = ROLE_PAST_LONG;
+	}
+	static const char *const said[] = {
+		[ROLE_NEW] = "a decode step's and a prompt's",
+		[ROLE_NEW_LONG] = "a decode step's, with a short past and a long one, and a prompt's",
+		[ROLE_PAST_LONG] = "a decode step's short past and long one, and a prompt's",
+	};
 	size_t at = 0;
 	y->n_levels = 0;
+	y->long_level = -1;
 	y->desc[0] = '\0';
 	for (int n = 0; n < y->n; n++) {
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
 		int64_t b[MO_IMPORT_MAX_BUCKETS];
 		bool by_default;
-		int nb = values_of(y->names[n], o, lo, hi, ranged, decode && y->decode[n], n,
-				   y->values[n], y->level_vals[n], b, &by_default);
-		char within[96] = "";
+		enum dyn_role r = role[n];
+		int nb = values_of(y->names[n], o, lo, hi, ranged, r, n, y->values[n],
+				   y->level_vals[n], b, &by_default);
+		if (by_default && r == ROLE_PAST_LONG)
+			y->long_level = 1;
+		char within[160] = "";
 		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
-		if (nb > 0)
-			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 "%s)", b[0],
-				 nb > 2 ? " .. " : ", ", b[nb - 1],
-				 by_default ? ": a decode step's and a prompt's, by default" : "");
+		if (by_default) {
+			size_t w = (size_t)snprintf(within, sizeof within, " (buckets");
+			for (int k = 0; k < nb && w < sizeof within; k++)
+				w += (size_t)snprintf(within + w, sizeof within - w, "%s %" PRId64,
+						      k ? "," : "", b[k]);
+			if (w < sizeof within)
+				snprintf(within + w, sizeof within - w, ": %s, by default)", said[r]);
+		} else if (nb > 0)
+			snprintf(within, sizeof within, " (buckets %" PRId64 "%s%" PRId64 ")", b[0],
+				 nb > 2 ? " .. " : ", ", b[nb - 1]);
 		else if (ranged)
 			snprintf(within, sizeof within, " (of %" PRId64 "..%" PRId64 ")", lo, hi);
 		at += (size_t)snprintf(y->desc + (at < sizeof y->desc ? at : sizeof y->desc),
 				       at < sizeof y->desc ? sizeof y->desc - at : 0, "%s%s=%" PRId64 "%s",
 				       n ? ", " : "", y->names[n], y->values[n][0], within);
 	}
+	mo_free(role);
+	return true;
 }
 
 /* The model at the padded search's and the distinct values' sizes (y->pad,
@@ -420,7 +476,7 @@ static enum mo_status import_pad(const struct mo_model *m, const struct mo_impor
 	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
 	bool inject = false;
 	for (int i = 0; e && !strcmp(e, "import:decode-bucket") && i < y->n; i++)
-		inject |= y->decode[i] && y->values[i][FUSE_DYN_AT_PAD] == 1;
+		inject |= y->past[i] >= 0 && y->values[i][FUSE_DYN_AT_PAD] == 1;
 	for (int k = 0; k < 2; k++) {
 		struct mo_tp *at = NULL;
 		struct mo_diag xd;
@@ -459,8 +515,8 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	y->names = mo_calloc((size_t)y->n, sizeof *y->names);
 	y->values = mo_calloc((size_t)y->n, sizeof *y->values);
 	y->level_vals = mo_calloc((size_t)y->n, sizeof *y->level_vals);
-	y->decode = mo_calloc((size_t)y->n, sizeof *y->decode);
-	if (!y->names || !y->values || !y->level_vals || !y->decode) {
+	y->past = mo_calloc((size_t)y->n, sizeof *y->past);
+	if (!y->names || !y->values || !y->level_vals || !y->past) {
 		mo_tp_free(first);
 		return mo_diag_nomem(d);
 	}
@@ -483,12 +539,23 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			mo_tp_free(first);
 			return mo_diag_nomem(d);
 		}
-		for (int k = 0; k < first->n_syms && first->syms[i].past; k++)
-			y->decode[n] |= !strcmp(first->syms[k].name, first->syms[i].past) &&
-					unbound_input_symbol(&first->syms[k]);
 		n++;
 	}
-	symbol_values(y, o, true);
+	/* a KV cache's new tokens whose past is unbound too */
+	n = 0;
+	for (int i = 0; i < first->n_syms; i++) {
+		if (!unbound_input_symbol(&first->syms[i]))
+			continue;
+		y->past[n] = -1;
+		for (int k = 0; k < y->n && first->syms[i].past; k++)
+			if (!strcmp(y->names[k], first->syms[i].past))
+				y->past[n] = k;
+		n++;
+	}
+	if (!symbol_values(y, o, true)) {
+		mo_tp_free(first);
+		return mo_diag_nomem(d);
+	}
 	struct mo_tp *tps[3] = { 0 };
 	struct mo_diag xd;
 	for (int k = 0; k < 3 && !y->why[0]; k++) {
@@ -527,9 +594,10 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		return d->status; /* *tp and y are freed by the caller */
 	bool decoded = false;
 	for (int i = 0; i < y->n; i++)
-		decoded |= y->decode[i] && y->level_vals[i][0] == 1;
+		decoded |= y->past[i] >= 0 && y->level_vals[i][0] == 1;
 	if (!y->pad && decoded) {
-		symbol_values(y, o, false);
+		if (!symbol_values(y, o, false))
+			return mo_diag_nomem(d); /* *tp and y are freed by the caller */
 		size_t len = strlen(y->desc);
 		snprintf(y->desc + len, sizeof y->desc - len, " (no decode step's bucket: the "
 			 "model does not import alike at one new token)");
@@ -537,10 +605,13 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			return d->status;
 	}
 	/* the padded levels after the first (--dim NAME=A,B,...): each that
-	 * imports alike; the first that does not ends them */
+	 * imports alike; the first that does not ends them, but for the
+	 * default's long past, which is only left out (a test's
+	 * MIRAGE_ONNX_TEST_FAIL=import:long-past-bucket: as if it did not) */
 	if (y->n_levels < 1 || !y->pad)
 		y->n_levels = 1;
 	y->level[0] = y->pad;
+	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
 	for (int k = 1; k < y->n_levels; k++) {
 		struct mo_tp *at = NULL;
 		mo_diag_init(&xd);
@@ -548,8 +619,25 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			*d = xd;
 			return d->status; /* *tp and y are freed by the caller */
 		}
-		if (!at || !aligned(tps[0], at)) {
+		bool inject = e && !strcmp(e, "import:long-past-bucket") && k == y->long_level;
+		if (at && (inject || !aligned(tps[0], at))) {
 			mo_tp_free(at);
+			at = NULL;
+		}
+		if (!at && k == y->long_level) {
+			for (int i = 0; i < y->n; i++)
+				memmove(&y->level_vals[i][k], &y->level_vals[i][k + 1],
+					sizeof y->level_vals[i][0] * (size_t)(y->n_levels - k - 1));
+			y->n_levels--;
+			y->long_level = -1;
+			size_t len = strlen(y->desc);
+			snprintf(y->desc + len, sizeof y->desc - len, " (no decode step's bucket for a "
+				 "long past: the model does not import alike at a past of %d)",
+				 FUSE_DYN_DECODE_PAST);
+			k--;
+			continue;
+		}
+		if (!at) {
 			size_t len = strlen(y->desc);
 			snprintf(y->desc + len, sizeof y->desc - len, " (its padded bucket %d does not "
 				 "import alike: %d kept)", k + 1, k);
@@ -671,7 +759,7 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_free(y->names);
 	mo_free(y->values);
 	mo_free(y->level_vals);
-	mo_free(y->decode);
+	mo_free(y->past);
 	for (int k = 1; k < y->n_levels; k++)
 		mo_tp_free(y->level[k]);
 	mo_free(y->lead);
@@ -1237,6 +1325,36 @@ const char *fuse_worth_at(const struct mo_fuse_region *s, bool key)
 	}
 }
 
+/* The last level before level L whose every symbol's size is at most its
+ * size at L (the sizes L serves past), or -1. */
+static int before_level(const struct fuse_dyn *y, int L)
+{
+	for (int k = L - 1; k >= 0; k--) {
+		bool within = true;
+		for (int i = 0; i < y->n; i++)
+			within = within && y->level_vals[i][k] <= y->level_vals[i][L];
+		if (within)
+			return k;
+	}
+	return -1;
+}
+
+/* Whether region programs a and b have the same tensors with the same
+ * dims (but for graph inputs no op of theirs reads). */
+static bool same_dims(const struct mo_tp *a, const struct mo_tp *b)
+{
+	if (!aligned(a, b))
+		return false;
+	for (int i = 0; i < a->n_tensors; i++) {
+		const struct mo_tensor *x = &a->tensors[i], *z = &b->tensors[i];
+		if ((x->n_consumers > 0 || x->producer >= 0) &&
+		    (x->rank != z->rank ||
+		     memcmp(x->dims, z->dims, sizeof x->dims[0] * (size_t)x->rank)))
+			return false;
+	}
+	return true;
+}
+
 /* A padded unit: its programs at the padded search's size (its program
  * from now on: the search's), at the distinct values', the probe's and the
  * ones'. */
@@ -1264,16 +1382,22 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 	s->unfused_us_search = s->unfused_us_worth = c.us;
 	s->worth_at = FUSE_WORTH_SEARCH;
 	s->serves_search = s->level == y->search_level;
-	/* a larger bucket serves sizes past the one before it: what it
-	 * saves there, the least it runs at, is what counts; a first bucket
-	 * below the search sizes (a decode step's 1), at its own */
+	/* a larger bucket serves sizes past the one before it (the last
+	 * level whose sizes it holds): what it saves there, the least it
+	 * runs at, is what counts; another bucket not holding the search
+	 * sizes (a decode step's 1), at its own. One whose region has the
+	 * sizes it has there (rotary, over the new tokens only, at a decode
+	 * step's bucket for a long past) is left to that level's op. */
+	int bl = before_level(y, s->level);
 	struct mo_tp *before = NULL;
-	if (s->level > 0 && region_at(f, s, y->level[s->level - 1], &before, s->why,
-				      sizeof s->why, d)) {
+	if (bl >= 0 && region_at(f, s, y->level[bl], &before, s->why, sizeof s->why, d)) {
 		mo_tp_free(prog);
 		return MO_ERR_NOMEM;
 	}
-	if (before || (s->level == 0 && y->search_level > 0)) {
+	if (before && !s->why[0] && same_dims(before, prog))
+		snprintf(s->why, sizeof s->why, "its sizes at bucket %d are those at bucket %d, "
+			 "whose op serves them", s->level + 1, bl + 1);
+	if (before || s->level != y->search_level) {
 		mo_cost_program(before ? before : prog, gpu, &c);
 		s->unfused_us_worth = c.us;
 		s->worth_at = before ? FUSE_WORTH_BEFORE : FUSE_WORTH_BUCKET;

@@ -20,6 +20,11 @@
  * the others 5, 7, 9, ...). */
 #define FUSE_DYN_PAD_SIZE 64
 #define FUSE_DYN_MAX_PAD_SIZE 65536
+/* A KV cache's default buckets (no --dim naming the new tokens or the
+ * past): a decode step's (one new token, a past up to FUSE_DYN_PAD_SIZE),
+ * a decode step's with a long past (up to FUSE_DYN_DECODE_PAST: 1024
+ * keys), and a prompt's (FUSE_DYN_PAD_SIZE each). */
+#define FUSE_DYN_DECODE_PAST 1023
 /* the imports: the search's, the probe's, the ones', the more sizes', the
  * padded search's, the distinct values' */
 #define FUSE_DYN_AT_PAD (3 + MO_IMPORT_MAX_MORE_SIZES)
@@ -33,9 +38,12 @@ struct fuse_dyn {
 	const char **names;
 	int64_t (*values)[FUSE_DYN_IMPORTS]; /* at the search, the probe, the ones,
 					      * then the more sizes */
-	bool *decode;           /* per symbol: a KV cache's new tokens, their
-				 * past unbound too (a decode step's bucket
-				 * by default) */
+	int *past;              /* per symbol: when it is a KV cache's new
+				 * tokens and their past is unbound too, the
+				 * past's index (a decode step's buckets by
+				 * default); else -1 */
+	int long_level;         /* the default's level for a decode step's
+				 * long past (FUSE_DYN_DECODE_PAST), or -1 */
 	char desc[768];         /* "batch_size=1, sequence_length=16" */
 	char listed[1024];      /* the importer's list of them and the inputs naming them */
 	char why[300];          /* why the fused model serves the search sizes only */

@@ -90,18 +90,37 @@ class Dims(unittest.TestCase):
             self.assertIn("left symbolic", s["how"])
         # seq is the KV cache's new tokens (summed with past in the mask's
         # and the new cache's dim, alone in y's, past alone in no output's):
-        # a fuse gives it a decode step's bucket by default (rows_test.py)
+        # a fuse gives it a decode step's buckets by default, with a past
+        # up to 64 and one up to 1023, and a prompt's (rows_test.py)
         self.assertEqual({k: v.get("kv_cache_past") for k, v in syms.items()},
                          {"batch": None, "seq": "past", "past": None})
-        self.assertIn("seq=16 (buckets 1, 64: a decode step's and a prompt's, by default)",
-                      err)
+        self.assertIn("seq=16 (buckets 1, 1, 64: a decode step's, with a short past and a long "
+                      "one, and a prompt's, by default), past=16 (buckets 64, 1023, 64: a decode "
+                      "step's short past and long one, and a prompt's, by default);", err)
+        self.assertIn("padded, for sizes up to seq=1, past=64; then up to seq=1, past=1023; then "
+                      "up to seq=64, past=64 at any batch", err)
         # any --dim of seq replaces that default; so does a past bound
-        # (no decode step to serve)
+        # (no decode step to serve); a --dim of the past keeps the decode
+        # step's bucket, the past's own
         for flags, said in ((["--dim", "seq=0..32"], "batch=1, seq=16 (of 0..32), past=16;"),
                             (["--dim", "seq=1,8"], "batch=1, seq=8 (buckets 1, 8), past=16;"),
-                            (["--dim", "past=4"], "batch=1, seq=16;")):
+                            (["--dim", "past=4"], "batch=1, seq=16;"),
+                            (["--dim", "past=0..1023"],
+                             "batch=1, seq=16 (buckets 1, 64: a decode step's and a prompt's, by "
+                             "default), past=16 (of 0..1023);")):
             _, e = self.symbols(*flags)
             self.assertIn("searched at " + said, e)
+        # a model that does not import alike at a past of 1023 (a test's
+        # injected failure) keeps the decode step's bucket for a short
+        # past and the prompt's, saying why
+        r = subprocess.run([CLI, self.model, "--list-regions"], capture_output=True, text=True,
+                           timeout=600, env={**os.environ,
+                                             "MIRAGE_ONNX_TEST_FAIL": "import:long-past-bucket"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("by default) (no decode step's bucket for a long past: the model does not "
+                      "import alike at a past of 1023); ", r.stderr)
+        self.assertIn("padded, for sizes up to seq=1, past=64; then up to seq=64, past=64 at any "
+                      "batch", r.stderr)
         # a model that does not import alike at one new token (a test's
         # injected failure) keeps the prompt's bucket, saying why
         r = subprocess.run([CLI, self.model, "--list-regions"], capture_output=True, text=True,

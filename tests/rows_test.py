@@ -960,25 +960,38 @@ class Rows(unittest.TestCase):
         path = os.path.join(MODELS, "llama_optimum_past.onnx")
         out, plugin, regions = self.fuse(path, "llama_past", "--budget", "10")
         # the attention over past + sequence (its softmax) in fused padded
-        # regions, one per layer at each of two buckets by default (the
-        # model's KV cache tells its new tokens' dim): a decode step's
-        # (sequence 1) and a prompt's (64): served at every step below
-        self.assertIn("sequence_length=16 (buckets 1, 64: a decode step's and a prompt's, "
-                      "by default)", self.searched_at)
+        # regions, one per layer at each of three buckets by default (the
+        # model's KV cache tells its new tokens' dim and their past): a
+        # decode step's with a past up to 64 and one with a past up to 1023
+        # (sequence 1), and a prompt's (64): served at every step below
+        self.assertIn("sequence_length=16 (buckets 1, 1, 64: a decode step's, with a short past "
+                      "and a long one, and a prompt's, by default), past_sequence_length=16 "
+                      "(buckets 64, 1023, 64: a decode step's short past and long one, and a "
+                      "prompt's, by default)", self.searched_at)
         soft = [g for g in regions if g["fused"] and any(n.endswith("/Softmax")
                                                           for n in g["nodes"])]
-        self.assertEqual(len(soft), 4, [(g["nodes"][-1], g.get("why")) for g in regions])
-        seq = {}
+        self.assertEqual(len(soft), 6, [(g["nodes"][-1], g.get("why")) for g in regions])
+        level = {}
         for g in soft:
-            ext = {e["name"]: (e["bucket"], e["looped"]) for e in g["padded"]["extents"]}
-            self.assertIn("sequence_length + past_sequence_length", ext)
-            seq.setdefault(ext["sequence_length"], []).append(g["op_type"])
+            ext = {e["name"]: e["bucket"] for e in g["padded"]["extents"]}
+            lv = g["padded"]["bucket_level"]
+            level.setdefault(lv, set()).add(g["op_type"])
+            self.assertEqual((ext["sequence_length"], ext["sequence_length + past_sequence_length"]),
+                             ((1, 65), (1, 1024), (64, 128))[lv])
             # a decode step's saving judged at its own sizes, not at the
-            # search's (a sequence of 16 it never serves)
-            self.assertEqual(g["padded"]["serves_search_sizes"], g["padded"]["bucket_level"] == 1)
-            self.assertIn("unfused_cost_us_at_bucket" if g["padded"]["bucket_level"] == 0
+            # search's (a sequence of 16 it never serves); the long past's
+            # and the prompt's at the short past's (the least they serve)
+            self.assertEqual(g["padded"]["serves_search_sizes"], lv == 2)
+            self.assertIn("unfused_cost_us_at_bucket" if lv == 0
                           else "unfused_cost_us_at_bucket_before", g["padded"])
-        self.assertEqual(sorted(seq), [(1, False), (64, False)])
+        self.assertEqual(sorted(level), [0, 1, 2])
+        # rotary, over the new tokens only, has the same sizes at both
+        # decode buckets: its first bucket's op serves both, not searched
+        # again (nor any region with no key dim)
+        dup = [g for g in regions if "its sizes at bucket 2 are those at bucket 1, whose op "
+               "serves them" in g.get("why", "")]
+        self.assertTrue(dup and not any(n.endswith("/Softmax") for g in dup for n in g["nodes"]),
+                        [g["nodes"] for g in dup])
         model = onnx.load(path)
         vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
         kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
@@ -996,8 +1009,8 @@ class Rows(unittest.TestCase):
         so.log_severity_level = 3
         so.register_custom_ops_library(plugin)
         so.enable_profiling = True
-        for n, past_len, ran in ((1, 9, seq[(1, False)]), (5, 0, seq[(64, False)])):
-            so.profile_file_prefix = os.path.join(self.dir, f"llama_past_{n}")
+        for n, past_len, ran in ((1, 9, level[0]), (1, 100, level[1]), (5, 0, level[2])):
+            so.profile_file_prefix = os.path.join(self.dir, f"llama_past_{n}_{past_len}")
             sess = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
             feed = {"input_ids": np.ones((2, n), np.int64),
                     "attention_mask": np.ones((2, past_len + n), np.int64),
@@ -1008,11 +1021,12 @@ class Rows(unittest.TestCase):
             with open(sess.end_profiling()) as f:
                 seen = {e.get("args", {}).get("op_name") for e in json.load(f)
                         if e.get("cat") == "Node"}
-            self.assertEqual(seen & set(sum(seq.values(), [])), set(ran), f"{n} tokens")
-        # past the bucket (sequence 64, past + sequence 128): a prompt of 70,
-        # and one of 60 whose generation crosses 128 keys at its 69th token;
-        # there the original ops run, the same tokens still
-        for prompt, steps in ((70, 4), (60, 72)):
+            self.assertEqual(seen & set.union(*level.values()), ran, f"{n} tokens, past {past_len}")
+        # past the buckets: a prompt of 70 (the original ops; its decode
+        # steps at the long past's bucket), and one of 1020 whose
+        # generation crosses 1024 keys at its 5th token; there the
+        # original ops run, the same tokens still
+        for prompt, steps in ((70, 4), (1020, 6)):
             with self.subTest(batch=1, prompt=prompt, steps=steps):
                 ids = rng.integers(0, vocab, (1, prompt)).astype(np.int64)
                 self.generate(orig, fused, ids, kv, heads, hd, steps=steps)
