@@ -206,6 +206,8 @@ def against_ort_padded(original, fused, plugin):
     import rows_test
     a, b = fm.session(original), fm.session(fused, plugin)
     rng = np.random.default_rng(5)
+    if any(i.name == "past" for i in a.get_inputs()):
+        return against_ort_kv(a, b, rng)
     for batch, seq in ((1, 1), (3, 7), (2, 64)):
         x = rng.standard_normal((batch, seq, rows_test.D)).astype(np.float32)
         feed = {"x": x, "mask": rows_test.causal_mask(batch, seq)}
@@ -215,6 +217,26 @@ def against_ort_padded(original, fused, plugin):
         err = float(np.max(np.abs(want - got)))
         if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
             return "at batch %d, seq %d: error %.3g" % (batch, seq, err)
+    return None
+
+
+def against_ort_kv(a, b, rng):
+    """dims_test's attention over a KV cache (sessions a, the original, and
+    b, the fused) at a decode step with a short past, one with a long past
+    and a prompt, each bucket's op in turn, and past the buckets: every
+    output within tolerance, or what differs."""
+    import numpy as np
+    import dims_test
+    for batch, seq, past in ((2, 1, 9), (1, 1, 300), (3, 7, 5), (1, 1, 1100)):
+        x = rng.standard_normal((batch, seq, dims_test.D)).astype(np.float32)
+        kv = rng.standard_normal((batch, past, dims_test.D)).astype(np.float32)
+        mask = np.zeros((batch, past + seq), np.float32)
+        mask[0, : past // 2] = np.finfo(np.float32).min  # the first prompt left-padded
+        feed = {"x": x, "past": kv, "mask": mask}
+        for want, got in zip(a.run(None, feed), b.run(None, feed)):
+            err = float(np.max(np.abs(want - got)))
+            if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
+                return "at batch %d, seq %d, past %d: error %.3g" % (batch, seq, past, err)
     return None
 
 
@@ -983,6 +1005,13 @@ def mask_models(out):
     path = os.path.join(out, "rows_padded_decode_attention.onnx")
     onnx.save(rows_test.masked_attention(), path)
     models.append(("rows_padded_decode_attention", path))
+    # attention over a KV cache fused with no --dim: the default buckets,
+    # a decode step's with a short past and a long one (1024 keys) and a
+    # prompt's, one op each
+    import dims_test
+    path = os.path.join(out, "rows_padded_kv_decode_attention.onnx")
+    onnx.save(dims_test.kv_attention(), path)
+    models.append(("rows_padded_kv_decode_attention", path))
     return models
 
 
@@ -1175,6 +1204,12 @@ def main():
                         r.split()[:2] == ["pad-entry", name] and "(buckets [1, 1])" in r
                         for r in rows):
                     failures.append("%s: the decode bucket's pad entry did not run" % name)
+                # with the default buckets of a KV cache: the long past's
+                # op's pad entry too (1024 keys)
+                if "padded_kv_decode" in name and not any(
+                        r.split()[:2] == ["pad-entry", name] and
+                        "1024" in r.partition("(buckets")[2] for r in rows):
+                    failures.append("%s: the long past's pad entry did not run" % name)
                 # B read transposed from its own tile: the whole model one
                 # fused op of one launch (the Optimum-style core: one fused
                 # op, of several launches)
