@@ -62,12 +62,20 @@ void mo_progressf(void (*fn)(void *ctx, const char *line), void *ctx, const char
 {
 	if (!fn)
 		return;
-	char line[512];
-	va_list ap;
+	/* most lines fit; a longer one (the unbound symbols and their
+	 * buckets) is said whole, cut only when out of memory */
+	char buf[512], *line = buf;
+	va_list ap, aq;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
+	va_copy(aq, ap);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	fn(ctx, line);
+	if (n >= (int)sizeof buf && (line = mo_malloc((size_t)n + 1)) != NULL)
+		vsnprintf(line, (size_t)n + 1, fmt, aq);
+	va_end(aq);
+	fn(ctx, line ? line : buf);
+	if (line != buf)
+		mo_free(line);
 }
 
 enum mo_status mo_diag_nomem(struct mo_diag *d)

@@ -255,7 +255,7 @@ static int show_regions(const struct cli *cli, const struct mo_model *m, struct 
 {
 	struct mo_tp *tp;
 	struct mo_partition *pad = NULL; /* the regions fused padded */
-	char said[1024];
+	char said[MO_FUSE_SAID_LEN];
 	/* as the fuse sees it: unbound dims left symbolic (--dump-tp: as imported) */
 	if (cli->dump_tp ? mo_tp_import(m, &cli->import, &tp, d)
 			 : mo_fuse_import(m, &cli->import, &tp, &pad, said, sizeof said, d)) {

@@ -56,7 +56,7 @@ enum mo_status cli_search(const struct mo_model *m, const struct cli_search_args
 			  struct mo_diag *d)
 {
 	struct mo_tp *tp;
-	char said[1024];
+	char said[MO_FUSE_SAID_LEN];
 	/* as the fuse sees it: unbound dims left symbolic, searched at a size */
 	if (mo_fuse_import(m, a->import, &tp, NULL, said, sizeof said, d))
 		return d->status;

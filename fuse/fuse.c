@@ -633,7 +633,7 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 	rep->tp = f->tp;
 	for (int i = 0; i < f->tp->n_warnings && a->progress; i++)
 		fuse_warn(a, "%s", f->tp->warnings[i]);
-	char said[1024];
+	char said[MO_FUSE_SAID_LEN];
 	if (fuse_dyn_said(&f->dyn, said, sizeof said)) {
 		if (f->dyn.why[0])
 			fuse_warn(a, "%s", said);

@@ -191,8 +191,9 @@ void mo_fuse_report_free(struct mo_fuse_report *rep);
  * other than in rows made boundaries (fuse/dynamic.c). *pad (when pad is
  * not NULL): the regions of those ops fused padded, over the same
  * program, or NULL when there are none (freed with mo_part_free). *said:
- * the line saying so ("" when every dim is bound). Errors as
- * mo_tp_import's. */
+ * the line saying so ("" when every dim is bound; MO_FUSE_SAID_LEN holds
+ * it whole). Errors as mo_tp_import's. */
+#define MO_FUSE_SAID_LEN 3072
 enum mo_status mo_fuse_import(const struct mo_model *m, const struct mo_import_options *o,
 			      struct mo_tp **tp, struct mo_partition **pad, char *said, size_t said_len,
 			      struct mo_diag *d);

@@ -136,6 +136,20 @@ class Dims(unittest.TestCase):
         self.assertIn("past (past, mask)", err)
         self.assertNotIn("--dim seq=N", err)
 
+    def test_the_fuse_says_its_symbols_whole(self):
+        # the line saying what the unbound symbols became (its buckets and
+        # the sizes served) is longer than most: a fuse's progress says it
+        # whole, not cut at a line buffer's end
+        out = os.path.join(self.dir, "said.onnx")
+        r = subprocess.run([CLI, self.model, "-o", out, "--no-cuda", "--no-cache", "--budget",
+                            "1"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        said = [ln for ln in (r.stdout + r.stderr).splitlines() if "left symbolic" in ln]
+        self.assertEqual(len(said), 1, r.stdout + r.stderr)
+        self.assertGreater(len(said[0]), 600)
+        self.assertTrue(said[0].endswith("--dim batch=N --dim seq=N --dim past=N fuses at one "
+                                         "size)"), said[0])
+
     def test_derived_dims_follow_from_their_symbols(self):
         t = self.tp("--dim", "batch=2", "--dim", "seq=3", "--dim", "past=4")
         self.assertEqual(t["mask"]["shape"], [2, 7])
