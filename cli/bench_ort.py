@@ -418,9 +418,16 @@ def decode_buckets(path, plugin, feed, session, onnx):
     ran = profiled(path, plugin, feed, session)
     first = sum(c[0] in ran for c in chains)
     larger = sum(bool(ran & set(c[1:])) for c in chains)
-    return (f"  the last step ran the padded ops with several buckets (by type) at their "
+    line = (f"  the last step ran the padded ops with several buckets (by type) at their "
             f"first bucket: {first} of {len(chains)}, at a larger one: {larger}, as the "
             f"original ops: {len(chains) - first - larger}")
+    # with three or more (a KV cache's default: a decode step's with a
+    # short past and a long one, a prompt's): which larger one
+    most = max(len(c) for c in chains)
+    if most > 2:
+        turn = [sum(len(c) > k and c[k] in ran for c in chains) for k in range(1, most)]
+        line += "; at each larger bucket in turn: " + ", ".join(map(str, turn))
+    return line
 
 
 def generate(s0, s1, feeds, steps, paths, np, pad=0, bucket_line=None):

@@ -1043,8 +1043,19 @@ class Rows(unittest.TestCase):
         self.assertIn("tokens the same at every step", r.stdout)
         # its last step (one token, a past of 8) at the decode bucket
         self.assertIn("the last step ran the padded ops with several buckets (by type) at "
-                      "their first bucket: 2 of 2, at a larger one: 0, as the original ops: 0",
-                      r.stdout)
+                      "their first bucket: 2 of 2, at a larger one: 0, as the original ops: 0; "
+                      "at each larger bucket in turn: 0, 0", r.stdout)
+        # from a prompt of 70 (the original ops), its steps with a past of
+        # 70 on: rotary at its first bucket, the attention at its second
+        # (the long past's)
+        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
+                            "--generate", "2", "--dim", "batch_size=1",
+                            "--dim", "sequence_length=70", "--tolerance", "1e-4"],
+                           capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tokens the same at every step", r.stdout)
+        self.assertIn("at their first bucket: 1 of 2, at a larger one: 1, as the original ops: "
+                      "0; at each larger bucket in turn: 1, 0", r.stdout)
         # a left pad needs a second prompt, and one token of it left
         for flags, said in ((["--dim", "batch_size=1"], "give a batch of 2 or more"),
                             (["--dim", "batch_size=2", "--left-pad", "5"], "at most 4 can be")):
