@@ -46,14 +46,16 @@ static void print_summary(const struct mo_fuse_report *rep, FILE *out)
 		if (s->fused)
 			snprintf(chk, sizeof chk, "err %.1e", s->check.max_rel);
 		fprintf(out, "%-6s %-4d %-34s %-8s %-8s %-9s %-22s %s\n", mo_fuse_label(rep, ri, lb, sizeof lb),
-			rg->n_ops, nodes, s->fused ? "fused" : s->split ? "split" : "unfused", kern, gain,
+			rg->n_ops, nodes,
+			s->fused ? "fused" : s->split ? "split" : s->same_sizes ? "served" : "unfused", kern, gain,
 			ver, chk);
 	}
 	for (int ri = 0; ri < nu; ri++)
 		if (!rs[ri].fused) {
 			char lb[32];
 			fprintf(out, "  region %s %s: %s\n", mo_fuse_label(rep, ri, lb, sizeof lb),
-				rs[ri].split ? "is fused in parts where it can be, because" : "stays unfused",
+				rs[ri].split ? "is fused in parts where it can be, because"
+				: rs[ri].same_sizes ? "is served at another bucket" : "stays unfused",
 				rs[ri].why);
 		}
 }

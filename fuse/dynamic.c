@@ -1394,9 +1394,11 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 		mo_tp_free(prog);
 		return MO_ERR_NOMEM;
 	}
-	if (before && !s->why[0] && same_dims(before, prog))
+	if (before && !s->why[0] && same_dims(before, prog)) {
+		s->same_sizes = true;
 		snprintf(s->why, sizeof s->why, "its sizes at bucket %d are those at bucket %d, "
 			 "whose op serves them", s->level + 1, bl + 1);
+	}
 	if (before || s->level != y->search_level) {
 		mo_cost_program(before ? before : prog, gpu, &c);
 		s->unfused_us_worth = c.us;

@@ -210,6 +210,11 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	}
 	if (fuse_dyn_unit(f, s, f->d))
 		return MO_ERR_NOMEM;
+	if (s->same_sizes) {
+		fuse_progress(a, "[%d/%d] region %s: not searched: %s", ri + 1, f->nu,
+			      fuse_label(f->rs, ri, lb, sizeof lb), s->why);
+		return MO_OK;
+	}
 	if (s->why[0]) {
 		fuse_warn(a, "region %s stays unfused: %s", fuse_label(f->rs, ri, lb, sizeof lb),
 			  s->why);
@@ -366,7 +371,7 @@ static enum mo_status search_regions(struct mo_fuse_state *f)
 		enum mo_status st = search_region(f, ri, &nomem);
 		if (st)
 			return st;
-		if (!s->prog)
+		if (!s->prog || s->same_sizes)
 			continue;
 		s->seconds = mo_seconds() - t0;
 		fuse_progress(f->a, "  %s in %.1f s%s", s->fused ? "found a μGraph" : "stays unfused",

@@ -109,6 +109,9 @@ struct mo_fuse_region {
 	 * the float checks of its kernel at the three other sizes */
 	bool padded;
 	int level;                /* its padded bucket (--dim NAME=A,B,...: 0 for A) */
+	bool same_sizes;          /* its sizes at its bucket are an earlier
+				   * bucket's, whose op serves them: not
+				   * searched, not a failure */
 	double unfused_us_search; /* the region op by op at the search sizes
 				   * (the typical size), where the fused op
 				   * still runs the whole bucket */
