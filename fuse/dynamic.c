@@ -398,11 +398,12 @@ static bool unbound_input_symbol(const struct mo_tp_sym *s)
 	return !s->bound && s->in_input && !s->whole_text;
 }
 
-/* Whether --dim names symbol name (a value, a range or a bucket list). */
+/* Whether --dim names unbound symbol name: a range, or a bucket list (kept
+ * as the range 0..its last bucket). */
 static bool named_by_dim(const struct mo_import_options *o, const char *name)
 {
-	int64_t lo, hi, b[MO_IMPORT_MAX_BUCKETS];
-	return mo_import_range(o, name, &lo, &hi) || mo_import_buckets(o, name, b) > 0;
+	int64_t lo, hi;
+	return mo_import_range(o, name, &lo, &hi);
 }
 
 /* Each unbound symbol's values (values_of; with decode, a KV cache's new
@@ -443,7 +444,7 @@ static bool symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 		int nb = values_of(y->names[n], o, lo, hi, ranged, r, n, y->values[n],
 				   y->level_vals[n], b, &by_default);
 		if (by_default && r == ROLE_PAST_LONG)
-			y->long_level = 1;
+			y->long_level = 1; /* FUSE_DYN_DECODE_PAST's place in its list */
 		char within[160] = "";
 		y->n_levels = nb > y->n_levels ? nb : y->n_levels;
 		if (by_default) {
