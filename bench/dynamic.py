@@ -19,7 +19,8 @@ Printed per export:
   ops (the report's `all` line) in each;
 - the cost model's estimate at the typical size: the microseconds the fused
   ops save against the ops they replace, in each, and their ratio (an op
-  with padded dims, the attention unbound, costs its whole bucket there);
+  with padded dims, the attention unbound, at its launches cut to that
+  size, the manifest's `padded.cost_us_at_search_size`);
 - per fused region (or part) with the same ONNX nodes in both, the
   estimated gain unbound against pinned: how many match, and the worst
   ratio (goal: none worse than the pinned fusion);
@@ -87,15 +88,17 @@ def fused_parts(manifest):
     out = {}
     for r in manifest["regions"]:
         if r.get("fused") and not r.get("split_into_parts") and r.get("cost_us"):
-            # a padded op (attention with its dims unbound) runs its whole
-            # bucket at every size: against the ops it replaces at the
-            # typical size; of several buckets (a decode step's and a
-            # prompt's), the one serving the typical size
+            # a padded op (attention with its dims unbound) runs on its
+            # bucket's buffers, its launches cut to the size: against the
+            # ops it replaces at the typical size, its estimate there; of
+            # several buckets (a decode step's and a prompt's), the one
+            # serving the typical size
             p = r.get("padded", {})
             if p and not p.get("serves_search_sizes", True):
                 continue
             unfused = p["unfused_cost_us_at_search_size"] if p else r["unfused_cost_us"]
-            out[frozenset(r["nodes"])] = (unfused / r["cost_us"], unfused - r["cost_us"])
+            cost = p.get("cost_us_at_search_size", r["cost_us"])
+            out[frozenset(r["nodes"])] = (unfused / cost, unfused - cost)
     return out
 
 

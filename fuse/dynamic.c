@@ -1282,6 +1282,8 @@ static int extent_of(const struct mo_fuse_state *f, struct mo_fuse_region *s, in
 		return -2;
 	int e = s->n_ext++;
 	memcpy(s->ext_vals[e], v, sizeof v);
+	s->ext_at[e][0] = t;
+	s->ext_at[e][1] = d;
 	s->ext_bucket[e] = v[3];
 	/* a batch (1 at the search too): run one at a time; a bucket of 1
 	 * from a bucket list (a decode step's sequence) is padded, served
@@ -1382,6 +1384,7 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 	mo_cost_program(s->prog, gpu, &c);
 	s->unfused_us_search = s->unfused_us_worth = c.us;
 	s->worth_at = FUSE_WORTH_SEARCH;
+	s->worth_level = -1;
 	s->serves_search = s->level == y->search_level;
 	/* a larger bucket serves sizes past the one before it (the last
 	 * level whose sizes it holds): what it saves there, the least it
@@ -1404,6 +1407,7 @@ static enum mo_status padded_unit(struct mo_fuse_state *f, struct mo_fuse_region
 		mo_cost_program(before ? before : prog, gpu, &c);
 		s->unfused_us_worth = c.us;
 		s->worth_at = before ? FUSE_WORTH_BEFORE : FUSE_WORTH_BUCKET;
+		s->worth_level = before ? bl : s->level;
 		mo_tp_free(before);
 	}
 	if (s->why[0]) {
@@ -1462,6 +1466,44 @@ static enum mo_status padded_op(struct mo_fuse_state *f, struct mo_fuse_region *
 		}
 	}
 	return MO_OK;
+}
+
+/* The estimate of s's μGraph at level lv's sizes (-1: the search sizes),
+ * its launches cut to them (mo_cg_launches_at): a looped extent's chunks
+ * each a launch; 0 when a padded extent there is past its bucket (the op
+ * does not serve those sizes). */
+static double cut_cost(const struct mo_fuse_state *f, const struct mo_fuse_region *s, int lv,
+		       const struct mo_cg_op *op, const struct mo_gpu *gpu)
+{
+	const struct mo_tp *at = lv < 0 ? f->tp : f->dyn.level[lv];
+	int64_t ext[MO_PLUGIN_MAX_EXT], chunks = 1;
+	for (int e = 0; e < s->n_ext; e++) {
+		int64_t v = at->tensors[s->ext_at[e][0]].dims[s->ext_at[e][1]], b = s->ext_bucket[e];
+		if (s->ext_loop[e]) {
+			chunks *= (v + b - 1) / b;
+			v = b;
+		}
+		if (v > b)
+			return 0;
+		ext[e] = v;
+	}
+	int (*launch)[4] = mo_calloc((size_t)s->r.best->n_ops + 1, sizeof *launch);
+	if (!launch)
+		return 0;
+	mo_cg_launches_at(op, ext, launch);
+	struct mo_cost c;
+	mo_cost_mugraph_at(s->r.best, gpu, (const int (*)[4])launch, &c);
+	mo_free(launch);
+	return c.us * (double)chunks;
+}
+
+void fuse_dyn_cut_costs(const struct mo_fuse_state *f, struct mo_fuse_region *s,
+			const struct mo_cg_op *op)
+{
+	const struct mo_search_options *o = f->a->search;
+	const struct mo_gpu *gpu = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	s->cut_us_search = cut_cost(f, s, -1, op, gpu);
+	s->cut_us_worth = cut_cost(f, s, s->worth_level, op, gpu);
 }
 
 /* A padded input's "never" pad (kind 1): false in a bool, else -inf: below

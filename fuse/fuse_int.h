@@ -140,6 +140,11 @@ enum mo_status fuse_dyn_unit(struct mo_fuse_state *f, struct mo_fuse_region *s,
 /* The row dims of s's μGraph's inputs and outputs (s->in_rows, out_rows);
  * s->why when they cannot be told. Fails only when out of memory. */
 enum mo_status fuse_dyn_op(struct mo_fuse_state *f, struct mo_fuse_region *s, struct mo_diag *d);
+/* Padded unit s (its extents known, op its mo_cg_op): its μGraph's
+ * estimates with its launches cut to the sizes where its saving is
+ * judged and at the search sizes (s->cut_us_worth, cut_us_search). */
+void fuse_dyn_cut_costs(const struct mo_fuse_state *f, struct mo_fuse_region *s,
+			const struct mo_cg_op *op);
 /* Proves over the finite field that fused region s serves any number of
  * rows: at the probe's and the ones' sizes the region's outputs are, chunk
  * by chunk of s->rows rows, the region at the search sizes (s->prog) run on

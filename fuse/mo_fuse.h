@@ -113,25 +113,32 @@ struct mo_fuse_region {
 				   * bucket's, whose op serves them: not
 				   * searched, not a failure */
 	double unfused_us_search; /* the region op by op at the search sizes
-				   * (the typical size), where the fused op
-				   * still runs the whole bucket */
+				   * (the typical size) */
 	/* where what it saves is judged: at the search sizes, at the bucket's
 	 * own when they lie past it (a decode bucket of 1), at the bucket
 	 * before's for a larger bucket (the least it serves); the region
 	 * there, op by op */
 	enum { FUSE_WORTH_SEARCH, FUSE_WORTH_BUCKET, FUSE_WORTH_BEFORE } worth_at;
 	double unfused_us_worth;
+	int worth_level;          /* the level whose sizes those are; -1: the search sizes */
+	/* its μGraph's estimate there and at the search sizes, its launches
+	 * cut to the sizes (plugins/CODEGEN.md); 0 at sizes past its bucket */
+	double cut_us_worth, cut_us_search;
 	bool serves_search;       /* the first bucket to hold the search sizes */
 	struct mo_tp *prog_distinct;
 	int n_ext;
 	int64_t ext_vals[MO_PLUGIN_MAX_EXT][5]; /* at the search, the probe, the ones,
 						 * the padded search, the distinct values */
+	int ext_at[MO_PLUGIN_MAX_EXT][2];   /* a tensor (f->tp's) and dim that is it */
 	int64_t ext_bucket[MO_PLUGIN_MAX_EXT];
 	int ext_loop[MO_PLUGIN_MAX_EXT];
 	char ext_name[MO_PLUGIN_MAX_EXT][80];
 	const char *ext_names[MO_PLUGIN_MAX_EXT];
 	int *in_ext, *out_ext, *in_pad;
 	struct mo_plugin_check check_distinct;
+	/* its kernels' grids and loops cut to the sizes against the whole
+	 * ones, around each tile they are cut by (mo_plugin_check_limits) */
+	struct mo_plugin_check check_limits;
 };
 
 /* What a run did. */

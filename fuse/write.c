@@ -112,6 +112,12 @@ static void write_padded(FILE *f, const struct mo_fuse_region *s)
 	if (s->worth_at != FUSE_WORTH_SEARCH)
 		fprintf(f, "\"unfused_cost_us_at_%s\": %.3f, ", fuse_worth_at(s, true),
 			s->unfused_us_worth);
+	/* its own estimate there, its launches cut to the sizes (absent at
+	 * sizes past its bucket) */
+	if (s->cut_us_search > 0)
+		fprintf(f, "\"cost_us_at_search_size\": %.3f, ", s->cut_us_search);
+	if (s->worth_at != FUSE_WORTH_SEARCH && s->cut_us_worth > 0)
+		fprintf(f, "\"cost_us_at_%s\": %.3f, ", fuse_worth_at(s, true), s->cut_us_worth);
 	fputs("\"extents\": [", f);
 	for (int e = 0; e < s->n_ext; e++) {
 		fprintf(f, "%s{\"name\": ", e ? ", " : "");
@@ -150,7 +156,9 @@ static void write_padded(FILE *f, const struct mo_fuse_region *s)
 		fprintf(f, "], \"max_rel\": %.3g}", c[q]->max_rel);
 		first = false;
 	}
-	fputs("]}", f);
+	/* the launches cut to the sizes (plugins/CODEGEN.md): the runs at
+	 * sizes around each tile that matched the whole grids and loops */
+	fprintf(f, "], \"cut_launches_checked\": %d}", s->check_limits.plans);
 }
 
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,

@@ -959,6 +959,64 @@ static uint64_t check_numel(const struct mo_tensor *t, const struct mo_tp *ref, 
 	return r && r->shape_known ? mo_tensor_numel(r) : 0;
 }
 
+/* Input t of op's μGraph as the CPU kernel reads it, n elements: a weight
+ * of ref, its own bytes where they are the storage the kernel reads
+ * (*borrowed set), else converted a chunk at a time (never all as
+ * doubles); a graph input of ref (or, with `drawn`, anything but a weight)
+ * drawn as the evaluator draws it in `trial` (NULL: drawn); a folded value
+ * of ref (a mask, an index) as it is. */
+static enum mo_status check_input(const struct mo_tp *ref, const struct mo_cg_op *op,
+				  const struct mo_tensor *t, uint64_t n, const struct mo_eval_rows *trial,
+				  uint64_t seed, bool drawn, void **in, bool *borrowed,
+				  struct mo_diag *d)
+{
+	const struct mo_tensor *r = ref_tensor(ref, t->name);
+	if (r && r->init && r->kind != MO_T_INPUT) {
+		const uint8_t *raw = NULL;
+		size_t len = 0, es = storage_size(t->dtype);
+		struct mo_diag scratch;
+		mo_diag_init(&scratch);
+		bool ok = true;
+		if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && r->init->data_type == t->dtype &&
+		    !r->fvals && !r->ivals &&
+		    mo_onnx_tensor_bytes(ref->model, r->init, &raw, &len, &scratch) == MO_OK &&
+		    len == n * es && (uintptr_t)raw % es == 0) {
+			*in = (void *)raw;
+			*borrowed = true;
+		} else if (!(*in = weight_storage(ref, r, n, t->dtype, &ok))) {
+			return mo_diag_nomem(d);
+		}
+		if (!ok)
+			return mo_diag_set(d, MO_ERR_INTERNAL, "no values for input '%s' of %s", t->name,
+					   op->name);
+		return MO_OK;
+	}
+	double *vals = mo_calloc(n + 1, sizeof *vals);
+	if (!vals)
+		return mo_diag_nomem(d);
+	bool ok = r != NULL || drawn;
+	if (ok && (drawn || r->kind == MO_T_INPUT)) {
+		for (uint64_t k = 0; k < n; k++)
+			vals[k] = mo_eval_rows_input(trial, t->name, t->dtype, k, seed, 1.0);
+	} else if (ok && r->init) {
+		ok = mo_onnx_tensor_doubles(ref->model, r->init, n, 0, n, vals);
+	} else if (ok && r->fvals && r->n_vals == n) {
+		memcpy(vals, r->fvals, n * sizeof *vals);
+	} else if (ok && r->ivals && r->n_vals == n) { /* a folded mask, an index */
+		for (uint64_t k = 0; k < n; k++)
+			vals[k] = (double)r->ivals[k];
+	} else {
+		ok = false;
+	}
+	enum mo_status st = MO_OK;
+	if (!ok)
+		st = mo_diag_set(d, MO_ERR_INTERNAL, "no values for input '%s' of %s", t->name, op->name);
+	else if (!(*in = to_storage(vals, n, t->dtype)))
+		st = mo_diag_nomem(d);
+	mo_free(vals);
+	return st;
+}
+
 static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 			       const struct mo_tp *ref, int64_t rows, const int64_t *ext,
 			       const struct mo_eval_rows *trial, uint64_t seed,
@@ -1049,6 +1107,162 @@ enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg
 	return st;
 }
 
+/* Elements of kernel tensor t of op at the extents' values ext (its dims
+ * with an extent that extent's value). */
+static uint64_t numel_at(const struct mo_cg_op *op, const struct mo_tensor *t, const int *x,
+			 const int64_t *ext)
+{
+	uint64_t n = 1;
+	for (int k = 0; k < t->rank; k++)
+		n *= (uint64_t)(k < MO_PLUGIN_MAX_RANK && x[k] >= 0 && x[k] < op->n_ext ? ext[x[k]]
+											 : t->dims[k]);
+	return n;
+}
+
+/* One run of the pad entry at ext, cut (full 0) or whole (full 1): outs. */
+static enum mo_status limits_run(const struct mo_plugin_check_op *pc, const struct mo_cg_op *op,
+				 const struct mo_tp *ref, const int64_t *ext,
+				 const struct mo_eval_rows *trial, uint64_t seed, int full,
+				 void **outs, char *err, size_t err_len, int *rc, struct mo_diag *d)
+{
+	const struct mo_tp *kg = &op->mg->kg;
+	void **in = mo_calloc((size_t)kg->n_inputs + 1, sizeof *in);
+	bool *borrowed = mo_calloc((size_t)kg->n_inputs + 1, sizeof *borrowed);
+	enum mo_status st = in && borrowed ? MO_OK : mo_diag_nomem(d);
+	for (int i = 0; i < kg->n_inputs && !st; i++) {
+		const struct mo_tensor *t = &kg->tensors[kg->inputs[i]];
+		st = check_input(ref, op, t, numel_at(op, t, op->in_ext + i * MO_PLUGIN_MAX_RANK, ext),
+				 trial, seed, true, &in[i], &borrowed[i], d);
+	}
+	if (!st)
+		*rc = pc->pad_at((const void *const *)in, outs, ext, full, err, err_len);
+	for (int i = 0; in && i < kg->n_inputs; i++)
+		if (!borrowed || !borrowed[i])
+			mo_free(in[i]);
+	mo_free(in);
+	mo_free(borrowed);
+	return st;
+}
+
+enum mo_status mo_plugin_check_limits(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				      const struct mo_tp *ref, uint64_t seed,
+				      struct mo_plugin_check *out, struct mo_diag *d)
+{
+	memset(out, 0, sizeof *out);
+	out->ok = true;
+	const struct mo_plugin_check_op *pc = NULL;
+	for (int i = 0; i < lib->n_checks && !pc; i++)
+		if (lib->checks[i].name && strcmp(lib->checks[i].name, op->name) == 0)
+			pc = &lib->checks[i];
+	if (!pc || !pc->pad_at || op->n_ext < 1 || op->n_ext > MO_PLUGIN_MAX_EXT)
+		return MO_OK;
+	const struct mo_tp *kg = &op->mg->kg;
+	/* the sizes: per extent the launches cut, 1, a tile less one, a tile,
+	 * one more, two tiles and one, the bucket, each with the others at
+	 * their buckets (looped ones a chunk) */
+	int64_t at[64][MO_PLUGIN_MAX_EXT];
+	int n_at = 0;
+	for (int e = 0; e < op->n_ext; e++) {
+		int64_t tiles[8], b = op->ext_bucket[e];
+		int nt = op->ext_loop[e] ? 0 : mo_cg_extent_tiles(op, e, tiles, 8);
+		for (int k = -2; k < 4 * nt; k++) {
+			int64_t T = k < 0 ? 0 : tiles[k / 4];
+			int64_t v = k == -2 ? 1 : k == -1 ? b : k % 4 == 3 ? 2 * T + 1 : T - 1 + k % 4;
+			if (nt == 0 || v < 1 || v > b)
+				continue;
+			bool seen = false;
+			for (int j = 0; j < n_at && !seen; j++)
+				seen = at[j][e] == v;
+			if (seen || n_at == 64)
+				continue;
+			for (int x = 0; x < op->n_ext; x++)
+				at[n_at][x] = op->ext_bucket[x];
+			at[n_at++][e] = v;
+		}
+	}
+	/* each with inputs drawn, and where the op reads bools, every bool
+	 * false and true (rows with nothing to attend to) */
+	bool bools = false;
+	for (int i = 0; i < kg->n_inputs; i++)
+		bools |= kg->tensors[kg->inputs[i]].dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+	const struct mo_eval_rows trials[2] = { { .bools = MO_EVAL_BOOLS_FALSE },
+						{ .bools = MO_EVAL_BOOLS_TRUE } };
+	void **cut = mo_calloc((size_t)kg->n_outputs + 1, sizeof *cut);
+	void **whole = mo_calloc((size_t)kg->n_outputs + 1, sizeof *whole);
+	enum mo_status st = cut && whole ? MO_OK : mo_diag_nomem(d);
+	for (int j = 0; j < n_at && !st && out->ok; j++)
+		for (int tr = -1; tr < (bools ? 2 : 0) && !st && out->ok; tr++) {
+			const struct mo_eval_rows *trial = tr < 0 ? NULL : &trials[tr];
+			for (int i = 0; i < kg->n_outputs && !st; i++) {
+				uint64_t n = numel_at(op, &kg->tensors[kg->outputs[i]],
+						      op->out_ext + i * MO_PLUGIN_MAX_RANK, at[j]);
+				mo_free(cut[i]);
+				mo_free(whole[i]);
+				cut[i] = mo_calloc(n + 1, 4);
+				whole[i] = mo_calloc(n + 1, 4);
+				if (!cut[i] || !whole[i])
+					st = mo_diag_nomem(d);
+			}
+			char err[256] = "", what[160] = "at extents ";
+			for (int e = 0; e < op->n_ext; e++)
+				snprintf(what + strlen(what), sizeof what - strlen(what), "%s%lld", e ? "x" : "",
+					 (long long)at[j][e]);
+			int rc1 = 0, rc2 = 0;
+			if (!st)
+				st = limits_run(pc, op, ref, at[j], trial, seed, 0, cut, err, sizeof err, &rc1, d);
+			if (!st && !rc1)
+				st = limits_run(pc, op, ref, at[j], trial, seed, 1, whole, err, sizeof err, &rc2,
+						d);
+			if (st)
+				break;
+			out->plans++;
+			if (rc1 || rc2) {
+				out->ok = false;
+				snprintf(out->detail, sizeof out->detail, "%s: the CPU kernel failed: %.150s",
+					 what, err);
+				break;
+			}
+			for (int i = 0; i < kg->n_outputs && out->ok; i++) {
+				const struct mo_tensor *t = &kg->tensors[kg->outputs[i]];
+				uint64_t n = numel_at(op, t, op->out_ext + i * MO_PLUGIN_MAX_RANK, at[j]);
+				double big = 0, worst = 0;
+				uint64_t bad = n;
+				for (uint64_t k = 0; k < n; k++)
+					big = fmax(big, fabs(from_storage(whole[i], k, t->dtype)));
+				for (uint64_t k = 0; k < n; k++) {
+					double w = from_storage(whole[i], k, t->dtype);
+					double c = from_storage(cut[i], k, t->dtype), e = fabs(c - w);
+					if (isnan(w) != isnan(c) || (!isnan(e) && e > worst)) {
+						worst = isnan(w) != isnan(c) ? INFINITY : e;
+						bad = k;
+					}
+				}
+				double rel = worst / (big > 0 ? big : 1);
+				out->max_abs = fmax(out->max_abs, worst);
+				out->max_rel = fmax(out->max_rel, rel);
+				if (!(rel <= 1e-5)) {
+					out->ok = false;
+					snprintf(out->detail, sizeof out->detail,
+						 "%s%s: output '%.60s' element %llu: %.6g, the whole grids and "
+						 "loops give %.6g", what,
+						 !trial ? "" : trial->bools == MO_EVAL_BOOLS_FALSE
+								? " with every bool input false"
+								: " with every bool input true",
+						 t->name, (unsigned long long)bad,
+						 from_storage(cut[i], bad, t->dtype),
+						 from_storage(whole[i], bad, t->dtype));
+				}
+			}
+		}
+	for (int i = 0; i < kg->n_outputs && cut && whole; i++) {
+		mo_free(cut[i]);
+		mo_free(whole[i]);
+	}
+	mo_free(cut);
+	mo_free(whole);
+	return st;
+}
+
 /* rows > 0: the rows entry on that many rows of ref's tensors; ext: the
  * pad entry at those extents (ref's sizes), its inputs those of `trial`
  * (NULL: drawn); neither: the op's own entry at its own sizes. */
@@ -1071,67 +1285,16 @@ static enum mo_status check_op(struct mo_plugin_lib *lib, const struct mo_cg_op 
 	void **in = mo_calloc((size_t)kg->n_inputs + 1, sizeof *in);
 	void **outs = mo_calloc((size_t)kg->n_outputs + 1, sizeof *outs);
 	bool *borrowed = mo_calloc((size_t)kg->n_inputs + 1, sizeof *borrowed);
-	double *vals = NULL;
 	struct mo_eval_result ev = { 0 };
 	enum mo_status st = MO_OK;
 	if (!in || !outs || !borrowed) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
-	for (int i = 0; i < kg->n_inputs && !st; i++) {
-		const struct mo_tensor *t = &kg->tensors[kg->inputs[i]];
-		const struct mo_tensor *r = ref_tensor(ref, t->name);
-		uint64_t n = check_numel(t, ref, rows);
-		if (r && r->init && r->kind != MO_T_INPUT) {
-			/* a weight: its own bytes when they are the storage the
-			 * kernel reads (little-endian fp32, fp16, bf16), else
-			 * converted a chunk at a time; never a copy as doubles */
-			const uint8_t *raw = NULL;
-			size_t len = 0, es = storage_size(t->dtype);
-			struct mo_diag scratch;
-			mo_diag_init(&scratch);
-			bool ok = true;
-			if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ &&
-			    r->init->data_type == t->dtype && !r->fvals && !r->ivals &&
-			    mo_onnx_tensor_bytes(ref->model, r->init, &raw, &len, &scratch) == MO_OK &&
-			    len == n * es && (uintptr_t)raw % es == 0) {
-				in[i] = (void *)raw;
-				borrowed[i] = true;
-			} else if (!(in[i] = weight_storage(ref, r, n, t->dtype, &ok))) {
-				st = mo_diag_nomem(d);
-			}
-			if (!ok)
-				st = mo_diag_set(d, MO_ERR_INTERNAL, "no values for input '%s' of %s",
-						 t->name, op->name);
-			continue;
-		}
-		vals = mo_calloc(n + 1, sizeof *vals);
-		if (!vals) {
-			st = mo_diag_nomem(d);
-			break;
-		}
-		bool ok = r != NULL;
-		if (ok && r->kind == MO_T_INPUT) {
-			for (uint64_t k = 0; k < n; k++)
-				vals[k] = mo_eval_rows_input(trial, t->name, t->dtype, k, seed, 1.0);
-		} else if (ok && r->init) {
-			ok = mo_onnx_tensor_doubles(ref->model, r->init, n, 0, n, vals);
-		} else if (ok && r->fvals && r->n_vals == n) {
-			memcpy(vals, r->fvals, n * sizeof *vals);
-		} else if (ok && r->ivals && r->n_vals == n) { /* a folded mask, an index */
-			for (uint64_t k = 0; k < n; k++)
-				vals[k] = (double)r->ivals[k];
-		} else {
-			ok = false;
-		}
-		if (!ok)
-			st = mo_diag_set(d, MO_ERR_INTERNAL, "no values for input '%s' of %s", t->name,
-					 op->name);
-		else if (!(in[i] = to_storage(vals, n, t->dtype)))
-			st = mo_diag_nomem(d);
-		mo_free(vals);
-		vals = NULL;
-	}
+	for (int i = 0; i < kg->n_inputs && !st; i++)
+		st = check_input(ref, op, &kg->tensors[kg->inputs[i]], check_numel(&kg->tensors[kg->inputs[i]],
+									  ref, rows), trial, seed, false,
+				 &in[i], &borrowed[i], d);
 	for (int i = 0; i < kg->n_outputs && !st; i++) {
 		const struct mo_tensor *t = &kg->tensors[kg->outputs[i]];
 		if (!(outs[i] = mo_calloc(check_numel(t, ref, rows) + 1, 4)))

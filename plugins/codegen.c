@@ -1112,12 +1112,14 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		/* blocks past the grid's x are further chunks of rows (a
 		 * launch of several, the rows entry's): each tensor's chunk
 		 * at a.cb bytes from the last; 0 for one chunk, a weight */
-		P(g, "const mo_ix_t ck = blockIdx.x / %du, bx = blockIdx.x %% %du, by = blockIdx.y, "
-		  "bz = blockIdx.z;\n", bg->grid[0], bg->grid[0]);
+		P(g, "const mo_ix_t ck = blockIdx.x / a.gl[0], bx = blockIdx.x %% a.gl[0], by = blockIdx.y, "
+		  "bz = blockIdx.z;\n");
 	} else {
+		/* a.gl: the grid launched, the μGraph's or fewer blocks (an op
+		 * with padded dims: run_limits) */
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n", fn);
-		P(g, "for (mo_ix_t bz = 0; bz < %du; bz++)\nfor (mo_ix_t by = 0; by < %du; by++)\n"
-		  "for (mo_ix_t bx = 0; bx < %du; bx++) {\n", bg->grid[2], bg->grid[1], bg->grid[0]);
+		P(g, "for (mo_ix_t bz = 0; bz < a.gl[2]; bz++)\nfor (mo_ix_t by = 0; by < a.gl[1]; by++)\n"
+		  "for (mo_ix_t bx = 0; bx < a.gl[0]; bx++) {\n");
 	}
 	/* the kernel tensors it touches */
 	bool used[MO_MG_MAX] = { false };
@@ -1149,7 +1151,8 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 			emit_iter_copy(g, sc, mg, bg, &pl, gb, &bg->iters[i], pl.tiles[bg->iters[i].tile].name, "0");
 	if (pl.mp.pipelined && g->cuda)
 		P(g, "__pipeline_commit();\n");
-	P(g, "for (mo_ix_t it = 0; it < %du; it++) {\n", bg->forloop);
+	/* a.nit: the μGraph's iterations or fewer (run_limits) */
+	P(g, "for (mo_ix_t it = 0; it < a.nit; it++) {\n");
 	if (pl.mp.pipelined) {
 		/* this iteration's halves; the next iteration's tiles load into
 		 * the others while this one computes */
@@ -1159,7 +1162,7 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 			P(g, "%s = (%s *)(ws + ((it & 1) ? %" PRIu64 "u : %" PRIu64 "u));\n", tb->name,
 			  ctype_c[tb->ct], o2, o1);
 		}
-		P(g, "if (it + 1 < %du) {\n", bg->forloop);
+		P(g, "if (it + 1 < a.nit) {\n");
 		for (int i = 0; i < bg->n_iters; i++) {
 			const struct buf *tb = &pl.tiles[bg->iters[i].tile];
 			uint64_t o1 = pl.mp.off[bg->iters[i].tile], o2 = pl.mp.off2[bg->iters[i].tile];
@@ -1401,8 +1404,9 @@ static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const ch
 		  "\"%s: kernel %d: cannot opt into %" PRIu64 " bytes of shared memory per block "
 		  "(the GPU allows %%d): %%s\", avail, cudaGetErrorString(cudaGetLastError()));\n"
 		  "rc = 1;\n}\n", fn, smem, opname, k + 1, smem);
-	P(g, "if (!rc) MO_LAUNCH(%s, dim3((unsigned)(%du * m), %d, %d), %d, %" PRIu64 "u, st, a);\n",
-	  fn, bg->grid[0], bg->grid[1], bg->grid[2], MO_BLOCK_THREADS, smem);
+	(void)bg;
+	P(g, "if (!rc) MO_LAUNCH(%s, dim3((unsigned)(a.gl[0] * m), (unsigned)a.gl[1], (unsigned)a.gl[2]), "
+	  "%d, %" PRIu64 "u, st, a);\n", fn, MO_BLOCK_THREADS, smem);
 }
 
 static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out);
@@ -1471,6 +1475,203 @@ static int64_t chunks_max(const struct mo_mugraph *mg)
  * `static int id_run(in, out, ...)` running them, in and out in the
  * μGraph's own order; on CUDA m chunks of rows at once (1 but for the
  * rows entry). */
+/* The extent of dim d of kernel tensor t of mg (a variant of op: its
+ * inputs and outputs are the op's by name), or -1: static, looped (a batch,
+ * run one at a time), an intermediate, or an op without extents. */
+static int dim_extent(const struct mo_cg_op *op, const struct mo_mugraph *mg, int t, int d)
+{
+	const struct mo_tp *k0 = &op->mg->kg, *kg = &mg->kg;
+	if (op->n_ext <= 0 || d < 0 || d >= MO_PLUGIN_MAX_RANK)
+		return -1;
+	for (int pass = 0; pass < 2; pass++) {
+		int n = pass ? kg->n_outputs : kg->n_inputs;
+		const int *mine = pass ? kg->outputs : kg->inputs, *ops = pass ? k0->outputs : k0->inputs;
+		for (int i = 0; i < n; i++) {
+			if (mine[i] != t)
+				continue;
+			for (int j = 0; j < n; j++)
+				if (!strcmp(kg->tensors[t].name, k0->tensors[ops[j]].name)) {
+					int e = (pass ? op->out_ext : op->in_ext)[j * MO_PLUGIN_MAX_RANK + d];
+					return e >= 0 && e < op->n_ext && !op->ext_loop[e] ? e : -1;
+				}
+			return -1;
+		}
+	}
+	return -1;
+}
+
+/* The extent of dim d of kernel tensor t as far as the pad entry copies it
+ * out: an output's (dim_extent), if no kernel reads it again; an
+ * intermediate's, if every kernel reading it is a Transpose (a pre-defined
+ * kernel: a copy) into a tensor whose dim there has one; else -1. Where it
+ * is e, the elements of t past ext[e] along d need not be written: nothing
+ * derived from them is copied out. */
+static int saved_extent(const struct mo_cg_op *op, const struct mo_mugraph *mg, int t, int d,
+			int depth)
+{
+	bool is_out = false, is_in = false;
+	for (int i = 0; i < mg->kg.n_outputs; i++)
+		is_out |= mg->kg.outputs[i] == t;
+	for (int i = 0; i < mg->kg.n_inputs; i++)
+		is_in |= mg->kg.inputs[i] == t;
+	if (is_in || depth > MO_MG_MAX)
+		return -1;
+	int e = is_out ? dim_extent(op, mg, t, d) : -1, readers = 0;
+	for (int k = 0; k < mg->n_ops; k++) {
+		const struct mo_block_graph *bg = mg->ops[k].bg;
+		for (int i = 0; bg && i < bg->n_iters; i++)
+			if (bg->iters[i].tensor == t)
+				return -1;
+		const struct mo_tp_op *x = &mg->ops[k].op;
+		bool reads = false;
+		for (int i = 0; !bg && i < x->n_in; i++)
+			reads |= x->in[i] == t;
+		if (!reads)
+			continue;
+		if (is_out || x->kind != MO_OP_TRANSPOSE || x->n_in != 1 || x->out[0] < 0)
+			return -1;
+		int to = -1;
+		for (int j = 0; j < x->p.n_axes; j++)
+			if (x->p.axes[j] == d)
+				to = j;
+		int f = to < 0 ? -1 : saved_extent(op, mg, x->out[0], to, depth + 1);
+		if (f < 0 || (readers++ && f != e))
+			return -1;
+		e = f;
+	}
+	return e;
+}
+
+/* What a block kernel's launch covers at the extents' values (the
+ * symbolic part of an op with padded dims): per grid dim (3) and for the
+ * loop (3), whether it is cut to them and the (extent, tile) pairs whose
+ * blocks or iterations it then runs, the most any pair needs. */
+struct klimits {
+	bool cut[4];
+	int n[4], ext[4][MO_MG_MAX];
+	int64_t tile[4][MO_MG_MAX];
+};
+
+/* A for-loop over a padded dim of the op's inputs runs ceil(ext / tile)
+ * iterations, not the bucket's: the iterations left out read only the
+ * inputs' padding, which weighs nothing in what the loop accumulates (a
+ * sum, a maximum, a rescaled sum: 0, -inf, a key at -inf), and the last one
+ * run reads the padding past the end. A grid dim along a padded dim of
+ * every tensor the kernel saves (saved_extent) launches ceil(ext / tile)
+ * blocks: the others would write only what the pad entry never copies out.
+ * Anything else keeps the μGraph's count. mo_plugin_check_limits holds the
+ * cut launches to the whole ones at sizes around each tile; the pad entry's
+ * float check, to the region (superopt/verify/VERIFIER.md, "Sizes: padded
+ * dims"). */
+static void kernel_limits(const struct mo_cg_op *op, const struct mo_mugraph *mg, int k,
+			  struct klimits *L)
+{
+	memset(L, 0, sizeof *L);
+	const struct mo_block_graph *bg = mg->ops[k].bg;
+	if (!bg || op->n_ext <= 0)
+		return;
+	/* the loop: every tensor it steps through an input padded along the step */
+	bool loop = bg->forloop > 1;
+	for (int i = 0; loop && i < bg->n_iters; i++) {
+		const struct mo_bg_iter *x = &bg->iters[i];
+		if (x->fmap == MO_PHI)
+			continue;
+		for (int gd = 0; gd < 3; gd++)
+			loop &= x->imap[gd] != x->fmap;
+		int e = dim_extent(op, mg, x->tensor, x->fmap);
+		loop &= e >= 0;
+		if (loop) {
+			L->ext[3][L->n[3]] = e;
+			L->tile[3][L->n[3]++] = bg->body.tensors[x->tile].dims[x->fmap];
+		}
+	}
+	L->cut[3] = loop && L->n[3] > 0;
+	/* the grid: each saver writes what is past the end only where nothing
+	 * reads it into what is copied out */
+	for (int gd = 0; gd < 3; gd++) {
+		bool ok = bg->grid[gd] > 1 && bg->n_savers > 0;
+		for (int s = 0; ok && s < bg->n_savers; s++) {
+			const struct mo_bg_saver *x = &bg->savers[s];
+			int e = x->omap[gd] == MO_PHI ? -1 : saved_extent(op, mg, x->tensor, x->omap[gd], 0);
+			ok = e >= 0;
+			if (ok) {
+				L->ext[gd][L->n[gd]] = e;
+				L->tile[gd][L->n[gd]++] = mg->kg.tensors[x->tensor].dims[x->omap[gd]] /
+							  bg->grid[gd];
+			}
+		}
+		L->cut[gd] = ok;
+	}
+}
+
+/* Block kernel k's grid and iterations, in `a` before its launch: the
+ * μGraph's, or at the extents' values `ext` (when not NULL) as
+ * kernel_limits cuts them. */
+static void run_limits(struct gen *g, const struct mo_cg_op *op, const struct mo_mugraph *mg, int k)
+{
+	const struct mo_block_graph *bg = mg->ops[k].bg;
+	const int full[4] = { bg->grid[0], bg->grid[1], bg->grid[2], bg->forloop };
+	P(g, "a.gl[0] = %du;\na.gl[1] = %du;\na.gl[2] = %du;\na.nit = %du;\n", full[0], full[1],
+	  full[2], full[3]);
+	struct klimits L;
+	kernel_limits(op, mg, k, &L);
+	for (int w = 0; w < 4; w++) {
+		if (!L.cut[w])
+			continue;
+		P(g, "if (ext) {\nuint64_t n_ = 1, c_;\n");
+		for (int i = 0; i < L.n[w]; i++) {
+			P(g, "c_ = ((uint64_t)ext[%d] + %" PRId64 "u - 1) / %" PRId64 "u;\n", L.ext[w][i],
+			  L.tile[w][i], L.tile[w][i]);
+			if (op->cut_short)
+				P(g, "if (ext[%d] == %" PRId64 ") c_--; /* the test's fault */\n", L.ext[w][i],
+				  L.tile[w][i] + 1);
+			P(g, "if (c_ > n_) n_ = c_;\n");
+		}
+		if (w < 3)
+			P(g, "a.gl[%d] = n_ < %du ? (mo_ix_t)n_ : %du;\n}\n", w, full[w], full[w]);
+		else
+			P(g, "a.nit = n_ < %du ? (mo_ix_t)n_ : %du;\n}\n", full[w], full[w]);
+	}
+}
+
+void mo_cg_launches_at(const struct mo_cg_op *op, const int64_t *ext, int (*launch)[4])
+{
+	for (int k = 0; op->mg && k < op->mg->n_ops; k++) {
+		const struct mo_block_graph *bg = op->mg->ops[k].bg;
+		const int full[4] = { bg ? bg->grid[0] : 0, bg ? bg->grid[1] : 0, bg ? bg->grid[2] : 0,
+				      bg ? bg->forloop : 0 };
+		struct klimits L;
+		kernel_limits(op, op->mg, k, &L);
+		for (int w = 0; w < 4; w++) {
+			/* as run_limits: the most any pair needs, at least 1 */
+			int64_t n = 1;
+			for (int i = 0; L.cut[w] && i < L.n[w]; i++) {
+				int64_t c = (ext[L.ext[w][i]] + L.tile[w][i] - 1) / L.tile[w][i];
+				n = c > n ? c : n;
+			}
+			launch[k][w] = L.cut[w] && n < full[w] ? (int)n : full[w];
+		}
+	}
+}
+
+int mo_cg_extent_tiles(const struct mo_cg_op *op, int e, int64_t *tiles, int max)
+{
+	int n = 0;
+	for (int k = 0; op->mg && k < op->mg->n_ops; k++) {
+		struct klimits L;
+		kernel_limits(op, op->mg, k, &L);
+		for (int w = 0; w < 4; w++)
+			for (int i = 0; L.cut[w] && i < L.n[w]; i++) {
+				bool seen = L.ext[w][i] != e;
+				for (int j = 0; j < n && !seen; j++)
+					seen = tiles[j] == L.tile[w][i];
+				if (!seen && n < max)
+					tiles[n++] = L.tile[w][i];
+			}
+	}
+	return n;
+}
+
 static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct mo_mugraph *mg,
 			 const char *id, const uint64_t *lim, int n_lim)
 {
@@ -1516,13 +1717,15 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 		role[t] = i;
 		is_out[t] = true;
 	}
+	/* ext: the extents' values for an op with padded dims (its pad
+	 * entry), else NULL: the μGraph's grids and iterations (run_limits) */
 	if (cuda)
 		P(g, "static int %s_run(const void *const *in, void *const *out, int64_t m, "
-		  "cudaStream_t st, int avail, char *err, size_t err_len)\n{\n", id);
+		  "cudaStream_t st, int avail, const int64_t *ext, char *err, size_t err_len)\n{\n", id);
 	else
-		P(g, "static int %s_run(const void *const *in, void *const *out, int single, char *err, "
-		  "size_t err_len)\n{\n", id);
-	P(g, "struct args a = { { 0 } };\nint rc = 0;\n(void)%s;\n", cuda ? "avail" : "single");
+		P(g, "static int %s_run(const void *const *in, void *const *out, int single, "
+		  "const int64_t *ext, char *err, size_t err_len)\n{\n", id);
+	P(g, "struct args a = { { 0 } };\nint rc = 0;\n(void)%s;\n(void)ext;\n", cuda ? "avail" : "single");
 	for (int t = 0; t < nt; t++) {
 		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
 		uint64_t cb = cuda ? chunk_stride(op, mg, t, role[t], is_out[t]) : 0;
@@ -1551,6 +1754,8 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 		snprintf(fn, sizeof fn, "%s_k%d", id, k);
 		snprintf(fs, sizeof fs, "%s_k%d_s", id, k);
 		bool both = bg && kp[k].has_d && kp[k].has_s;
+		if (bg)
+			run_limits(g, op, mg, k);
 		if (!cuda) {
 			if (both)
 				P(g, "if (single)\n%s(&a, ws);\nelse\n", fs);
@@ -1732,8 +1937,8 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 			P(g, "static int %s_go(const void *const *in, void *const *out, char *err, "
 			  "size_t err_len)\n{\n", id);
 		emit_variant_args(g, op->mg, op->size_mg[k]);
-		P(g, cuda ? "return %s_run(vin, vout, m, st, avail, err, err_len);\n}\n"
-		   : "return %s_run(vin, vout, 0, err, err_len);\n}\n", id);
+		P(g, cuda ? "return %s_run(vin, vout, m, st, avail, NULL, err, err_len);\n}\n"
+		   : "return %s_run(vin, vout, 0, NULL, err, err_len);\n}\n", id);
 	}
 	P(g, "static int %s_launch(int k, const void *const *in, void *const *out, %s"
 	  "char *err, size_t err_len)\n{\nswitch (k) {\n", ident,
@@ -1742,7 +1947,7 @@ static void emit_rows_entry(struct gen *g, const struct mo_cg_op *op, const char
 		char id[80];
 		snprintf(id, sizeof id, "%s_s%d", ident, order[k]);
 		if (order[k] < 0)
-			P(g, cuda ? "case %d: return %s_pick(in, out, m, st, err, err_len);\n"
+			P(g, cuda ? "case %d: return %s_pick(in, out, m, st, NULL, err, err_len);\n"
 			   : "case %d: return %s_cpu(in, out, err, err_len);\n", k, ident);
 		else
 			P(g, cuda ? "case %d: return %s_go(in, out, m, st, err, err_len);\n"
@@ -1904,8 +2109,10 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		  "void *stream, char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n"
 		  "cudaError_t e = cudaSuccess;\n", ident);
 	else
-		P(g, "int %s_pad(const void *const *in, void *const *out, const int64_t *ext, char *err, "
-		  "size_t err_len)\n{\n", ident);
+		/* full: the μGraph's whole grids and loops, not those cut to
+		 * ext (run_limits), for mo_plugin_check_limits */
+		P(g, "int %s_pad_at(const void *const *in, void *const *out, const int64_t *ext, int full, "
+		  "char *err, size_t err_len)\n{\n", ident);
 	/* the buffers: one per tensor that varies, at the bucket's sizes */
 	P(g, "const void *ci[%d];\nvoid *co[%d];\nunsigned char *buf[%d] = { 0 };\n"
 	  "int64_t chunk[%d] = { 0 }, sd[8], so[8], n[8], z[8] = { 0 };\nint rc = 0, vary[%d];\n"
@@ -1945,8 +2152,8 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		P(g, "mo_box_fill(buf[j], mo_box_numel(%s_xd[j], %s_xr[j]), %s_xs[j], %s_xp[j]);\n"
 		  "mo_box_copy(buf[j], %s_xd[j], z, (const unsigned char *)in[j], sd, so, n, %s_xr[j], %s_xs[j]);\n}\n",
 		  ident, ident, ident, ident, ident, ident, ident);
-	P(g, cuda ? "rc = %s_pick(ci, co, 1, st, err, err_len);\n" : "rc = %s_cpu(ci, co, err, err_len);\n",
-	  ident);
+	P(g, cuda ? "rc = %s_pick(ci, co, 1, st, ext, err, err_len);\n"
+	  : "rc = %s_cpu_ext(ci, co, full ? NULL : ext, err, err_len);\n", ident);
 	/* the outputs' boxes back, then the next chunk */
 	P(g, "for (int j = %d; rc == 0 && j < %d; j++) {\nif (!vary[j]) continue;\n"
 	  "for (int d = 0; d < %s_xr[j]; d++) {\nint x = %s_xe[j][d];\n"
@@ -1976,7 +2183,10 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		  "(void)cudaGetLastError();\nif (!err[0]) snprintf(err, err_len, \"%s: out of memory\");\n}\n"
 		  "return rc;\n}\n\n", nio, op->name, op->name);
 	else
-		P(g, "for (int j = 0; j < %d; j++)\nfree(buf[j]);\nreturn rc;\n}\n\n", nio);
+		P(g, "for (int j = 0; j < %d; j++)\nfree(buf[j]);\nreturn rc;\n}\n\n"
+		  "int %s_pad(const void *const *in, void *const *out, const int64_t *ext, char *err, "
+		  "size_t err_len)\n{\nreturn %s_pad_at(in, out, ext, 0, err, err_len);\n}\n\n",
+		  nio, ident, ident);
 }
 
 enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cuda,
@@ -2050,7 +2260,8 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			largest = mo_cg_largest_index(op->size_mg[k]);
 	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
 	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
-	P(&g, "struct args { void *g[%d]; size_t cb[%d]; };\n\n", ntm, ntm);
+	/* gl and nit: each block kernel's grid and iterations this launch */
+	P(&g, "struct args { void *g[%d]; size_t cb[%d]; mo_ix_t gl[3], nit; };\n\n", ntm, ntm);
 	for (int v = 0; v < nv && !g.fail; v++) {
 		char id[80];
 		if (v == 0)
@@ -2079,7 +2290,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		  "if (e == cudaSuccess && *dev >= 0 && *dev < 64)\n"
 		  "__atomic_store_n(&mo_avail[*dev], *avail, __ATOMIC_RELAXED);\nreturn e;\n}\n\n");
 		P(&g, "static int %s_pick(const void *const *in, void *const *out, int64_t m, "
-		  "cudaStream_t st, char *err, size_t err_len)\n{\n"
+		  "cudaStream_t st, const int64_t *ext, char *err, size_t err_len)\n{\n"
 		  "int dev = 0, avail = 0;\ncudaError_t e = mo_device_smem(&dev, &avail);\n"
 		  "if (e != cudaSuccess) {\n(void)cudaGetLastError();\nsnprintf(err, err_len, "
 		  "\"%s: cannot read the GPU's shared memory per block: %%s\", cudaGetErrorString(e));\n"
@@ -2087,11 +2298,11 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		for (int v = 0; v < nv; v++) {
 			P(&g, "if ((uint64_t)avail >= %" PRIu64 "u) {\n", need[v]);
 			if (v == 0) {
-				P(&g, "return %s_run(in, out, m, st, avail, err, err_len);\n}\n", ident);
+				P(&g, "return %s_run(in, out, m, st, avail, ext, err, err_len);\n}\n", ident);
 				continue;
 			}
 			emit_variant_args(&g, mg, vars[v]);
-			P(&g, "return %s_v%d_run(vin, vout, m, st, avail, err, err_len);\n}\n", ident, v);
+			P(&g, "return %s_v%d_run(vin, vout, m, st, avail, ext, err, err_len);\n}\n", ident, v);
 		}
 		P(&g, "int major = 0, minor = 0;\n"
 		  "(void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);\n"
@@ -2103,7 +2314,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 		  op->name, need[nv - 1]);
 		P(&g, "extern \"C\" int %s_cuda(const void *const *in, void *const *out, void *stream, "
 		  "char *err, size_t err_len)\n{\n"
-		  "return %s_pick(in, out, 1, (cudaStream_t)stream, err, err_len);\n}\n", ident, ident);
+		  "return %s_pick(in, out, 1, (cudaStream_t)stream, NULL, err, err_len);\n}\n", ident, ident);
 	} else {
 		/* every plan a GPU may run, for the float check (mo_plugin_check_cpu) */
 		P(&g, "int %s_cpu_plan(const void *const *in, void *const *out, int variant, int single, "
@@ -2121,15 +2332,19 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 			if (!any_s)
 				P(&g, "if (single) return -1; /* no other plan */\n");
 			if (v == 0) {
-				P(&g, "return %s_run(in, out, single, err, err_len);\n}\n", ident);
+				P(&g, "return %s_run(in, out, single, NULL, err, err_len);\n}\n", ident);
 				continue;
 			}
 			emit_variant_args(&g, mg, vars[v]);
-			P(&g, "return %s_v%d_run(vin, vout, single, err, err_len);\n}\n", ident, v);
+			P(&g, "return %s_v%d_run(vin, vout, single, NULL, err, err_len);\n}\n", ident, v);
 		}
 		P(&g, "return -1; /* no such variant */\n}\n\n");
 		P(&g, "int %s_cpu(const void *const *in, void *const *out, char *err, size_t err_len)\n{\n"
 		  "return %s_cpu_plan(in, out, 0, 0, err, err_len);\n}\n", ident, ident);
+		if (op->n_ext > 0) /* the pad entry's: its grids and iterations at ext */
+			P(&g, "static int %s_cpu_ext(const void *const *in, void *const *out, "
+			  "const int64_t *ext, char *err, size_t err_len)\n{\n"
+			  "return %s_run(in, out, 0, ext, err, err_len);\n}\n", ident, ident);
 	}
 	if (op->rows > 0)
 		emit_rows_entry(&g, op, ident, cuda);
@@ -2166,8 +2381,9 @@ static void put_c_string(FILE *o, const char *s)
 static void emit_ext_tables(FILE *out, const struct mo_cg_op *op, const char *id, bool cuda)
 {
 	const struct mo_tp *kg = &op->mg->kg;
-	fprintf(out, "int %s_pad(const void *const *, void *const *, const int64_t *, char *, size_t);\n",
-		id);
+	fprintf(out, "int %s_pad(const void *const *, void *const *, const int64_t *, char *, size_t);\n"
+		"int %s_pad_at(const void *const *, void *const *, const int64_t *, int, char *, size_t);\n",
+		id, id);
 	if (cuda)
 		fprintf(out, "int %s_cuda_pad(const void *const *, void *const *, const int64_t *, void *, "
 			"char *, size_t);\n", id);
@@ -2262,10 +2478,12 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 	fprintf(out, "};\nconst int mo_plugin_n_ops = %d;\n", n);
 	fprintf(out, "static const struct mo_plugin_check_op mo_plugin_check_ops[] = {\n");
 	for (int k = 0; k < n; k++)
-		fprintf(out, "\t{ \"%s\", %d, %s_cpu_plan },\n", ops[k].name,
-			1 + (ops[k].n_variants > 0 ? ops[k].n_variants : 0), idents[k]);
+		fprintf(out, "\t{ \"%s\", %d, %s_cpu_plan, %s%s },\n", ops[k].name,
+			1 + (ops[k].n_variants > 0 ? ops[k].n_variants : 0), idents[k],
+			ops[k].rows <= 0 && ops[k].n_ext > 0 ? idents[k] : "NULL",
+			ops[k].rows <= 0 && ops[k].n_ext > 0 ? "_pad_at" : "");
 	if (n == 0)
-		fprintf(out, "\t{ 0, 0, 0 },\n");
+		fprintf(out, "\t{ 0, 0, 0, 0 },\n");
 	fprintf(out, "};\n");
 	fprintf(out, "const char mo_plugin_domain[] = \"%s\";\n\n", domain);
 	/* for mirage-onnx's own float check of the built library (dlsym) */

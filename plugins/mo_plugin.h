@@ -70,6 +70,11 @@ struct mo_cg_op {
 	const char *const *ext_name;
 	const int *in_ext, *out_ext;
 	const int *in_pad;
+	/* a test's fault (MIRAGE_ONNX_TEST_FAIL=<region>:cut-short): a launch
+	 * cut to an extent of one tile and one more runs one tile, short of
+	 * the two it needs; sizes elsewhere are right, for
+	 * mo_plugin_check_limits to catch */
+	bool cut_short;
 };
 #define MO_CG_MAX_SIZES 4
 
@@ -105,6 +110,15 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
  * grid dim or for-loop range of mg. */
 #define MO_CG_INDEX32_MAX (UINT64_C(1) << 31)
 uint64_t mo_cg_largest_index(const struct mo_mugraph *mg);
+/* An op with extents (padded dims): the tile sizes along extent e by which
+ * its pad entry cuts a kernel's grid or for-loop to the extent's value
+ * (ceil(value / tile) blocks or iterations), at most max of them, distinct;
+ * their number (0: nothing cut along e). */
+int mo_cg_extent_tiles(const struct mo_cg_op *op, int e, int64_t *tiles, int max);
+/* The blocks along x, y, z and the for-loop iterations each kernel of
+ * op->mg launches in its pad entry at the extents' values ext (each within
+ * its bucket): launch[k], one per kernel (0 for a pre-defined one). */
+void mo_cg_launches_at(const struct mo_cg_op *op, const int64_t *ext, int (*launch)[4]);
 /* Emits the op table the glue registers (mo_plugin_abi.h) and the custom-op
  * domain it registers them in. */
 void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, const bool *has_cuda,
@@ -219,5 +233,17 @@ enum mo_status mo_plugin_check_rows(struct mo_plugin_lib *lib, const struct mo_c
 enum mo_status mo_plugin_check_pad(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
 				   const struct mo_tp *ref, uint64_t seed,
 				   struct mo_plugin_check *out, struct mo_diag *d);
+/* For an op with extents whose kernels' grids or loops the pad entry cuts
+ * to the extents (mo_cg_extent_tiles): its pad entry cut and with the
+ * μGraph's whole grids and loops, on the same drawn inputs (and every bool
+ * false, and true), at sizes around each tile it cuts by (1, a tile less
+ * one, a tile, one more, two tiles and one, the bucket; the other extents
+ * at their buckets): ok when every output agrees within 1e-5 of its
+ * largest magnitude, NaN where NaN. ref gives the weights (the region at
+ * its bucket). plans counts the sizes and trials run; none when nothing
+ * is cut. */
+enum mo_status mo_plugin_check_limits(struct mo_plugin_lib *lib, const struct mo_cg_op *op,
+				      const struct mo_tp *ref, uint64_t seed,
+				      struct mo_plugin_check *out, struct mo_diag *d);
 
 #endif

@@ -144,7 +144,10 @@ def simulated_plugin(src, work, arch, sanitize=None, cu_objs=None):
             shim.append("int mo_op{0}_cuda_pad(const void *const *, void *const *, const int64_t *, "
                         "void *, char *, size_t);\nint mo_op{0}_pad(const void *const *in, "
                         "void *const *out, const int64_t *ext, char *err, size_t len) {{ return "
-                        "mo_op{0}_cuda_pad(in, out, ext, 0, err, len); }}".format(op.index))
+                        "mo_op{0}_cuda_pad(in, out, ext, 0, err, len); }}\n"
+                        "int mo_op{0}_pad_at(const void *const *in, void *const *out, "
+                        "const int64_t *ext, int full, char *err, size_t len) {{ (void)full; "
+                        "return mo_op{0}_cuda_pad(in, out, ext, 0, err, len); }}".format(op.index))
         if "_cuda_rows(" in open(cu).read():  # an op serving any number of rows
             shim.append("int mo_op{0}_cuda_rows(const void *const *, void *const *, int64_t, "
                         "void *, char *, size_t);\nint mo_op{0}_rows(const void *const *in, "
@@ -356,7 +359,7 @@ def run_entry(exe, op, text, tag, work, env, failures, rows, values=True):
         nothing = nothing_attends(op, text, inputs)
         if nothing is not None:
             trials.append((", nothing attending", nothing))
-    launches = 0
+    launches = first_blocks = 0
     for what, feed in trials:
         ref = cb.run_op(exe, op, feed, "cpu", work, **at)
         if ref.rc:
@@ -374,9 +377,61 @@ def run_entry(exe, op, text, tag, work, env, failures, rows, values=True):
                             % (tag, kind, said, what, bad))
             return
         launches += counters(got.report).get("launches", 0)
-    rows.append("%s launches=%d%s" % (done, launches,
-                                      " (and nothing attending)" if len(trials) > 1 else ""))
+        first_blocks = first_blocks or counters(got.report).get("op_blocks", 0)
+    blocks = ""
+    if kind == "pad" and values:
+        # and at half of each padded extent's bucket: the kernels' grids
+        # and loops over padded dims cover only what exists, ceil(ext /
+        # tile) blocks and iterations computed at launch (run_limits);
+        # under TSan the runs above cut them too (61 of 64 rows)
+        half = [1 if loop else max(1, b // 2) for b, loop in zip(op.ext_bucket, op.ext_loop)]
+        feed = cb.random_inputs(op, seed=14, ext=half)
+        ref = cb.run_op(exe, op, feed, "cpu", work, ext=half)
+        got = cb.run_op(exe, op, feed, "cuda", work, env=env, ext=half)
+        bad = ("the CPU pad entry failed: " + ref.stderr.strip()[-300:] if ref.rc else
+               "the CUDA pad entry: exit %d: %s" % (got.rc, failure_line(got.stderr))
+               if got.rc else cb.compare(op, ref.outputs, got.outputs))
+        if bad is None and op.name.startswith("MirageTest_attention_flash_padded"):
+            bad = flash_reference(op, feed, ref.outputs[0])
+        if bad:
+            failures.append("%s: at extents %s: %s" % (tag, half, bad))
+            return
+        # the op's own kernels' blocks a chunk (the first trial ran 3
+        # chunks of each looped extent, this one 1)
+        per = first_blocks // 3 ** sum(1 for loop in op.ext_loop if loop)
+        fewer = counters(got.report).get("op_blocks", 0)
+        if op.name.startswith("MirageTest_attention_flash_padded") and not fewer < per:
+            failures.append("%s: %d blocks at extents %s, %d at %s: the grid is the bucket's"
+                            % (tag, fewer, half, per, ext))
+            return
+        blocks = " op_blocks/chunk=%d, at %s %d" % (per, half, fewer)
+    rows.append("%s launches=%d%s%s" % (done, launches, blocks,
+                                        " (and nothing attending)" if len(trials) > 1 else ""))
     log(rows[-1])
+
+
+def fewer_blocks(row):
+    """Whether a pad-entry row says its kernels ran fewer blocks a chunk at
+    half the buckets than 3 short of them."""
+    m = re.search(r"op_blocks/chunk=(\d+), at \[[\d, ]*\] (\d+)", row)
+    return bool(m) and int(m.group(2)) < int(m.group(1))
+
+
+def flash_reference(op, feed, out):
+    """The hand-built flash attention's pad entry at half its rows and keys
+    (whole tiles of each) against softmax(Q Kᵀ) V over those alone: with the
+    keys' zero padding weighing exp(0) in a softmax, it agrees only when
+    the loop stops where the keys do."""
+    import numpy as np
+    q, k, v = (cb.as_float(x, dt) for x, (dt, _) in zip(feed, op.inputs))
+    s = q @ k
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    want = (e / e.sum(axis=-1, keepdims=True)) @ v
+    got = cb.as_float(out, op.outputs[0][0])
+    err = float(np.max(np.abs(want - got)))
+    if want.shape != got.shape or err > cb.tolerance(op.outputs[0][0]) * max(1.0, float(np.abs(want).max())):
+        return "not attention over the rows and keys given (error %.3g): the loop ran past them" % err
+    return None
 
 
 def nothing_attends(op, text, inputs):
@@ -1199,6 +1254,12 @@ def main():
                 if "padded" in name and \
                         not any(r.split()[:2] == ["pad-entry", name] for r in rows):
                     failures.append("%s: no CUDA pad entry ran" % name)
+                # a prompt's attention: fewer blocks at fewer query rows
+                # (the grid over them ceil(rows / tile), computed at launch)
+                if name in ("rows_padded_attention", "rows_padded_kv_decode_attention") and \
+                        not args.tsan and not any(r.split()[:2] == ["pad-entry", name] and
+                                fewer_blocks(r) for r in rows):
+                    failures.append("%s: no pad entry launched fewer blocks at fewer rows" % name)
                 # with a decode step's bucket: its op's pad entry too
                 if "padded_decode" in name and not any(
                         r.split()[:2] == ["pad-entry", name] and "(buckets [1, 1])" in r

@@ -25,11 +25,36 @@
 #include "mo_plugin.h"
 #include "mugraphs.h"
 
+/* An op with padded dims (plugins/CODEGEN.md): its extents, as fuse/
+ * dynamic.c would give them, so that its pad entry is emitted. */
+struct sources_ext {
+	int n_ext;
+	int64_t bucket[2];
+	int loop[2];
+	int in_ext[3 * MO_PLUGIN_MAX_RANK], out_ext[MO_PLUGIN_MAX_RANK];
+	const char *name[2];
+};
+
 struct sources_case {
 	const char *name;
 	const char *model; /* without _fp32.onnx / _fp16.onnx */
 	int split;         /* > 0: mo_mg_split_loop(mg, split) */
 	struct mo_mugraph *(*build)(const struct mo_tp *);
+	const struct sources_ext *ext; /* NULL: static shapes */
+};
+
+/* The flash attention's query rows (Q's and the output's dim 1, a block
+ * per 4 of 8) and keys (K's dim 2 and V's dim 1, 16 of 64 an iteration),
+ * padded: its pad entry runs as many blocks and iterations as the rows
+ * and keys given need (tests/cuda_on_cpu_test.py checks at half of each
+ * against attention over those alone). */
+static const struct sources_ext flash_ext = {
+	.n_ext = 2, .bucket = { 8, 64 }, .loop = { 0, 0 },
+	.in_ext = { -1, 0, -1, -1, -1, -1, -1, -1, /* Q */
+		    -1, -1, 1, -1, -1, -1, -1, -1, /* K */
+		    -1, 1, -1, -1, -1, -1, -1, -1 /* V */ },
+	.out_ext = { -1, 0, -1, -1, -1, -1, -1, -1 },
+	.name = { "rows", "keys" },
 };
 
 static struct mo_mugraph *rmsnorm_2x2(const struct mo_tp *p)
@@ -77,14 +102,15 @@ static struct mo_mugraph *expand_square(const struct mo_tp *p)
 }
 
 static const struct sources_case cases[] = {
-	{ "rmsnorm_matmul", "rmsnorm_tiny", 0, rmsnorm_2x2 },
-	{ "rmsnorm_matmul_split_k", "rmsnorm_tiny", 4, rmsnorm_1x2 },
-	{ "gated_mlp", "gated_mlp_tiny", 0, gated_mlp },
-	{ "lora_concatenated", "lora_tiny", 0, lora },
-	{ "attention_split_kv", "gqa_tiny", 0, split_kv },
-	{ "attention_flash", "gqa_tiny", 0, flash },
-	{ "attention_flash_split_2", "gqa_tiny", 2, flash },
-	{ "predefined_expand_square", "gqa_tiny", 0, expand_square },
+	{ "rmsnorm_matmul", "rmsnorm_tiny", 0, rmsnorm_2x2, NULL },
+	{ "rmsnorm_matmul_split_k", "rmsnorm_tiny", 4, rmsnorm_1x2, NULL },
+	{ "gated_mlp", "gated_mlp_tiny", 0, gated_mlp, NULL },
+	{ "lora_concatenated", "lora_tiny", 0, lora, NULL },
+	{ "attention_split_kv", "gqa_tiny", 0, split_kv, NULL },
+	{ "attention_flash", "gqa_tiny", 0, flash, NULL },
+	{ "attention_flash_split_2", "gqa_tiny", 2, flash, NULL },
+	{ "predefined_expand_square", "gqa_tiny", 0, expand_square, NULL },
+	{ "attention_flash_padded", "gqa_tiny", 0, flash, &flash_ext },
 };
 
 static int write_file(const char *path, const void *data, size_t len)
@@ -99,8 +125,8 @@ static int write_file(const char *path, const void *data, size_t len)
 }
 
 /* OUT/<tag>/ with the sources of a one-op plugin of mg; 0 when written. */
-static int emit(const char *out, const char *tag, const struct mo_mugraph *mg, char *why,
-		size_t why_len)
+static int emit(const char *out, const char *tag, const struct mo_mugraph *mg,
+		const struct sources_ext *x, char *why, size_t why_len)
 {
 	char dir[4096], path[4200];
 	snprintf(dir, sizeof dir, "%s/%s", out, tag);
@@ -118,6 +144,16 @@ static int emit(const char *out, const char *tag, const struct mo_mugraph *mg, c
 	char name[64];
 	snprintf(name, sizeof name, "MirageTest_%s", tag);
 	struct mo_cg_op op = { .name = name, .mg = mg };
+	static const int zero_pad[3] = { 0, 0, 0 };
+	if (x) {
+		op.n_ext = x->n_ext;
+		op.ext_bucket = x->bucket;
+		op.ext_loop = x->loop;
+		op.ext_name = x->name;
+		op.in_ext = x->in_ext;
+		op.out_ext = x->out_ext;
+		op.in_pad = zero_pad;
+	}
 	struct mo_cg_options cg = { .banner = "mugraph_sources", .target = MO_SM90, .archs = "80,90" };
 	const char *ident = "mo_op0";
 	for (int cuda = 0; cuda <= 1; cuda++) {
@@ -174,7 +210,7 @@ int main(int argc, char **argv)
 				snprintf(why, sizeof why, "does not build: %.250s", mg->error);
 			else if (!mo_mg_valid(mg, MO_SM80, why, sizeof why))
 				;
-			else if (!emit(argv[1], tag, mg, why, sizeof why)) {
+			else if (!emit(argv[1], tag, mg, c->ext, why, sizeof why)) {
 				printf("%s: %s (%d kernels)\n", tag, model, mg->n_ops);
 				written++;
 			}

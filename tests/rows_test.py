@@ -843,6 +843,35 @@ class Rows(unittest.TestCase):
         feed["mask"][:, :, 4, :] = np.finfo(np.float32).min
         close(want_s.run(None, feed)[0], got_s.run(None, feed)[0], "a row masked whole", self)
 
+    def test_launches_cut_to_the_sizes_run_fewer_blocks_and_are_checked(self):
+        """A padded op's kernels launch the blocks (and loop iterations)
+        the sizes given need, ceil(size / tile), computed at launch, not
+        the bucket's: the prompt bucket's attention has a grid over its
+        query rows, cut at a prompt of 3. The cut launches are checked
+        against the whole ones at sizes around each tile (1, a tile less
+        one, a tile, one more, ...): the manifest counts those runs. With
+        a cut one tile short at exactly one tile and one more (a fault the
+        test injects, which the float check's sizes never reach), that
+        check catches it and the core stays unfused, saying where."""
+        src, out, plugin, g = self.fuse_padded(masked_attention(), "attention_cut")
+        self.assertGreater(g["padded"]["cut_launches_checked"], 0, g["padded"])
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(8)
+        for b, sq in ((1, 3), (2, 2), (1, 17)):
+            x = rng.standard_normal((b, sq, D)).astype(np.float32)
+            feed = {"x": x, "mask": causal_mask(b, sq)}
+            close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
+                  "batch %d, seq %d" % (b, sq), self)
+        bad = os.path.join(self.dir, "attention_cut_injected.onnx")
+        r = subprocess.run([CLI, src, "-o", bad, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800,
+                           env={**os.environ,
+                                "MIRAGE_ONNX_TEST_FAIL": g["region"] + ":cut-short"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"region %s stays unfused: the generated CPU kernel failed "
+                                   r"its float check: at extents [\dx]+: output '[^']+' element "
+                                   r"\d+: \S+, the whole grids and loops give" % g["region"])
+
     def test_a_mask_sliced_to_the_keys_length_is_fused_padded(self):
         """The mask sliced to the length of the transposed keys (a Shape of
         them): fused with the keys' Transpose, the op would be on a cycle

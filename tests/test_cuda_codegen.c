@@ -77,15 +77,18 @@ static void grid_over_cuda_limits_is_refused(void **state)
 		mg = rows_on_grid(dim, 65535);
 		assert_true(mo_mg_valid(mg, MO_SM90, why, sizeof why));
 		assert_int_equal(emit(mg, true, &text, why, sizeof why), MO_OK);
-		assert_non_null(strstr(text, dim == 1 ? "dim3((unsigned)(1u * m), 65535, 1)"
-						: "dim3((unsigned)(1u * m), 1, 65535)"));
+		assert_non_null(strstr(text, dim == 1 ? "a.gl[0] = 1u;\na.gl[1] = 65535u;\na.gl[2] = 1u;"
+						: "a.gl[0] = 1u;\na.gl[1] = 1u;\na.gl[2] = 65535u;"));
+		assert_non_null(strstr(text, "dim3((unsigned)(a.gl[0] * m), (unsigned)a.gl[1], "
+					     "(unsigned)a.gl[2])"));
 		free(text);
 		mo_mg_free(mg);
 	}
 	struct mo_mugraph *mg = rows_on_grid(0, 65536 * 4);
 	assert_int_equal(emit(mg, true, &text, why, sizeof why), MO_OK);
 	/* x times the chunks of rows a launch takes (1 but in a rows entry) */
-	assert_non_null(strstr(text, "dim3((unsigned)(262144u * m), 1, 1)"));
+	assert_non_null(strstr(text, "a.gl[0] = 262144u;"));
+	assert_non_null(strstr(text, "dim3((unsigned)(a.gl[0] * m), "));
 	free(text);
 	mo_mg_free(mg);
 }
@@ -224,10 +227,9 @@ static void rows_launch_many_chunks(void **state)
 		if (mo_cg_emit(&op, "t", true, &o, f, why, sizeof why, &d))
 			fail_msg("case %zu: %s", k, why);
 		fclose(f);
-		char ck[96], grid[64];
-		snprintf(ck, sizeof ck, "const mo_ix_t ck = blockIdx.x / %du, bx = blockIdx.x %% %du",
-			 cases[k].rows, cases[k].rows);
-		snprintf(grid, sizeof grid, "dim3((unsigned)(%du * m), 1, 1)", cases[k].rows);
+		char grid[64];
+		const char *ck = "const mo_ix_t ck = blockIdx.x / a.gl[0], bx = blockIdx.x % a.gl[0]";
+		snprintf(grid, sizeof grid, "a.gl[0] = %du;\na.gl[1] = 1u;\n", cases[k].rows);
 		assert_non_null(strstr(text, cases[k].rm));
 		if (cases[k].mg->ops[0].bg) {
 			assert_non_null(strstr(text, ck));

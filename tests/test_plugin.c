@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "mo_plugin.h"
+#include "mo_search.h"
 #include "mugraphs.h"
 
 static char tmpdir[64];
@@ -150,6 +151,66 @@ static void attention_split_loop_agrees(void **state)
 	struct mo_mugraph *one = mg_attention_flash(p.tp, 0);
 	expect_agrees(mo_mg_split_loop(one, 2), &p, "flash_split");
 	mo_mg_free(one);
+	test_program_free(&p);
+}
+
+/* An op with padded dims launches only what the sizes need: the flash
+ * attention with its query rows (8, a block per 4) and keys (64, 16 an
+ * iteration) as extents cuts its grid over the rows and its loop over the
+ * keys to them, and the cost model prices the cut launch below the whole
+ * one. Split over its loop (split-KV), the first kernel's partial results
+ * are read whole by the second: its grid over the keys is not cut, the
+ * second's loop over them is not a padded input's, and only the rows are. */
+static void padded_launches_cut_to_the_sizes(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("gqa_tiny_fp32.onnx");
+	struct mo_mugraph *flash = mg_attention_flash(p.tp, 0), *split = mo_mg_split_loop(flash, 2);
+	static const int64_t bucket[2] = { 8, 64 };
+	static const int loop[2] = { 0, 0 }, pad[3] = { 0, 0, 0 };
+	static const char *const names[2] = { "rows", "keys" };
+	int in_ext[3 * MO_PLUGIN_MAX_RANK], out_ext[MO_PLUGIN_MAX_RANK];
+	for (int i = 0; i < 3 * MO_PLUGIN_MAX_RANK; i++)
+		in_ext[i] = -1;
+	for (int i = 0; i < MO_PLUGIN_MAX_RANK; i++)
+		out_ext[i] = -1;
+	in_ext[0 * MO_PLUGIN_MAX_RANK + 1] = 0; /* Q [heads, rows, d] */
+	in_ext[1 * MO_PLUGIN_MAX_RANK + 2] = 1; /* K [heads, d, keys] */
+	in_ext[2 * MO_PLUGIN_MAX_RANK + 1] = 1; /* V [heads, keys, d] */
+	out_ext[1] = 0;
+	struct mo_cg_op op = { .name = "MirageTest_cut", .mg = flash, .n_ext = 2, .ext_bucket = bucket,
+			       .ext_loop = loop, .ext_name = names, .in_ext = in_ext,
+			       .out_ext = out_ext, .in_pad = pad };
+	int64_t tiles[4];
+	assert_int_equal(mo_cg_extent_tiles(&op, 0, tiles, 4), 1);
+	assert_int_equal(tiles[0], 4);
+	assert_int_equal(mo_cg_extent_tiles(&op, 1, tiles, 4), 1);
+	assert_int_equal(tiles[0], 16);
+	int launch[4][4];
+	mo_cg_launches_at(&op, (const int64_t[]){ 3, 20 }, launch);
+	assert_memory_equal(launch[0], ((int[]){ 2, 1, 1, 2 }), sizeof launch[0]);
+	mo_cg_launches_at(&op, bucket, launch);
+	assert_memory_equal(launch[0], ((int[]){ 2, 2, 1, 4 }), sizeof launch[0]);
+	const struct mo_gpu *gpu = mo_gpu_of_target(MO_SM90);
+	struct mo_cost whole, cut;
+	mo_cost_mugraph(flash, gpu, &whole);
+	mo_cg_launches_at(&op, (const int64_t[]){ 3, 20 }, launch);
+	mo_cost_mugraph_at(flash, gpu, (const int(*)[4])launch, &cut);
+	assert_true(cut.us < whole.us);
+	/* split-KV: the keys' split is the first kernel's grid, its partial
+	 * sums an intermediate the combining kernel reads whole */
+	assert_non_null(split);
+	assert_int_equal(split->n_ops, 2);
+	op.mg = split;
+	mo_cg_launches_at(&op, (const int64_t[]){ 3, 20 }, launch);
+	const struct mo_block_graph *k0 = split->ops[0].bg;
+	for (int d = 0; d < 3; d++)
+		if (k0->grid[d] > 1)
+			assert_true(launch[0][d] == k0->grid[d] || d == 1);
+	assert_int_equal(launch[0][3], k0->forloop);
+	assert_int_equal(mo_cg_extent_tiles(&op, 1, tiles, 4), 0);
+	mo_mg_free(split);
+	mo_mg_free(flash);
 	test_program_free(&p);
 }
 
@@ -501,7 +562,8 @@ static void iterator_tiles_double_buffered(void **state)
 	assert_int_equal(plan.bytes, single.bytes);
 	char *text = cuda_text(mg);
 	assert_int_equal(count(text, "__pipeline_memcpy_async("), 4); /* 2 tiles: prologue, prefetch */
-	const char *pre = strstr(text, "if (it + 1 < 2u)"), *wait = strstr(text, "__pipeline_wait_prior(1)");
+	assert_non_null(strstr(text, "a.nit = 2u;")); /* the launch's iterations: the μGraph's */
+	const char *pre = strstr(text, "if (it + 1 < a.nit)"), *wait = strstr(text, "__pipeline_wait_prior(1)");
 	const char *mma = strstr(text, "nvcuda::wmma::mma_sync(");
 	assert_true(pre && wait && mma && pre < wait && wait < mma);
 	free(text);
@@ -761,6 +823,7 @@ int main(void)
 		cmocka_unit_test(attention_split_kv_agrees),
 		cmocka_unit_test(attention_flash_agrees),
 		cmocka_unit_test(attention_split_loop_agrees),
+		cmocka_unit_test(padded_launches_cut_to_the_sizes),
 		cmocka_unit_test(wrong_kernel_fails_the_check),
 		cmocka_unit_test(unsupported_op_is_reported),
 		cmocka_unit_test(schedule_and_shared_bytes),

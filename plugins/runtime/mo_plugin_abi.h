@@ -145,10 +145,17 @@ static inline int mo_plugin_row_from_ok(const struct mo_plugin_op *op, int j)
  * variant or plan; else as mo_plugin_cpu_fn. */
 typedef int (*mo_plugin_cpu_plan_fn)(const void *const *in, void *const *out, int variant,
 				     int single, char *err, size_t err_len);
+/* An op with extents: its pad entry with the kernels' grids and loops cut
+ * to the extents (full 0, as <op>_pad runs them) or the μGraph's whole
+ * ones (full 1), for mirage-onnx's check that cutting them changes nothing
+ * (mo_plugin_check_limits). */
+typedef int (*mo_plugin_pad_at_fn)(const void *const *in, void *const *out, const int64_t *ext,
+				   int full, char *err, size_t err_len);
 struct mo_plugin_check_op {
 	const char *name;
 	int n_variants;
 	mo_plugin_cpu_plan_fn run;
+	mo_plugin_pad_at_fn pad_at; /* NULL: no extents */
 };
 
 extern const struct mo_plugin_op *const mo_plugin_ops[];

@@ -102,6 +102,12 @@ void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_c
 
 void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c)
 {
+	mo_cost_mugraph_at(mg, g, NULL, c);
+}
+
+void mo_cost_mugraph_at(const struct mo_mugraph *mg, const struct mo_gpu *g, const int (*launch)[4],
+			struct mo_cost *c)
+{
 	memset(c, 0, sizeof *c);
 	for (int k = 0; k < mg->n_ops; k++) {
 		const struct mo_kg_op *op = &mg->ops[k];
@@ -110,12 +116,19 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 			continue;
 		}
 		const struct mo_block_graph *bg = op->bg;
-		double blocks = (double)bg->grid[0] * bg->grid[1] * bg->grid[2];
+		/* the blocks and iterations launched: the μGraph's, or fewer */
+		int grid[3] = { bg->grid[0], bg->grid[1], bg->grid[2] }, forloop = bg->forloop;
+		for (int d = 0; launch && d < 3; d++)
+			if (launch[k][d] > 0 && launch[k][d] < grid[d])
+				grid[d] = launch[k][d];
+		if (launch && launch[k][3] > 0 && launch[k][3] < forloop)
+			forloop = launch[k][3];
+		double blocks = (double)grid[0] * grid[1] * grid[2];
 		double bytes = 0, tc = 0, fl = 0;
 		for (int i = 0; i < bg->n_iters; i++) {
 			const struct mo_tensor *t = &bg->body.tensors[bg->iters[i].tile];
 			/* a tile without an fmap is loaded once, not per iteration */
-			double loads = bg->iters[i].fmap == MO_PHI ? 1 : bg->forloop;
+			double loads = bg->iters[i].fmap == MO_PHI ? 1 : forloop;
 			bytes += bytes_of(t) * loads * blocks;
 		}
 		for (int i = 0; i < bg->n_savers; i++) { /* as the kernel tensor stores it */
@@ -133,7 +146,7 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 				if (bg->accums[a].out == b->in[0] ||
 				    (b->n_in > 1 && bg->accums[a].out == b->in[1]))
 					in_loop = false;
-			double times = blocks * (in_loop ? bg->forloop : 1);
+			double times = blocks * (in_loop ? forloop : 1);
 			if (b->kind == MO_OP_MATMUL) {
 				/* tensor cores work on 16x8x16 fragments: a smaller tile
 				 * costs a whole fragment */
@@ -148,7 +161,7 @@ void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct
 		}
 		/* a block cannot beat the latency of its loads: about half a
 		 * microsecond per for-loop iteration, per wave of blocks */
-		double latency = ceil(blocks / g->sms) * bg->forloop * 0.5;
+		double latency = ceil(blocks / g->sms) * forloop * 0.5;
 		double t = kernel_us(g, bytes, tc, fl, blocks);
 		c->us += t > latency + g->launch_us ? t : latency + g->launch_us;
 		c->dram_bytes += bytes;

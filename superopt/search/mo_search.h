@@ -38,6 +38,12 @@ void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_c
  * tensor cores, element-wise work on CUDA cores, bandwidth scaled by the
  * fraction of SMs the grid keeps busy, waves rounded up, plus a launch. */
 void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c);
+/* The same with kernel k launching launch[k][0..2] blocks along x, y, z and
+ * launch[k][3] for-loop iterations where those are fewer than its own (an
+ * op with padded dims at a size within its bucket, mo_cg_launches_at);
+ * launch NULL: mo_cost_mugraph. */
+void mo_cost_mugraph_at(const struct mo_mugraph *mg, const struct mo_gpu *g, const int (*launch)[4],
+			struct mo_cost *c);
 
 /* ---- the search ---- */
 

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
@@ -177,7 +178,9 @@ void config() { std::call_once(cfg_once, init_config); }
 
 /* ---- counters ---------------------------------------------------------- */
 struct Counters {
-	std::atomic<uint64_t> launches{0}, blocks{0}, thread_blocks{0}, syncthreads{0},
+	/* op_blocks: blocks of the op's own kernels, not the pad entry's box
+	 * copies (mo_box_kernel) */
+	std::atomic<uint64_t> launches{0}, blocks{0}, op_blocks{0}, thread_blocks{0}, syncthreads{0},
 		syncwarp{0}, shfl{0}, cp_async{0}, cp_async_bytes{0}, wait_prior{0},
 		wait_in_flight{0}, mallocs{0};
 	/* [op: 0 load_a 1 load_b 2 load_acc 3 mma 4 store 5 fill][shape][elt] */
@@ -1111,6 +1114,8 @@ extern "C" void cudasim_launch(const char *name, int arch, const void *kernel, d
 		b.body = body;
 		b.body_arg = body_arg;
 		ctr.blocks++;
+		if (strncmp(name, "mo_box_", 7) != 0)
+			ctr.op_blocks++;
 		if (threaded) {
 			ctr.thread_blocks++;
 			run_block_threads(&b);
@@ -1361,9 +1366,10 @@ const char *mo_cudasim_report(void)
 	static std::string s;
 	char b[256];
 	snprintf(b, sizeof b,
-		 "launches=%llu blocks=%llu threads_mode_blocks=%llu syncthreads=%llu "
+		 "launches=%llu blocks=%llu op_blocks=%llu threads_mode_blocks=%llu syncthreads=%llu "
 		 "syncwarp=%llu shfl=%llu",
 		 (unsigned long long)ctr.launches, (unsigned long long)ctr.blocks,
+		 (unsigned long long)ctr.op_blocks,
 		 (unsigned long long)ctr.thread_blocks, (unsigned long long)ctr.syncthreads,
 		 (unsigned long long)ctr.syncwarp, (unsigned long long)ctr.shfl);
 	s = b;
@@ -1386,7 +1392,7 @@ const char *mo_cudasim_report(void)
 
 void mo_cudasim_reset(void)
 {
-	ctr.launches = ctr.blocks = ctr.thread_blocks = ctr.syncthreads = 0;
+	ctr.launches = ctr.blocks = ctr.op_blocks = ctr.thread_blocks = ctr.syncthreads = 0;
 	ctr.syncwarp = ctr.shfl = ctr.cp_async = ctr.cp_async_bytes = 0;
 	ctr.wait_prior = ctr.wait_in_flight = ctr.mallocs = 0;
 	for (auto &a : ctr.wmma)
