@@ -1214,23 +1214,30 @@ static void emit_predefined_kernel(struct gen *g, const struct mo_mugraph *mg, i
 	struct buf gb[MO_MG_MAX];
 	for (int t = 0; t < mg->kg.n_tensors; t++)
 		gbuf(&gb[t], &mg->kg, t);
+	/* on the GPU a launch of a.m chunks (the rows and pad entries'): each
+	 * thread's elements in every chunk, each tensor's at a.cb bytes from
+	 * the last (a grid-stride loop: no barrier to keep in step) */
 	if (g->cuda)
-		P(g, "__global__ void %s(struct args a)\n{\n", fn);
+		P(g, "__global__ void %s(struct args a)\n{\nfor (mo_ix_t ck = 0; ck < a.m; ck++) {\n", fn);
 	else
 		P(g, "static void %s(const struct args *ap, char *ws)\n{\nconst struct args a = *ap;\n(void)ws;\n",
 		  fn);
-	for (int i = 0; i < op->n_in; i++) {
+	for (int i = 0; i <= op->n_in; i++) {
+		int t = i < op->n_in ? op->in[i] : op->out[0];
 		bool again = false; /* x·x: one tensor, declared once */
-		for (int j = 0; j < i; j++)
-			again |= op->in[j] == op->in[i];
-		if (op->in[i] >= 0 && !again)
-			P(g, "const %s *%s = (const %s *)a.g[%d];\n", ctype_c[gb[op->in[i]].ct],
-			  gb[op->in[i]].name, ctype_c[gb[op->in[i]].ct], op->in[i]);
+		for (int j = 0; j < i && i < op->n_in; j++)
+			again |= op->in[j] == t;
+		if (t < 0 || again)
+			continue;
+		char at[64] = "";
+		if (g->cuda)
+			snprintf(at, sizeof at, " + (size_t)ck * a.cb[%d]", t);
+		const char *q = i < op->n_in ? "const " : "";
+		P(g, "%s%s *%s = (%s%s *)((%schar *)a.g[%d]%s);\n", q, ctype_c[gb[t].ct], gb[t].name, q,
+		  ctype_c[gb[t].ct], q, t, at);
 	}
-	P(g, "%s *%s = (%s *)a.g[%d];\n", ctype_c[gb[op->out[0]].ct], gb[op->out[0]].name,
-	  ctype_c[gb[op->out[0]].ct], op->out[0]);
 	emit_op(g, g->cuda ? SC_GRID : SC_CPU, &mg->kg, op, gb, NULL, 0);
-	P(g, "}\n\n");
+	P(g, g->cuda ? "}\n}\n\n" : "}\n\n");
 }
 
 /* ---- one fused op: its kernels and the function the glue calls ---- */
@@ -1411,6 +1418,52 @@ static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const ch
 
 static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out);
 
+static size_t storage_bytes(const struct mo_tensor *t)
+{
+	return t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4
+	       : t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2;
+}
+
+/* The looped extent of a padded op whose chunks its CUDA pad entry stages
+ * and launches together (a batch), or -1: the op's one looped extent, when
+ * every output has it as its first dim and every input there or nowhere
+ * (so that a chunk is a whole bucket-sized tensor after the one before, or
+ * the same for every chunk). */
+static int batch_extent(const struct mo_cg_op *op)
+{
+	const struct mo_tp *kg = &op->mg->kg;
+	int L = -1;
+	for (int e = 0; e < op->n_ext; e++)
+		if (op->ext_loop[e]) {
+			if (L >= 0)
+				return -1;
+			L = e;
+		}
+	for (int j = 0; L >= 0 && j < kg->n_inputs + kg->n_outputs; j++) {
+		const int *x = j < kg->n_inputs ? op->in_ext + j * MO_PLUGIN_MAX_RANK
+						: op->out_ext + (j - kg->n_inputs) * MO_PLUGIN_MAX_RANK;
+		for (int d = 1; d < MO_PLUGIN_MAX_RANK; d++)
+			if (x[d] == L)
+				return -1;
+		/* an output every chunk would write: one a launch */
+		if (j >= kg->n_inputs && x[0] != L)
+			return -1;
+	}
+	return L;
+}
+
+/* Whether the op's input (output) `name` is led by its batch_extent. */
+static bool batch_led(const struct mo_cg_op *op, const char *name, bool is_out)
+{
+	const struct mo_tp *k0 = &op->mg->kg;
+	int L = batch_extent(op), n = is_out ? k0->n_outputs : k0->n_inputs;
+	const int *v = is_out ? k0->outputs : k0->inputs;
+	for (int i = 0; L >= 0 && i < n; i++)
+		if (!strcmp(k0->tensors[v[i]].name, name))
+			return (is_out ? op->out_ext : op->in_ext)[i * MO_PLUGIN_MAX_RANK] == L;
+	return false;
+}
+
 /* Bytes from one chunk of rows of kernel tensor t (role: its index among
  * the μGraph's inputs or outputs, -1 for an intermediate) to the next, in
  * a CUDA launch of several chunks (emit_rows_entry): the whole tensor for
@@ -1424,6 +1477,8 @@ static uint64_t chunk_stride(const struct mo_cg_op *op, const struct mo_mugraph 
 	if (role < 0)
 		return mo_tensor_numel(x) * sizeof(float);
 	const struct mo_tp *k0 = &op->mg->kg;
+	if (op->rows <= 0 && op->n_ext > 0) /* a padded op: its tensors led by a looped extent */
+		return batch_led(op, x->name, is_out) ? mo_tensor_numel(x) * storage_bytes(x) : 0;
 	int n = op->rows > 0 ? (is_out ? k0->n_outputs : k0->n_inputs) : 0;
 	const int *v = is_out ? k0->outputs : k0->inputs;
 	const int *lead = is_out ? op->out_rows : op->in_rows;
@@ -1442,18 +1497,16 @@ static uint64_t chunk_stride(const struct mo_cg_op *op, const struct mo_mugraph 
  * than the launches it saves are worth). */
 #define MO_CG_CHUNK_SCRATCH ((uint64_t)256 << 20)
 
-/* The most chunks of rows one CUDA launch of mg takes: 1 unless every
- * kernel is a block graph, whose grid's x then runs over the chunks too
- * (within CUDA's 2^31 - 1 blocks, and MO_CG_CHUNK_SCRATCH bytes of
- * intermediates). */
+/* The most chunks of rows one CUDA launch of mg takes: a block graph's
+ * grid x runs over the chunks too, a pre-defined kernel's threads loop
+ * over them (within CUDA's 2^31 - 1 blocks, and MO_CG_CHUNK_SCRATCH bytes
+ * of intermediates). */
 static int64_t chunks_max(const struct mo_mugraph *mg)
 {
 	int64_t gx = 1;
-	for (int k = 0; k < mg->n_ops; k++) {
-		if (!mg->ops[k].bg)
-			return 1;
-		gx = mg->ops[k].bg->grid[0] > gx ? mg->ops[k].bg->grid[0] : gx;
-	}
+	for (int k = 0; k < mg->n_ops; k++)
+		if (mg->ops[k].bg && mg->ops[k].bg->grid[0] > gx)
+			gx = mg->ops[k].bg->grid[0];
 	int64_t m = 2147483647 / gx;
 	m = m > (1 << 20) ? (1 << 20) : m;
 	uint64_t scratch = 0; /* bytes of intermediates a chunk */
@@ -1725,7 +1778,8 @@ static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct 
 	else
 		P(g, "static int %s_run(const void *const *in, void *const *out, int single, "
 		  "const int64_t *ext, char *err, size_t err_len)\n{\n", id);
-	P(g, "struct args a = { { 0 } };\nint rc = 0;\n(void)%s;\n(void)ext;\n", cuda ? "avail" : "single");
+	P(g, "struct args a = { { 0 } };\nint rc = 0;\n(void)%s;\n(void)ext;\na.m = %s;\n",
+	  cuda ? "avail" : "single", cuda ? "(mo_ix_t)m" : "1");
 	for (int t = 0; t < nt; t++) {
 		uint64_t bytes = mo_tensor_numel(&mg->kg.tensors[t]) * sizeof(float);
 		uint64_t cb = cuda ? chunk_stride(op, mg, t, role[t], is_out[t]) : 0;
@@ -2104,6 +2158,29 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 	for (int e = 0; e < ne; e++)
 		P(g, "%s%d", e ? ", " : " ", op->ext_loop[e] ? 1 : 0);
 	P(g, " };\n");
+	/* on the GPU the chunks of a batch are staged side by side and run as
+	 * one launch of each kernel (its grid's x over them, as the rows
+	 * entry's), up to bm at a time: the batch's extent bl (-1: one chunk
+	 * a launch, as on the CPU) */
+	int bl = cuda ? batch_extent(op) : -1;
+	int64_t bm = 1;
+	if (bl >= 0) {
+		bm = chunks_max(op->mg);
+		for (int v = 0; v < op->n_variants; v++)
+			bm = chunks_max(op->variants[v]) < bm ? chunks_max(op->variants[v]) : bm;
+		uint64_t staged = 0; /* bytes a chunk of the tensors led by the batch */
+		for (int j = 0; j < nio; j++) {
+			const struct mo_tensor *t = &kg->tensors[j < ni ? kg->inputs[j] : kg->outputs[j - ni]];
+			if ((j < ni ? op->in_ext[j * MO_PLUGIN_MAX_RANK]
+				    : op->out_ext[(j - ni) * MO_PLUGIN_MAX_RANK]) == bl)
+				staged += mo_tensor_numel(t) * storage_bytes(t);
+		}
+		if (staged && (uint64_t)bm > MO_CG_CHUNK_SCRATCH / staged)
+			bm = (int64_t)(MO_CG_CHUNK_SCRATCH / staged);
+		bm = bm > 1 ? bm : 1;
+	}
+	P(g, "static const int %s_bl = %d;\nstatic const int64_t %s_bm = %" PRId64 ";\n", ident,
+	  bm > 1 ? bl : -1, ident, bm);
 	if (cuda)
 		P(g, "extern \"C\" int %s_cuda_pad(const void *const *in, void *const *out, const int64_t *ext, "
 		  "void *stream, char *err, size_t err_len)\n{\ncudaStream_t st = (cudaStream_t)stream;\n"
@@ -2115,7 +2192,8 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		  "char *err, size_t err_len)\n{\n", ident);
 	/* the buffers: one per tensor that varies, at the bucket's sizes */
 	P(g, "const void *ci[%d];\nvoid *co[%d];\nunsigned char *buf[%d] = { 0 };\n"
-	  "int64_t chunk[%d] = { 0 }, sd[8], so[8], n[8], z[8] = { 0 };\nint rc = 0, vary[%d];\n"
+	  "int64_t chunk[%d] = { 0 }, sd[8], so[8], n[8], z[8] = { 0 }, bd[8], mm = 1;\n"
+	  "int rc = 0, vary[%d];\n"
 	  "for (int x = 0; x < %d; x++) {\n"
 	  "if (ext[x] < 0 || (!%s_el[x] && ext[x] > %s_eb[x])) {\n"
 	  "snprintf(err, err_len, \"%s: extent %%d is %%lld, the kernel serves 0 to %%lld\", x, "
@@ -2123,9 +2201,10 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 	  "if (%s_el[x] && ext[x] == 0) return 0; /* no chunk */\n}\n"
 	  "for (int j = 0; j < %d; j++) {\nvary[j] = 0;\n"
 	  "for (int d = 0; d < %s_xr[j]; d++) vary[j] |= %s_xe[j][d] >= 0;\n"
-	  "if (!vary[j]) continue;\nsize_t bytes = (size_t)mo_box_numel(%s_xd[j], %s_xr[j]) * %s_xs[j];\n",
+	  "if (!vary[j]) continue;\nsize_t bytes = (size_t)mo_box_numel(%s_xd[j], %s_xr[j]) * %s_xs[j] * "
+	  "(size_t)(%s_bl >= 0 && %s_xe[j][0] == %s_bl ? %s_bm : 1);\n",
 	  ni > 0 ? ni : 1, no, nio, ne, nio, ne, ident, ident, op->name, ident, ident, nio, ident,
-	  ident, ident, ident, ident);
+	  ident, ident, ident, ident, ident, ident, ident, ident);
 	if (cuda)
 		P(g, "if ((e = cudaMallocAsync((void **)&buf[j], bytes ? bytes : 1, st)) != cudaSuccess) {\n"
 		  "buf[j] = NULL;\nrc = 1;\nbreak;\n}\n}\n");
@@ -2133,47 +2212,56 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		P(g, "if (!(buf[j] = (unsigned char *)malloc(bytes ? bytes : 1))) {\nrc = 1;\n"
 		  "snprintf(err, err_len, \"%s: out of memory\");\nbreak;\n}\n}\n", op->name);
 	/* one chunk: its box in every tensor that varies */
-	P(g, "while (rc == 0) {\nfor (int j = 0; j < %d; j++) {\n"
+	/* one chunk (mm of the batch's side by side): its box in every
+	 * tensor that varies, in a buffer of dims bd (the bucket's, the
+	 * batch's first dim mm times) */
+	P(g, "while (rc == 0) {\n"
+	  "if (%s_bl >= 0) {\nint64_t left = (ext[%s_bl] - chunk[%s_bl] * %s_eb[%s_bl] + %s_eb[%s_bl] - 1) / "
+	  "%s_eb[%s_bl];\nmm = left < %s_bm ? left : %s_bm;\n}\n"
+	  "for (int j = 0; j < %d; j++) {\n"
 	  "for (int d = 0; d < %s_xr[j]; d++) {\nint x = %s_xe[j][d];\n"
+	  "bd[d] = %s_xd[j][d] * (x >= 0 && x == %s_bl ? mm : 1);\n"
 	  "sd[d] = x < 0 ? %s_xd[j][d] : ext[x];\nso[d] = x >= 0 && %s_el[x] ? chunk[x] * %s_eb[x] : 0;\n"
-	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < %s_xd[j][d] ? sd[d] - so[d] : %s_xd[j][d];\n}\n"
+	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < bd[d] ? sd[d] - so[d] : bd[d];\n}\n"
 	  "if (j >= %d) {\nco[j - %d] = vary[j] ? (void *)buf[j] : out[j - %d];\ncontinue;\n}\n"
 	  "if (!vary[j]) {\nci[j] = in[j];\ncontinue;\n}\nci[j] = buf[j];\n",
+	  ident, ident, ident, ident, ident, ident, ident, ident, ident, ident, ident,
 	  nio, ident, ident, ident, ident, ident, ident, ident, ni, ni, ni);
 	if (cuda)
 		P(g, "struct mo_box b = { %s_xr[j], 1, %s_xs[j], %s_xp[j], { 0 }, { 0 }, { 0 }, { 0 }, { 0 } };\n"
 		  "memcpy(b.sd, sd, sizeof sd);\nmemcpy(b.so, so, sizeof so);\nmemcpy(b.n, n, sizeof n);\n"
-		  "memcpy(b.dd, %s_xd[j], sizeof b.dd);\n"
-		  "uint64_t total = mo_box_numel(%s_xd[j], %s_xr[j]), blocks = (total + 255) / 256;\n"
+		  "memcpy(b.dd, bd, sizeof b.dd);\n"
+		  "uint64_t total = mo_box_numel(bd, %s_xr[j]), blocks = (total + 255) / 256;\n"
 		  "if (total) MO_LAUNCH(mo_box_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, st, "
 		  "buf[j], (const unsigned char *)in[j], b, total);\n}\n",
-		  ident, ident, ident, ident, ident, ident);
+		  ident, ident, ident, ident);
 	else
 		P(g, "mo_box_fill(buf[j], mo_box_numel(%s_xd[j], %s_xr[j]), %s_xs[j], %s_xp[j]);\n"
 		  "mo_box_copy(buf[j], %s_xd[j], z, (const unsigned char *)in[j], sd, so, n, %s_xr[j], %s_xs[j]);\n}\n",
 		  ident, ident, ident, ident, ident, ident, ident);
-	P(g, cuda ? "rc = %s_pick(ci, co, 1, st, ext, err, err_len);\n"
+	P(g, cuda ? "rc = %s_pick(ci, co, mm, st, ext, err, err_len);\n"
 	  : "rc = %s_cpu_ext(ci, co, full ? NULL : ext, err, err_len);\n", ident);
 	/* the outputs' boxes back, then the next chunk */
 	P(g, "for (int j = %d; rc == 0 && j < %d; j++) {\nif (!vary[j]) continue;\n"
 	  "for (int d = 0; d < %s_xr[j]; d++) {\nint x = %s_xe[j][d];\n"
+	  "bd[d] = %s_xd[j][d] * (x >= 0 && x == %s_bl ? mm : 1);\n"
 	  "sd[d] = x < 0 ? %s_xd[j][d] : ext[x];\nso[d] = x >= 0 && %s_el[x] ? chunk[x] * %s_eb[x] : 0;\n"
-	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < %s_xd[j][d] ? sd[d] - so[d] : %s_xd[j][d];\n}\n",
+	  "n[d] = x < 0 ? sd[d] : sd[d] - so[d] < bd[d] ? sd[d] - so[d] : bd[d];\n}\n",
 	  ni, nio, ident, ident, ident, ident, ident, ident, ident);
 	if (cuda)
 		P(g, "struct mo_box b = { %s_xr[j], 0, %s_xs[j], 0, { 0 }, { 0 }, { 0 }, { 0 }, { 0 } };\n"
-		  "memcpy(b.sd, %s_xd[j], sizeof b.sd);\nmemcpy(b.dd, sd, sizeof sd);\n"
+		  "memcpy(b.sd, bd, sizeof b.sd);\nmemcpy(b.dd, sd, sizeof sd);\n"
 		  "memcpy(b.dof, so, sizeof so);\nmemcpy(b.n, n, sizeof n);\n"
 		  "uint64_t total = mo_box_numel(n, %s_xr[j]), blocks = (total + 255) / 256;\n"
 		  "if (total) MO_LAUNCH(mo_box_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, st, "
 		  "(unsigned char *)out[j - %d], (const unsigned char *)buf[j], b, total);\n}\n",
-		  ident, ident, ident, ident, ni);
+		  ident, ident, ident, ni);
 	else
 		P(g, "mo_box_copy((unsigned char *)out[j - %d], sd, so, buf[j], %s_xd[j], z, n, %s_xr[j], "
 		  "%s_xs[j]);\n}\n", ni, ident, ident, ident);
-	P(g, "int x = 0;\nwhile (x < %d && (!%s_el[x] || ++chunk[x] * %s_eb[x] >= ext[x])) {\n"
-	  "if (%s_el[x]) chunk[x] = 0;\nx++;\n}\nif (x == %d) break;\n}\n",
-	  ne, ident, ident, ident, ne);
+	P(g, "int x = 0;\nwhile (x < %d && (!%s_el[x] || (chunk[x] += x == %s_bl ? mm : 1) * %s_eb[x] >= "
+	  "ext[x])) {\nif (%s_el[x]) chunk[x] = 0;\nx++;\n}\nif (x == %d) break;\n}\n",
+	  ne, ident, ident, ident, ident, ne);
 	if (cuda)
 		P(g, "if (rc == 0 && e == cudaSuccess) e = cudaGetLastError();\n"
 		  "for (int j = 0; j < %d; j++)\nif (buf[j]) {\ncudaError_t f = cudaFreeAsync(buf[j], st);\n"
@@ -2261,7 +2349,7 @@ enum mo_status mo_cg_emit(const struct mo_cg_op *op, const char *ident, bool cud
 	P(&g, "/* indices: the largest tensor or tile has %" PRIu64 " elements */\n"
 	  "typedef %s mo_ix_t;\n", largest, largest <= MO_CG_INDEX32_MAX ? "uint32_t" : "uint64_t");
 	/* gl and nit: each block kernel's grid and iterations this launch */
-	P(&g, "struct args { void *g[%d]; size_t cb[%d]; mo_ix_t gl[3], nit; };\n\n", ntm, ntm);
+	P(&g, "struct args { void *g[%d]; size_t cb[%d]; mo_ix_t gl[3], nit, m; };\n\n", ntm, ntm);
 	for (int v = 0; v < nv && !g.fail; v++) {
 		char id[80];
 		if (v == 0)

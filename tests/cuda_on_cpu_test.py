@@ -359,7 +359,7 @@ def run_entry(exe, op, text, tag, work, env, failures, rows, values=True):
         nothing = nothing_attends(op, text, inputs)
         if nothing is not None:
             trials.append((", nothing attending", nothing))
-    launches = first_blocks = 0
+    launches = first_blocks = first_launches = 0
     for what, feed in trials:
         ref = cb.run_op(exe, op, feed, "cpu", work, **at)
         if ref.rc:
@@ -378,13 +378,15 @@ def run_entry(exe, op, text, tag, work, env, failures, rows, values=True):
             return
         launches += counters(got.report).get("launches", 0)
         first_blocks = first_blocks or counters(got.report).get("op_blocks", 0)
+        first_launches = first_launches or counters(got.report).get("op_launches", 0)
     blocks = ""
     if kind == "pad" and values:
-        # and at half of each padded extent's bucket: the kernels' grids
-        # and loops over padded dims cover only what exists, ceil(ext /
-        # tile) blocks and iterations computed at launch (run_limits);
-        # under TSan the runs above cut them too (61 of 64 rows)
-        half = [1 if loop else max(1, b // 2) for b, loop in zip(op.ext_bucket, op.ext_loop)]
+        # and at half of each padded extent's bucket (the same chunks):
+        # the kernels' grids and loops over padded dims cover only what
+        # exists, ceil(ext / tile) blocks and iterations computed at
+        # launch (run_limits); under TSan the runs above cut them too (61
+        # of 64 rows)
+        half = [3 * b if loop else max(1, b // 2) for b, loop in zip(op.ext_bucket, op.ext_loop)]
         feed = cb.random_inputs(op, seed=14, ext=half)
         ref = cb.run_op(exe, op, feed, "cpu", work, ext=half)
         got = cb.run_op(exe, op, feed, "cuda", work, env=env, ext=half)
@@ -396,24 +398,36 @@ def run_entry(exe, op, text, tag, work, env, failures, rows, values=True):
         if bad:
             failures.append("%s: at extents %s: %s" % (tag, half, bad))
             return
-        # the op's own kernels' blocks a chunk (the first trial ran 3
-        # chunks of each looped extent, this one 1)
-        per = first_blocks // 3 ** sum(1 for loop in op.ext_loop if loop)
         fewer = counters(got.report).get("op_blocks", 0)
-        if op.name.startswith("MirageTest_attention_flash_padded") and not fewer < per:
+        if op.name.startswith("MirageTest_attention_flash_padded") and not fewer < first_blocks:
             failures.append("%s: %d blocks at extents %s, %d at %s: the grid is the bucket's"
-                            % (tag, fewer, half, per, ext))
+                            % (tag, fewer, half, first_blocks, ext))
             return
-        blocks = " op_blocks/chunk=%d, at %s %d" % (per, half, fewer)
+        # the chunks of a batch side by side (<op>_bm of them at a time):
+        # one launch of each kernel, as many at 3 chunks as at 1
+        m = re.search(r"_bm = (\d+);", text)
+        side = bool(m) and int(m.group(1)) >= 3
+        one_chunk = [b if loop else e for b, loop, e in zip(op.ext_bucket, op.ext_loop, ext)]
+        feed = cb.random_inputs(op, seed=15, ext=one_chunk)
+        got = cb.run_op(exe, op, feed, "cuda", work, env=env, ext=one_chunk)
+        one = counters(got.report).get("op_launches", 0)
+        if got.rc or (side and first_launches != one):
+            failures.append("%s: %d kernel launches at extents %s, %d at %s%s"
+                            % (tag, first_launches, ext, one, one_chunk,
+                               ": " + failure_line(got.stderr) if got.rc else ": a launch a chunk"))
+            return
+        blocks = " op_blocks=%d, at %s %d; op_launches=%d, at %s %d%s" % (
+            first_blocks, half, fewer, first_launches, one_chunk, one,
+            " (chunks side by side)" if side else "")
     rows.append("%s launches=%d%s%s" % (done, launches, blocks,
                                         " (and nothing attending)" if len(trials) > 1 else ""))
     log(rows[-1])
 
 
 def fewer_blocks(row):
-    """Whether a pad-entry row says its kernels ran fewer blocks a chunk at
-    half the buckets than 3 short of them."""
-    m = re.search(r"op_blocks/chunk=(\d+), at \[[\d, ]*\] (\d+)", row)
+    """Whether a pad-entry row says its kernels ran fewer blocks at half the
+    buckets than 3 short of them."""
+    m = re.search(r"op_blocks=(\d+), at \[[\d, ]*\] (\d+)", row)
     return bool(m) and int(m.group(2)) < int(m.group(1))
 
 
@@ -1260,6 +1274,12 @@ def main():
                         not args.tsan and not any(r.split()[:2] == ["pad-entry", name] and
                                 fewer_blocks(r) for r in rows):
                     failures.append("%s: no pad entry launched fewer blocks at fewer rows" % name)
+                # a batch's chunks side by side: one launch of each kernel
+                if name in ("rows_padded_attention", "rows_padded_kv_decode_attention") and \
+                        not args.tsan and not any(
+                            r.split()[:2] == ["pad-entry", name] and "side by side" in r
+                            for r in rows):
+                    failures.append("%s: no pad entry ran a batch's chunks in one launch" % name)
                 # with a decode step's bucket: its op's pad entry too
                 if "padded_decode" in name and not any(
                         r.split()[:2] == ["pad-entry", name] and "(buckets [1, 1])" in r

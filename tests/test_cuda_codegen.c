@@ -192,8 +192,8 @@ static struct mo_mugraph *exp_rows(int rows, int64_t width, bool two)
 
 /* The CUDA rows entry runs a plan's full chunks of rows as one launch of
  * each kernel, its grid's x times the chunks: at most 2^31 - 1 blocks, and
- * at most 256 MiB of intermediates (each chunk its own); a μGraph with a
- * pre-defined kernel takes one chunk a launch. */
+ * at most 256 MiB of intermediates (each chunk its own); a pre-defined
+ * kernel's threads loop over the chunks. */
 static void rows_launch_many_chunks(void **state)
 {
 	(void)state;
@@ -210,7 +210,7 @@ static void rows_launch_many_chunks(void **state)
 		{ 16, exp_rows(16, 4096, true), "t_rm[1] = { 1024 }" },     /* 256 KiB a chunk */
 		{ 1 << 16, exp_rows(1 << 16, 4096, true), "t_rm[1] = { 1 }" }, /* 1 GiB a chunk */
 		{ 1 << 20, exp_rows(1 << 20, 1, false), "t_rm[1] = { 2047 }" }, /* 2^31 blocks */
-		{ 16, mo_mg_new(), "t_rm[1] = { 1 }" }, /* a pre-defined kernel */
+		{ 16, mo_mg_new(), "t_rm[1] = { 1048576 }" }, /* a pre-defined kernel */
 	};
 	int x = mo_mg_input(cases[4].mg, "X", F32, 2, (int64_t[]){ 16, 4 });
 	mo_mg_output(cases[4].mg, mo_mg_kernel(cases[4].mg, MO_OP_EXP, 1, &x, NULL), "Y");
@@ -234,6 +234,10 @@ static void rows_launch_many_chunks(void **state)
 		if (cases[k].mg->ops[0].bg) {
 			assert_non_null(strstr(text, ck));
 			assert_non_null(strstr(text, grid));
+		} else {
+			assert_non_null(strstr(text, "for (mo_ix_t ck = 0; ck < a.m; ck++) {\n"));
+			assert_non_null(strstr(text, "a.g[0] + (size_t)ck * a.cb[0]);"));
+			assert_non_null(strstr(text, "a.g[1] + (size_t)ck * a.cb[1]);"));
 		}
 		free(text);
 		mo_mg_free(cases[k].mg);

@@ -180,7 +180,8 @@ void config() { std::call_once(cfg_once, init_config); }
 struct Counters {
 	/* op_blocks: blocks of the op's own kernels, not the pad entry's box
 	 * copies (mo_box_kernel) */
-	std::atomic<uint64_t> launches{0}, blocks{0}, op_blocks{0}, thread_blocks{0}, syncthreads{0},
+	std::atomic<uint64_t> launches{0}, op_launches{0}, blocks{0}, op_blocks{0}, thread_blocks{0},
+		syncthreads{0},
 		syncwarp{0}, shfl{0}, cp_async{0}, cp_async_bytes{0}, wait_prior{0},
 		wait_in_flight{0}, mallocs{0};
 	/* [op: 0 load_a 1 load_b 2 load_acc 3 mma 4 store 5 fill][shape][elt] */
@@ -1067,6 +1068,8 @@ extern "C" void cudasim_launch(const char *name, int arch, const void *kernel, d
 		return;
 	}
 	ctr.launches++;
+	if (strncmp(name, "mo_box_", 7) != 0)
+		ctr.op_launches++;
 	install_segv();
 	Smem sm = smem_alloc(smem);
 	segv_smem = &sm;
@@ -1366,9 +1369,10 @@ const char *mo_cudasim_report(void)
 	static std::string s;
 	char b[256];
 	snprintf(b, sizeof b,
-		 "launches=%llu blocks=%llu op_blocks=%llu threads_mode_blocks=%llu syncthreads=%llu "
-		 "syncwarp=%llu shfl=%llu",
-		 (unsigned long long)ctr.launches, (unsigned long long)ctr.blocks,
+		 "launches=%llu op_launches=%llu blocks=%llu op_blocks=%llu threads_mode_blocks=%llu "
+		 "syncthreads=%llu syncwarp=%llu shfl=%llu",
+		 (unsigned long long)ctr.launches, (unsigned long long)ctr.op_launches,
+		 (unsigned long long)ctr.blocks,
 		 (unsigned long long)ctr.op_blocks,
 		 (unsigned long long)ctr.thread_blocks, (unsigned long long)ctr.syncthreads,
 		 (unsigned long long)ctr.syncwarp, (unsigned long long)ctr.shfl);
@@ -1392,7 +1396,7 @@ const char *mo_cudasim_report(void)
 
 void mo_cudasim_reset(void)
 {
-	ctr.launches = ctr.blocks = ctr.op_blocks = ctr.thread_blocks = ctr.syncthreads = 0;
+	ctr.launches = ctr.op_launches = ctr.blocks = ctr.op_blocks = ctr.thread_blocks = ctr.syncthreads = 0;
 	ctr.syncwarp = ctr.shfl = ctr.cp_async = ctr.cp_async_bytes = 0;
 	ctr.wait_prior = ctr.wait_in_flight = ctr.mallocs = 0;
 	for (auto &a : ctr.wmma)
