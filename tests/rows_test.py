@@ -791,6 +791,16 @@ class Rows(unittest.TestCase):
         self.assertEqual(len(padded), 1, [g.get("why") for g in regions])
         return src, out, plugin, padded[0]
 
+    def fuse_injected(self, src, tag, fault):
+        """src fused with its dims unbound and MIRAGE_ONNX_TEST_FAIL=fault:
+        the fused model's path and the run, which must succeed."""
+        out = os.path.join(self.dir, tag + "_injected.onnx")
+        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
+                            "--budget", "10"], capture_output=True, text=True, timeout=1800,
+                           env={**os.environ, "MIRAGE_ONNX_TEST_FAIL": fault})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out, r
+
     def fuse_unpadded(self, model, tag):
         """model saved as tag.onnx and fused with its dims unbound, which
         says that no pad keeps some region's outputs, and how the first
@@ -822,12 +832,7 @@ class Rows(unittest.TestCase):
         nothing to attend to) catches it: the core stays unfused, saying
         which trial, and the model is right in such rows."""
         src, _, _, g = self.fuse_padded(masked_attention(), "attention_trials")
-        out = os.path.join(self.dir, "attention_trials_injected.onnx")
-        r = subprocess.run([CLI, src, "-o", out, "--no-cuda", "--cpu-kernels", "--no-cache",
-                            "--budget", "10"], capture_output=True, text=True, timeout=1800,
-                           env={**os.environ,
-                                "MIRAGE_ONNX_TEST_FAIL": g["region"] + ":pad-lowest"})
-        self.assertEqual(r.returncode, 0, r.stderr)
+        out, r = self.fuse_injected(src, "attention_trials", g["region"] + ":pad-lowest")
         self.assertIn("region %s stays unfused: the generated CPU kernel failed its float "
                       "check: with the inputs it pads -inf at their lowest value" % g["region"],
                       r.stderr)
@@ -862,12 +867,7 @@ class Rows(unittest.TestCase):
             feed = {"x": x, "mask": causal_mask(b, sq)}
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   "batch %d, seq %d" % (b, sq), self)
-        bad = os.path.join(self.dir, "attention_cut_injected.onnx")
-        r = subprocess.run([CLI, src, "-o", bad, "--no-cuda", "--cpu-kernels", "--no-cache",
-                            "--budget", "10"], capture_output=True, text=True, timeout=1800,
-                           env={**os.environ,
-                                "MIRAGE_ONNX_TEST_FAIL": g["region"] + ":cut-short"})
-        self.assertEqual(r.returncode, 0, r.stderr)
+        _, r = self.fuse_injected(src, "attention_cut", g["region"] + ":cut-short")
         self.assertRegex(r.stderr, r"region %s stays unfused: the generated CPU kernel failed "
                                    r"its float check: at extents [\dx]+: output '[^']+' element "
                                    r"\d+: \S+, the whole grids and loops give" % g["region"])
