@@ -1203,7 +1203,7 @@ enum mo_status mo_plugin_check_limits(struct mo_plugin_lib *lib, const struct mo
 				if (!cut[i] || !whole[i])
 					st = mo_diag_nomem(d);
 			}
-			char err[256] = "", what[160] = "at extents ";
+			char err[256] = "", what[64] = "at extents ";
 			for (int e = 0; e < op->n_ext; e++)
 				snprintf(what + strlen(what), sizeof what - strlen(what), "%s%lld", e ? "x" : "",
 					 (long long)at[j][e]);
@@ -1218,7 +1218,7 @@ enum mo_status mo_plugin_check_limits(struct mo_plugin_lib *lib, const struct mo
 			out->plans++;
 			if (rc1 || rc2) {
 				out->ok = false;
-				snprintf(out->detail, sizeof out->detail, "%s: the CPU kernel failed: %.150s",
+				snprintf(out->detail, sizeof out->detail, "%.60s: the CPU kernel failed: %.150s",
 					 what, err);
 				break;
 			}
@@ -1243,8 +1243,8 @@ enum mo_status mo_plugin_check_limits(struct mo_plugin_lib *lib, const struct mo
 				if (!(rel <= 1e-5)) {
 					out->ok = false;
 					snprintf(out->detail, sizeof out->detail,
-						 "%s%s: output '%.60s' element %llu: %.6g, the whole grids and "
-						 "loops give %.6g", what,
+						 "%.60s%s: output '%.40s' element %llu: %.6g, the whole grids "
+						 "and loops give %.6g", what,
 						 !trial ? "" : trial->bools == MO_EVAL_BOOLS_FALSE
 								? " with every bool input false"
 								: " with every bool input true",
