@@ -1524,10 +1524,6 @@ static int64_t chunks_max(const struct mo_mugraph *mg)
 	return m > 1 ? m : 1;
 }
 
-/* One μGraph of the op (variant v, identifiers `id`): its kernels, then
- * `static int id_run(in, out, ...)` running them, in and out in the
- * μGraph's own order; on CUDA m chunks of rows at once (1 but for the
- * rows entry). */
 /* The extent of dim d of kernel tensor t of mg (a variant of op: its
  * inputs and outputs are the op's by name), or -1: static, looped (a batch,
  * run one at a time), an intermediate, or an op without extents. */
@@ -1596,9 +1592,9 @@ static int saved_extent(const struct mo_cg_op *op, const struct mo_mugraph *mg, 
 }
 
 /* What a block kernel's launch covers at the extents' values (the
- * symbolic part of an op with padded dims): per grid dim (3) and for the
- * loop (3), whether it is cut to them and the (extent, tile) pairs whose
- * blocks or iterations it then runs, the most any pair needs. */
+ * symbolic part of an op with padded dims): per grid dim (0 to 2) and for
+ * its for-loop (3), whether it is cut to them and the (extent, tile) pairs
+ * whose blocks or iterations it then runs, the most any pair needs. */
 struct klimits {
 	bool cut[4];
 	int n[4], ext[4][MO_MG_MAX];
@@ -1725,6 +1721,10 @@ int mo_cg_extent_tiles(const struct mo_cg_op *op, int e, int64_t *tiles, int max
 	return n;
 }
 
+/* One μGraph of the op (variant v, identifiers `id`): its kernels, then
+ * `static int id_run(in, out, ...)` running them, in and out in the
+ * μGraph's own order; on CUDA m chunks of rows at once (1 but for the
+ * rows and pad entries). */
 static void emit_variant(struct gen *g, const struct mo_cg_op *op, const struct mo_mugraph *mg,
 			 const char *id, const uint64_t *lim, int n_lim)
 {
