@@ -1418,11 +1418,26 @@ static void emit_launch(struct gen *g, const struct mo_block_graph *bg, const ch
 
 static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out);
 
+/* Bytes of one element of t as the kernels store it. */
 static size_t storage_bytes(const struct mo_tensor *t)
 {
 	return t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4
 	       : t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2;
 }
+
+/* The index among op's inputs (outputs) of the one named `name`: a
+ * variant's tensors are the op's by name; -1 when none is. */
+static int op_io_index(const struct mo_cg_op *op, const char *name, bool is_out)
+{
+	const struct mo_tp *k0 = &op->mg->kg;
+	int n = is_out ? k0->n_outputs : k0->n_inputs;
+	const int *v = is_out ? k0->outputs : k0->inputs;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(k0->tensors[v[i]].name, name))
+			return i;
+	return -1;
+}
+
 
 /* The looped extent of a padded op whose chunks its CUDA pad entry stages
  * and launches together (a batch), or -1: the op's one looped extent, when
@@ -1455,13 +1470,8 @@ static int batch_extent(const struct mo_cg_op *op)
 /* Whether the op's input (output) `name` is led by its batch_extent. */
 static bool batch_led(const struct mo_cg_op *op, const char *name, bool is_out)
 {
-	const struct mo_tp *k0 = &op->mg->kg;
-	int L = batch_extent(op), n = is_out ? k0->n_outputs : k0->n_inputs;
-	const int *v = is_out ? k0->outputs : k0->inputs;
-	for (int i = 0; L >= 0 && i < n; i++)
-		if (!strcmp(k0->tensors[v[i]].name, name))
-			return (is_out ? op->out_ext : op->in_ext)[i * MO_PLUGIN_MAX_RANK] == L;
-	return false;
+	int L = batch_extent(op), i = op_io_index(op, name, is_out);
+	return L >= 0 && i >= 0 && (is_out ? op->out_ext : op->in_ext)[i * MO_PLUGIN_MAX_RANK] == L;
 }
 
 /* Bytes from one chunk of rows of kernel tensor t (role: its index among
@@ -1476,19 +1486,14 @@ static uint64_t chunk_stride(const struct mo_cg_op *op, const struct mo_mugraph 
 	const struct mo_tensor *x = &mg->kg.tensors[t];
 	if (role < 0)
 		return mo_tensor_numel(x) * sizeof(float);
-	const struct mo_tp *k0 = &op->mg->kg;
 	if (op->rows <= 0 && op->n_ext > 0) /* a padded op: its tensors led by a looped extent */
 		return batch_led(op, x->name, is_out) ? mo_tensor_numel(x) * storage_bytes(x) : 0;
-	int n = op->rows > 0 ? (is_out ? k0->n_outputs : k0->n_inputs) : 0;
-	const int *v = is_out ? k0->outputs : k0->inputs;
-	const int *lead = is_out ? op->out_rows : op->in_rows;
-	for (int i = 0; i < n; i++)
-		if (!strcmp(k0->tensors[v[i]].name, x->name)) {
-			int64_t r;
-			uint64_t per = row_bytes(x, lead[i], &r);
-			return per * (uint64_t)r;
-		}
-	return 0;
+	int i = op->rows > 0 ? op_io_index(op, x->name, is_out) : -1;
+	if (i < 0)
+		return 0;
+	int64_t r;
+	uint64_t per = row_bytes(x, (is_out ? op->out_rows : op->in_rows)[i], &r);
+	return per * (uint64_t)r;
 }
 
 /* The bytes of intermediates one launch of m chunks may allocate: each
@@ -1529,21 +1534,18 @@ static int64_t chunks_max(const struct mo_mugraph *mg)
  * run one at a time), an intermediate, or an op without extents. */
 static int dim_extent(const struct mo_cg_op *op, const struct mo_mugraph *mg, int t, int d)
 {
-	const struct mo_tp *k0 = &op->mg->kg, *kg = &mg->kg;
+	const struct mo_tp *kg = &mg->kg;
 	if (op->n_ext <= 0 || d < 0 || d >= MO_PLUGIN_MAX_RANK)
 		return -1;
 	for (int pass = 0; pass < 2; pass++) {
 		int n = pass ? kg->n_outputs : kg->n_inputs;
-		const int *mine = pass ? kg->outputs : kg->inputs, *ops = pass ? k0->outputs : k0->inputs;
+		const int *mine = pass ? kg->outputs : kg->inputs;
 		for (int i = 0; i < n; i++) {
 			if (mine[i] != t)
 				continue;
-			for (int j = 0; j < n; j++)
-				if (!strcmp(kg->tensors[t].name, k0->tensors[ops[j]].name)) {
-					int e = (pass ? op->out_ext : op->in_ext)[j * MO_PLUGIN_MAX_RANK + d];
-					return e >= 0 && e < op->n_ext && !op->ext_loop[e] ? e : -1;
-				}
-			return -1;
+			int j = op_io_index(op, kg->tensors[t].name, pass);
+			int e = j < 0 ? -1 : (pass ? op->out_ext : op->in_ext)[j * MO_PLUGIN_MAX_RANK + d];
+			return e >= 0 && e < op->n_ext && !op->ext_loop[e] ? e : -1;
 		}
 	}
 	return -1;
@@ -1878,8 +1880,7 @@ static uint64_t row_bytes(const struct mo_tensor *t, int lead, int64_t *rows_out
 {
 	uint64_t per = 1;
 	int64_t r = 1;
-	size_t es = t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4
-		    : t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2;
+	size_t es = storage_bytes(t);
 	for (int d = 0; d < t->rank; d++) {
 		if (d < lead)
 			r *= t->dims[d];
@@ -2144,8 +2145,7 @@ static void emit_pad_entry(struct gen *g, const struct mo_cg_op *op, const char 
 		enum ctype ct;
 		if (!ctype_of(t->dtype, &ct))
 			unsupported(g, "a tensor of dtype %d", (int)t->dtype);
-		P(g, "%s%d", j ? ", " : " ", t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 :
-		  t->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1 : 2);
+		P(g, "%s%d", j ? ", " : " ", (int)storage_bytes(t));
 	}
 	P(g, " };\nstatic const uint32_t %s_xp[%d] = {", ident, ni > 0 ? ni : 1);
 	for (int j = 0; j < ni; j++)
