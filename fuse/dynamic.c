@@ -282,8 +282,9 @@ static int node_op(const struct mo_tp *tp, int nd)
 
 /* Pads the rows ops lying on a path from a padded op to a padded op (the
  * views GQA's repeat_kv puts between rotary and the attention, the
- * Slice/Neg/Concat of rotary's rotate_half), marked y->between: left in
- * the rows' partition they cut the attention into pieces around them.
+ * Slice/Neg/Concat of rotary's rotate_half), and those a run ends in
+ * (below), marked y->between: left in the rows' partition they cut the
+ * attention into pieces around them.
  * Only paths through ops that may be padded count, and the whole set is
  * taken at once (padding one op at a time, those whose inputs and
  * readers are all padded, left such a path half taken, and collapsing
@@ -321,8 +322,28 @@ static bool pad_between(struct mo_tp *tp, struct fuse_dyn *y)
 			}
 		}
 	}
+	/* and the tail of a run: reached from a padded op, its results read
+	 * only by padded ops, by such tails and by ops fused nowhere (the
+	 * rotary of the keys, Add of its two halves, before the KV cache's
+	 * Concat: in the rows it would be a region of its own, a launch more
+	 * and a round trip of the keys) */
+	unsigned char *tail = may; /* reused from the top: may[v] read first */
+	for (int v = n - 1; v >= 0; v--) {
+		const struct mo_tp_op *op = &tp->ops[v];
+		bool ok = may[v] && fw[v] && !bw[v];
+		for (int k = 0; k < op->n_out && ok; k++) {
+			const struct mo_tensor *t = op->out[k] >= 0 ? &tp->tensors[op->out[k]] : NULL;
+			ok = !t || !t->is_graph_output;
+			for (int c = 0; t && c < t->n_consumers && ok; c++) {
+				int w = node_op(tp, t->consumers[c]);
+				ok = w > v && (y->pad_lax[w] != MO_LAX_NONE || tail[w] ||
+					       tp->ops[w].lax == MO_LAX_NONE);
+			}
+		}
+		tail[v] = ok;
+	}
 	for (int v = 0; v < n; v++)
-		if (fw[v] && bw[v]) {
+		if ((fw[v] && bw[v]) || tail[v]) {
 			pad_op(&tp->ops[v], y, v);
 			y->between[v] = 1;
 		}
@@ -661,14 +682,6 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 				tps[0]->syms[i].how = "left symbolic; the size searched at";
 	y->probe = tps[1];
 	y->one = tps[2];
-	/* the folded values of this size only (a Reshape's target holding the
-	 * batch): no fused op's function body may hold them */
-	for (int t = 0; t < tps[0]->n_tensors; t++) {
-		struct mo_tensor *x = &tps[0]->tensors[t];
-		for (int k = 1; k < 3 && x->kind == MO_T_CONST && !x->init; k++)
-			x->sized |= tps[k]->tensors[t].kind != MO_T_CONST ||
-				    !same_values(x, &tps[k]->tensors[t]);
-	}
 	/* the more sizes: each that differs from the search's and imports
 	 * alike (one that does not is said in the line about the symbols) */
 	for (int k = 0; o && k < o->n_more_sizes; k++) {
@@ -696,6 +709,27 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		snprintf(y->desc + len, sizeof y->desc - len, "%s%" PRId64, k ? ", " : " and at ",
 			 y->more_size[k]);
 	}
+	/* the folded values of this size only (a Reshape's target holding the
+	 * batch): no fused op's function body may hold them; compared at
+	 * every import (aligned with the search's) */
+	const struct mo_tp *ats[4 + FUSE_DYN_MAX_LEVELS + MO_IMPORT_MAX_MORE_SIZES];
+	int n_at = 0;
+	ats[n_at++] = tps[1];
+	ats[n_at++] = tps[2];
+	if (y->distinct)
+		ats[n_at++] = y->distinct;
+	for (int k = 0; k < y->n_levels; k++)
+		if (y->level[k])
+			ats[n_at++] = y->level[k];
+	for (int k = 0; k < y->n_more; k++)
+		ats[n_at++] = y->more[k];
+	for (int t = 0; t < tps[0]->n_tensors; t++) {
+		struct mo_tensor *x = &tps[0]->tensors[t];
+		for (int k = 0; k < n_at && x->kind == MO_T_CONST && !x->init; k++)
+			x->sized |= ats[k]->tensors[t].kind != MO_T_CONST ||
+				    !same_values(x, &ats[k]->tensors[t]);
+	}
+	tps[0]->sized_known = true;
 	y->lead = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->lead);
 	y->rows = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->rows);
 	if (!y->lead || !y->rows)
@@ -843,7 +877,11 @@ static enum mo_status region_at(struct mo_fuse_state *f, const struct mo_fuse_re
 		const struct mo_tp_op *op = &f->tp->ops[rg->ops[i]];
 		int t = op->n_out > 0 ? op->out[0] : -1;
 		ops[i] = t >= 0 ? at->tensors[t].producer : -1;
-		if (ops[i] < 0 || at->ops[ops[i]].kind != op->kind)
+		/* the same op on the same operands there (a Concat drops an
+		 * operand empty at one size only: drop_empty_operands) */
+		if (ops[i] < 0 || at->ops[ops[i]].kind != op->kind ||
+		    at->ops[ops[i]].n_in != op->n_in ||
+		    memcmp(at->ops[ops[i]].in, op->in, sizeof *op->in * (size_t)op->n_in))
 			snprintf(why, len, "its op making '%.100s' folds away at other sizes",
 				 t >= 0 ? f->tp->tensors[t].name : "?");
 	}
@@ -973,6 +1011,14 @@ static void give_back(struct mo_tp *tp, struct fuse_dyn *y, int v)
 	y->n_pad_ops--;
 }
 
+/* Whether x is a value folded whole that is the same at every size the
+ * model was imported at (fuse_dyn_import: not sized). */
+static bool same_everywhere(const struct mo_tensor *x)
+{
+	return x->kind == MO_T_CONST && !x->init && !x->sized && x->shape_known &&
+	       (x->ivals || x->fvals) && x->n_vals == mo_tensor_numel(x);
+}
+
 /* Leaves out of the padded runs (root) each op a shape of whose result
  * feeds back into its own run: at the imports every Shape is folded, so
  * the partition sees no such edge, but the fused model computes it (Bloom
@@ -1036,7 +1082,11 @@ static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 					for (int q = at[nd]; q < at[nd + 1]; q++)
 						PUSH(made[q], 1);
 				} else if (y->pad_lax[w] != MO_LAX_NONE && find_root(root, w) == r) {
-					back = fl; /* back in the run, by way of a shape */
+					/* back in the run, by way of a shape, unless
+					 * what it reads there is the same at every
+					 * size: the op holds it (rotate_half's
+					 * `x.shape[-1] // 2`), nothing computes it */
+					back = fl && !same_everywhere(tx);
 				} else {
 					const struct mo_tp_op *wo = &tp->ops[w];
 					for (int k = 0; k < wo->n_out; k++)

@@ -447,6 +447,46 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	}
 	for (int q = 0; q < n_readers; q++)
 		nodes[nn++] = readers[q];
+	/* at sizes the tool chose, the folded nodes the partition put in the
+	 * region (all they make is read inside it: a Shape of a tensor the op
+	 * keeps inside and the shape arithmetic after it, rotate_half's
+	 * `x.shape[-1] // 2`) go with it: the μGraph holds what they made
+	 * where it is the same at every size, the fallback and the function
+	 * body compute it */
+	int n_with = nn;
+	for (int i = 0; tp->sizes_chosen && i < rg->n_nodes; i++) {
+		int node = rg->nodes[i];
+		bool seen = tp->node_op[node] >= 0;
+		for (int k = 0; k < nn && !seen; k++)
+			seen = nodes[k] == node;
+		if (!seen)
+			nodes[nn++] = node;
+	}
+	/* but not those making what the op reads (an Identity of a shared
+	 * weight), nor what they read: they stay in the graph */
+	for (bool changed = nn > n_with; changed;) {
+		changed = false;
+		for (int t = 0; t < tp->n_tensors; t++) {
+			const struct mo_tensor *x = &tp->tensors[t];
+			int k = n_with;
+			while (k < nn && nodes[k] != x->source_node)
+				k++;
+			if (k == nn)
+				continue;
+			bool needed = false;
+			for (int i = 0; i < mg->kg.n_inputs && !needed; i++)
+				needed = strcmp(ins[i], x->name) == 0;
+			for (int c = 0; c < x->n_consumers && !needed; c++) {
+				needed = true; /* read by a node staying out */
+				for (int q = 0; q < nn && needed; q++)
+					needed = nodes[q] != x->consumers[c];
+			}
+			if (needed) {
+				nodes[k] = nodes[--nn];
+				changed = true;
+			}
+		}
+	}
 	/* the folded values its ops read (each once), for its function body,
 	 * and what its folded readers made */
 	int nc = 0, cap = 0;

@@ -1827,12 +1827,15 @@ static bool fold_alias(struct importer *im, const Onnx__NodeProto *n, struct mo_
  * and its region unfused ("a tensor has no elements").
  * A partial rotary embedding's pass-through part, `q[..., rotary_dim:]`,
  * is one when the rotary dims are the head's whole (Phi-3), and the Concat
- * after it drops it (drop_empty_operands). Not at sizes the tool chose
- * (fuse/dynamic.c): a dim of 0 there may be one size's, a symbol at 0. */
+ * after it drops it (drop_empty_operands). Also at sizes the tool chose
+ * (fuse/dynamic.c), none of them 0: a dim of 0 at one of them only (a
+ * `seq - 16`) folds there and not at the others, and a region holding the
+ * Concat it changed stays unfused (region_at: its op folds away at other
+ * sizes). */
 static bool fold_empty(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
 	struct mo_tp *tp = im->tp;
-	if ((im->opt && im->opt->sizes_chosen) || op->kind != MO_OP_SLICE || n->n_output != 1 ||
+	if (op->kind != MO_OP_SLICE || n->n_output != 1 ||
 	    op->n_out != 1 || op->out[0] < 0 || (*str(n->domain) && strcmp(n->domain, "ai.onnx")))
 		return false;
 	struct mo_tensor *y = &tp->tensors[op->out[0]];
@@ -2783,7 +2786,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 		if (tp->arena.failed) /* a warning it added */
 			return nomem(im);
 	}
-	if (!off_schema && !unbound && !(im->opt && im->opt->sizes_chosen))
+	if (!off_schema && !unbound)
 		drop_empty_operands(im, &op);
 	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op) ||
 			    (!unbound && fold_empty(im, n, &op)))) {

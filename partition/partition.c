@@ -357,8 +357,11 @@ static bool in_list(const int *v, int n, int x)
 bool mo_part_folded_reader(const struct mo_tp *tp, int node)
 {
 	/* at sizes the tool chose, a folded Shape is that size's, not the
-	 * model's: the node must stay */
-	if (tp->sizes_chosen || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
+	 * model's: the node must stay, unless what it makes is the same at
+	 * every size (sized_known, not sized: the empty pass-through of a
+	 * rotary over the whole head) */
+	if ((tp->sizes_chosen && !tp->sized_known) || node < 0 || node >= tp->n_nodes ||
+	    tp->node_op[node] >= 0)
 		return false;
 	bool any = false;
 	for (int t = 0; t < tp->n_tensors; t++) {
@@ -366,7 +369,8 @@ bool mo_part_folded_reader(const struct mo_tp *tp, int node)
 		if (y->source_node != node)
 			continue;
 		if (y->kind != MO_T_CONST || y->init || !y->shape_known || y->is_graph_output ||
-		    (!y->ivals && !y->fvals) || y->n_vals != mo_tensor_numel(y))
+		    (!y->ivals && !y->fvals) || y->n_vals != mo_tensor_numel(y) ||
+		    (tp->sizes_chosen && y->sized))
 			return false;
 		any = true;
 	}

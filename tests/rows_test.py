@@ -193,6 +193,81 @@ def rotary_gqa_attention(n, rng, hd):
          w("wv", [D, 2 * hd]), w("wo", [D, D])])
 
 
+
+def phi3_attention():
+    """Attention as Optimum exports Phi-3 with past key values: x [batch,
+    seq, D], two heads of D / 2 with their KV cache (past_k, past_v [batch,
+    2, past, D / 2] in, present_k, present_v out: Concat(past, new)), the
+    mask [batch, 1, seq, past + seq], rotary tables cos and sin [batch, 1,
+    seq, D / 2]. Rotary is partial in form and whole in fact: x[..., :r]
+    rotated and x[..., r:] passed through, r read off cos's Shape, so the
+    pass-through is empty; rotate_half's half is read off the Shape of the
+    part it rotates, which the region holding it makes (a shape fed back
+    into its own region, the same at every size). The keys' rotary ends in
+    the KV cache's Concat, which stays ONNX Runtime's."""
+    n = h.make_node
+    rng = np.random.default_rng(7)
+    hd = D // 2
+
+    def w(name, shape):
+        return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
+
+    def rotary(x, t):
+        return [n("Shape", ["cos"], [t + "_cs"], name=t + "_cos_shape"),
+                n("Gather", [t + "_cs", "minus_one"], [t + "_rd"], axis=0, name=t + "_rot_dim"),
+                n("Unsqueeze", [t + "_rd", "zero"], [t + "_rd1"], name=t + "_rot_end"),
+                n("Slice", [x, "zero", t + "_rd1", "last"], [t + "_x"], name=t + "_rot"),
+                n("Slice", [x, t + "_rd1", "big", "last"], [t + "_pass"], name=t + "_pass"),
+                n("Shape", [t + "_x"], [t + "_xs"], name=t + "_x_shape"),
+                n("Gather", [t + "_xs", "minus_one"], [t + "_xd"], axis=0, name=t + "_x_dim"),
+                n("Div", [t + "_xd", "two_s"], [t + "_h"], name=t + "_half_dim"),
+                n("Unsqueeze", [t + "_h", "zero"], [t + "_h1"], name=t + "_half"),
+                n("Mul", [t + "_x", "cos"], [t + "_c"], name=t + "_cos"),
+                n("Slice", [t + "_x", t + "_h1", "big", "last"], [t + "_hi"], name=t + "_hi"),
+                n("Slice", [t + "_x", "zero", t + "_h1", "last"], [t + "_lo"], name=t + "_lo"),
+                n("Neg", [t + "_hi"], [t + "_nhi"], name=t + "_neg"),
+                n("Concat", [t + "_nhi", t + "_lo"], [t + "_rh"], axis=-1, name=t + "_cat"),
+                n("Mul", [t + "_rh", "sin"], [t + "_s"], name=t + "_sin"),
+                n("Add", [t + "_c", t + "_s"], [t + "_e"], name=t + "_rotary"),
+                n("Concat", [t + "_e", t + "_pass"], [t + "_r"], axis=-1, name=t + "_join")]
+
+    return mo_testlib.model(
+        [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+         n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+         n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+         n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
+         n("Reshape", ["k", "heads"], ["k4"], name="k_heads"),
+         n("Reshape", ["v", "heads"], ["v4"], name="v_heads"),
+         n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
+         n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3], name="k_t"),
+         n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")] +
+        rotary("qh", "q") + rotary("kh", "k") +
+        [n("Concat", ["past_k", "k_r"], ["present_k"], axis=2, name="k_cache"),
+         n("Concat", ["past_v", "vh"], ["present_v"], axis=2, name="v_cache"),
+         n("Transpose", ["present_k"], ["kt"], perm=[0, 1, 3, 2], name="k_tt"),
+         n("MatMul", ["q_r", "kt"], ["sc"], name="qk"),
+         n("Mul", ["sc", "scale"], ["ss"], name="scale"),
+         n("Add", ["ss", "mask"], ["sm"], name="mask"),
+         n("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+         n("MatMul", ["p", "present_v"], ["o"], name="pv"),
+         n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3], name="o_t"),
+         n("Reshape", ["ot", "flat"], ["of"], name="o_flat"),
+         n("MatMul", ["of", "wo"], ["proj"], name="o_proj"),
+         n("Add", ["proj", "x"], ["y"], name="residual")],
+        [vi("x", ["batch", "seq", D]), vi("mask", ["batch", 1, "seq", "past + seq"]),
+         vi("cos", ["batch", 1, "seq", hd]), vi("sin", ["batch", 1, "seq", hd]),
+         vi("past_k", ["batch", 2, "past", hd]), vi("past_v", ["batch", 2, "past", hd])],
+        [vi("y", ["batch", "seq", D]), vi("present_k", ["batch", 2, "past + seq", hd]),
+         vi("present_v", ["batch", 2, "past + seq", hd])],
+        [mo_testlib.const("heads", [0, 0, 2, hd], np.int64),
+         mo_testlib.const("minus_one", -1, np.int64), mo_testlib.const("two_s", 2, np.int64),
+         mo_testlib.const("zero", [0], np.int64), mo_testlib.const("last", [3], np.int64),
+         mo_testlib.const("big", [2 ** 62], np.int64),
+         mo_testlib.const("flat", [0, 0, D], np.int64),
+         mo_testlib.const("scale", 1 / np.sqrt(hd)), w("wq", [D, D]), w("wk", [D, D]),
+         w("wv", [D, D]), w("wo", [D, D])])
+
+
 def rotary_tables(b, s, hd):
     """cos and sin [b, 1, s, hd] of positions 0..s-1, Llama's frequencies."""
     inv = 1.0 / 10000 ** (np.arange(0, hd, 2) / hd)
@@ -915,6 +990,43 @@ class Rows(unittest.TestCase):
                     "mask": causal_mask(b, sq), **rotary_tables(b, sq, D // 4)}
             close(want_s.run(None, feed)[0], got_s.run(None, feed)[0],
                   f"batch {b}, seq {sq}", self)
+
+    def test_a_partial_rotary_and_the_keys_rotary_join_their_padded_runs(self):
+        """Phi-3's attention as Optimum exports it (phi3_attention): the
+        empty pass-through of its rotary folds away also at the sizes the
+        tool chose, rotate_half's half read off the Shape of the part it
+        rotates is the same at every size (so no shape feeds back into the
+        region), and the keys' rotary, which ends in the KV cache's Concat,
+        is padded with the Transpose and products before it. So the
+        queries' rotary and the attention are one op, the keys' rotary
+        another (before, five pieces and four single ops left unfused), and
+        the fused model gives the original's outputs at every size: an
+        empty cache, a decode step, past the prompt's bucket."""
+        src = os.path.join(self.dir, "phi3_attention.onnx")
+        onnx.save(phi3_attention(), src)
+        out, plugin, regions = self.fuse(src, "phi3_attention_fused", "--budget", "10",
+                                         need_rows=False)
+        padded = [set(g["nodes"]) for g in regions if g["fused"] and "padded" in g]
+        queries = {"q_t", "q_rot", "q_x_shape", "q_half", "q_cos", "q_neg", "q_rotary",
+                   "q_join", "qk", "softmax", "pv", "o_t"}
+        keys = {"k_t", "k_rot", "k_x_shape", "k_half", "k_cos", "k_neg", "k_sin", "k_rotary",
+                "k_join"}
+        self.assertTrue(any(queries <= g for g in padded), padded)
+        self.assertTrue(any(keys <= g for g in padded), padded)
+        want_s, got_s = session(src), session(out, plugin)
+        rng = np.random.default_rng(8)
+        hd = D // 2
+        for b, sq, past in ((1, 5, 0), (3, 1, 9), (2, 1, 70), (2, 7, 3), (1, 70, 0)):
+            tables = rotary_tables(b, sq, hd)
+            mask = np.zeros((b, 1, sq, past + sq), np.float32)
+            mask[..., past:] = causal_mask(b, sq)
+            feed = {"x": rng.standard_normal((b, sq, D)).astype(np.float32), "mask": mask,
+                    "past_k": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
+                    "past_v": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
+                    **tables}
+            for want, got, name in zip(want_s.run(None, feed), got_s.run(None, feed),
+                                       ("y", "present_k", "present_v")):
+                close(want, got, f"{name} at batch {b}, seq {sq}, past {past}", self)
 
     def bool_mask_feed(self, b, sq, rng):
         """x and masks at (b, sq): the bool mask causal but for one row of

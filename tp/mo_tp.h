@@ -359,8 +359,10 @@ struct mo_tp {
 	struct mo_tp_sym *syms;     /* in the order the inputs name them */
 	/* some symbolic dims were given sizes by the tool, not the user (a
 	 * model fused to serve every size, fuse/dynamic.c): a value folded
-	 * from shapes holds at those sizes only */
+	 * from shapes holds at those sizes only, unless sized_known: then
+	 * each such value not `sized` is the same at every size imported */
 	bool sizes_chosen;
+	bool sized_known;
 };
 
 /* The value of a one-element weight or constant. */
