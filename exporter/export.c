@@ -730,10 +730,20 @@ static enum mo_status check_reads(struct ex *x)
 		if (x->reads_after[r] == 0 || x->from_graph[r] || x->producer_after[r] >= 0)
 			continue;
 		int p = x->producer_before[r];
-		if (p >= 0) /* made before by a replaced node: the fused node should output it */
-			return bad(x, "'%s' is still read, but %s, which made it, is replaced by %s, "
-				   "which does not output it", x->name[r], describe(x, p),
-				   describe(x, x->n_orig + x->owner[p]));
+		if (p < 0)
+			continue;
+		/* made before by a replaced node: the fused node should output
+		 * it; who reads it, to say so */
+		int reader = -1;
+		for (int v = 0; v < x->n_vert && reader < 0; v++) {
+			struct span rs = reads_of(x, v);
+			for (size_t i = 0; i < rs.n && reader < 0 && x->alive[v]; i++)
+				reader = rs.id[i] == r ? v : -1;
+		}
+		return bad(x, "'%s' is still read%s%s, but %s, which made it, is replaced by %s, "
+			   "which does not output it", x->name[r], reader >= 0 ? " by " : "",
+			   reader >= 0 ? describe(x, reader) : "", describe(x, p),
+			   describe(x, x->n_orig + x->owner[p]));
 	}
 	return MO_OK;
 }
