@@ -59,6 +59,9 @@ enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse
 			continue;
 		struct mo_search_options vo = *o;
 		vo.smem_limit = lim[i];
+		/* smaller tiles may take more kernels to cover the region */
+		vo.max_kernel_ops = o->max_kernel_ops < MO_MG_MAX / 2 ? 2 * o->max_kernel_ops
+								      : MO_MG_MAX;
 		fuse_progress(a, "  it needs %llu bytes of shared memory per block, over sm_%d's "
 			      "%llu: searching again within them", (unsigned long long)mo_mg_smem(
 			      s->n_var ? s->var_mg[s->n_var - 1] : s->r.best), sm[i],
