@@ -211,6 +211,14 @@ def against_ort_padded(original, fused, plugin):
     rng = np.random.default_rng(5)
     if any(i.name == "past" for i in a.get_inputs()):
         return against_ort_kv(a, b, rng)
+    if any(i.name == "past_k" for i in a.get_inputs()):
+        # Phi-3's: an empty cache, a decode step, past the prompt's bucket
+        for batch, seq, past in ((1, 5, 0), (3, 1, 9), (2, 1, 70), (1, 70, 0)):
+            why = outputs_differ(a, b, rows_test.phi3_feed(batch, seq, past, rng),
+                                 "at batch %d, seq %d, past %d" % (batch, seq, past))
+            if why:
+                return why
+        return None
     for batch, seq in ((1, 1), (3, 7), (2, 64)):
         x = rng.standard_normal((batch, seq, rows_test.D)).astype(np.float32)
         feed = {"x": x, "mask": rows_test.causal_mask(batch, seq)}
@@ -235,11 +243,21 @@ def against_ort_kv(a, b, rng):
         kv = rng.standard_normal((batch, past, dims_test.D)).astype(np.float32)
         mask = np.zeros((batch, past + seq), np.float32)
         mask[0, : past // 2] = np.finfo(np.float32).min  # the first prompt left-padded
-        feed = {"x": x, "past": kv, "mask": mask}
-        for want, got in zip(a.run(None, feed), b.run(None, feed)):
-            err = float(np.max(np.abs(want - got)))
-            if want.shape != got.shape or err > 1e-4 * (1 + float(np.max(np.abs(want)))):
-                return "at batch %d, seq %d, past %d: error %.3g" % (batch, seq, past, err)
+        why = outputs_differ(a, b, {"x": x, "past": kv, "mask": mask},
+                             "at batch %d, seq %d, past %d" % (batch, seq, past))
+        if why:
+            return why
+    return None
+
+
+def outputs_differ(a, b, feed, where):
+    """What differs between sessions a's and b's outputs on feed (each
+    within 1e-4 of its largest magnitude, plus 1e-4), or None."""
+    import numpy as np
+    for want, got in zip(a.run(None, feed), b.run(None, feed)):
+        err = float(np.max(np.abs(want - got))) if want.shape == got.shape else float("inf")
+        if err > 1e-4 * (1 + float(np.max(np.abs(want)))):
+            return "%s: error %.3g" % (where, err)
     return None
 
 
@@ -1074,6 +1092,12 @@ def mask_models(out):
     path = os.path.join(out, "rows_padded_decode_attention.onnx")
     onnx.save(rows_test.masked_attention(), path)
     models.append(("rows_padded_decode_attention", path))
+    # Phi-3's attention over its KV cache (rows_test.phi3_attention): the
+    # queries' rotary with the attention one padded op, the keys' rotary
+    # before the cache's Concat another, each with its default buckets
+    path = os.path.join(out, "rows_padded_phi3_attention.onnx")
+    onnx.save(rows_test.phi3_attention(), path)
+    models.append(("rows_padded_phi3_attention", path))
     # attention over a KV cache fused with no --dim: the default buckets,
     # a decode step's with a short past and a long one (1024 keys) and a
     # prompt's, one op each

@@ -268,6 +268,19 @@ def phi3_attention():
          w("wv", [D, D]), w("wo", [D, D])])
 
 
+
+def phi3_feed(b, sq, past, rng):
+    """phi3_attention's inputs at batch b, sq new tokens and a past of
+    past: random x and cache, the causal mask over past + sq, rotary
+    tables."""
+    hd = D // 2
+    mask = np.zeros((b, 1, sq, past + sq), np.float32)
+    mask[..., past:] = causal_mask(b, sq)
+    return {"x": rng.standard_normal((b, sq, D)).astype(np.float32), "mask": mask,
+            "past_k": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
+            "past_v": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
+            **rotary_tables(b, sq, hd)}
+
 def rotary_tables(b, s, hd):
     """cos and sin [b, 1, s, hd] of positions 0..s-1, Llama's frequencies."""
     inv = 1.0 / 10000 ** (np.arange(0, hd, 2) / hd)
@@ -1015,15 +1028,8 @@ class Rows(unittest.TestCase):
         self.assertTrue(any(keys <= g for g in padded), padded)
         want_s, got_s = session(src), session(out, plugin)
         rng = np.random.default_rng(8)
-        hd = D // 2
         for b, sq, past in ((1, 5, 0), (3, 1, 9), (2, 1, 70), (2, 7, 3), (1, 70, 0)):
-            tables = rotary_tables(b, sq, hd)
-            mask = np.zeros((b, 1, sq, past + sq), np.float32)
-            mask[..., past:] = causal_mask(b, sq)
-            feed = {"x": rng.standard_normal((b, sq, D)).astype(np.float32), "mask": mask,
-                    "past_k": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
-                    "past_v": rng.standard_normal((b, 2, past, hd)).astype(np.float32),
-                    **tables}
+            feed = phi3_feed(b, sq, past, rng)
             for want, got, name in zip(want_s.run(None, feed), got_s.run(None, feed),
                                        ("y", "present_k", "present_v")):
                 close(want, got, f"{name} at batch {b}, seq {sq}, past {past}", self)
