@@ -137,20 +137,41 @@ def masked_attention(with_mask=True, sliced=False, bool_mask=False, rotary_gqa=F
          w("wv", [D, D]), w("wo", [D, D])])
 
 
+
+def heads_of(n, kv_heads):
+    """x's Q, K and V projections viewed as heads ([b, s, h, d] by the
+    Reshape targets heads and kv_heads) and transposed to [b, h, s, d]:
+    qh, kh, vh."""
+    return [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+            n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+            n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+            n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
+            n("Reshape", ["k", kv_heads], ["k4"], name="k_heads"),
+            n("Reshape", ["v", kv_heads], ["v4"], name="v_heads"),
+            n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
+            n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3], name="k_t"),
+            n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")]
+
+
+def rotate(n, x, tag, half, end, out):
+    """Rotary on x as Llama's exports write it: x * cos + rotate_half(x) *
+    sin into out, rotate_half a Slice of each half (at half, to end along
+    the last dim), a Neg and a Concat."""
+    return [n("Mul", [x, "cos"], [tag + "_c"], name=tag + "_cos"),
+            n("Slice", [x, half, end, "last"], [tag + "_hi"], name=tag + "_hi"),
+            n("Slice", [x, "zero", half, "last"], [tag + "_lo"], name=tag + "_lo"),
+            n("Neg", [tag + "_hi"], [tag + "_nhi"], name=tag + "_neg"),
+            n("Concat", [tag + "_nhi", tag + "_lo"], [tag + "_rh"], axis=-1, name=tag + "_cat"),
+            n("Mul", [tag + "_rh", "sin"], [tag + "_s"], name=tag + "_sin"),
+            n("Add", [tag + "_c", tag + "_s"], [out], name=tag + "_rotary")]
+
 def rotary_gqa_attention(n, rng, hd):
     """masked_attention(rotary_gqa=True)."""
     def w(name, shape):
         return mo_testlib.const(name, rng.standard_normal(shape) / np.sqrt(shape[0]))
 
     def rotary(x, tag):
-        return [n("Mul", [x, "cos"], [tag + "_c"], name=tag + "_cos"),
-                n("Slice", [x, "half", "whole", "last"], [tag + "_hi"], name=tag + "_hi"),
-                n("Slice", [x, "zero", "half", "last"], [tag + "_lo"], name=tag + "_lo"),
-                n("Neg", [tag + "_hi"], [tag + "_nhi"], name=tag + "_neg"),
-                n("Concat", [tag + "_nhi", tag + "_lo"], [tag + "_rot"], axis=-1,
-                  name=tag + "_cat"),
-                n("Mul", [tag + "_rot", "sin"], [tag + "_s"], name=tag + "_sin"),
-                n("Add", [tag + "_c", tag + "_s"], [tag + "_r"], name=tag + "_rotary")]
+        return rotate(n, x, tag, "half", "whole", tag + "_r")
 
     def repeat_kv(x, tag):
         return [n("Unsqueeze", [x, "two"], [tag + "_u"], name=tag + "_unsqueeze"),
@@ -158,15 +179,7 @@ def rotary_gqa_attention(n, rng, hd):
                 n("Reshape", [tag + "_e", "rep_heads"], [tag + "_rep"], name=tag + "_view")]
 
     return mo_testlib.model(
-        [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
-         n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
-         n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
-         n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
-         n("Reshape", ["k", "kv_head"], ["k4"], name="k_heads"),
-         n("Reshape", ["v", "kv_head"], ["v4"], name="v_heads"),
-         n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
-         n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3], name="k_t"),
-         n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")] +
+        heads_of(n, "kv_head") +
         rotary("qh", "q") + rotary("kh", "k") + repeat_kv("k_r", "k") + repeat_kv("vh", "v") +
         [n("Transpose", ["k_rep"], ["kt"], perm=[0, 1, 3, 2], name="k_tt"),
          n("MatMul", ["q_r", "kt"], ["sc"], name="qk"),
@@ -221,27 +234,12 @@ def phi3_attention():
                 n("Shape", [t + "_x"], [t + "_xs"], name=t + "_x_shape"),
                 n("Gather", [t + "_xs", "minus_one"], [t + "_xd"], axis=0, name=t + "_x_dim"),
                 n("Div", [t + "_xd", "two_s"], [t + "_h"], name=t + "_half_dim"),
-                n("Unsqueeze", [t + "_h", "zero"], [t + "_h1"], name=t + "_half"),
-                n("Mul", [t + "_x", "cos"], [t + "_c"], name=t + "_cos"),
-                n("Slice", [t + "_x", t + "_h1", "big", "last"], [t + "_hi"], name=t + "_hi"),
-                n("Slice", [t + "_x", "zero", t + "_h1", "last"], [t + "_lo"], name=t + "_lo"),
-                n("Neg", [t + "_hi"], [t + "_nhi"], name=t + "_neg"),
-                n("Concat", [t + "_nhi", t + "_lo"], [t + "_rh"], axis=-1, name=t + "_cat"),
-                n("Mul", [t + "_rh", "sin"], [t + "_s"], name=t + "_sin"),
-                n("Add", [t + "_c", t + "_s"], [t + "_e"], name=t + "_rotary"),
-                n("Concat", [t + "_e", t + "_pass"], [t + "_r"], axis=-1, name=t + "_join")]
+                n("Unsqueeze", [t + "_h", "zero"], [t + "_h1"], name=t + "_half")] + \
+            rotate(n, t + "_x", t, t + "_h1", "big", t + "_e") + \
+            [n("Concat", [t + "_e", t + "_pass"], [t + "_r"], axis=-1, name=t + "_join")]
 
     return mo_testlib.model(
-        [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
-         n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
-         n("MatMul", ["x", "wv"], ["v"], name="v_proj"),
-         n("Reshape", ["q", "heads"], ["q4"], name="q_heads"),
-         n("Reshape", ["k", "heads"], ["k4"], name="k_heads"),
-         n("Reshape", ["v", "heads"], ["v4"], name="v_heads"),
-         n("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3], name="q_t"),
-         n("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3], name="k_t"),
-         n("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3], name="v_t")] +
-        rotary("qh", "q") + rotary("kh", "k") +
+        heads_of(n, "heads") + rotary("qh", "q") + rotary("kh", "k") +
         [n("Concat", ["past_k", "k_r"], ["present_k"], axis=2, name="k_cache"),
          n("Concat", ["past_v", "vh"], ["present_v"], axis=2, name="v_cache"),
          n("Transpose", ["present_k"], ["kt"], perm=[0, 1, 3, 2], name="k_tt"),
