@@ -1010,7 +1010,7 @@ class Rows(unittest.TestCase):
         region), and the keys' rotary, which ends in the KV cache's Concat,
         is padded with the Transpose and products before it. So the
         queries' rotary and the attention are one op, the keys' rotary
-        another (before, five pieces and four single ops left unfused), and
+        another (before, three fused pieces and five single ops left unfused), and
         the fused model gives the original's outputs at every size: an
         empty cache, a decode step, past the prompt's bucket."""
         src = os.path.join(self.dir, "phi3_attention.onnx")
