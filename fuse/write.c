@@ -399,6 +399,15 @@ bool fuse_is_next_bucket(const struct mo_fuse_region *rs, int nu, int w)
 	return found;
 }
 
+/* Whether x is among v[0..n). */
+static bool has_int(const int *v, int n, int x)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] == x)
+			return true;
+	return false;
+}
+
 /* The fused node of unit u (nodes, inputs and outputs malloc'ed into f;
  * with `fallback`, the node of its next bucket's unit as f->next). */
 bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu, int u,
@@ -416,10 +425,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	int nn = 0;
 	for (int i = 0; i < rg->n_ops; i++) {
 		int node = tp->ops[rg->ops[i]].node;
-		bool seen = false;
-		for (int k = 0; k < nn && !seen; k++)
-			seen = nodes[k] == node;
-		if (!seen)
+		if (!has_int(nodes, nn, node))
 			nodes[nn++] = node;
 	}
 	for (int i = 0; i < mg->kg.n_inputs; i++)
@@ -437,10 +443,8 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 				kept = strcmp(outs[q], x->name) != 0;
 			for (int c = 0; kept && c < x->n_consumers; c++) {
 				int node = x->consumers[c];
-				bool seen = !mo_part_folded_reader(tp, node);
-				for (int q = 0; q < n_readers && !seen; q++)
-					seen = readers[q] == node;
-				if (!seen)
+				if (mo_part_folded_reader(tp, node) &&
+				    !has_int(readers, n_readers, node))
 					readers[n_readers++] = node;
 			}
 		}
@@ -456,10 +460,7 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 	int n_with = nn;
 	for (int i = 0; tp->sizes_chosen && i < rg->n_nodes; i++) {
 		int node = rg->nodes[i];
-		bool seen = tp->node_op[node] >= 0;
-		for (int k = 0; k < nn && !seen; k++)
-			seen = nodes[k] == node;
-		if (!seen)
+		if (tp->node_op[node] < 0 && !has_int(nodes, nn, node))
 			nodes[nn++] = node;
 	}
 	/* but not those making what the op reads (an Identity of a shared
@@ -476,11 +477,8 @@ bool fuse_fused_node_of(const struct mo_tp *tp, const struct mo_fuse_region *rs,
 			bool needed = false;
 			for (int i = 0; i < mg->kg.n_inputs && !needed; i++)
 				needed = strcmp(ins[i], x->name) == 0;
-			for (int c = 0; c < x->n_consumers && !needed; c++) {
-				needed = true; /* read by a node staying out */
-				for (int q = 0; q < nn && needed; q++)
-					needed = nodes[q] != x->consumers[c];
-			}
+			for (int c = 0; c < x->n_consumers && !needed; c++)
+				needed = !has_int(nodes, nn, x->consumers[c]); /* read by one staying out */
 			if (needed) {
 				nodes[k] = nodes[--nn];
 				changed = true;
