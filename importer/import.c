@@ -11,6 +11,11 @@
 /* Integer constants up to this many elements are read and folded: enough for
  * any shape, axes list or index vector, small enough to never matter. */
 #define MAX_FOLD 64
+/* and up to this many where the values fix a shape downstream: the
+ * integer and boolean tensors a NonZero or GatherND's indices are computed
+ * from (repeat_interleave of a rotary table, [head dim / 2, 2] at head
+ * dim 128: unfolded, every shape after it is unknown) */
+#define MAX_FOLD_INDEX 4096
 
 struct importer {
 	struct mo_tp *tp;
@@ -27,6 +32,9 @@ struct importer {
 	 * value_info says, since value_info holds one size the model was
 	 * traced or exported at, and the model accepts others. */
 	bool *unbound;
+	/* Per node: what it makes feeds a NonZero or GatherND's indices
+	 * through folding ops (mark_index_nodes): folded up to MAX_FOLD_INDEX */
+	bool *index_node;
 };
 
 static const char *str(const char *s) { return s ? s : ""; }
@@ -1286,8 +1294,9 @@ struct fold {
 	const char *ty;
 	struct mo_tensor *y;
 	const struct mo_tensor *a; /* the first operand */
-	int64_t v[MAX_FOLD];
+	int64_t *v;
 	size_t nv;
+	size_t max; /* room in v: MAX_FOLD, or MAX_FOLD_INDEX for an index node */
 };
 
 /* Shape (start, end) and Size of a tensor of known shape. */
@@ -1331,7 +1340,7 @@ static bool fold_constant_of_shape(struct fold *c)
 		fill = saturate_int64(f);
 	}
 	/* (opaque_shape gave y its shape: any rank) */
-	if (!is_intlike(dt) || !c->y->shape_known || mo_tensor_numel(c->y) > MAX_FOLD)
+	if (!is_intlike(dt) || !c->y->shape_known || mo_tensor_numel(c->y) > c->max)
 		return false;
 	for (c->nv = 0; c->nv < mo_tensor_numel(c->y); c->nv++)
 		c->v[c->nv] = fill;
@@ -1345,7 +1354,7 @@ static bool fold_expand_gather_elements(struct fold *c)
 {
 	const struct mo_tensor *a = c->a, *y = c->y;
 	bool ge = c->ty[0] == 'G';
-	if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+	if (!y->shape_known || mo_tensor_numel(y) > c->max || !is_intlike(y->dtype) ||
 	    c->op->n_in != (ge ? 2 : 1) || !a->ivals || a->n_vals != mo_tensor_numel(a))
 		return false;
 	const struct mo_tensor *b = ge ? &c->tp->tensors[c->op->in[1]] : NULL;
@@ -1387,7 +1396,7 @@ static bool fold_expand_gather_elements(struct fold *c)
 static bool fold_range(struct fold *c)
 {
 	const struct mo_tensor *y = c->y;
-	if (!y->shape_known || y->rank != 1 || y->dims[0] > MAX_FOLD || !is_int(y->dtype))
+	if (!y->shape_known || y->rank != 1 || (size_t)y->dims[0] > c->max || !is_int(y->dtype))
 		return false;
 	for (int i = 0; i < 3; i++)
 		if (c->op->n_in != 3 || !c->tp->tensors[c->op->in[i]].ivals)
@@ -1405,7 +1414,7 @@ static bool fold_elementwise(struct fold *c)
 {
 	const struct mo_tensor *y = c->y;
 	const struct mo_tp_op *op = c->op;
-	if (!y->shape_known || mo_tensor_numel(y) > MAX_FOLD || !is_intlike(y->dtype) ||
+	if (!y->shape_known || mo_tensor_numel(y) > c->max || !is_intlike(y->dtype) ||
 	    op->n_in > 3)
 		return false;
 	for (int i = 0; i < op->n_in; i++) {
@@ -1447,7 +1456,7 @@ static bool fold_concat(struct fold *c)
 		return false;
 	for (int i = 0; i < c->op->n_in; i++) {
 		const struct mo_tensor *t = &c->tp->tensors[c->op->in[i]];
-		if (c->nv + t->n_vals > MAX_FOLD)
+		if (c->nv + t->n_vals > c->max)
 			return false;
 		memcpy(c->v + c->nv, t->ivals, t->n_vals * sizeof *c->v);
 		c->nv += t->n_vals;
@@ -1462,7 +1471,7 @@ static bool fold_gather(struct fold *c)
 		return false;
 	for (size_t i = 0; i < idx->n_vals; i++) {
 		int64_t k = idx->ivals[i] < 0 ? idx->ivals[i] + (int64_t)a->n_vals : idx->ivals[i];
-		if (k < 0 || k >= (int64_t)a->n_vals || c->nv >= MAX_FOLD)
+		if (k < 0 || k >= (int64_t)a->n_vals || c->nv >= c->max)
 			return false;
 		c->v[c->nv++] = a->ivals[k];
 	}
@@ -1586,7 +1595,7 @@ static bool fold_nonzero(struct fold *c)
 	size_t count = 0;
 	for (size_t e = 0; e < a->n_vals; e++)
 		count += a->ivals[e] != 0;
-	if (count * (size_t)a->rank > MAX_FOLD)
+	if (count * (size_t)a->rank > c->max)
 		return false;
 	size_t k = 0;
 	for (size_t e = 0; e < a->n_vals; e++) {
@@ -1699,9 +1708,17 @@ static const struct {
 	{ fold_arith_ops, fold_arith, true },
 };
 
-/* Folds the node when FOLDERS has its op and its operands allow: true when
+static int folder_row(const char *ty)
+{
+	int row = 0, rows = (int)(sizeof FOLDERS / sizeof FOLDERS[0]);
+	while (row < rows && !one_of(ty, FOLDERS[row].ops))
+		row++;
+	return row < rows ? row : -1;
+}
+
+/* Folds node ni when FOLDERS has its op and its operands allow: true when
  * its output's values were computed (the node then needs no TP op). */
-static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op *op)
+static bool fold(struct importer *im, int ni, const Onnx__NodeProto *n, struct mo_tp_op *op)
 {
 	struct mo_tp *tp = im->tp;
 	if (n->n_output != 1 || op->n_out != 1 || op->out[0] < 0 ||
@@ -1709,32 +1726,77 @@ static bool fold(struct importer *im, const Onnx__NodeProto *n, struct mo_tp_op 
 		return false;
 	if (op->n_in < 1 || op->in[0] < 0)
 		return false;
-	struct fold c = { .tp = tp, .n = n, .op = op, .ty = str(n->op_type),
-			  .y = &tp->tensors[op->out[0]], .a = &tp->tensors[op->in[0]] };
-	size_t row = 0, rows = sizeof FOLDERS / sizeof FOLDERS[0];
-	while (row < rows && !one_of(c.ty, FOLDERS[row].ops))
-		row++;
-	if (row == rows)
+	int row = folder_row(str(n->op_type));
+	if (row < 0)
 		return false;
+	struct fold c = { .tp = tp, .n = n, .op = op, .ty = str(n->op_type),
+			  .y = &tp->tensors[op->out[0]], .a = &tp->tensors[op->in[0]],
+			  .max = im->index_node && im->index_node[ni] ? MAX_FOLD_INDEX : MAX_FOLD };
 	if (FOLDERS[row].constant_operands) {
 		for (int i = 0; i < op->n_in; i++)
 			if (op->in[i] >= 0 && !tp->tensors[op->in[i]].ivals)
 				return false;
-		if (!c.y->shape_known || !is_int(c.y->dtype) || mo_tensor_numel(c.y) > MAX_FOLD)
+		if (!c.y->shape_known || !is_int(c.y->dtype) || mo_tensor_numel(c.y) > c.max)
 			return false;
 	}
-	if (!FOLDERS[row].fold(&c))
-		return false;
-	if (FOLDERS[row].constant_operands && c.nv != mo_tensor_numel(c.y))
-		return false;
+	c.v = mo_malloc(c.max * sizeof *c.v);
+	bool ok = c.v && FOLDERS[row].fold(&c) &&
+		  (!FOLDERS[row].constant_operands || c.nv == mo_tensor_numel(c.y));
 	struct mo_tensor *y = c.y;
-	y->ivals = mo_arena_array(&tp->arena, c.nv ? c.nv : 1, sizeof *y->ivals);
-	if (!y->ivals)
-		return false;
-	memcpy(y->ivals, c.v, c.nv * sizeof *c.v);
-	y->n_vals = c.nv;
-	y->kind = MO_T_CONST;
-	return true;
+	if (ok)
+		y->ivals = mo_arena_array(&tp->arena, c.nv ? c.nv : 1, sizeof *y->ivals);
+	ok = ok && y->ivals;
+	if (ok) {
+		memcpy(y->ivals, c.v, c.nv * sizeof *c.v);
+		y->n_vals = c.nv;
+		y->kind = MO_T_CONST;
+	}
+	mo_free(c.v);
+	return ok;
+}
+
+/* Marks in im->index_node the nodes whose results reach, through folding
+ * ops only, a NonZero or the indices of a GatherND: index tensors, which
+ * fix shapes downstream, folded larger than other values. Nodes are
+ * visited from last to first in topological order, so one pass reaches
+ * every ancestor. Returns false when out of memory. */
+static bool mark_index_nodes(struct importer *im, const int *order)
+{
+	const Onnx__GraphProto *g = im->g;
+	int n = (int)g->n_node;
+	struct mo_strmap producer = { 0 };
+	im->index_node = mo_calloc((size_t)n + 1, sizeof *im->index_node);
+	bool ok = im->index_node != NULL;
+	for (int i = 0; ok && i < n; i++)
+		for (size_t k = 0; ok && k < g->node[i]->n_output; k++) {
+			int had;
+			if (*str(g->node[i]->output[k]))
+				ok = mo_strmap_put(&producer, g->node[i]->output[k], i, &had) != 0;
+		}
+	for (int q = n - 1; ok && q >= 0; q--) {
+		int i = order[q];
+		const Onnx__NodeProto *nd = g->node[i];
+		const char *ty = str(nd->op_type);
+		bool nonzero = strcmp(ty, "NonZero") == 0, gnd = strcmp(ty, "GatherND") == 0;
+		if (*str(nd->domain) && strcmp(nd->domain, "ai.onnx") != 0)
+			continue;
+		im->index_node[i] |= nonzero;
+		if (!im->index_node[i] && !gnd)
+			continue;
+		/* not folded, or a Shape or Size (what it reads is not an
+		 * index: only its shape is) */
+		if (!gnd && (folder_row(ty) < 0 || strcmp(ty, "Shape") == 0 ||
+			     strcmp(ty, "Size") == 0))
+			continue;
+		for (size_t k = gnd ? 1 : 0; k < (gnd ? 2 : nd->n_input) && k < nd->n_input; k++) {
+			const int *p = *str(nd->input[k]) ? mo_strmap_get(&producer, nd->input[k])
+							   : NULL;
+			if (p)
+				im->index_node[*p] = true;
+		}
+	}
+	mo_strmap_free(&producer);
+	return ok;
 }
 
 /* ---- float constants ----
@@ -2788,7 +2850,7 @@ static enum mo_status import_node(struct importer *im, int ni)
 	}
 	if (!off_schema && !unbound)
 		drop_empty_operands(im, &op);
-	if (!off_schema && (fold(im, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op) ||
+	if (!off_schema && (fold(im, ni, n, &op) || fold_float(im, n, &op) || fold_alias(im, n, &op) ||
 			    (!unbound && fold_empty(im, n, &op)))) {
 		tp->node_op[ni] = -1;
 		return MO_OK;
@@ -3103,11 +3165,14 @@ enum mo_status mo_tp_import(const struct mo_model *m,
 		st = import_graph_io(&im);
 	if (!st)
 		st = topo_order(&im, order);
+	if (!st && !mark_index_nodes(&im, order))
+		st = mo_diag_nomem(d);
 	for (int i = 0; !st && i < tp->n_nodes; i++)
 		st = import_node(&im, order[i]);
 	if (!st)
 		st = record_consumers(&im);
 	mo_free(order);
+	mo_free(im.index_node);
 	mo_strmap_free(&im.names);
 	mo_strmap_free(&im.vinfo);
 	mo_symtab_free(&im.syms);

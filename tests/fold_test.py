@@ -270,6 +270,65 @@ class Folding(unittest.TestCase):
         self.assertEqual(tensors["Y"]["shape"], list(want.shape))
         self.assert_in_regions({"proj", "square"}, dims=False)
 
+    def test_repeat_interleave_at_head_dim_128_folds_past_the_small_limit(self):
+        """The same chain as Helium and Cohere export it for a rotary table
+        of head dim 128 (the repeats a ConstantOfShape of half the table's
+        width, from its Shape): Less makes 128 booleans and NonZero 256
+        indices, more than the 64 values other integer tensors fold to.
+        Tensors that reach a NonZero or a GatherND's indices fold up to
+        4096 values: before, NonZero stayed unfolded, GatherND's shape
+        unknown, and at head dim 80 or 128 Helium and Cohere fused 0% of
+        their MatMul FLOPs."""
+        half, seq = 64, 5
+        n = h.make_node
+        m = mo_testlib.model(
+            [n("Shape", ["X"], ["xs"]),
+             n("Gather", ["xs", "one"], ["width"], axis=0),
+             n("Unsqueeze", ["width", "axes0"], ["width1"]),
+             n("ConstantOfShape", ["width1"], ["reps"],
+               value=h.make_tensor("v", I64, [1], [2])),
+             n("ReduceMax", ["reps"], ["most"], keepdims=0),
+             n("Range", ["zero", "most", "one"], ["ar"]),
+             n("Unsqueeze", ["reps", "axes1"], ["reps_col"]),
+             n("Less", ["ar", "reps_col"], ["take"]),
+             n("NonZero", ["take"], ["nz"]),
+             n("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             n("Transpose", ["X"], ["xt"], perm=[1, 0]),
+             n("Unsqueeze", ["xt", "axes1"], ["x1"]),
+             n("Expand", ["x1", "wide"], ["xe"]),
+             n("GatherND", ["xe", "idx"], ["rep"]),
+             n("Transpose", ["rep"], ["table"], perm=[1, 0]),
+             n("MatMul", ["table", "W"], ["Y0"], name="proj"),
+             n("Mul", ["Y0", "Y0"], ["Y"], name="square")],
+            [vi("X", [seq, half])], [vi("Y", [seq, 4])],
+            [const("zero", 0, np.int64), const("one", 1, np.int64),
+             const("axes0", [0], np.int64), const("axes1", [1], np.int64),
+             const("wide", [half, 2, seq], np.int64),
+             mo_testlib.rng_weight("W", [2 * half, 4], 1)], opset=17)
+        onnx.save(m, self.path)
+        tensors = {t["name"]: t for t in
+                   json.loads(self.run_cli("--dump-tp", dims=False))["tensors"]}
+        take = np.ones((half, 2), bool)
+        self.assertEqual(tensors["take"]["values"], [1] * (2 * half))
+        self.assertEqual(tensors["nz"]["shape"], [2, 2 * half])
+        self.assertEqual(tensors["nz"]["values"], np.stack(np.nonzero(take)).reshape(-1).tolist())
+        self.assertEqual(tensors["idx"]["shape"], [2 * half, 2])
+        self.assertEqual(tensors["rep"]["shape"], [2 * half, seq])
+        self.assertEqual(tensors["Y"]["shape"], [seq, 4])
+        self.assert_in_regions({"proj", "square"}, dims=False)
+        # and the fused model computes the interleaved table as ONNX does
+        out = os.path.join(self.dir, "fused.onnx")
+        r = subprocess.run([CLI, self.path, "-o", out, "--no-cuda", "--budget", "2", "-q",
+                            "--cpu-kernels"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        fused = onnx.load(out)
+        self.assertTrue(any(nd.domain.startswith("mirage_onnx") for nd in fused.graph.node),
+                        [nd.op_type for nd in fused.graph.node])
+        x = np.random.default_rng(0).standard_normal((seq, half)).astype(np.float32)
+        want = ReferenceEvaluator(m).run(None, {"X": x})[0]
+        got = mo_testlib.run_fused(out, {"X": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
     def test_scatters_and_tile_give_their_output_shape(self):
         """ScatterND, ScatterElements and Tile are outside the op table;
         a scatter's output has its data's shape (OPT's causal mask is a

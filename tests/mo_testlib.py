@@ -34,6 +34,21 @@ def rng_weight(name, shape, seed):
                          name)
 
 
+def run_fused(path, feeds):
+    """The outputs of fused model `path` in ONNX Runtime on the CPU, its
+    plugin (named in its metadata) registered when it has one."""
+    import onnxruntime as ort
+
+    m = onnx.load(path, load_external_data=False)
+    plugin = {p.key: p.value for p in m.metadata_props}.get("mirage.plugin")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    if plugin:
+        so.register_custom_ops_library(os.path.join(os.path.dirname(path), plugin))
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def unittest_main(module_globals, paths=("cli",), verbosity=1):
     """Runs the calling module's tests. Each name in paths is a required
     option (--cli, --model, ...) whose absolute path is set as the module's
