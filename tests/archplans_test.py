@@ -18,6 +18,9 @@ check must have run every variant.
   dim 128) with --cuda-arch 80,86,89,90: the best μGraph for sm_90 has a
   kernel of 229 408 B, which fits no smaller GPU; a second μGraph must serve
   them.
+- Gemma 3's norms and gated MLP (hidden 112) with --cuda-arch 86,90: sm_86's
+  μGraph needs 6 kernels, more than --max-kernel-ops' 5; a smaller GPU's
+  search may take twice as many.
 """
 import argparse
 import glob
@@ -29,8 +32,9 @@ import sys
 import tempfile
 import unittest
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 CLI = None
 BUILDER = None
@@ -49,6 +53,54 @@ def decode_attention(path, heads=16, q_len=8, kv_len=2048, d=128):
                            helper.make_tensor_value_info("V", F, [heads, kv_len, d])],
                           [helper.make_tensor_value_info("O", F, [heads, q_len, d])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+
+
+def gemma3_feed_forward(path, hidden=112, inter=200, rows=16):
+    """Gemma 3's post-attention norm, residual, pre-feed-forward norm,
+    gated MLP (gelu, tanh approximation) and the start of its
+    post-feed-forward norm, as torch's dynamo exporter writes them (fp32,
+    hidden 112, intermediate 200): one region of 27 ops."""
+    F = TensorProto.FLOAT
+    rng = np.random.default_rng(3)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32),
+                                       name)
+
+    def c(name, v, dt=np.float32):
+        return numpy_helper.from_array(np.array(v, dt), name)
+
+    n = helper.make_node
+    nodes = [
+        n("Add", ["mean_a", "eps"], ["var_a"]), n("Sqrt", ["var_a"], ["sd_a"]),
+        n("Reciprocal", ["sd_a"], ["rs_a"]), n("Mul", ["attn", "rs_a"], ["na"]),
+        n("Mul", ["na", "norm_w"], ["na_w"]), n("Add", ["resid", "na_w"], ["h"]),
+        n("Pow", ["h", "two"], ["h2"]), n("ReduceMean", ["h2", "last"], ["mean_h"], keepdims=1),
+        n("Add", ["mean_h", "eps"], ["var_h"]), n("Sqrt", ["var_h"], ["sd_h"]),
+        n("Reciprocal", ["sd_h"], ["rs_h"]), n("Mul", ["h", "rs_h"], ["nh"]),
+        n("Mul", ["nh", "norm_w"], ["x"]), n("MatMul", ["x", "w_gate"], ["g"]),
+        n("Pow", ["g", "three"], ["g3"]), n("Mul", ["c0", "g3"], ["g3c"]),
+        n("Add", ["g", "g3c"], ["gi"]), n("Mul", ["c1", "gi"], ["gk"]),
+        n("Tanh", ["gk"], ["t"]), n("Add", ["t", "one"], ["t1"]),
+        n("Mul", ["half", "t1"], ["th"]), n("Mul", ["g", "th"], ["gelu"]),
+        n("MatMul", ["x", "w_up"], ["u"]), n("Mul", ["gelu", "u"], ["m"]),
+        n("MatMul", ["m", "w_down"], ["d"]),
+        n("Pow", ["d", "two"], ["d2"]), n("ReduceMean", ["d2", "last"], ["mean_d"], keepdims=1)]
+    g = helper.make_graph(
+        nodes, "gemma3_feed_forward",
+        [helper.make_tensor_value_info("mean_a", F, [1, rows, 1]),
+         helper.make_tensor_value_info("attn", F, [1, rows, hidden]),
+         helper.make_tensor_value_info("resid", F, [1, rows, hidden])],
+        [helper.make_tensor_value_info("h", F, [1, rows, hidden]),
+         helper.make_tensor_value_info("d", F, [1, rows, hidden]),
+         helper.make_tensor_value_info("mean_d", F, [1, rows, 1])],
+        [c("eps", 1e-6), c("two", 2.0), c("three", 3.0), c("one", 1.0), c("half", 0.5),
+         c("c0", 0.044715), c("c1", 0.7978846), c("last", [-1], np.int64),
+         numpy_helper.from_array((1 + rng.standard_normal(hidden) * 0.1).astype(np.float32),
+                                 "norm_w"),
+         w("w_gate", hidden, inter), w("w_up", hidden, inter), w("w_down", inter, hidden)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8),
               path)
 
 
@@ -119,7 +171,7 @@ def launches(src, run, avail):
 
 
 class ArchPlans(unittest.TestCase):
-    def fuse(self, model, archs, tmp):
+    def fuse(self, model, archs, tmp, must_fuse=False):
         out = os.path.join(tmp, "out.onnx")
         src = os.path.join(tmp, "src")
         env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"))
@@ -128,6 +180,9 @@ class ArchPlans(unittest.TestCase):
             cmd += ["--cuda-arch", archs]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
+        if must_fuse:
+            self.assertTrue(os.path.exists(os.path.join(src, "mo_ops.c")),
+                            "nothing fused: " + r.stderr[-2000:])
         if not os.path.exists(os.path.join(src, "mo_ops.c")):
             # the decode shape, since before 7421bbd: the cost model finds no
             # μGraph faster than its unfused ops (14.4 against 13.7 µs)
@@ -195,6 +250,28 @@ class ArchPlans(unittest.TestCase):
                 for v in r["variants"][1:]:
                     self.assertGreater(v["verification"]["trials"], 0)
                     self.assertIn("steps", json.dumps(v["mugraph"]))
+
+    def test_a_smaller_gpus_variant_may_take_more_kernels(self):
+        """Gemma 3's norms and gated MLP at hidden 112: the H100's μGraph
+        (5 kernels, --max-kernel-ops' default) has a kernel of about 220 KB,
+        more than sm_86's 101 376 B, and no cover within 5 kernels fits
+        there; the search for sm_86 may take twice as many, and finds one
+        of 6 kernels (about 40 KB). Before, it was held to 5, found none,
+        and the region stayed unfused on every GPU ("a kernel needs 225568
+        bytes of shared memory per block, over the 101376 of sm_86")."""
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "gemma3_ff.onnx")
+            gemma3_feed_forward(model)
+            cus, manifest = self.fuse(model, "86,90", tmp, must_fuse=True)
+            fused = self.check(cus, manifest, [86, 90])
+            self.assertEqual(len(fused), 1, [r["region"] for r in fused])
+            r = fused[0]
+            self.assertLessEqual(r["kernels"], 5)
+            small = [v for v in r["variants"] if v["serves"] == ["sm_86"]]
+            self.assertEqual(len(small), 1, r["variants"])
+            self.assertGreater(small[0]["kernels"], 5)
+            self.assertLessEqual(small[0]["kernels"], 10)
+            self.assertGreater(small[0]["verification"]["trials"], 0)
 
 
 if __name__ == "__main__":
