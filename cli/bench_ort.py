@@ -488,9 +488,10 @@ def generate(s0, s1, feeds, steps, paths, np, pad=0, bucket_line=None):
             caches[k] = {n.replace("present", "past_key_values", 1): r[n] for n in present}
             got.append(r[logits])
         pos += tokens[0].shape[1]
-        a64, b64 = (np.asarray(x, np.float64) for x in got)
-        if a64.shape == b64.shape and a64.size:
-            worst = max(worst, float(np.max(np.abs(a64 - b64))) / max(float(np.max(np.abs(a64))), 1e-30))
+        if np.shape(got[0]) == np.shape(got[1]):
+            worst = max(worst, compare(got[0], got[1], np)[1])
+        else:
+            worst = float("inf")
         nxt = [x[:, -1].argmax(-1)[:, None].astype(ids.dtype) for x in got]
         if differ is None and not np.array_equal(nxt[0], nxt[1]):
             differ = step
@@ -509,6 +510,26 @@ def generate(s0, s1, feeds, steps, paths, np, pad=0, bucket_line=None):
         print(line)
     if differ is not None:
         raise Failure(f"the generated tokens differ from step {differ}")
+    if worst == float("inf"):
+        raise Failure("the logits differ in shape, or in NaN or infinite values, at some step")
+
+
+def compare(x, y, np):
+    """(largest |x - y|, that over the largest |x|, non-finite values the
+    same in both) of two outputs of one shape. A NaN or an infinity in one
+    where the other has not the same is an error of inf: max() would drop a
+    NaN, and a fused model that gives NaN must not pass."""
+    x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if not x64.size:
+        return 0.0, 0.0, 0
+    fx, fy = np.isfinite(x64), np.isfinite(y64)
+    same = (np.isnan(x64) & np.isnan(y64)) | (~fx & (x64 == y64))
+    if np.any((~fx | ~fy) & ~same):
+        return float("inf"), float("inf"), 0
+    both = fx & fy
+    err = float(np.max(np.abs(x64[both] - y64[both]))) if np.any(both) else 0.0
+    big = float(np.max(np.abs(x64[both]))) if np.any(both) else 0.0
+    return err, (err / big if big else err), int(np.count_nonzero(~fx))
 
 
 def main():
@@ -679,12 +700,10 @@ def main():
         if np.shape(x) != np.shape(y):
             raise Failure(f"output {n} has shape {list(np.shape(x))} from {a.model} but "
                           f"{list(np.shape(y))} from {a.fused}")
-        x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
-        err = float(np.max(np.abs(x64 - y64))) if x64.size else 0.0
-        big = float(np.max(np.abs(x64))) if x64.size else 0.0
-        rel = err / big if big else err
+        err, rel, odd = compare(x, y, np)
         worst = max(worst, rel)
-        print(f"{n[:24]:24} {str(list(np.shape(x)))[:18]:18} {err:14.3g} {rel:15.3g}")
+        print(f"{n[:24]:24} {str(list(np.shape(x)))[:18]:18} {err:14.3g} {rel:15.3g}"
+              + (f"   ({odd} NaN or infinite in both, in the same places)" if odd else ""))
 
     # side by side: alternate the two so drift in the machine hits both
     for _ in range(a.warmup):
@@ -712,6 +731,8 @@ def main():
         generate(s0, s1, feeds, a.generate, (a.model, a.fused), np, a.left_pad,
                  (lambda feed: decode_buckets(a.fused, plugin, feed, session, onnx))
                  if a.provider == "cpu" else None)
+    if a.tolerance is not None and worst == float("inf"):
+        raise Failure("an output is NaN or infinite where the other model's is not")
     if a.tolerance is not None and not worst <= a.tolerance:
         raise Failure(f"the largest error {worst:.3g} is over the tolerance {a.tolerance:g}")
 

@@ -201,6 +201,28 @@ class HostileArgs(unittest.TestCase):
         r = self.run_cli("show", self.model)
         self.assert_one_line(r, 1, "not a model mirage-onnx fused", prefix="mirage-onnx show")
 
+    def test_bench_fails_an_output_nan_where_the_original_is_not(self):
+        """An error of NaN is no error to max(): bench passed a model whose
+        output was all NaN against a finite original (exit 0, "largest
+        error: 0"). A NaN or infinity in one output where the other has not
+        the same fails --tolerance; the same ones in both are no error."""
+        nan = self.path("nan.onnx")
+        n = helper.make_node  # Y = X + 0/0 with the original's names and shape
+        g = helper.make_graph([n("Sub", ["X", "X"], ["z"]), n("Div", ["z", "z"], ["q"]),
+                               n("Add", ["X", "q"], ["Y"])], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 8])])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                                    ir_version=8), nan)
+        flags = ["--runs", "1", "--warmup", "0", "--tolerance", "1e-3"]
+        for a, b in ((self.model, nan), (nan, self.model)):
+            with self.subTest(a=a, b=b):
+                r = self.run_cli("bench", a, b, *flags)
+                self.assert_one_line(r, 1, "NaN or infinite", prefix="mirage-onnx bench")
+        r = self.run_cli("bench", nan, nan, *flags)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("32 NaN or infinite in both", r.stdout)
+
     def test_bench_still_runs_with_good_flags(self):
         r = self.run_cli("bench", self.model, self.model, "--runs=2", "--warmup", "0",
                          "--seed", "4294967295", "--threads", "1", "--tolerance", "0")

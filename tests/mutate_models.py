@@ -583,7 +583,8 @@ def _check_mutant(cli, workdir, mid, data, timeout, outcome):
         if a.dtype.kind == "f":
             tol = 2e-2 if a.dtype == np.float16 else 1e-3
             af, bf = a.astype(np.float64), b.astype(np.float64)
-            same_nan = np.isnan(af) == np.isnan(bf)
+            same_nan = (np.isnan(af) == np.isnan(bf)) & (np.isinf(af) == np.isinf(bf)) & \
+                (~np.isinf(af) | (af == bf))  # NaN and infinities where ORT has them
             finite = np.isfinite(af) & np.isfinite(bf)
             err = np.abs(af - bf)[finite]
             bound = tol * (1 + np.abs(af[finite]))
