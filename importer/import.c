@@ -1740,7 +1740,11 @@ static bool fold(struct importer *im, int ni, const Onnx__NodeProto *n, struct m
 			return false;
 	}
 	c.v = mo_malloc(c.max * sizeof *c.v);
-	bool ok = c.v && FOLDERS[row].fold(&c) &&
+	if (!c.v) {
+		tp->arena.failed = 1; /* the import then ends out of memory */
+		return false;
+	}
+	bool ok = FOLDERS[row].fold(&c) &&
 		  (!FOLDERS[row].constant_operands || c.nv == mo_tensor_numel(c.y));
 	struct mo_tensor *y = c.y;
 	if (ok)
