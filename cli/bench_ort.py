@@ -324,7 +324,8 @@ def which_ran(path, plugin, feeds, session, onnx):
     else:
         print(f"fused ops ran as their original ops (local functions): the plugin's CPU "
               f"kernels ran for {kernels} of {len(fused)} (they run only when asked: "
-              "MIRAGE_ONNX_CPU_KERNELS=1, or fuse with --cpu-kernels)")
+              "MIRAGE_ONNX_CPU_KERNELS=1, or fuse with --cpu-kernels; or for an op the "
+              "model has no function for)")
 
 
 def node_names(graph):

@@ -1743,6 +1743,8 @@ static enum mo_status functions(struct ex *x, struct lists *l)
 			return st;
 		if (fn)
 			l->functions[l->n_functions++] = fn;
+		else if (x->o->no_function)
+			x->o->no_function(x->o->no_function_ctx, ops[k]->op_type);
 	}
 	/* model-local functions need IR version 8 */
 	if (l->n_functions > before && (!l->has_ir_version || l->ir_version < 8)) {

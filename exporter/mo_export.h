@@ -120,6 +120,13 @@ struct mo_export_options {
 	 * those nodes read goes too */
 	const struct mo_fused_const *folded;
 	size_t n_folded;
+	/* when set, called with each fused op type for which the written model
+	 * holds no function body (one its nodes need a value the op does not
+	 * take as an input for, such as the Shape of the KV cache a padded
+	 * attention's repeat_kv reshapes by): a runtime without the plugin's
+	 * kernel for it cannot run the model */
+	void (*no_function)(void *ctx, const char *op_type);
+	void *no_function_ctx;
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

@@ -447,7 +447,8 @@ static enum mo_status build_round(struct mo_fuse_state *f, bool *again, bool *bu
 					      .out_rows = rs[ri].out_rows,
 					      .out_row_from = rs[ri].out_row_from, .n_sizes = rs[ri].n_sizes,
 					      .size_mg = rs[ri].size_mg, .size_rows = rs[ri].size_rows,
-					      .size_us = rs[ri].size_us, .us = rs[ri].r.cost_best.us };
+					      .size_us = rs[ri].size_us, .us = rs[ri].r.cost_best.us,
+					      .cpu_always = rs[ri].no_function };
 		cg_pad_fields(&ops[n - 1], &rs[ri]);
 		/* a test's (MIRAGE_ONNX_TEST_FAIL=<region>:cut-short): its
 		 * launches cut one tile short at one tile and one more, a size

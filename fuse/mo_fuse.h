@@ -62,6 +62,9 @@ struct mo_fuse_region {
 			      * failure decided its outcome */
 	int same_as;         /* 1 + the identical unit whose search it reused */
 	bool fused;          /* so far; in the report: in the model written */
+	bool no_function;    /* the model holds no function body for its op
+			      * (mo_export_options.no_function): the plugin
+			      * registers its CPU kernel in every CPU session */
 	char op_type[40];
 	char why[400];       /* why not fused */
 	struct mo_plugin_check check;

@@ -195,8 +195,9 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 			fprintf(f, ", \"identical_to\": \"%s\"",
 				fuse_label(rs, s->same_as - 1, lb, sizeof lb));
 		if (s->fused) {
-			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s, \"tensorrt\": %s", s->op_type,
-				s->cuda ? "true" : "false", s->tensorrt ? "true" : "false");
+			fprintf(f, ", \"op_type\": \"%s\", \"cuda\": %s, \"tensorrt\": %s, "
+				"\"function\": %s", s->op_type, s->cuda ? "true" : "false",
+				s->tensorrt ? "true" : "false", s->no_function ? "false" : "true");
 		} else {
 			fputs(", \"why\": ", f);
 			mo_json_string(f, s->why);
@@ -671,6 +672,20 @@ void fuse_fused_node_free(struct mo_fused_node *f)
  * would not export with it (a tensor it makes still read elsewhere, a
  * cycle with the units kept before it). The units kept export together,
  * so one region's misfit never costs the others their fusion. */
+/* mo_export_options.no_function for fuse_keep_exportable: every unit of
+ * that op type is marked. */
+struct unit_list {
+	struct mo_fuse_region *rs;
+	int nu;
+};
+static void mark_no_function(void *ctx, const char *op_type)
+{
+	struct unit_list *ul = ctx;
+	for (int u = 0; u < ul->nu; u++)
+		if (!strcmp(ul->rs[u].op_type, op_type))
+			ul->rs[u].no_function = true;
+}
+
 enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_options *a,
 				    const struct mo_tp *tp, struct mo_fuse_region *rs, int nu)
 {
@@ -772,6 +787,21 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 		char lb[32];
 		fuse_warn(a, "region %s stays unfused: %s",
 			  fuse_label(rs, u, lb, sizeof lb), s->why);
+	}
+	/* the ops the model will hold no function body for: their CPU kernels
+	 * are registered in every CPU session (mo_cg_op.cpu_always) */
+	if (nf > 0) {
+		struct unit_list ul = { rs, nu };
+		struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX, .folded = folded,
+						.n_folded = n_folded, .no_function = mark_no_function,
+						.no_function_ctx = &ul };
+		struct mo_diag xd;
+		mo_diag_init(&xd);
+		for (int u = 0; u < nu; u++)
+			rs[u].no_function = false;
+		mo_export(m, fn, nf, &eo, NULL, &xd);
+		if (xd.status == MO_ERR_NOMEM)
+			st = MO_ERR_NOMEM;
 	}
 out:
 	for (int k = 0; fn && k < nf; k++)

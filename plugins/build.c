@@ -540,8 +540,11 @@ void mo_plugin_build_id(const struct mo_cg_op *ops, int n, const struct mo_plugi
 	h = fnv(h, o->cuda ? (o->archs ? o->archs : "80,90") : "cpu");
 	if (o->cpu_kernels)
 		h = fnv(h, "cpu-kernels");
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		h = fnv(h, ops[i].name);
+		if (ops[i].cpu_always)
+			h = fnv(h, "cpu-always");
+	}
 	snprintf(id, MO_PLUGIN_BUILD_ID_LEN + 1, "%016" PRIx64, h);
 }
 

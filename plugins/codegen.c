@@ -2556,6 +2556,8 @@ void mo_cg_emit_table(const struct mo_cg_op *ops, const char *const *idents, con
 			fprintf(out, ", 0, NULL, NULL, NULL, NULL, NULL, %d, %s_eb, %s_el, %s_en, %s_ie, %s_oe, "
 				"%s_pad, %s%s", ops[k].n_ext, id, id, id, id, id, id, has_cuda[k] ? id : "NULL",
 				has_cuda[k] ? "_cuda_pad" : "");
+		if (ops[k].cpu_always)
+			fprintf(out, ", .cpu_always = 1");
 		fprintf(out, " };\n\n");
 	}
 	fprintf(out, "const struct mo_plugin_op *const mo_plugin_ops[] = {\n");

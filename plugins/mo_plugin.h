@@ -75,6 +75,9 @@ struct mo_cg_op {
 	 * the two it needs; sizes elsewhere are right, for
 	 * mo_plugin_check_limits to catch */
 	bool cut_short;
+	/* the fused model has no function body for the op: its CPU kernel is
+	 * registered whatever MIRAGE_ONNX_CPU_KERNELS says (mo_plugin_abi.h) */
+	bool cpu_always;
 };
 #define MO_CG_MAX_SIZES 4
 

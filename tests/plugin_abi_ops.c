@@ -19,7 +19,7 @@
 #define BF16 16
 /* the fields of an op with static shapes after its kernels */
 #define STATIC_OP 0, NULL, NULL, NULL, NULL, NULL, NO_EXT
-#define NO_EXT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+#define NO_EXT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0
 
 /* Stands in for the CUDA kernel of a library built with CUDA; in a CPU-only
  * onnxruntime it is registered but must never run. */
@@ -293,7 +293,7 @@ static int pad_cpu(const void *const *in, void *const *out, char *err, size_t er
 static const struct mo_plugin_op pad = {
 	"MoTestPad", 2, 1, pad_in, pad_out, pad_cpu, NULL,
 	0, NULL, NULL, NULL, NULL, NULL,
-	3, pad_bucket, pad_loop, pad_name, pad_in_ext, pad_out_ext, pad_run, NULL,
+	3, pad_bucket, pad_loop, pad_name, pad_in_ext, pad_out_ext, pad_run, NULL, 0,
 };
 
 const struct mo_plugin_op *const mo_plugin_ops[] = {

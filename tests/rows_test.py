@@ -1210,6 +1210,43 @@ class Rows(unittest.TestCase):
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
             self.assertIn(said, r.stderr)
+        # the padded attention ops hold no function body (their repeat_kv
+        # reshapes by a Shape of the KV cache, which they do not take): the
+        # manifest says so, and their CPU kernels are registered even with
+        # MIRAGE_ONNX_CPU_KERNELS=0, which runs every other op's function
+        # body; before, a CPU session could not load the model ("is not a
+        # registered function/op") unless all CPU kernels were asked for
+        bare = {g["op_type"] for g in regions if g["fused"] and g["function"] is False}
+        self.assertTrue(bare and bare <= set.union(*level.values()), (bare, level))
+        have = {n.name for n in onnx.load(out).functions}
+        self.assertFalse(bare & have, bare & have)
+        saved = os.environ.get("MIRAGE_ONNX_CPU_KERNELS")
+        os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "0"
+        try:
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            so.register_custom_ops_library(plugin)
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(self.dir, "llama_past_functions")
+            sess = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"])
+        finally:
+            if saved is None:
+                del os.environ["MIRAGE_ONNX_CPU_KERNELS"]
+            else:
+                os.environ["MIRAGE_ONNX_CPU_KERNELS"] = saved
+        feed = {"input_ids": np.ones((2, 1), np.int64),
+                "attention_mask": np.ones((2, 10), np.int64),
+                "position_ids": np.full((2, 1), 9, np.int64),
+                **{i.name: rng.standard_normal((2, heads, 9, hd)).astype(np.float32) for i in kv}}
+        got = sess.run(None, feed)
+        with open(sess.end_profiling()) as f:
+            seen = {e.get("args", {}).get("op_name") for e in json.load(f)
+                    if e.get("cat") == "Node"}
+        mirage = {g["op_type"] for g in regions if g["fused"]}
+        self.assertEqual(seen & mirage, seen & bare, seen & mirage)
+        self.assertTrue(seen & bare, (seen, bare))
+        for k, want in enumerate(orig.run(None, feed)):
+            close(want, got[k], f"output {k}, MIRAGE_ONNX_CPU_KERNELS=0", self)
         # a --dim naming no symbol of the model is an error, not ignored
         r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--dim", "seq_len=5"],
                            capture_output=True, text=True, timeout=600,

@@ -704,7 +704,8 @@ MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const Ort
 /* Whether this registration adds the CPU kernels: MIRAGE_ONNX_CPU_KERNELS
  * set and not "0" says yes, "0" says no; unset, the plugin's default
  * (MO_ORT_CPU_KERNELS, 1 when fused with --cpu-kernels). Read at each
- * registration, so one process can hold sessions of both kinds. */
+ * registration, so one process can hold sessions of both kinds. An op
+ * without a function body in the model (cpu_always) is added either way. */
 #ifndef MO_ORT_CPU_KERNELS
 #define MO_ORT_CPU_KERNELS 0
 #endif
@@ -761,7 +762,7 @@ MO_ORT_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const Ort
 		return st;
 	int cpu = mo_ort_cpu_wanted();
 	for (int i = 0; !st && i < t->n; i++)
-		if (t->ops[i].cuda || cpu)
+		if (t->ops[i].cuda || cpu || t->ops[i].op->cpu_always)
 			st = mo_ort_custom_op_domain_add(api, domain, &t->ops[i].ort);
 	if (!st)
 		st = mo_ort_add_custom_op_domain(api, options, domain);

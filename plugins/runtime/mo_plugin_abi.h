@@ -85,6 +85,11 @@ struct mo_plugin_op {
 	const int *in_ext, *out_ext;
 	mo_plugin_cpu_pad_fn cpu_pad;
 	mo_plugin_cuda_pad_fn cuda_pad; /* NULL without CUDA */
+	/* 1: the fused model holds no function body for the op (its region
+	 * reads a shape of a tensor the op does not take): the glue registers
+	 * its CPU kernel whatever MIRAGE_ONNX_CPU_KERNELS says, else a CPU
+	 * session could not run the model at all */
+	int cpu_always;
 };
 #define MO_PLUGIN_ROW_FROM (1 + MO_PLUGIN_MAX_RANK)
 #define MO_PLUGIN_MAX_EXT 8
