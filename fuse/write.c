@@ -667,11 +667,6 @@ void fuse_fused_node_free(struct mo_fused_node *f)
 	mo_free((void *)f->guards);
 	mo_free((void *)f->out_dtypes);
 }
-/* Leaves unfused, with the reason, every found unit whose μGraph does not
- * fit the model: its interface differs from the region's, or the model
- * would not export with it (a tensor it makes still read elsewhere, a
- * cycle with the units kept before it). The units kept export together,
- * so one region's misfit never costs the others their fusion. */
 /* mo_export_options.no_function for fuse_keep_exportable: every unit of
  * that op type is marked. */
 struct unit_list {
@@ -686,6 +681,13 @@ static void mark_no_function(void *ctx, const char *op_type)
 			ul->rs[u].no_function = true;
 }
 
+/* Leaves unfused, with the reason, every found unit whose μGraph does not
+ * fit the model: its interface differs from the region's, or the model
+ * would not export with it (a tensor it makes still read elsewhere, a
+ * cycle with the units kept before it). The units kept export together,
+ * so one region's misfit never costs the others their fusion. Each check
+ * marks the units whose op the model will hold no function body for
+ * (mo_fuse_region.no_function; a kept unit's own check marks it). */
 enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_options *a,
 				    const struct mo_tp *tp, struct mo_fuse_region *rs, int nu)
 {
@@ -700,6 +702,9 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 	int *kept = mo_calloc((size_t)nu + 1, sizeof *kept); /* per fn[k]: its unit */
 	enum mo_status st = MO_OK;
 	int nf = 0;
+	struct unit_list ul = { rs, nu };
+	for (int u = 0; u < nu; u++)
+		rs[u].no_function = false;
 	if (!fn || !names || !skipped || !next || !kept) {
 		st = MO_ERR_NOMEM;
 		goto out;
@@ -761,9 +766,13 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 			st = MO_ERR_NOMEM;
 			goto out;
 		} else {
-			/* a check only: the build, and so the domain, come later */
+			/* a check only: the build, and so the domain, come later;
+			 * it says which op types the model will hold no function
+			 * body for (mo_cg_op.cpu_always) */
 			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX,
-							.folded = folded, .n_folded = n_folded };
+							.folded = folded, .n_folded = n_folded,
+							.no_function = mark_no_function,
+							.no_function_ctx = &ul };
 			struct mo_diag xd;
 			mo_diag_init(&xd);
 			if (fuse_injected_failure(rs, u, "export"))
@@ -787,21 +796,6 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 		char lb[32];
 		fuse_warn(a, "region %s stays unfused: %s",
 			  fuse_label(rs, u, lb, sizeof lb), s->why);
-	}
-	/* the ops the model will hold no function body for: their CPU kernels
-	 * are registered in every CPU session (mo_cg_op.cpu_always) */
-	if (nf > 0) {
-		struct unit_list ul = { rs, nu };
-		struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX, .folded = folded,
-						.n_folded = n_folded, .no_function = mark_no_function,
-						.no_function_ctx = &ul };
-		struct mo_diag xd;
-		mo_diag_init(&xd);
-		for (int u = 0; u < nu; u++)
-			rs[u].no_function = false;
-		mo_export(m, fn, nf, &eo, NULL, &xd);
-		if (xd.status == MO_ERR_NOMEM)
-			st = MO_ERR_NOMEM;
 	}
 out:
 	for (int k = 0; fn && k < nf; k++)

@@ -1708,6 +1708,21 @@ static const struct {
 	{ fold_arith_ops, fold_arith, true },
 };
 
+/* m: each named output of g's nodes -> the node's index. False when out
+ * of memory. */
+static bool producer_map(const Onnx__GraphProto *g, struct mo_strmap *m)
+{
+	for (size_t i = 0; i < g->n_node; i++)
+		for (size_t k = 0; k < g->node[i]->n_output; k++) {
+			int had;
+			if (*str(g->node[i]->output[k]) &&
+			    !mo_strmap_put(m, g->node[i]->output[k], (int)i, &had))
+				return false;
+		}
+	return true;
+}
+
+/* The row of FOLDERS holding op type ty, or -1. */
 static int folder_row(const char *ty)
 {
 	int row = 0, rows = (int)(sizeof FOLDERS / sizeof FOLDERS[0]);
@@ -1770,13 +1785,7 @@ static bool mark_index_nodes(struct importer *im, const int *order)
 	int n = (int)g->n_node;
 	struct mo_strmap producer = { 0 };
 	im->index_node = mo_calloc((size_t)n + 1, sizeof *im->index_node);
-	bool ok = im->index_node != NULL;
-	for (int i = 0; ok && i < n; i++)
-		for (size_t k = 0; ok && k < g->node[i]->n_output; k++) {
-			int had;
-			if (*str(g->node[i]->output[k]))
-				ok = mo_strmap_put(&producer, g->node[i]->output[k], i, &had) != 0;
-		}
+	bool ok = im->index_node != NULL && producer_map(g, &producer);
 	for (int q = n - 1; ok && q >= 0; q--) {
 		int i = order[q];
 		const Onnx__NodeProto *nd = g->node[i];
@@ -1792,7 +1801,9 @@ static bool mark_index_nodes(struct importer *im, const int *order)
 		if (!gnd && (folder_row(ty) < 0 || strcmp(ty, "Shape") == 0 ||
 			     strcmp(ty, "Size") == 0))
 			continue;
-		for (size_t k = gnd ? 1 : 0; k < (gnd ? 2 : nd->n_input) && k < nd->n_input; k++) {
+		/* a GatherND's indices only; every operand of a folding op */
+		size_t lo = gnd ? 1 : 0, hi = gnd ? 2 : nd->n_input;
+		for (size_t k = lo; k < hi && k < nd->n_input; k++) {
 			const int *p = *str(nd->input[k]) ? mo_strmap_get(&producer, nd->input[k])
 							   : NULL;
 			if (p)
@@ -2943,16 +2954,11 @@ static enum mo_status topo_order(struct importer *im, int *order)
 		st = nomem(im);
 		goto out;
 	}
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++)
 		head[i] = -1;
-		for (size_t k = 0; k < g->node[i]->n_output; k++) {
-			int had;
-			if (*str(g->node[i]->output[k]) &&
-			    !mo_strmap_put(&producer, g->node[i]->output[k], i, &had)) {
-				st = nomem(im);
-				goto out;
-			}
-		}
+	if (!producer_map(g, &producer)) {
+		st = nomem(im);
+		goto out;
 	}
 	/* Data edges only; the validator has already proven the graph acyclic
 	 * including subgraph reads, and those are added below as implicit. */
