@@ -723,9 +723,11 @@ static struct mo_block_graph *rms_rows(struct mo_mugraph *mg, const struct test_
  * one row per block, saving X·g / rms(X); the projection's of grid
  * (grid_b, cols, 1) reads it back by rows and multiplies by W (its columns
  * in `cols` parts), with `loop` steps over W's rows (1: none). With `keep`
- * the norm's result is an output too. */
-static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_b, int cols,
-					 int loop, bool keep)
+ * the norm's result is an output too; with `slices` the projection's is
+ * read by two pre-defined Slice kernels, "q" (its columns 0..63) and "k"
+ * (64..95), else it is an output. */
+static struct mo_mugraph *norm_proj_slices(const struct test_program *p, int grid_b, int cols,
+					   int loop, bool keep, bool slices)
 {
 	struct mo_mugraph *mg = mo_mg_new();
 	int n, w;
@@ -739,10 +741,25 @@ static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_
 	int y = OP(b, MO_OP_MATMUL, nt, wt);
 	if (loop > 1)
 		y = mo_bg_accum(mg, b, y, MO_ACC_SUM);
-	mo_mg_output(mg, mo_bg_save(mg, b, y, 0, cols > 1 ? 1 : MO_PHI, MO_PHI),
-		     "/proj/MatMul_output_0");
+	int yt = mo_bg_save(mg, b, y, 0, cols > 1 ? 1 : MO_PHI, MO_PHI);
+	if (slices) { /* "q": columns 0..63, "k": 64..95 */
+		struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 },
+					  .ends = { 64 }, .steps = { 1 } };
+		struct mo_op_params k = { .n_axes = 1, .axes = { 1 }, .starts = { 64 },
+					  .ends = { 96 }, .steps = { 1 } };
+		mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &yt, &q), "q");
+		mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &yt, &k), "k");
+	} else {
+		mo_mg_output(mg, yt, "/proj/MatMul_output_0");
+	}
 	assert_string_equal(mg->error, "");
 	return mg;
+}
+
+static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_b, int cols,
+					 int loop, bool keep)
+{
+	return norm_proj_slices(p, grid_b, cols, loop, keep, false);
 }
 
 /* Kernels that hand each other tiles merge into one that computes the same;
@@ -885,6 +902,21 @@ static void absorb_slices(void **state)
 		mo_mg_free(one);
 		mo_mg_free(three);
 	}
+	/* the projection a kernel of its own, over a for-loop of 2 steps of
+	 * W's rows: the slices absorbed, it keeps its for-loop (a rebuild once
+	 * made every kernel loop-free, so W's whole tile had to fit) */
+	struct mo_mugraph *sliced = norm_proj_slices(&p, 4, 3, 2, false, true);
+	assert_int_equal(sliced->n_ops, 4);
+	struct mo_mugraph *absorbed = mo_mg_absorb_slices(sliced);
+	assert_non_null(absorbed);
+	assert_string_equal(absorbed->error, "");
+	assert_int_equal(absorbed->n_ops, 2);
+	assert_int_equal(absorbed->ops[1].bg->grid[1], 1);
+	assert_int_equal(absorbed->ops[1].bg->forloop, 2);
+	assert_int_equal(absorbed->ops[0].bg->forloop, 1);
+	same_outputs(sliced, absorbed, &p);
+	mo_mg_free(absorbed);
+	mo_mg_free(sliced);
 	/* a step of 2: not a part the tile holds contiguously; it stays */
 	struct mo_mugraph *three = proj_then_slices(&p, false, true);
 	struct mo_mugraph *two = mo_mg_absorb_slices(three);

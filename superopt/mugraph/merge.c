@@ -348,7 +348,10 @@ static void emit_group(struct merge *M, int g)
 {
 	const struct mo_mugraph *src = M->src;
 	const int *grid = M->ggrid[g];
-	struct mo_block_graph *D = mo_mg_block(M->mg, grid[0], grid[1], grid[2], 1);
+	/* a block merged with none keeps its for-loop (merged ones have none) */
+	bool alone = g + 1 >= M->nb || M->group[g + 1] != g;
+	struct mo_block_graph *D = mo_mg_block(M->mg, grid[0], grid[1], grid[2],
+					       alone ? block_of(M, g)->forloop : 1);
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		if (s->kind != MO_STEP_ITER || s->block < 0 || M->group[s->block] != g)
