@@ -63,8 +63,11 @@ static void print_summary(const struct mo_fuse_report *rep, FILE *out)
 static void layer_line(const struct mo_fuse_layer *l, FILE *out)
 {
 	char mm[16] = "-", cu[24];
-	if (l->matmul_flops > 0)
-		snprintf(mm, sizeof mm, "%.0f%%", 100 * l->fused_matmul_flops / l->matmul_flops);
+	if (l->matmul_flops > 0) /* '*': MatMuls of unknown shape left out */
+		snprintf(mm, sizeof mm, "%.0f%%%s", 100 * l->fused_matmul_flops / l->matmul_flops,
+			 l->matmuls_unsized ? "*" : "");
+	else if (l->matmuls_unsized)
+		snprintf(mm, sizeof mm, "?*");
 	snprintf(cu, sizeof cu, "%d (%d)", l->custom_ops, l->kernels);
 	fprintf(out, "%-12s %5d %5.0f%% %5.0f%% %8s  %-*s", l->name[0] ? l->name : "(no layer)",
 		l->ops, l->ops ? 100.0 * l->fused_ops / l->ops : 0,
@@ -88,6 +91,9 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 	for (int l = 0; per_layer && l < ls.n; l++)
 		layer_line(&ls.layer[l], out);
 	layer_line(&ls.all, out);
+	if (ls.all.matmuls_unsized)
+		fprintf(out, "* %d MatMul%s of unknown shape (FLOPs not counted, not fused)\n",
+			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
 enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,

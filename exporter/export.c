@@ -897,6 +897,8 @@ struct lists {
 	Onnx__SparseTensorProto **sparse_initializer;
 	size_t n_input;
 	Onnx__ValueInfoProto **input;
+	size_t n_output;
+	Onnx__ValueInfoProto **output;
 	size_t n_value_info;
 	Onnx__ValueInfoProto **value_info;
 	size_t n_opset_import;
@@ -917,6 +919,7 @@ static struct lists get_lists(const Onnx__ModelProto *p)
 		g->n_initializer, g->initializer,
 		g->n_sparse_initializer, g->sparse_initializer,
 		g->n_input, g->input,
+		g->n_output, g->output,
 		g->n_value_info, g->value_info,
 		p->n_opset_import, p->opset_import,
 		p->n_metadata_props, p->metadata_props,
@@ -936,6 +939,8 @@ static void set_lists(Onnx__ModelProto *p, const struct lists *l)
 	g->sparse_initializer = l->sparse_initializer;
 	g->n_input = l->n_input;
 	g->input = l->input;
+	g->n_output = l->n_output;
+	g->output = l->output;
 	g->n_value_info = l->n_value_info;
 	g->value_info = l->value_info;
 	p->n_opset_import = l->n_opset_import;
@@ -1768,6 +1773,60 @@ static bool defined_before(const struct ex *x, int id)
 	return x->from_graph[id] || x->producer_before[id] >= 0;
 }
 
+#define READ_DIMS_MAX 16 /* dims read_dims rewrites at most (ONNX allows more) */
+
+/* v, or a copy of it in the arena with its dim_params written as the
+ * options' readings say (NULL when out of memory). */
+static Onnx__ValueInfoProto *read_dims(struct ex *x, Onnx__ValueInfoProto *v)
+{
+	const struct mo_export_options *o = x->o;
+	const Onnx__TypeProto *ty = v->type;
+	if (o->n_readings <= 0 || !ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+	    !ty->tensor_type->shape)
+		return v;
+	const Onnx__TensorShapeProto *sh = ty->tensor_type->shape;
+	const char *as[READ_DIMS_MAX] = { 0 };
+	bool any = false;
+	for (size_t k = 0; k < sh->n_dim && k < READ_DIMS_MAX; k++) {
+		const Onnx__TensorShapeProto__Dimension *dim = sh->dim[k];
+		for (int i = 0; i < o->n_readings && dim->value_case ==
+		     ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM; i++)
+			if (dim->dim_param && strcmp(dim->dim_param, o->reading_of[i]) == 0) {
+				as[k] = o->read_as[i];
+				any = true;
+			}
+	}
+	if (!any || sh->n_dim > READ_DIMS_MAX)
+		return v;
+	struct mo_arena *a = &x->arena;
+	Onnx__ValueInfoProto *c = mo_arena_alloc(a, sizeof *c);
+	Onnx__TypeProto *t = mo_arena_alloc(a, sizeof *t);
+	Onnx__TypeProto__Tensor *tt = mo_arena_alloc(a, sizeof *tt);
+	Onnx__TensorShapeProto *s = mo_arena_alloc(a, sizeof *s);
+	Onnx__TensorShapeProto__Dimension **dims = mo_arena_array(a, sh->n_dim, sizeof *dims);
+	if (!c || !t || !tt || !s || !dims)
+		return NULL;
+	*c = *v;
+	*t = *ty;
+	*tt = *ty->tensor_type;
+	*s = *sh;
+	for (size_t k = 0; k < sh->n_dim; k++) {
+		dims[k] = sh->dim[k];
+		if (!as[k])
+			continue;
+		if (!(dims[k] = mo_arena_alloc(a, sizeof *dims[k])))
+			return NULL;
+		*dims[k] = *sh->dim[k];
+		if (!(dims[k]->dim_param = mo_arena_strdup(a, as[k])))
+			return NULL;
+	}
+	s->dim = dims;
+	tt->shape = s;
+	t->tensor_type = tt;
+	c->type = t;
+	return c;
+}
+
 static enum mo_status build(struct ex *x, const int *order, size_t n_order, struct lists *l)
 {
 	struct mo_arena *a = &x->arena;
@@ -1786,6 +1845,7 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,
 					       sizeof *l->sparse_initializer);
 	l->input = mo_arena_array(a, g->n_input, sizeof *l->input);
+	l->output = mo_arena_array(a, g->n_output, sizeof *l->output);
 	l->value_info = mo_arena_array(a, g->n_value_info, sizeof *l->value_info);
 	l->opset_import = mo_arena_array(a, p->n_opset_import + 1, sizeof *l->opset_import);
 	l->metadata_props = mo_arena_array(a, p->n_metadata_props + N_META,
@@ -1843,14 +1903,24 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 			l->sparse_initializer[l->n_sparse_initializer++] = g->sparse_initializer[i];
 	for (size_t i = 0; i < g->n_input; i++)
 		if (x->input_id[i] < 0 || !x->dropped[x->input_id[i]])
-			l->input[l->n_input++] = g->input[i];
+			l->input[l->n_input++] = read_dims(x, g->input[i]);
+	for (size_t i = 0; i < g->n_output; i++)
+		l->output[l->n_output++] = read_dims(x, g->output[i]);
 	/* Only entries for tensors the edit removed go; an entry that named
 	 * nothing in the loaded model is left as it was. */
 	for (size_t i = 0; i < g->n_value_info; i++) {
 		int id = x->vi_id[i];
 		if (id < 0 || !defined_before(x, id) || defined_after(x, id))
-			l->value_info[l->n_value_info++] = g->value_info[i];
+			l->value_info[l->n_value_info++] = read_dims(x, g->value_info[i]);
 	}
+	for (size_t i = 0; i < l->n_input; i++)
+		a->failed |= !l->input[i];
+	for (size_t i = 0; i < l->n_output; i++)
+		a->failed |= !l->output[i];
+	for (size_t i = 0; i < l->n_value_info; i++)
+		a->failed |= !l->value_info[i];
+	if (a->failed)
+		return nomem(x);
 
 	bool have_domain = false;
 	for (size_t i = 0; i < p->n_opset_import; i++) {

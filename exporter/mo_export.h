@@ -127,6 +127,13 @@ struct mo_export_options {
 	 * kernel for it cannot run the model */
 	void (*no_function)(void *ctx, const char *op_type);
 	void *no_function_ctx;
+	/* dim_params of the graph's inputs, outputs and value infos written as
+	 * another text (reading_of[i] as read_as[i]): the derived dims the
+	 * fuse read as the graph needs them (mo_import_readings), so that the
+	 * fused model declares what it was made for */
+	int n_readings;
+	const char *const *reading_of;
+	const char *const *read_as;
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

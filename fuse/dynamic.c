@@ -526,6 +526,17 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			       struct fuse_dyn *y, struct mo_tp **tp, struct mo_diag *d)
 {
 	struct mo_tp *first = NULL;
+	if (mo_import_readings(m, o, &y->readings, d))
+		return d->status;
+	if (y->readings.n > 0) {
+		y->opts = o ? *o : (struct mo_import_options){ 0 };
+		y->opts.n_readings = y->readings.n;
+		for (int k = 0; k < y->readings.n; k++) {
+			y->opts.reading_of[k] = y->readings.reading_of[k];
+			y->opts.read_as[k] = y->readings.read_as[k];
+		}
+		o = &y->opts;
+	}
 	if (mo_tp_import(m, o, &first, d))
 		return d->status;
 	for (int i = 0; i < first->n_syms; i++)
@@ -784,7 +795,12 @@ bool fuse_dyn_said(const struct fuse_dyn *y, char *buf, size_t len)
 		snprintf(buf, len, "%s: left symbolic, searched at %s; fused kernels serve any number "
 			 "of rows (batch x sequence), ops that vary otherwise stay unfused (%s fuses "
 			 "at one size)", listed, y->desc, flags);
-	return y->n > 0;
+	if (y->readings.said[0]) {
+		size_t at = y->n > 0 ? strlen(buf) : 0;
+		if (at + 2 < len)
+			snprintf(buf + at, len - at, "%s%s", at ? "; " : "", y->readings.said);
+	}
+	return y->n > 0 || y->readings.said[0];
 }
 
 void fuse_dyn_free(struct fuse_dyn *y)

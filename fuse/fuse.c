@@ -643,7 +643,8 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 	f->report->decided = !st;
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
 	struct fuse_file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
-			       .nf = nf, .dynamic = f->dyn.lead ? f->dyn.desc : NULL };
+			       .nf = nf, .dynamic = f->dyn.lead ? f->dyn.desc : NULL,
+			       .readings = &f->dyn.readings };
 	if (!st)
 		st = fuse_write_set(f->m, f->a, f->tp, f->nu, f->rs, &fs, f->report, f->d);
 	for (int k = 0; k < nf; k++)

@@ -75,6 +75,10 @@ struct fuse_dyn {
 				 * run does not collapse) */
 	int n_pad_ops;
 	struct mo_partition *pad_part; /* those regions */
+	/* derived dims of the inputs read as the graph needs them, and the
+	 * options every import of the model is made with when there are */
+	struct mo_import_readings readings;
+	struct mo_import_options opts;
 };
 
 /* One run of the fuse pipeline: what its three stages share. */
@@ -239,6 +243,8 @@ struct fuse_file_set {
 	/* the unbound dims and the sizes searched at ("batch=1, seq=16"), or
 	 * NULL when every dim is static */
 	const char *dynamic;
+	/* derived dims read as the graph needs them, written so in OUT */
+	const struct mo_import_readings *readings;
 };
 
 /* Writes the set (write.c): OUT, and when something is fused its plugin and

@@ -126,9 +126,10 @@ static bool is_float_type(int32_t dt)
 }
 
 static void count_op(struct mo_fuse_layer *l, const char *module, bool fused, bool is_float,
-		     double mm)
+		     double mm, bool unsized)
 {
 	l->ops++;
+	l->matmuls_unsized += unsized;
 	l->fused_ops += fused;
 	l->float_ops += is_float;
 	l->fused_float_ops += is_float && fused;
@@ -189,12 +190,17 @@ bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int
 		const struct mo_tp_op *op = &tp->ops[v];
 		bool fused = unit[v] >= 0;
 		bool fl = op->n_out > 0 && op->out[0] >= 0 && is_float_type(tp->tensors[op->out[0]].dtype);
-		double mm = op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM
-				    ? (double)mo_tp_op_flops(tp, op) : 0;
+		bool is_mm = op->kind == MO_OP_MATMUL || op->kind == MO_OP_GEMM;
+		bool sized = is_mm && op->n_out > 0 && op->out[0] >= 0 &&
+			     tp->tensors[op->out[0]].shape_known;
+		for (int i = 0; sized && i < op->n_in; i++)
+			sized = op->in[i] < 0 || tp->tensors[op->in[i]].shape_known;
+		double mm = sized ? (double)mo_tp_op_flops(tp, op) : 0;
 		if (layer[0] && !modules[v][0]) /* an op of the layer's own */
 			snprintf(modules[v], MO_FUSE_NAME_LEN, "(layer)");
-		count_op(&out->layer[l], layer[0] ? modules[v] : NULL, fused, fl, mm);
-		count_op(&out->all, NULL, fused, fl, mm);
+		count_op(&out->layer[l], layer[0] ? modules[v] : NULL, fused, fl, mm,
+			 is_mm && !sized);
+		count_op(&out->all, NULL, fused, fl, mm, is_mm && !sized);
 	}
 	/* each fused op in every layer it serves */
 	for (int u = 0; ok && u < nu; u++) {

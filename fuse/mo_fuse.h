@@ -157,6 +157,8 @@ struct mo_fuse_layer {
 	int ops, fused_ops;          /* its ops; those inside fused ops */
 	int float_ops, fused_float_ops; /* ... making floats */
 	double matmul_flops, fused_matmul_flops; /* of its MatMuls and Gemms */
+	int matmuls_unsized;         /* MatMuls and Gemms of unknown shape: their
+				      * FLOPs not in the two above */
 	int custom_ops, kernels;     /* fused ops holding any of its ops; their kernels */
 	int n_modules;               /* the last "..." when there are more */
 	struct {

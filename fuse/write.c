@@ -164,10 +164,21 @@ static void write_padded(FILE *f, const struct mo_fuse_region *s)
 static bool write_manifest(FILE *f, const char *model, const char *plugin, const char *domain,
 			   const char *build_id, const struct mo_tp *tp, int nu,
 			   const struct mo_fuse_region *rs, const struct mo_fuse_options *a,
-			   const char *dynamic, const struct mo_fuse_layers *ls)
+			   const char *dynamic, const struct mo_import_readings *rd,
+			   const struct mo_fuse_layers *ls)
 {
 	fprintf(f, "{\n  \"model\": ");
 	mo_json_string(f, model);
+	if (rd && rd->n > 0) { /* derived dims read as the graph needs them */
+		fprintf(f, ",\n  \"dims_read_as\": {");
+		for (int k = 0; k < rd->n; k++) {
+			fprintf(f, "%s", k ? ", " : "");
+			mo_json_string(f, rd->reading_of[k]);
+			fprintf(f, ": ");
+			mo_json_string(f, rd->read_as[k]);
+		}
+		fprintf(f, "}");
+	}
 	if (dynamic) { /* dims left symbolic: the sizes the search ran at */
 		fprintf(f, ",\n  \"dynamic_dims_searched_at\": ");
 		mo_json_string(f, dynamic);
@@ -265,10 +276,10 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 		const struct mo_fuse_layer *y = l < ls->n ? &ls->layer[l] : &ls->all;
 		fprintf(f, "%s\n    {\"layer\": \"%s\", \"ops\": %d, \"fused_ops\": %d, "
 			"\"float_ops\": %d, \"fused_float_ops\": %d, \"matmul_flops\": %.0f, "
-			"\"fused_matmul_flops\": %.0f, \"custom_ops\": %d, \"kernels\": %d, "
-			"\"modules\": [", l ? "," : "", y->name, y->ops, y->fused_ops, y->float_ops,
-			y->fused_float_ops, y->matmul_flops, y->fused_matmul_flops, y->custom_ops,
-			y->kernels);
+			"\"fused_matmul_flops\": %.0f, \"matmuls_of_unknown_shape\": %d, "
+			"\"custom_ops\": %d, \"kernels\": %d, \"modules\": [", l ? "," : "", y->name,
+			y->ops, y->fused_ops, y->float_ops, y->fused_float_ops, y->matmul_flops,
+			y->fused_matmul_flops, y->matmuls_unsized, y->custom_ops, y->kernels);
 		for (int k = 0; k < y->n_modules; k++)
 			fprintf(f, "%s{\"module\": \"%s\", \"ops\": %d, \"fused_ops\": %d}",
 				k ? ", " : "", y->modules[k].name, y->modules[k].ops,
@@ -951,7 +962,7 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 			goto undo;
 		FILE *f = fdopen(fd, "w");
 		bool ok = f && write_manifest(f, a->in_path, fuse_base_name(so), domain, fs->id, tp, nu, rs,
-					      a, fs->dynamic, &rep->layers);
+					      a, fs->dynamic, fs->readings, &rep->layers);
 		int e = errno;
 		if (f && fclose(f) != 0 && ok) {
 			ok = false;
@@ -982,10 +993,17 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 	}
 	size_t n_folded;
 	struct mo_fused_const *folded = folded_values(tp, &n_folded);
+	const char *reading_of[MO_IMPORT_MAX_READINGS], *read_as[MO_IMPORT_MAX_READINGS];
+	int n_readings = fs->readings ? fs->readings->n : 0;
+	for (int k = 0; k < n_readings; k++) {
+		reading_of[k] = fs->readings->reading_of[k];
+		read_as[k] = fs->readings->read_as[k];
+	}
 	struct mo_export_options eo = { .domain = domain, .plugin_file = fuse_base_name(so),
 					.manifest_file = fuse_base_name(manifest), .build_id = fs->id,
 					.input_shapes = shapes, .folded = folded,
-					.n_folded = n_folded };
+					.n_folded = n_folded, .n_readings = n_readings,
+					.reading_of = reading_of, .read_as = read_as };
 	st = fused ? mo_export(m, fs->fn, fs->nf, &eo, model_tmp, d)
 				  : mo_onnx_save(m, model_tmp, d);
 	free(shapes);

@@ -184,8 +184,8 @@ static bool shape_from_type(struct importer *im, const Onnx__TypeProto *ty,
 			dims[i] = dim->dim_value;
 			continue;
 		}
-		const char *param = dim->value_case ==
-			ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? str(dim->dim_param) : "";
+		const char *param = mo_symtab_param(&im->syms, dim->value_case ==
+			ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? str(dim->dim_param) : "");
 		if (!*param || mo_symtab_dim(&im->syms, param, &dims[i]) != MO_DIMEXPR_VALUE)
 			return false;
 	}

@@ -9,6 +9,7 @@
 
 #define MO_IMPORT_MAX_MORE_SIZES 3 /* --dynamic-size takes 4 sizes */
 #define MO_IMPORT_MAX_BUCKETS 4    /* --dim NAME=A,B,C,D */
+#define MO_IMPORT_MAX_READINGS 4
 
 /* Binds symbolic dimensions and overrides input shapes. */
 struct mo_import_options {
@@ -37,6 +38,14 @@ struct mo_import_options {
 	 * μGraph at each too */
 	int n_more_sizes;
 	int64_t more_sizes[MO_IMPORT_MAX_MORE_SIZES];
+	/* dim_params read as another text, wherever the graph's value infos
+	 * hold them: reading_of[i] as read_as[i] (the fuse reads old
+	 * Optimum's "past_sequence_length + 1" as "past_sequence_length +
+	 * sequence_length" where the graph's shapes need it: fuse/dynamic.c,
+	 * read_derived_dims); the texts are the caller's */
+	int n_readings;
+	const char *reading_of[MO_IMPORT_MAX_READINGS];
+	const char *read_as[MO_IMPORT_MAX_READINGS];
 	/* set by the fuse when dim_values hold sizes it chose for symbols left
 	 * unbound: what holds at those sizes only (a tensor empty there) is
 	 * not folded */
@@ -57,6 +66,21 @@ bool mo_import_range(const struct mo_import_options *o, const char *name, int64_
 /* The buckets --dim NAME=A,B,... gave symbol `name`, ascending, into
  * b[MO_IMPORT_MAX_BUCKETS]: how many (0 without a list). */
 int mo_import_buckets(const struct mo_import_options *o, const char *name, int64_t *b);
+
+/* Derived dims of the inputs that the graph contradicts, read as it needs
+ * them (importer/readings.c): old Optimum's "past_sequence_length + 1" as
+ * "past_sequence_length + sequence_length". */
+struct mo_import_readings {
+	int n;
+	char reading_of[MO_IMPORT_MAX_READINGS][128];
+	char read_as[MO_IMPORT_MAX_READINGS][260];
+	char said[900]; /* what was read how, and why; "" when nothing */
+};
+
+/* Finds r's readings of m's dims under o (imports m a few times, only when
+ * an input has a dim S + c); MO_OK with r->n 0 when there are none. */
+enum mo_status mo_import_readings(const struct mo_model *m, const struct mo_import_options *o,
+				  struct mo_import_readings *r, struct mo_diag *d);
 
 enum mo_status mo_tp_import(const struct mo_model *m,
 			    const struct mo_import_options *opt,

@@ -16,11 +16,27 @@ static const Onnx__TensorShapeProto *shape_of(const Onnx__ValueInfoProto *v)
 	return ty->tensor_type->shape;
 }
 
-static const char *param_of(const Onnx__TensorShapeProto__Dimension *dim)
+static const char *raw_param(const Onnx__TensorShapeProto__Dimension *dim)
 {
 	return dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
 		       ? str(dim->dim_param)
 		       : "";
+}
+
+const char *mo_symtab_param(const struct mo_symtab *st, const char *raw)
+{
+	const struct mo_import_options *o = st->opt;
+	for (int i = 0; o && i < o->n_readings && i < MO_IMPORT_MAX_READINGS; i++)
+		if (o->reading_of[i] && o->read_as[i] && strcmp(raw, o->reading_of[i]) == 0)
+			return o->read_as[i];
+	return raw;
+}
+
+/* A dim's dim_param as read (mo_symtab_param), "" for a value. */
+static const char *param_of(const struct mo_symtab *st,
+			    const Onnx__TensorShapeProto__Dimension *dim)
+{
+	return mo_symtab_param(st, raw_param(dim));
 }
 
 /* The symbol named name[0..len), or -1. */
@@ -108,8 +124,8 @@ static bool collect_value(struct mo_symtab *st, const Onnx__ValueInfoProto *v, b
 	const Onnx__TensorShapeProto *sh = shape_of(v);
 	struct collect c = { st, input ? str(v->name) : NULL, false };
 	for (size_t i = 0; sh && i < sh->n_dim; i++)
-		if (*param_of(sh->dim[i]))
-			mo_dimexpr_symbols(param_of(sh->dim[i]), collect_one, &c);
+		if (*param_of(st, sh->dim[i]))
+			mo_dimexpr_symbols(param_of(st, sh->dim[i]), collect_one, &c);
 	return !c.failed;
 }
 
@@ -184,7 +200,7 @@ static bool alone_in(Onnx__ValueInfoProto *const *vs, size_t n, const char *name
 	for (size_t i = 0; i < n; i++) {
 		const Onnx__TensorShapeProto *sh = shape_of(vs[i]);
 		for (size_t k = 0; sh && k < sh->n_dim; k++)
-			if (strcmp(param_of(sh->dim[k]), name) == 0)
+			if (strcmp(raw_param(sh->dim[k]), name) == 0)
 				return true;
 	}
 	return false;
@@ -289,7 +305,7 @@ static enum mo_status bind_input_shape(struct mo_symtab *st, const Onnx__GraphPr
 					   "--input-shape %.100s: dim %d is %" PRId64
 					   " in the model, not %" PRId64,
 					   name, i, dim->dim_value, given);
-		const char *param = param_of(dim);
+		const char *param = param_of(st, dim);
 		if (*param && !mo_dimexpr_is_compound(param)) {
 			int s = find_sym(st, param, strlen(param));
 			if (s >= 0 && bind(st, s, given, how, d))
@@ -321,7 +337,7 @@ static enum mo_status settle_all(struct mo_symtab *st, const Onnx__GraphProto *g
 			char how[160];
 			snprintf(how, sizeof how, "--input-shape %.100s", o->input_shape_names[k]);
 			for (int a = 0; sh && a < (int)sh->n_dim && a < o->input_shape_ranks[k]; a++) {
-				const char *param = param_of(sh->dim[a]);
+				const char *param = param_of(st, sh->dim[a]);
 				if (mo_dimexpr_is_compound(param) &&
 				    settle(st, param, o->input_shape_dims[k][a], how, &progress, d))
 					return d->status;
@@ -360,7 +376,7 @@ static void mark_new_tokens(struct mo_symtab *st, const Onnx__GraphProto *g)
 		for (size_t i = 0; i < counts[l]; i++) {
 			const Onnx__TensorShapeProto *sh = shape_of(lists[l][i]);
 			for (size_t x = 0; sh && x < sh->n_dim; x++) {
-				const char *param = param_of(sh->dim[x]);
+				const char *param = param_of(st, sh->dim[x]);
 				struct pair p = { st, { -1, -1 }, 0 };
 				if (!mo_dimexpr_is_compound(param))
 					continue;
@@ -380,6 +396,7 @@ static void mark_new_tokens(struct mo_symtab *st, const Onnx__GraphProto *g)
 enum mo_status mo_symtab_bind(struct mo_symtab *st, const Onnx__GraphProto *g,
 			      const struct mo_import_options *o, struct mo_diag *d)
 {
+	st->opt = o;
 	for (size_t i = 0; i < g->n_input; i++)
 		if (!collect_value(st, g->input[i], true))
 			return mo_diag_nomem(d);
@@ -482,7 +499,7 @@ const char *mo_symtab_unbound(struct mo_symtab *st, const Onnx__GraphProto *g,
 			overridden |= strcmp(o->input_shape_names[k], str(g->input[i]->name)) == 0;
 		const Onnx__TensorShapeProto *sh = shape_of(g->input[i]);
 		for (size_t k = 0; sh && !overridden && k < sh->n_dim; k++) {
-			const char *param = param_of(sh->dim[k]);
+			const char *param = param_of(st, sh->dim[k]);
 			int64_t v;
 			if (*param && mo_symtab_dim(st, param, &v) == MO_DIMEXPR_UNBOUND)
 				mo_dimexpr_symbols(param, mark_unbound, &n);

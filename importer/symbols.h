@@ -11,7 +11,12 @@ struct mo_symtab {
 	struct mo_tp *tp;         /* holds the symbols (tp->syms) */
 	struct mo_strmap index;   /* name -> index into tp->syms */
 	int cap;
+	const struct mo_import_options *opt; /* its readings of dim_params */
 };
+
+/* A dim_param's text as the importer reads it: raw, or what the options'
+ * readings make of it. */
+const char *mo_symtab_param(const struct mo_symtab *st, const char *raw);
 
 /* Collects the symbols of g's inputs, outputs and value_info into tp->syms
  * and binds them from o: --dim NAME=N binds a symbol, or a derived dim_param

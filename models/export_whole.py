@@ -18,7 +18,11 @@ ViT by Optimum):
 - "optimum_past": the same with a KV cache (task text-generation-with-past,
   decoders only): past_key_values.N.key/value inputs of
   [batch_size, kv_heads, past_sequence_length, head_dim], an attention mask of
-  [batch_size, past_sequence_length + sequence_length], present.N.* outputs.
+  [batch_size, past_sequence_length + sequence_length], present.N.* outputs;
+- "optimum1_past": the same by Optimum 1.x (TorchScript underneath, opset
+  14), as most exports on the Hub were made: it names the attention mask's
+  and the present keys' dim "past_sequence_length + 1", true of a decode
+  step only (Llama only, in a venv of its own, below).
 
 Inputs are token ids and an attention mask with symbolic batch and sequence
 dimensions; the decoders return logits, without a KV cache but for
@@ -42,6 +46,11 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
         --only vit --exporters optimum
     PYTHONPATH=/work/t5 /work/tv/bin/python models/export_whole.py --out tests/data/whole \
         --only llama,bert --exporters dynamo_fp16
+    python3 -m venv /work/tv_old
+    /work/tv_old/bin/pip install torch==2.4.1 transformers==4.44.2 optimum==1.22.0 \
+        onnx==1.16.2 'numpy<2' onnxruntime
+    /work/tv_old/bin/python models/export_whole.py --out tests/data/whole \
+        --only llama --exporters optimum1_past
 """
 import argparse
 import os
@@ -158,7 +167,12 @@ def export(model, task, path, exporter):
     """model to path by exporter: optimum, optimum_past, dynamo, ts or
     dynamo_fp16 (the same weights rounded to fp16)."""
     if exporter.startswith("optimum"):
-        export_optimum(model, task, path, past=exporter == "optimum_past")
+        import optimum.version
+        major = int(optimum.version.__version__.split(".")[0])
+        if (exporter == "optimum1_past") != (major == 1):
+            raise RuntimeError(f"{exporter} needs Optimum {'1.x' if major > 1 else '2 or later'}"
+                               f", not {optimum.version.__version__}")
+        export_optimum(model, task, path, past=exporter.endswith("_past"))
         return
     if exporter.endswith("_fp16"):
         model = model.half()
@@ -180,7 +194,7 @@ def main():
             model = make_model(arch, config, task)
             path = os.path.join(a.out, f"{arch}_{exporter}.onnx")
             try:
-                if exporter == "optimum_past" and task != "text-generation":
+                if exporter.endswith("_past") and task != "text-generation":
                     continue
                 export(model, task, path, exporter)
             except Exception as e:  # one architecture's failure is reported, not fatal

@@ -1255,6 +1255,70 @@ class Rows(unittest.TestCase):
         self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
         self.assertIn("has no symbolic dimension 'seq_len'", r.stderr)
 
+    def test_optimum1_mask_of_past_plus_one_is_read_as_past_plus_sequence(self):
+        """Optimum 1.x names the attention mask's and the present keys' dim
+        'past_sequence_length + 1', true of a decode step only: the graph
+        adds the mask to scores over past + sequence keys. Read as written,
+        the shapes after layer 0's scores were unknown (this export fused
+        18% of its ops), bench fed the original a mask it refuses at a
+        prompt of 5, and with every dim bound at a prompt's sizes the fused
+        ops were made for a mask of one column, which the model is never
+        given."""
+        path = os.path.join(MODELS, "llama_optimum1_past.onnx")
+        out, plugin, regions = self.fuse(path, "llama_opt1", "--budget", "10")
+        with open(fileset(out)[1]) as f:
+            doc = json.load(f)
+        plus = "past_sequence_length + sequence_length"
+        self.assertEqual(doc.get("dims_read_as"), {"past_sequence_length + 1": plus})
+        self.assertEqual(doc["layers"][-1]["matmuls_of_unknown_shape"], 0)
+        # the fused model declares what it was made for
+        m = onnx.load(out, load_external_data=False)
+        dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in list(m.graph.input) + list(m.graph.output)}
+        self.assertEqual(dims["attention_mask"], ["batch_size", plus])
+        self.assertEqual(dims["present.1.key"][2], plus)
+        # both layers' attention (a Softmax) fused, as in Optimum 2's export
+        layers = {n.split("/")[2] for g in regions if g["fused"]
+                  for n in g["nodes"] if n.endswith("/Softmax")}
+        self.assertEqual(layers, {"layers.0", "layers.1"}, [g.get("why") for g in regions])
+        # a prompt of 5 at batch 3, 8 greedy steps: the same tokens
+        env = {**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable, "MIRAGE_ONNX_CPU_KERNELS": "1"}
+        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
+                            "--generate", "8", "--dim", "batch_size=3",
+                            "--dim", "sequence_length=5"],
+                           capture_output=True, text=True, timeout=900, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("attention_mask [3, 21]", r.stdout)  # past 16 + 5, as declared
+        self.assertIn("tokens the same at every step", r.stdout)
+        # every dim bound at a prompt of 5 with an empty past: the mask
+        # the model is given, [3, 5], runs and matches
+        out2, plugin2, _ = self.fuse(path, "llama_opt1_bound", "--budget", "10",
+                                     "--dim", "batch_size=3", "--dim", "sequence_length=5",
+                                     "--dim", "past_sequence_length=0", need_rows=False)
+        orig, fused = session(path), session(out2, plugin2)
+        # bound as written instead (its text bound: nothing is read), the
+        # scores' Add does not broadcast: what is left unknown says so, its
+        # MatMuls not counted as fused nor as not ("*" in the report)
+        lit = os.path.join(self.dir, "llama_opt1_literal.onnx")
+        r = subprocess.run([CLI, path, "-o", lit, "--no-cuda", "--budget", "5", "--no-cache",
+                            "--dim", "past_sequence_length + 1=17", "--dim", "batch_size=1",
+                            "--dim", "sequence_length=16"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("read as", r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"\n\* [1-9][0-9]* MatMuls of unknown shape")
+        self.assertRegex(r.stdout, r"\nall .*%\*")
+        rng = np.random.default_rng(5)
+        feed = {"input_ids": rng.integers(0, 128, (3, 5)).astype(np.int64),
+                "attention_mask": np.ones((3, 5), np.int64),
+                "position_ids": np.broadcast_to(np.arange(5), (3, 5)).astype(np.int64)}
+        for i in orig.get_inputs():
+            if i.name.startswith("past_key_values"):
+                feed[i.name] = np.zeros((3, 2, 0, 16), np.float32)
+        want, got = orig.run(None, feed), fused.run(None, feed)
+        for o, a, b in zip(orig.get_outputs(), want, got):
+            close(a, b, o.name, self)
+
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
         batch = ids.shape[0]
         past = {i.name: np.zeros((batch, heads, 0, hd), np.float32) for i in kv}
