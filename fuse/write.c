@@ -641,12 +641,15 @@ fail:
 
 /* The values the importer folded whole that nodes making no op made
  * (mo_export_options.folded), or NULL with *n = 0 (none, or out of
- * memory: the export then holds none). None at sizes the tool chose: a
- * value folded there is that size's. Free with mo_free. */
+ * memory: the export then holds none). At sizes the tool chose, only those
+ * the same at every size the model was imported at (not sized: a head
+ * dim's scale computed from a Shape of the queries, which a part of the
+ * attention fused would otherwise read through that Shape of what it
+ * makes, a cycle); none when that is not known. Free with mo_free. */
 static struct mo_fused_const *folded_values(const struct mo_tp *tp, size_t *n)
 {
 	*n = 0;
-	if (tp->sizes_chosen)
+	if (tp->sizes_chosen && !tp->sized_known)
 		return NULL;
 	struct mo_fused_const *v = mo_calloc((size_t)tp->n_tensors + 1, sizeof *v);
 	for (int t = 0; v && t < tp->n_tensors; t++) {
@@ -654,7 +657,8 @@ static struct mo_fused_const *folded_values(const struct mo_tp *tp, size_t *n)
 		int node = x->source_node;
 		if (x->kind != MO_T_CONST || x->init || !x->shape_known || x->is_graph_output ||
 		    (!x->fvals && !x->ivals) || x->n_vals != mo_tensor_numel(x) ||
-		    x->n_vals > MAX_HELD || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0)
+		    x->n_vals > MAX_HELD || node < 0 || node >= tp->n_nodes || tp->node_op[node] >= 0 ||
+		    (tp->sizes_chosen && x->sized))
 			continue;
 		v[(*n)++] = fused_const(x, false);
 	}

@@ -660,6 +660,32 @@ class Rows(unittest.TestCase):
                     self.assertEqual(r.returncode, 0, r.stderr)
                     self.assertIn("left-padded by 3", r.stdout)
 
+    def test_a_part_reading_a_shape_of_what_it_makes_is_fused(self):
+        """BERT's Optimum export scales its scores by 1/sqrt(sqrt(head
+        dim)) read off a Shape of the keys it transposes: with the padded
+        attention cut into parts (--max-kernel-ops 2), the part reading
+        that scale would make the graph cyclic through the Shape chain,
+        and was dropped (two parts of this model, many of Optimum 1.x's
+        and TorchScript's exports). The scale, the same at every size the
+        model was imported at, is now held as a value in place of the
+        chain, and the part is fused; the model is right at every size."""
+        os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "1"
+        path = os.path.join(MODELS, "bert_optimum.onnx")
+        model = onnx.load(path)
+        out, plugin, regions = self.fuse(path, "bert_parts", "--budget", "10",
+                                         "--max-kernel-ops", "2")
+        whys = [g.get("why") or "" for g in regions]
+        self.assertFalse([w for w in whys if "cyclic" in w], whys)
+        parts = [g for g in regions if g["fused"] and "." in str(g["region"])
+                 and any("/attention/self/" in n for n in g["nodes"])]
+        self.assertGreaterEqual(len(parts), 6, [(g["region"], g.get("why")) for g in regions])
+        want_s, got_s = session(path), session(out, plugin)
+        for b, s in ((1, 1), (3, 5), (2, 37), (2, 64)):  # 64: its positions
+            sizes = {k: b if "batch" in k.lower() else s for k in symbolic_dims(model)}
+            feed = feeds(model, sizes, seed=b + s)
+            for k, (w, g) in enumerate(zip(want_s.run(None, feed), got_s.run(None, feed))):
+                close(w, g, f"batch {b}, seq {s}, output {k}", self)
+
     def test_attention_over_the_sequence_is_fused_padded(self):
         """Attention with an additive mask, its dims unbound: the core (the
         heads' Transposes, Q·Kᵀ, the mask, the softmax, ·V) is one region
