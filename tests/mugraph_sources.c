@@ -12,7 +12,9 @@
  * hand-built graphs reach shapes the search does not choose (a two-kernel
  * split-KV attention with a combine kernel, split-K RMSNorm, LoRA as one
  * concatenated MatMul, pre-defined kernels of an Expand and of a Mul
- * reading one tensor twice), so their CUDA runs under the layer too.
+ * reading one tensor twice, RMSNorm + MatMul over a for-loop saving two
+ * slices of its result after the loop), so their CUDA runs under the layer
+ * too.
  *
  * Prints one line per case; exits 1 when any case cannot be built or
  * emitted (a hand-built graph that stops building is a failure, not a
@@ -65,6 +67,10 @@ static struct mo_mugraph *rmsnorm_1x2(const struct mo_tp *p)
 {
 	return mg_rmsnorm_matmul(p, RMS_OK, 1, 2, 4);
 }
+static struct mo_mugraph *rmsnorm_sliced(const struct mo_tp *p)
+{
+	return mg_rmsnorm_matmul_sliced(p);
+}
 static struct mo_mugraph *gated_mlp(const struct mo_tp *p)
 {
 	return mg_gated_mlp(p, 0);
@@ -104,6 +110,7 @@ static struct mo_mugraph *expand_square(const struct mo_tp *p)
 static const struct sources_case cases[] = {
 	{ "rmsnorm_matmul", "rmsnorm_tiny", 0, rmsnorm_2x2, NULL },
 	{ "rmsnorm_matmul_split_k", "rmsnorm_tiny", 4, rmsnorm_1x2, NULL },
+	{ "rmsnorm_matmul_slices_absorbed", "rmsnorm_tiny", 0, rmsnorm_sliced, NULL },
 	{ "gated_mlp", "gated_mlp_tiny", 0, gated_mlp, NULL },
 	{ "lora_concatenated", "lora_tiny", 0, lora, NULL },
 	{ "attention_split_kv", "gqa_tiny", 0, split_kv, NULL },

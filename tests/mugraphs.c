@@ -104,6 +104,24 @@ struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut,
 	return mg;
 }
 
+struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p)
+{
+	struct mo_mugraph *mg = mg_rmsnorm_matmul(p, RMS_OK, 3, 4, 4);
+	if (!mg || mg->error[0] || mg->kg.n_outputs != 1) {
+		mo_mg_free(mg);
+		return NULL;
+	}
+	int y = mg->kg.outputs[0];
+	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { 64 },
+				  .steps = { 1 } };
+	struct mo_op_params k = { .n_axes = 1, .axes = { 1 }, .starts = { 64 }, .ends = { 96 },
+				  .steps = { 1 } };
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &q), "q");
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &k), "k");
+	struct mo_mugraph *one = mo_mg_absorb_slices(mg);
+	mo_mg_free(mg);
+	return one;
+}
 
 /* ---- GatedMLP: silu(X·W1) ⊙ (X·W2) in one kernel ----
  * mutants: 1 activation on the wrong product, 2 activation inside the loop

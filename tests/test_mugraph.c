@@ -917,6 +917,36 @@ static void absorb_slices(void **state)
 	same_outputs(sliced, absorbed, &p);
 	mo_mg_free(absorbed);
 	mo_mg_free(sliced);
+	/* the same from one kernel over a for-loop of 4 (the paper's form):
+	 * its slices saved after the loop, the loop kept, the grid dim over
+	 * the columns dropped (mugraph_sources runs its CUDA) */
+	struct mo_mugraph *whole = mg_rmsnorm_matmul(p.tp, RMS_OK, 3, 4, 4);
+	struct mo_mugraph *one = mg_rmsnorm_matmul_sliced(p.tp);
+	assert_non_null(one);
+	assert_int_equal(one->n_ops, 1);
+	assert_int_equal(one->ops[0].bg->forloop, 4);
+	assert_int_equal(one->ops[0].bg->grid[0], 1);
+	assert_int_equal(one->ops[0].bg->n_savers, 3);
+	assert_int_equal(verdict(whole, &p, NULL), MO_EQUIVALENT);
+	struct mo_eval_result rw, ro;
+	struct mo_diag d;
+	mo_diag_init(&d);
+	if (mo_mg_eval(whole, p.tp, MO_EVAL_FF, 11, 1.0, &rw, &d) ||
+	    mo_mg_eval(one, p.tp, MO_EVAL_FF, 11, 1.0, &ro, &d))
+		fail_msg("%s", d.msg);
+	assert_int_equal(ro.n_outputs, 3);
+	for (int i = 0; i < ro.n_outputs; i++) { /* Y as before; q and k its columns */
+		const struct mo_ff *y = rw.values[0], *o = ro.values[i];
+		int64_t from = !strcmp(ro.names[i], "k") ? 64 : 0;
+		int64_t cols = !strcmp(ro.names[i], "q") ? 64 : !strcmp(ro.names[i], "k") ? 32 : 96;
+		assert_int_equal(ro.counts[i], 4 * cols);
+		for (int64_t r = 0; r < 4; r++)
+			assert_memory_equal(o + r * cols, y + r * 96 + from, sizeof *o * (size_t)cols);
+	}
+	mo_eval_result_free(&rw);
+	mo_eval_result_free(&ro);
+	mo_mg_free(one);
+	mo_mg_free(whole);
 	/* a step of 2: not a part the tile holds contiguously; it stays */
 	struct mo_mugraph *three = proj_then_slices(&p, false, true);
 	struct mo_mugraph *two = mo_mg_absorb_slices(three);
