@@ -20,10 +20,9 @@
 
 #include "mo_dimexpr.h"
 #include "mo_import.h"
+#include "symbols.h"
 
 #define MAX_SYMS 16
-
-static const char *str(const char *s) { return s ? s : ""; }
 
 struct names {
 	const char *at[MAX_SYMS];
@@ -73,29 +72,13 @@ static bool symbol_plus_constant(const char *text, struct names *sym)
 	       at1 == at0 + 1;
 }
 
-static const Onnx__TensorShapeProto *input_shape(const Onnx__GraphProto *g, size_t i)
-{
-	const Onnx__TypeProto *ty = g->input[i]->type;
-	return ty && ty->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ? ty->tensor_type->shape
-									   : NULL;
-}
-
-static const char *param(const Onnx__TensorShapeProto__Dimension *dim)
-{
-	return dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
-		       ? str(dim->dim_param)
-		       : "";
-}
-
-/* Whether --dim binds name (a symbol, or a derived dim by its text). */
-static bool bound_by_dim(const struct mo_import_options *o, const char *name, size_t len,
-			 int64_t *v)
+/* Whether --dim binds text (a derived dim bound by its whole text: then
+ * it is not read otherwise). */
+static bool bound_by_dim(const struct mo_import_options *o, const char *text)
 {
 	for (int i = 0; o && i < o->n_dims; i++)
-		if (strlen(o->dim_names[i]) == len && !memcmp(o->dim_names[i], name, len)) {
-			*v = o->dim_values[i];
+		if (strcmp(o->dim_names[i], text) == 0)
 			return true;
-		}
 	return false;
 }
 
@@ -126,15 +109,14 @@ enum mo_status mo_import_readings(const struct mo_model *m, const struct mo_impo
 	const char *texts[MO_IMPORT_MAX_READINGS];
 	int n_texts = 0;
 	for (size_t i = 0; g && i < g->n_input; i++) {
-		const Onnx__TensorShapeProto *sh = input_shape(g, i);
+		const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(g->input[i]);
 		for (size_t k = 0; sh && k < sh->n_dim; k++) {
-			const char *p = param(sh->dim[k]);
+			const char *p = mo_symtab_raw_param(sh->dim[k]);
 			struct names sym;
-			int64_t v;
 			if (*p && !mo_dimexpr_is_compound(p) && mo_dimexpr_plain(p))
 				add_name(&plain, p, strlen(p));
 			else if (strlen(p) < sizeof r->reading_of[0] && symbol_plus_constant(p, &sym) &&
-				 !bound_by_dim(o, p, strlen(p), &v) && n_texts < MO_IMPORT_MAX_READINGS) {
+				 !bound_by_dim(o, p) && n_texts < MO_IMPORT_MAX_READINGS) {
 				bool again = false;
 				for (int j = 0; j < n_texts; j++)
 					again |= !strcmp(texts[j], p);

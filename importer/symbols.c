@@ -8,7 +8,7 @@
 
 static const char *str(const char *s) { return s ? s : ""; }
 
-static const Onnx__TensorShapeProto *shape_of(const Onnx__ValueInfoProto *v)
+const Onnx__TensorShapeProto *mo_symtab_shape_of(const Onnx__ValueInfoProto *v)
 {
 	const Onnx__TypeProto *ty = v ? v->type : NULL;
 	if (!ty || ty->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
@@ -16,7 +16,7 @@ static const Onnx__TensorShapeProto *shape_of(const Onnx__ValueInfoProto *v)
 	return ty->tensor_type->shape;
 }
 
-static const char *raw_param(const Onnx__TensorShapeProto__Dimension *dim)
+const char *mo_symtab_raw_param(const Onnx__TensorShapeProto__Dimension *dim)
 {
 	return dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
 		       ? str(dim->dim_param)
@@ -36,7 +36,7 @@ const char *mo_symtab_param(const struct mo_symtab *st, const char *raw)
 static const char *param_of(const struct mo_symtab *st,
 			    const Onnx__TensorShapeProto__Dimension *dim)
 {
-	return mo_symtab_param(st, raw_param(dim));
+	return mo_symtab_param(st, mo_symtab_raw_param(dim));
 }
 
 /* The symbol named name[0..len), or -1. */
@@ -121,7 +121,7 @@ static void collect_one(void *ctx, const char *name, size_t len)
 
 static bool collect_value(struct mo_symtab *st, const Onnx__ValueInfoProto *v, bool input)
 {
-	const Onnx__TensorShapeProto *sh = shape_of(v);
+	const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(v);
 	struct collect c = { st, input ? str(v->name) : NULL, false };
 	for (size_t i = 0; sh && i < sh->n_dim; i++)
 		if (*param_of(st, sh->dim[i]))
@@ -198,9 +198,9 @@ static enum mo_status bind(struct mo_symtab *st, int k, int64_t v, const char *h
 static bool alone_in(Onnx__ValueInfoProto *const *vs, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++) {
-		const Onnx__TensorShapeProto *sh = shape_of(vs[i]);
+		const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(vs[i]);
 		for (size_t k = 0; sh && k < sh->n_dim; k++)
-			if (strcmp(raw_param(sh->dim[k]), name) == 0)
+			if (strcmp(mo_symtab_raw_param(sh->dim[k]), name) == 0)
 				return true;
 	}
 	return false;
@@ -286,7 +286,7 @@ static enum mo_status bind_input_shape(struct mo_symtab *st, const Onnx__GraphPr
 	for (size_t i = 0; i < g->n_input && !v; i++)
 		if (strcmp(str(g->input[i]->name), name) == 0)
 			v = g->input[i];
-	const Onnx__TensorShapeProto *sh = shape_of(v);
+	const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(v);
 	if (!sh)
 		return MO_OK; /* unknown or missing: the importer says which */
 	int rank = o->input_shape_ranks[k];
@@ -333,7 +333,7 @@ static enum mo_status settle_all(struct mo_symtab *st, const Onnx__GraphProto *g
 			for (size_t i = 0; i < g->n_input && !v; i++)
 				if (strcmp(str(g->input[i]->name), o->input_shape_names[k]) == 0)
 					v = g->input[i];
-			const Onnx__TensorShapeProto *sh = shape_of(v);
+			const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(v);
 			char how[160];
 			snprintf(how, sizeof how, "--input-shape %.100s", o->input_shape_names[k]);
 			for (int a = 0; sh && a < (int)sh->n_dim && a < o->input_shape_ranks[k]; a++) {
@@ -374,7 +374,7 @@ static void mark_new_tokens(struct mo_symtab *st, const Onnx__GraphProto *g)
 	size_t counts[2] = { g->n_input, g->n_output };
 	for (int l = 0; l < 2; l++)
 		for (size_t i = 0; i < counts[l]; i++) {
-			const Onnx__TensorShapeProto *sh = shape_of(lists[l][i]);
+			const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(lists[l][i]);
 			for (size_t x = 0; sh && x < sh->n_dim; x++) {
 				const char *param = param_of(st, sh->dim[x]);
 				struct pair p = { st, { -1, -1 }, 0 };
@@ -497,7 +497,7 @@ const char *mo_symtab_unbound(struct mo_symtab *st, const Onnx__GraphProto *g,
 		bool overridden = false;
 		for (int k = 0; o && k < o->n_input_shapes; k++)
 			overridden |= strcmp(o->input_shape_names[k], str(g->input[i]->name)) == 0;
-		const Onnx__TensorShapeProto *sh = shape_of(g->input[i]);
+		const Onnx__TensorShapeProto *sh = mo_symtab_shape_of(g->input[i]);
 		for (size_t k = 0; sh && !overridden && k < sh->n_dim; k++) {
 			const char *param = param_of(st, sh->dim[k]);
 			int64_t v;

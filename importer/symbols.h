@@ -14,6 +14,11 @@ struct mo_symtab {
 	const struct mo_import_options *opt; /* its readings of dim_params */
 };
 
+/* A value info's tensor shape, or NULL; a dim's dim_param as written, ""
+ * for a value. */
+const Onnx__TensorShapeProto *mo_symtab_shape_of(const Onnx__ValueInfoProto *v);
+const char *mo_symtab_raw_param(const Onnx__TensorShapeProto__Dimension *dim);
+
 /* A dim_param's text as the importer reads it: raw, or what the options'
  * readings make of it. */
 const char *mo_symtab_param(const struct mo_symtab *st, const char *raw);
