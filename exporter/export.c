@@ -155,6 +155,10 @@ struct ex {
 	 * (mo_fused_node.guards); names the export made for that */
 	bool *fallback;
 	struct mo_strmap fresh;
+	/* per original node: a Shape read from the inputs' shapes, the index
+	 * of its o->shape_sources entry and the dims it takes; -1 otherwise */
+	int *reshaped;
+	int *shape_from, *shape_to;
 
 	/* graph-level names, or -1 where the entry has none */
 	int *input_id, *init_id, *sparse_id, *output_id, *vi_id;
@@ -387,6 +391,60 @@ static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const
 	return false;
 }
 
+/* Whether node n is of op_type op in the default domain. */
+static bool is_op(const Onnx__NodeProto *n, const char *op)
+{
+	return n->op_type && !strcmp(n->op_type, op) &&
+	       (!n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx"));
+}
+
+/* Int attribute `name` of n, or dflt. */
+static int64_t int_attr(const Onnx__NodeProto *n, const char *name, int64_t dflt)
+{
+	for (size_t i = 0; i < n->n_attribute; i++)
+		if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
+			return n->attribute[i]->i;
+	return dflt;
+}
+
+/* The o->shape_sources entry node v (a Shape of a value a fused node
+ * makes, itself left) reads in place of that value, with the dims it takes
+ * ([*from, *to): its start and end), or -1. */
+static int shape_source(const struct ex *x, int v, int *from, int *to)
+{
+	const Onnx__NodeProto *n = x->g->node[v];
+	if (!x->o || x->o->n_shape_sources <= 0 || !is_op(n, "Shape") || n->n_input != 1 ||
+	    n->n_output != 1 || !named(n->input[0]) || !named(n->output[0]))
+		return -1;
+	int s = 0;
+	while (s < x->o->n_shape_sources && strcmp(x->o->shape_sources[s].of, n->input[0]))
+		s++;
+	if (s == x->o->n_shape_sources)
+		return -1;
+	bool made = false, claimed = false;
+	for (int k = 0; k < x->n_fused; k++)
+		for (int i = 0; i < x->fused[k].n_nodes; i++) {
+			int w = x->fused[k].nodes[i];
+			if (w < 0 || w >= x->n_orig)
+				continue;
+			claimed |= w == v;
+			const Onnx__NodeProto *p = x->g->node[w];
+			for (size_t j = 0; j < p->n_output && !made; j++)
+				made = named(p->output[j]) && !strcmp(p->output[j], n->input[0]);
+		}
+	int64_t r = x->o->shape_sources[s].rank;
+	int64_t a = int_attr(n, "start", 0), b = int_attr(n, "end", r);
+	a = a < 0 ? a + r : a;
+	b = b < 0 ? b + r : b;
+	a = a < 0 ? 0 : a > r ? r : a;
+	b = b < 0 ? 0 : b > r ? r : b;
+	if (!made || claimed || a >= b)
+		return -1;
+	*from = (int)a;
+	*to = (int)b;
+	return s;
+}
+
 /* Interns every name the edit looks at and records, per vertex, which names
  * it reads and writes. */
 static enum mo_status collect(struct ex *x)
@@ -399,10 +457,15 @@ static enum mo_status collect(struct ex *x)
 	x->output_id = mo_arena_array(&x->arena, x->g->n_output, sizeof(int));
 	x->vi_id = mo_arena_array(&x->arena, x->g->n_value_info, sizeof(int));
 	x->fallback = mo_arena_array(&x->arena, (size_t)x->n_fused + 1, sizeof *x->fallback);
+	x->reshaped = mo_arena_array(&x->arena, (size_t)x->n_orig + 1, sizeof *x->reshaped);
+	x->shape_from = mo_arena_array(&x->arena, (size_t)x->n_orig + 1, sizeof *x->shape_from);
+	x->shape_to = mo_arena_array(&x->arena, (size_t)x->n_orig + 1, sizeof *x->shape_to);
 	if (x->arena.failed)
 		return nomem(x);
 	for (int k = 0; k < x->n_fused; k++)
 		x->fallback[k] = falls_back(x, &x->fused[k]);
+	for (int v = 0; v < x->n_orig; v++)
+		x->reshaped[v] = shape_source(x, v, &x->shape_from[v], &x->shape_to[v]);
 
 	for (int v = 0; v < x->n_vert; v++) {
 		x->read_at[v] = x->reads.n;
@@ -421,6 +484,19 @@ static enum mo_status collect(struct ex *x)
 			in = f->inputs;
 			n_out = (size_t)f->n_outputs;
 			out = f->outputs;
+		}
+		/* a Shape read from the inputs' shapes reads those inputs */
+		const struct mo_shape_source *ss = v < x->n_orig && x->reshaped[v] >= 0
+			? &x->o->shape_sources[x->reshaped[v]] : NULL;
+		if (ss) {
+			n_in = 0;
+			for (int dd = x->shape_from[v]; dd < x->shape_to[v]; dd++) {
+				if (!ss->input[dd])
+					continue;
+				int id = intern(x, ss->input[dd]);
+				if (id < 0 || !ivec_push(&x->reads, id))
+					return nomem(x);
+			}
 		}
 		for (size_t i = 0; i < n_in; i++) {
 			if (!named(in[i]))
@@ -1827,6 +1903,70 @@ static Onnx__ValueInfoProto *read_dims(struct ex *x, Onnx__ValueInfoProto *v)
 	return c;
 }
 
+/* Node v, a Shape of a value a fused node makes, as nodes appended to
+ * out: a Shape of each graph input its dims come from, a Gather of each
+ * such dim, a Constant of each other, and a Concat of them all making v's
+ * output (at most 3 per dim and the Concat). False when out of memory. */
+static bool shape_from_inputs(struct ex *x, int v, Onnx__NodeProto **out, size_t *n_out)
+{
+	const Onnx__NodeProto *n = x->g->node[v];
+	const struct mo_shape_source *ss = &x->o->shape_sources[x->reshaped[v]];
+	const char *base = named(n->name) ? n->name : n->output[0];
+	int from = x->shape_from[v], nd = x->shape_to[v] - from;
+	char **parts = mo_arena_array(&x->arena, (size_t)nd, sizeof *parts);
+	char **shapes = mo_arena_array(&x->arena, (size_t)nd, sizeof *shapes); /* per dim */
+	if (!parts || !shapes)
+		return false;
+	for (int i = 0; i < nd; i++) {
+		int d = from + i;
+		const char *in = ss->input[d];
+		shapes[i] = NULL;
+		if (!in) {
+			Onnx__NodeProto *c = int64_constant(x, base, "dim", &ss->value[d], 1);
+			if (!c)
+				return false;
+			out[(*n_out)++] = c;
+			parts[i] = c->output[0];
+			continue;
+		}
+		/* one Shape per input */
+		for (int j = 0; j < i && !shapes[i]; j++)
+			if (ss->input[from + j] && !strcmp(ss->input[from + j], in))
+				shapes[i] = shapes[j];
+		if (!shapes[i]) {
+			char **si = arena_strv(&x->arena, &in, 1);
+			char **so = mo_arena_array(&x->arena, 1, sizeof *so);
+			if (!si || !so || !(so[0] = fresh_name(x, base, "input_shape")))
+				return false;
+			Onnx__NodeProto *sh = new_node(x, "Shape", base, 1, si, 1, so);
+			if (!sh)
+				return false;
+			out[(*n_out)++] = sh;
+			shapes[i] = so[0];
+		}
+		int64_t axis = ss->axis[d];
+		Onnx__NodeProto *c = int64_constant(x, base, "axis", &axis, 1);
+		char **gi = mo_arena_array(&x->arena, 2, sizeof *gi);
+		char **go = mo_arena_array(&x->arena, 1, sizeof *go);
+		if (!c || !gi || !go || !(go[0] = fresh_name(x, base, "dim")))
+			return false;
+		gi[0] = shapes[i];
+		gi[1] = c->output[0];
+		Onnx__NodeProto *ga = new_node(x, "Gather", base, 2, gi, 1, go);
+		if (!ga || !add_attr(x, ga, "axis", 0, NULL))
+			return false;
+		out[(*n_out)++] = c;
+		out[(*n_out)++] = ga;
+		parts[i] = go[0];
+	}
+	char **co = arena_strv(&x->arena, (const char *const *)n->output, 1);
+	Onnx__NodeProto *cat = co ? new_node(x, "Concat", base, nd, parts, 1, co) : NULL;
+	if (!cat || !add_attr(x, cat, "axis", 0, NULL))
+		return false;
+	out[(*n_out)++] = cat;
+	return true;
+}
+
 static enum mo_status build(struct ex *x, const int *order, size_t n_order, struct lists *l)
 {
 	struct mo_arena *a = &x->arena;
@@ -1840,6 +1980,9 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 	for (int k = 0; k < x->n_fused; k++)
 		if (x->fallback && x->fallback[k])
 			n_nodes += (size_t)guard_nodes(&x->fused[k]);
+	for (int v = 0; v < x->n_orig; v++)
+		if (x->reshaped[v] >= 0)
+			n_nodes += 3 * (size_t)(x->shape_to[v] - x->shape_from[v]) + 1;
 	l->node = mo_arena_array(a, n_nodes, sizeof *l->node);
 	l->initializer = mo_arena_array(a, g->n_initializer + n_outer + 1, sizeof *l->initializer);
 	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,
@@ -1860,6 +2003,11 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 			enum mo_status st = guarded(x, &x->fused[k], l->node, &l->n_node);
 			if (st)
 				return st;
+			continue;
+		}
+		if (v < x->n_orig && x->reshaped[v] >= 0) {
+			if (!shape_from_inputs(x, v, l->node, &l->n_node))
+				return nomem(x);
 			continue;
 		}
 		l->node[l->n_node] = v < x->n_orig ? g->node[v] : fused_proto(x, &x->fused[k]);

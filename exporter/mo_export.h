@@ -9,7 +9,9 @@
  * subgraph reads from the main graph is an implicit input of the node that
  * owns the subgraph). Nodes and initializers nobody read in the loaded model
  * are kept; nodes making only folded values go when the fused graph would
- * otherwise be cyclic (mo_export_options.folded). An initializer that
+ * otherwise be cyclic (mo_export_options.folded); a Shape of a value a
+ * fused node makes is made from the graph inputs' shapes where the caller
+ * says how (mo_export_options.shape_sources). An initializer that
  * goes takes its graph.input entry with it (an override of a tensor the model
  * no longer reads would otherwise be silently ignored); graph inputs without
  * an initializer are the model's interface and always stay. value_info
@@ -98,6 +100,17 @@ struct mo_fused_node {
 	const struct mo_fused_node *next;
 };
 
+/* The shape of a value (`of`) told by the graph inputs' shapes: dim d is
+ * dim axis[d] of graph input input[d], or the constant value[d] where
+ * input[d] is NULL. */
+struct mo_shape_source {
+	const char *of;
+	int rank;
+	const char *const *input;
+	const int *axis;
+	const int64_t *value;
+};
+
 struct mo_export_options {
 	const char *domain;      /* custom-op domain (the plugin's mo_plugin_domain) */
 	/* recorded under metadata_props mirage.plugin, mirage.manifest and
@@ -134,6 +147,16 @@ struct mo_export_options {
 	int n_readings;
 	const char *const *reading_of;
 	const char *const *read_as;
+	/* shapes of values a fused node makes, told otherwise: a Shape node
+	 * the fused nodes leave that reads such a value (its own when it is
+	 * not an output, or one the fused node must make first) reads the
+	 * inputs' shapes instead (Shape, Gather and Concat nodes in its
+	 * place), so that nothing waits for the fused node to learn a size
+	 * (Qwen2's rotary slices its cos table to the length of the keys it
+	 * rotates: the Shape of those keys, fused with the rotation, would be
+	 * on a cycle) */
+	int n_shape_sources;
+	const struct mo_shape_source *shape_sources;
 };
 
 /* Writes m, its main graph rewritten with the fused nodes, to out_path. With

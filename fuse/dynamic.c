@@ -522,6 +522,94 @@ static enum mo_status import_pad(const struct mo_model *m, const struct mo_impor
 	return MO_OK;
 }
 
+/* Dim d of tensor t as the inputs' shapes tell it, into y's tables at k:
+ * the same in every import (the constant), or dim j of a graph input that
+ * equals it in every import, the distinct values' too (so it is that
+ * input's dim, not another one's that happens to equal it). False when
+ * neither. */
+static bool dim_source(struct fuse_dyn *y, const struct mo_tp *tp, const struct mo_tp *const *ats,
+		       int n_at, int t, int d, int k)
+{
+	int64_t v = tp->tensors[t].dims[d];
+	bool same = true;
+	for (int q = 0; q < n_at && same; q++)
+		same = ats[q]->tensors[t].dims[d] == v;
+	if (same) {
+		y->src_input[k] = NULL;
+		y->src_value[k] = v;
+		return true;
+	}
+	for (int i = 0; i < tp->n_inputs; i++) {
+		const struct mo_tensor *in = &tp->tensors[tp->inputs[i]];
+		for (int j = 0; in->shape_known && j < in->rank; j++) {
+			bool all = in->dims[j] == v;
+			for (int q = 0; q < n_at && all; q++) {
+				const struct mo_tensor *a = &ats[q]->tensors[tp->inputs[i]];
+				all = a->shape_known && a->rank == in->rank &&
+				      a->dims[j] == ats[q]->tensors[t].dims[d];
+			}
+			if (all) {
+				y->src_input[k] = in->name;
+				y->src_axis[k] = j;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Whether x, made by a TP op, is read by a Shape node that folded. */
+static bool read_by_shape(const Onnx__GraphProto *g, const struct mo_tp *tp,
+			  const struct mo_tensor *x)
+{
+	bool read = false;
+	for (int c = 0; x->producer >= 0 && x->shape_known && c < x->n_consumers; c++) {
+		int nd = x->consumers[c];
+		read |= nd >= 0 && (size_t)nd < g->n_node && tp->node_op[nd] < 0 &&
+			g->node[nd]->op_type && !strcmp(g->node[nd]->op_type, "Shape") &&
+			(!g->node[nd]->domain || !*g->node[nd]->domain);
+	}
+	return read;
+}
+
+/* y->shape_src: the shapes of values TP ops make that Shape nodes read
+ * (the fused model computes those Shapes: at the imports they folded),
+ * where every dim is told by the inputs' shapes at every import (ats:
+ * the others than tp, the distinct values' among them). False when out
+ * of memory. */
+static bool shape_sources(const struct mo_model *m, struct fuse_dyn *y, struct mo_tp *tp,
+			  const struct mo_tp *const *ats, int n_at)
+{
+	const Onnx__GraphProto *g = mo_onnx_proto(m)->graph;
+	int n = 0;
+	for (int t = 0; t < tp->n_tensors; t++)
+		n += read_by_shape(g, tp, &tp->tensors[t]);
+	if (n == 0)
+		return true;
+	y->shape_src = mo_calloc((size_t)n, sizeof *y->shape_src);
+	y->src_input = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_input);
+	y->src_axis = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_axis);
+	y->src_value = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_value);
+	if (!y->shape_src || !y->src_input || !y->src_axis || !y->src_value)
+		return false;
+	for (int t = 0; t < tp->n_tensors; t++) {
+		const struct mo_tensor *x = &tp->tensors[t];
+		bool read = read_by_shape(g, tp, x);
+		for (int q = 0; q < n_at && read; q++)
+			read = ats[q]->tensors[t].shape_known && ats[q]->tensors[t].rank == x->rank;
+		int k0 = y->n_shape_src * MO_MAX_RANK;
+		for (int d = 0; read && d < x->rank; d++)
+			read = dim_source(y, tp, ats, n_at, t, d, k0 + d);
+		if (!read || x->rank == 0)
+			continue;
+		tp->tensors[t].shape_told = true;
+		y->shape_src[y->n_shape_src++] = (struct mo_shape_source){
+			.of = x->name, .rank = x->rank, .input = &y->src_input[k0],
+			.axis = &y->src_axis[k0], .value = &y->src_value[k0] };
+	}
+	return true;
+}
+
 enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_options *o,
 			       struct fuse_dyn *y, struct mo_tp **tp, struct mo_diag *d)
 {
@@ -741,6 +829,8 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 				    !same_values(x, &ats[k]->tensors[t]);
 	}
 	tps[0]->sized_known = true;
+	if (y->distinct && !shape_sources(m, y, tps[0], ats, n_at))
+		return mo_diag_nomem(d); /* *tp and y are freed by the caller */
 	y->lead = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->lead);
 	y->rows = mo_calloc((size_t)tps[0]->n_tensors + 1, sizeof *y->rows);
 	if (!y->lead || !y->rows)
@@ -824,6 +914,10 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_part_free(y->pad_part);
 	for (int k = 0; k < y->n_more; k++)
 		mo_tp_free(y->more[k]);
+	mo_free(y->shape_src);
+	mo_free(y->src_input);
+	mo_free(y->src_axis);
+	mo_free(y->src_value);
 	memset(y, 0, sizeof *y);
 }
 

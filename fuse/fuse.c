@@ -407,7 +407,7 @@ static enum mo_status search_regions(struct mo_fuse_state *f)
 		if (!s->fused && s->parent < 0 && !s->not_worth && (st = split_unfused(f, ri, nomem)))
 			return st;
 	}
-	if (fuse_keep_exportable(f->m, f->a, f->tp, f->rs, f->nu))
+	if (fuse_keep_exportable(f->m, f->a, f->tp, &f->dyn, f->rs, f->nu))
 		return mo_diag_nomem(f->d);
 	return MO_OK;
 }
@@ -644,7 +644,8 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 	/* nothing fused: OUT is the model as it was, with nothing beside it */
 	struct fuse_file_set fs = { .so_tmp = f->have_plugin ? f->so : NULL, .id = f->id, .fn = fn,
 			       .nf = nf, .dynamic = f->dyn.lead ? f->dyn.desc : NULL,
-			       .readings = &f->dyn.readings };
+			       .readings = &f->dyn.readings, .n_shape_src = f->dyn.n_shape_src,
+			       .shape_src = f->dyn.shape_src };
 	if (!st)
 		st = fuse_write_set(f->m, f->a, f->tp, f->nu, f->rs, &fs, f->report, f->d);
 	for (int k = 0; k < nf; k++)

@@ -79,6 +79,14 @@ struct fuse_dyn {
 	 * options every import of the model is made with when there are */
 	struct mo_import_readings readings;
 	struct mo_import_options opts;
+	/* the shapes of values ops make that Shape nodes read, told by the
+	 * inputs' shapes (mo_export_options.shape_sources): each dim the
+	 * same in every import, or an input's dim equal to it in every one */
+	int n_shape_src;
+	struct mo_shape_source *shape_src;
+	const char **src_input;
+	int *src_axis;
+	int64_t *src_value;
 };
 
 /* One run of the fuse pipeline: what its three stages share. */
@@ -233,7 +241,8 @@ void fuse_fused_node_free(struct mo_fused_node *f);
 /* Leaves unfused, with the reason, every found unit whose μGraph does not
  * export (see write.c). */
 enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_options *a,
-				    const struct mo_tp *tp, struct mo_fuse_region *rs, int nu);
+				    const struct mo_tp *tp, const struct fuse_dyn *y,
+				    struct mo_fuse_region *rs, int nu);
 
 struct fuse_file_set {
 	const char *so_tmp;  /* the built, checked plugin; NULL when nothing is fused */
@@ -245,6 +254,9 @@ struct fuse_file_set {
 	const char *dynamic;
 	/* derived dims read as the graph needs them, written so in OUT */
 	const struct mo_import_readings *readings;
+	/* shapes told by the inputs' (fuse_dyn.shape_src) */
+	int n_shape_src;
+	const struct mo_shape_source *shape_src;
 };
 
 /* Writes the set (write.c): OUT, and when something is fused its plugin and

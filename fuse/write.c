@@ -704,7 +704,8 @@ static void mark_no_function(void *ctx, const char *op_type)
  * marks the units whose op the model will hold no function body for
  * (mo_fuse_region.no_function; a kept unit's own check marks it). */
 enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_options *a,
-				    const struct mo_tp *tp, struct mo_fuse_region *rs, int nu)
+				    const struct mo_tp *tp, const struct fuse_dyn *y,
+				    struct mo_fuse_region *rs, int nu)
 {
 	struct mo_fused_node *fn = mo_calloc((size_t)nu + 1, sizeof *fn);
 	char (*names)[80] = mo_calloc((size_t)nu + 1, sizeof *names);
@@ -786,6 +787,8 @@ enum mo_status fuse_keep_exportable(struct mo_model *m, const struct mo_fuse_opt
 			 * body for (mo_cg_op.cpu_always) */
 			struct mo_export_options eo = { .domain = MO_PLUGIN_DOMAIN_PREFIX,
 							.folded = folded, .n_folded = n_folded,
+							.n_shape_sources = y->n_shape_src,
+							.shape_sources = y->shape_src,
 							.no_function = mark_no_function,
 							.no_function_ctx = &ul };
 			struct mo_diag xd;
@@ -1007,7 +1010,9 @@ enum mo_status fuse_write_set(struct mo_model *m, const struct mo_fuse_options *
 					.manifest_file = fuse_base_name(manifest), .build_id = fs->id,
 					.input_shapes = shapes, .folded = folded,
 					.n_folded = n_folded, .n_readings = n_readings,
-					.reading_of = reading_of, .read_as = read_as };
+					.reading_of = reading_of, .read_as = read_as,
+					.n_shape_sources = fs->n_shape_src,
+					.shape_sources = fs->shape_src };
 	st = fused ? mo_export(m, fs->fn, fs->nf, &eo, model_tmp, d)
 				  : mo_onnx_save(m, model_tmp, d);
 	free(shapes);

@@ -22,7 +22,8 @@ ViT by Optimum):
 - "optimum1_past": the same by Optimum 1.x (TorchScript underneath, opset
   14), as most exports on the Hub were made: it names the attention mask's
   and the present keys' dim "past_sequence_length + 1", true of a decode
-  step only (Llama only, in a venv of its own, below).
+  step only (Llama, and Qwen2 with one KV head, in a venv of its own,
+  below).
 
 Inputs are token ids and an attention mask with symbolic batch and sequence
 dimensions; the decoders return logits, without a KV cache but for
@@ -50,7 +51,7 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
     /work/tv_old/bin/pip install torch==2.4.1 transformers==4.44.2 optimum==1.22.0 \
         onnx==1.16.2 'numpy<2' onnxruntime
     /work/tv_old/bin/python models/export_whole.py --out tests/data/whole \
-        --only llama --exporters optimum1_past
+        --only llama,qwen2_1kv --exporters optimum1_past
 """
 import argparse
 import os
@@ -76,6 +77,12 @@ def configs():
                                            **ids, **common), "text-generation"),
         "qwen2": (transformers.Qwen2Config(num_key_value_heads=2, **ids, **common),
                   "text-generation"),
+        # one KV head (multi-query, as Gemma 2B): the keys' Transpose is
+        # a rows op; exported by Optimum 1.x ("--only qwen2_1kv --exporters
+        # optimum1_past"), whose Qwen2 slices its rotary tables to the
+        # length of the keys it rotates
+        "qwen2_1kv": (transformers.Qwen2Config(num_key_value_heads=1, **ids, **common),
+                      "text-generation"),
         "phi3": (transformers.Phi3Config(num_key_value_heads=HEADS, pad_token_id=0,
                                          **ids, **common), "text-generation"),
         "gpt2": (transformers.GPT2Config(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,

@@ -377,6 +377,17 @@ bool mo_part_folded_reader(const struct mo_tp *tp, int node)
 	return any;
 }
 
+/* Whether node, folded and in no region, is a Shape of x whose shape the
+ * graph inputs' tell (mo_tensor.shape_told): the fused model makes it from
+ * theirs, so it needs nothing of x. */
+static bool told_shape(const struct mo_tp *tp, int node, const struct mo_tensor *x, int region)
+{
+	if (!x->shape_told || region >= 0)
+		return false;
+	const Onnx__NodeProto *n = mo_onnx_proto(tp->model)->graph->node[node];
+	return n->op_type && !strcmp(n->op_type, "Shape") && (!n->domain || !*n->domain);
+}
+
 static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 			       struct mo_region *r, int ri, int *node_region,
 			       struct mo_diag *d)
@@ -420,7 +431,8 @@ static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 				 * tensor from the fused node. */
 				used_outside = cop >= 0 ? p->op_region[cop] != ri
 							: node_region[node] != ri &&
-								  !mo_part_folded_reader(tp, node);
+								  !mo_part_folded_reader(tp, node) &&
+								  !told_shape(tp, node, x, node_region[node]);
 			}
 			if (used_outside)
 				r->outputs[r->n_outputs++] = t;

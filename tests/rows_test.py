@@ -1345,6 +1345,41 @@ class Rows(unittest.TestCase):
         for o, a, b in zip(orig.get_outputs(), want, got):
             close(a, b, o.name, self)
 
+    def test_a_shape_of_keys_fused_with_their_rotary_is_read_from_the_inputs(self):
+        """Qwen2 by Optimum 1.x slices its cos and sin tables to the
+        length of the keys it rotates: a Shape of the transposed keys. With
+        one KV head that Transpose is a rows op, fused with the rotation the
+        tables feed, and the Shape left in the fused model made a cycle: the
+        keys' rotary stayed unfused in both layers (56% of ops fused, 66%
+        now). The Shape now reads the inputs' shapes."""
+        path = os.path.join(MODELS, "qwen2_1kv_optimum1_past.onnx")
+        out, plugin, regions = self.fuse(path, "qwen2_1kv", "--budget", "10")
+        self.assertFalse([g["why"] for g in regions if "cyclic" in g.get("why", "")])
+        for layer in (0, 1):
+            keys = f"/model/layers.{layer}/self_attn/Transpose_1"
+            fused = [g for g in regions if g["fused"] and keys in g["nodes"]]
+            self.assertTrue(fused, [(g["nodes"][:2], g.get("why")) for g in regions
+                                    if keys in g["nodes"]])
+            self.assertIn(f"/model/layers.{layer}/self_attn/Add_2", fused[0]["nodes"])
+        # the Shape of the keys is made from the inputs' shapes; nothing
+        # outside the fused op reads the keys it keeps
+        m = onnx.load(out, load_external_data=False)
+        made = {o: n for n in m.graph.node for o in n.output}
+        shape = made["/model/layers.0/self_attn/Shape_2_output_0"]
+        self.assertEqual(shape.op_type, "Concat")
+        reads = {i for n in m.graph.node for i in n.input}
+        self.assertNotIn("/model/layers.0/self_attn/Transpose_1_output_0", reads)
+        model = onnx.load(path)
+        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
+        heads, hd = (kv[0].type.tensor_type.shape.dim[k].dim_value for k in (1, 3))
+        orig, fused = session(path), session(out, plugin)
+        rng = np.random.default_rng(3)
+        for batch, prompt in ((1, 1), (3, 5), (1, 37)):
+            with self.subTest(batch=batch, prompt=prompt):
+                ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
+                self.generate(orig, fused, ids, kv, heads, hd, steps=8)
+
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
         batch = ids.shape[0]
         past = {i.name: np.zeros((batch, heads, 0, hd), np.float32) for i in kv}

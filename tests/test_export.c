@@ -500,6 +500,103 @@ static void a_cyclic_result_is_refused_and_nothing_is_written(void **state)
 	tm_free(&t);
 }
 
+/* The node making name in g, or NULL. */
+static const Onnx__NodeProto *maker(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_node; i++)
+		for (size_t j = 0; j < g->node[i]->n_output; j++)
+			if (!strcmp(g->node[i]->output[j], name))
+				return g->node[i];
+	return NULL;
+}
+
+/* Whether a node of g reads name. */
+static bool is_read(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_node; i++)
+		for (size_t j = 0; j < g->node[i]->n_input; j++)
+			if (!strcmp(g->node[i]->input[j], name))
+				return true;
+	return false;
+}
+
+/* The same cycle, cut by a shape source instead: the Shape of `a`, which
+ * the fused node keeps inside, is made from X's shape (its dim 0) and a
+ * constant (4), so nothing waits for the fused node; its `start` takes the
+ * dims from there. Where no fused node makes `a`, the Shape stays. */
+static void a_shape_of_what_a_fused_node_keeps_is_read_from_the_inputs(void **state)
+{
+	(void)state;
+	for (int start = 0; start < 2; start++) {
+		struct tmodel t;
+		tm_init(&t);
+		static const int64_t eight[] = { 8 }, four[] = { 4 };
+		tm_input(&t, &t.graph, "X", 2, dims_2x4);
+		tm_input(&t, &t.graph, "Z", 1, start ? four : eight);
+		NODE(&t, &t.graph, "Relu", "A", "X", "a");
+		Onnx__NodeProto *sh = NODE(&t, &t.graph, "Shape", "S", "a", "s");
+		if (start)
+			int_attribute(&t, sh, "start", -1);
+		tm_node(&t, &t.graph, "Reshape", "R", NAMES("Z", "s"), NAMES("z"));
+		tm_node(&t, &t.graph, "Add", "C", NAMES("a", "z"), NAMES("Y"));
+		tm_output(&t, &t.graph, "Y");
+		const struct mo_shape_source src = { .of = "a", .rank = 2,
+						     .input = NAMES("X", NULL),
+						     .axis = (const int[]){ 0, 0 },
+						     .value = (const int64_t[]){ 0, 4 } };
+		const struct mo_fused_node f = {
+			.op_type = "mirage_ac", .name = "F", .n_nodes = 2,
+			.nodes = (const int[]){ 0, 3 }, .n_inputs = 2, .n_outputs = 1,
+			.inputs = NAMES("X", "z"), .outputs = NAMES("Y"),
+		};
+		struct run r = { 0 };
+		load_tm(&r, &t);
+		struct mo_export_options o = opts;
+		o.shape_sources = &src;
+		o.n_shape_sources = 1;
+		if (export_to(&r, &f, 1, &o, r.path))
+			fail_msg("export failed: %s", r.d.msg);
+		const Onnx__GraphProto *g = out_graph(&r);
+		const Onnx__NodeProto *cat = maker(g, "s");
+		assert_non_null(cat);
+		assert_string_equal(cat->op_type, "Concat");
+		assert_int_equal(cat->n_input, start ? 1 : 2);
+		assert_false(is_read(g, "a"));
+		/* dim 0: a Gather of X's Shape at 0; dim 1: the constant 4 */
+		const Onnx__NodeProto *last = maker(g, cat->input[start ? 0 : 1]);
+		assert_string_equal(last->op_type, "Constant");
+		assert_int_equal(last->attribute[0]->t->int64_data[0], 4);
+		if (!start) {
+			const Onnx__NodeProto *ga = maker(g, cat->input[0]);
+			assert_string_equal(ga->op_type, "Gather");
+			const Onnx__NodeProto *xs = maker(g, ga->input[0]);
+			assert_string_equal(xs->op_type, "Shape");
+			assert_string_equal(xs->input[0], "X");
+			assert_int_equal(maker(g, ga->input[1])->attribute[0]->t->int64_data[0], 0);
+		}
+		assert_true(is_read(g, "X"));
+		/* F after R, R after the Concat */
+		size_t at_cat = 0, at_r = 0, at_f = 0;
+		for (size_t i = 0; i < g->n_node; i++) {
+			at_cat = g->node[i] == cat ? i : at_cat;
+			at_r = !strcmp(g->node[i]->name ? g->node[i]->name : "", "R") ? i : at_r;
+			at_f = !strcmp(g->node[i]->name ? g->node[i]->name : "", "F") ? i : at_f;
+		}
+		assert_true(at_cat < at_r && at_r < at_f);
+		/* a fused node not making `a`: the Shape stays as it was */
+		const struct mo_fused_node only_c = {
+			.op_type = "mirage_c", .name = "F", .n_nodes = 1, .nodes = (const int[]){ 3 },
+			.n_inputs = 2, .n_outputs = 1, .inputs = NAMES("a", "z"), .outputs = NAMES("Y"),
+		};
+		if (export_to(&r, &only_c, 1, &o, r.path))
+			fail_msg("export failed: %s", r.d.msg);
+		g = out_graph(&r);
+		assert_node_order(g, NAMES("A", "S", "R", "F"));
+		run_free(&r);
+		tm_free(&t);
+	}
+}
+
 /* A node outside the fused one that reads a folded value computed from
  * what the fused node makes (a Reshape to Shape(a), as Phi-3's rotary
  * embedding slices by a Shape of the cos table) closes a cycle. With the
@@ -927,6 +1024,7 @@ int main(void)
 		cmocka_unit_test(subgraph_reads_order_and_keep_nodes),
 		cmocka_unit_test(a_cyclic_result_is_refused_and_nothing_is_written),
 		cmocka_unit_test(a_cycle_through_folded_values_is_cut_by_holding_them),
+		cmocka_unit_test(a_shape_of_what_a_fused_node_keeps_is_read_from_the_inputs),
 		cmocka_unit_test(initializers_only_the_regions_read_are_dropped),
 		cmocka_unit_test(nodes_only_the_regions_read_are_dropped_and_dead_ones_stay),
 		cmocka_unit_test(value_info_of_vanished_tensors_is_dropped),

@@ -277,6 +277,10 @@ struct mo_tensor {
 	bool is_graph_output;
 	bool sized;              /* a folded value that differs at other sizes
 				  * of the unbound dims (fuse/dynamic.c) */
+	bool shape_told;         /* made by an op, its shape told by the graph
+				  * inputs' at every size (fuse/dynamic.c): a
+				  * Shape of it is made from theirs in the
+				  * fused model (mo_export_options.shape_sources) */
 	int n_consumers;         /* ONNX nodes reading it (inputs or subgraphs) */
 	int *consumers;          /* their indices */
 };
