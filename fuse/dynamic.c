@@ -602,12 +602,72 @@ static bool shape_sources(const struct mo_model *m, struct fuse_dyn *y, struct m
 			read = dim_source(y, tp, ats, n_at, t, d, k0 + d);
 		if (!read || x->rank == 0)
 			continue;
-		tp->tensors[t].shape_told = true;
 		y->shape_src[y->n_shape_src++] = (struct mo_shape_source){
 			.of = x->name, .rank = x->rank, .input = &y->src_input[k0],
 			.axis = &y->src_axis[k0], .value = &y->src_value[k0] };
 	}
 	return true;
+}
+
+/* Marks shape_told each tensor of y->shape_src whose Shapes the ops of
+ * no padded run read (through the shape arithmetic after them): a region
+ * need not make it for them. Where a padded op reads one (a repeat_kv
+ * reshaped by a Shape of the keys), that Shape may go into the padded
+ * op's region, whose original ops (past its bucket) then read the tensor:
+ * it stays an output. False when out of memory. */
+static bool mark_told(struct mo_tp *tp, const struct fuse_dyn *y)
+{
+	if (y->n_shape_src == 0)
+		return true;
+	int *at, *made;
+	int *stack = mo_malloc(sizeof *stack * ((size_t)tp->n_tensors + 1));
+	unsigned char *seen = mo_calloc((size_t)tp->n_tensors + 1, 1);
+	bool ok = mo_tp_node_tensors(tp, &at, &made) && stack && seen;
+	for (int s = 0; ok && s < y->n_shape_src; s++) {
+		int t = 0;
+		while (t < tp->n_tensors && strcmp(tp->tensors[t].name, y->shape_src[s].of))
+			t++;
+		if (t == tp->n_tensors)
+			continue;
+		memset(seen, 0, (size_t)tp->n_tensors);
+		int sp = 0;
+		bool padded = false;
+		const struct mo_tensor *x = &tp->tensors[t];
+		for (int c = 0; c < x->n_consumers; c++) {
+			int nd = x->consumers[c];
+			if (nd < 0 || nd >= tp->n_nodes || tp->node_op[nd] >= 0)
+				continue;
+			for (int q = at[nd]; q < at[nd + 1]; q++)
+				if (!seen[made[q]]) {
+					seen[made[q]] = 1;
+					stack[sp++] = made[q];
+				}
+		}
+		while (sp > 0 && !padded) {
+			const struct mo_tensor *v = &tp->tensors[stack[--sp]];
+			for (int c = 0; c < v->n_consumers && !padded; c++) {
+				int nd = v->consumers[c];
+				if (nd < 0 || nd >= tp->n_nodes)
+					continue;
+				int w = tp->node_op[nd];
+				if (w >= 0) {
+					padded = y->pad_lax[w] != MO_LAX_NONE;
+					continue;
+				}
+				for (int q = at[nd]; q < at[nd + 1]; q++)
+					if (!seen[made[q]]) {
+						seen[made[q]] = 1;
+						stack[sp++] = made[q];
+					}
+			}
+		}
+		tp->tensors[t].shape_told = !padded;
+	}
+	mo_free(at);
+	mo_free(made);
+	mo_free(stack);
+	mo_free(seen);
+	return ok;
 }
 
 enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_options *o,
@@ -844,7 +904,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		return mo_diag_nomem(d);
 	for (int v = 0; v < tps[0]->n_ops; v++)
 		y->pad_lax[v] = MO_LAX_NONE;
-	if (!exclude_ops(tps[0], y))
+	if (!exclude_ops(tps[0], y) || !mark_told(tps[0], y))
 		return mo_diag_nomem(d);
 	return MO_OK;
 }
@@ -1138,32 +1198,18 @@ static bool same_everywhere(const struct mo_tensor *x)
 static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 {
 	int n_nodes = tp->n_nodes, n_t = tp->n_tensors, out = 0;
-	int *at = mo_calloc((size_t)n_nodes + 2, sizeof *at); /* CSR: tensors a folded node made */
-	int *made = mo_malloc(sizeof *made * ((size_t)n_t + 1));
+	int *at, *made; /* the tensors each node made (a folded one's are walked) */
+	bool have = mo_tp_node_tensors(tp, &at, &made);
 	/* a walk from an op's results: (tensor, whether a folded node is on
 	 * the way) pairs, each pushed once per op and flag */
 	int *stack = mo_malloc(sizeof *stack * (2 * (size_t)n_t + 1));
 	int *seen = mo_malloc(sizeof *seen * (2 * (size_t)n_t + 1));
-	if (!at || !made || !stack || !seen) {
+	if (!have || !stack || !seen) {
 		out = -1;
 		goto done;
 	}
-	for (int t = 0; t < n_t; t++) {
-		int nd = tp->tensors[t].source_node;
-		if (nd >= 0 && nd < n_nodes && tp->node_op[nd] < 0)
-			at[nd + 1]++;
+	for (int t = 0; t < n_t; t++)
 		seen[2 * t] = seen[2 * t + 1] = -1;
-	}
-	for (int nd = 0; nd < n_nodes; nd++)
-		at[nd + 1] += at[nd];
-	for (int t = 0; t < n_t; t++) { /* at[nd] counts up while filling */
-		int nd = tp->tensors[t].source_node;
-		if (nd >= 0 && nd < n_nodes && tp->node_op[nd] < 0)
-			made[at[nd]++] = t;
-	}
-	for (int nd = n_nodes; nd > 0; nd--) /* back to the starts */
-		at[nd] = at[nd - 1];
-	at[0] = 0;
 #define PUSH(t, fl)                                          \
 	do {                                                 \
 		if (seen[2 * (t) + (fl)] != u) {             \

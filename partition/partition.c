@@ -457,36 +457,42 @@ static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
 
 /* ONNX nodes that made no TP op (Constant, folded shape arithmetic) belong to
  * a region when everything that reads their outputs does. */
-static void absorb_constant_nodes(const struct mo_tp *tp, int *node_region)
+static bool absorb_constant_nodes(const struct mo_tp *tp, int *node_region)
 {
-	bool changed = true;
-	while (changed) {
+	int *at, *made;
+	if (!mo_tp_node_tensors(tp, &at, &made)) {
+		mo_free(at);
+		mo_free(made);
+		return false;
+	}
+	/* from the last node back: a node's readers come after it, so one
+	 * pass mostly settles; passes repeat while one changes something */
+	for (bool changed = true; changed;) {
 		changed = false;
-		for (int t = 0; t < tp->n_tensors; t++) {
-			const struct mo_tensor *x = &tp->tensors[t];
-			int src = x->source_node;
-			if (src < 0 || tp->node_op[src] >= 0 || node_region[src] >= 0 ||
-			    x->n_consumers == 0 || x->is_graph_output)
+		for (int src = tp->n_nodes - 1; src >= 0; src--) {
+			if (tp->node_op[src] >= 0 || node_region[src] >= 0 || at[src] == at[src + 1])
 				continue;
-			int r = node_region[x->consumers[0]];
-			bool all = r >= 0;
-			for (int c = 1; c < x->n_consumers && all; c++)
-				all = node_region[x->consumers[c]] == r;
-			/* every output of the node must agree */
-			for (int u = 0; u < tp->n_tensors && all; u++) {
-				const struct mo_tensor *y = &tp->tensors[u];
-				if (u == t || y->source_node != src)
-					continue;
+			/* every output of the node read, all in one region */
+			int r = -1;
+			bool all = true;
+			for (int q = at[src]; q < at[src + 1] && all; q++) {
+				const struct mo_tensor *y = &tp->tensors[made[q]];
 				all = !y->is_graph_output;
-				for (int c = 0; c < y->n_consumers && all; c++)
-					all = node_region[y->consumers[c]] == r;
+				for (int c = 0; c < y->n_consumers && all; c++) {
+					int cr = node_region[y->consumers[c]];
+					all = cr >= 0 && (r < 0 || cr == r);
+					r = cr;
+				}
 			}
-			if (all) {
+			if (all && r >= 0) {
 				node_region[src] = r;
 				changed = true;
 			}
 		}
 	}
+	mo_free(at);
+	mo_free(made);
+	return true;
 }
 
 /* The nr regions of p->op_region (a region's ops in program order, its
@@ -519,7 +525,8 @@ static enum mo_status fill_regions(const struct mo_tp *tp, struct mo_partition *
 		if (ri >= 0)
 			p->regions[ri].ops[p->regions[ri].n_ops++] = v;
 	}
-	absorb_constant_nodes(tp, node_region);
+	if (!absorb_constant_nodes(tp, node_region))
+		return mo_diag_nomem(d);
 	for (int ri = 0; ri < nr; ri++) {
 		enum mo_status st = describe(tp, p, &p->regions[ri], ri, node_region, d);
 		if (st)
@@ -812,9 +819,11 @@ bool mo_part_check(const struct mo_tp *tp, const struct mo_partition *p,
 	while (qh < qt) {
 		int q = queue[qh++];
 		done++;
-		for (int v = 0; v < n; v++) {
-			if (QID(v) != q)
-				continue;
+		/* q's ops: a region's, or the one op outside them */
+		bool whole = q < p->n_regions;
+		int m = whole ? p->regions[q].n_ops : 1;
+		for (int i = 0; i < m; i++) {
+			int v = whole ? p->regions[q].ops[i] : q - p->n_regions;
 			for (int k = g.succ_start[v]; k < g.succ_start[v + 1]; k++) {
 				int w = QID(g.succ[k]);
 				if (w != q && --indeg[w] == 0)

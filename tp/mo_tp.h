@@ -369,6 +369,11 @@ struct mo_tp {
 	bool sized_known;
 };
 
+/* The tensors each main-graph node made, in CSR form: node nd's are
+ * made[(*at)[nd]] .. made[(*at)[nd + 1] - 1], in tensor order. False when
+ * out of memory; free both with mo_free. */
+bool mo_tp_node_tensors(const struct mo_tp *tp, int **at, int **made);
+
 /* The value of a one-element weight or constant. */
 bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v);
 

@@ -61,6 +61,33 @@ enum mo_status mo_tp_region(const struct mo_tp *tp, const int *ops, int n_ops,
 	return MO_OK;
 }
 
+bool mo_tp_node_tensors(const struct mo_tp *tp, int **at_out, int **made_out)
+{
+	int n_nodes = tp->n_nodes, n_t = tp->n_tensors;
+	int *at = mo_calloc((size_t)n_nodes + 2, sizeof *at);
+	int *made = mo_malloc(sizeof *made * ((size_t)n_t + 1));
+	*at_out = at;
+	*made_out = made;
+	if (!at || !made)
+		return false;
+	for (int t = 0; t < n_t; t++) {
+		int nd = tp->tensors[t].source_node;
+		if (nd >= 0 && nd < n_nodes)
+			at[nd + 1]++;
+	}
+	for (int nd = 0; nd < n_nodes; nd++)
+		at[nd + 1] += at[nd];
+	for (int t = 0; t < n_t; t++) { /* at[nd] counts up while filling */
+		int nd = tp->tensors[t].source_node;
+		if (nd >= 0 && nd < n_nodes)
+			made[at[nd]++] = t;
+	}
+	for (int nd = n_nodes; nd > 0; nd--) /* back to the starts */
+		at[nd] = at[nd - 1];
+	at[0] = 0;
+	return true;
+}
+
 bool mo_tp_scalar_value(const struct mo_tp *tp, const struct mo_tensor *t, double *v)
 {
 	if (t->kind != MO_T_CONST && t->kind != MO_T_INITIALIZER)
