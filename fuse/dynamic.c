@@ -148,6 +148,21 @@ static bool aligned(const struct mo_tp *a, const struct mo_tp *b)
 	return true;
 }
 
+/* aligned, and every shape the first knows the second knows, of the same
+ * rank: a size past what the model holds (a past longer than GPT-J's
+ * causal-mask buffer) leaves the scores' shapes unknown there, and the
+ * ops reading them could not be padded to it. */
+static bool alike(const struct mo_tp *a, const struct mo_tp *b)
+{
+	if (!aligned(a, b))
+		return false;
+	for (int i = 0; i < a->n_tensors; i++)
+		if (a->tensors[i].shape_known && (!b->tensors[i].shape_known ||
+						  b->tensors[i].rank != a->tensors[i].rank))
+			return false;
+	return true;
+}
+
 static bool same_values(const struct mo_tensor *a, const struct mo_tensor *b)
 {
 	if (a->n_vals != b->n_vals || !a->ivals != !b->ivals || !a->fvals != !b->fvals)
@@ -801,7 +816,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 			return d->status; /* *tp and y are freed by the caller */
 		}
 		bool inject = e && !strcmp(e, "import:long-past-bucket") && k == y->long_level;
-		if (at && (inject || !aligned(tps[0], at))) {
+		if (at && (inject || !alike(tps[0], at))) {
 			mo_tp_free(at);
 			at = NULL;
 		}

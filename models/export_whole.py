@@ -51,7 +51,7 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
     /work/tv_old/bin/pip install torch==2.4.1 transformers==4.44.2 optimum==1.22.0 \
         onnx==1.16.2 'numpy<2' onnxruntime
     /work/tv_old/bin/python models/export_whole.py --out tests/data/whole \
-        --only llama,qwen2_1kv --exporters optimum1_past
+        --only llama,qwen2_1kv,gptj_pos256 --exporters optimum1_past
 """
 import argparse
 import os
@@ -101,6 +101,13 @@ def configs():
         "gptj": (transformers.GPTJConfig(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
                                          n_head=HEADS, vocab_size=VOCAB, n_positions=POSITIONS,
                                          rotary_dim=8, **ids), "text-generation"),
+        # Optimum 1.x's GPT-J ("--only gptj_pos256 --exporters
+        # optimum1_past") slices its causal mask from a buffer of
+        # n_positions rows: at 256, a decode step with a past of 1023 (the
+        # tool's default long-past bucket) is past what the model holds
+        "gptj_pos256": (transformers.GPTJConfig(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
+                                                n_head=HEADS, vocab_size=VOCAB, n_positions=256,
+                                                rotary_dim=8, **ids), "text-generation"),
         # by Optimum only ("--only vit --exporters optimum"): 32x32 images of
         # 3 channels in 8x8 patches, its patch embedding a Conv
         "vit": (transformers.ViTConfig(hidden_size=HIDDEN, intermediate_size=INTER,

@@ -1380,6 +1380,32 @@ class Rows(unittest.TestCase):
                 ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
                 self.generate(orig, fused, ids, kv, heads, hd, steps=8)
 
+    def test_a_bucket_past_what_the_model_holds_is_left_out(self):
+        """GPT-J by Optimum 1.x slices its causal mask from a buffer of
+        n_positions (256) rows. At the default long-past bucket (1023) the
+        slice is shorter than the scores and every shape after it unknown:
+        the attention could not be padded to that bucket, and nothing of it
+        was (63% of ops fused, 92% of MatMul FLOPs). That bucket is left out
+        now, as one that does not import alike."""
+        path = os.path.join(MODELS, "gptj_pos256_optimum1_past.onnx")
+        out, plugin, regions = self.fuse(path, "gptj_pos256", "--budget", "10")
+        self.assertIn("no decode step's bucket for a long past", self.searched_at)
+        layers = {n.split("/")[2] for g in regions if g["fused"]
+                  for n in g["nodes"] if n.endswith("/Softmax")}
+        self.assertEqual(layers, {"h.0", "h.1"}, [g.get("why") for g in regions])
+        model = onnx.load(path)
+        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
+        heads, hd = (kv[0].type.tensor_type.shape.dim[k].dim_value for k in (1, 3))
+        orig, fused = session(path), session(out, plugin)
+        rng = np.random.default_rng(4)
+        # past the prompt's bucket (70) too, and decode steps past the
+        # short past's (64), where the original ops run
+        for batch, prompt in ((1, 1), (3, 5), (1, 37), (2, 70)):
+            with self.subTest(batch=batch, prompt=prompt):
+                ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
+                self.generate(orig, fused, ids, kv, heads, hd, steps=8)
+
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
         batch = ids.shape[0]
         past = {i.name: np.zeros((batch, heads, 0, hd), np.float32) for i in kv}
