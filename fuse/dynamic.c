@@ -211,6 +211,11 @@ static bool regroups_rows(const struct mo_tp *tp, const struct fuse_dyn *y, int 
 /* a fused kernel serves any number of rows; other dynamic dims not yet */
 static const char note_varies[] = "varies with unbound dims beyond leading rows (--dim fuses it)";
 
+/* a padded run dropped by fuse_dyn_pad_regions */
+static const char note_cycle[] = "varies with unbound dims beyond leading rows; fused padded "
+				 "with the ops around it, it would be on a cycle through ops left "
+				 "to ONNX Runtime (--dim fuses it)";
+
 /* held apart from the rows' regions, fused in regions of their own */
 static const char note_padded[] = "varies with unbound dims beyond leading rows: fused apart, "
 				  "padded (see the fused run's report)";
@@ -1404,7 +1409,7 @@ again:
 	int *kept = root; /* reused: the groups kept so far, -1 elsewhere */
 	int n_kept = 0, dropped = 0;
 	bool retry = false;
-	char why[200] = "";
+	char why[200] = "", named[300] = "";
 	for (int v = 0; v < n; v++)
 		kept[v] = -1;
 	for (int g = 0; g < ng && !st; g++) {
@@ -1444,12 +1449,20 @@ again:
 			break;
 		}
 		dropped++;
+		int first = -1, last = -1, ops = 0;
 		for (int v = 0; v < n; v++)
 			if (group[v] == g) {
 				y->pad_lax[v] = MO_LAX_NONE;
 				tp->ops[v].lax = MO_LAX_NONE;
-				tp->ops[v].note = note_varies;
+				tp->ops[v].note = note_cycle;
+				first = first < 0 ? v : first;
+				last = v;
+				ops++;
 			}
+		if (dropped == 1 && first >= 0) /* the first named in the line below */
+			snprintf(named, sizeof named, " (%.120s .. %.120s, %d op%s)",
+				 tp->node_names[tp->ops[first].node], tp->node_names[tp->ops[last].node],
+				 ops, ops == 1 ? "" : "s");
 	}
 	if (retry && !st) {
 		fuse_dyn_hide_padded(f, true);
@@ -1462,8 +1475,9 @@ again:
 			*f->d = pd;
 	}
 	if (!st && dropped)
-		fuse_progress(f->a, "%d run%s of ops that vary beyond rows stay%s unfused: %s", dropped,
-			      dropped == 1 ? "" : "s", dropped == 1 ? "s" : "", why);
+		fuse_progress(f->a, "%d run%s of ops that vary beyond rows stay%s unfused%s%s: %s",
+			      dropped, dropped == 1 ? "" : "s", dropped == 1 ? "s" : "",
+			      dropped > 1 ? ", the first" : "", named, why);
 	mo_free(root);
 	mo_free(group);
 	return st;
