@@ -1905,8 +1905,9 @@ static Onnx__ValueInfoProto *read_dims(struct ex *x, Onnx__ValueInfoProto *v)
 
 /* Node v, a Shape of a value a fused node makes, as nodes appended to
  * out: a Shape of each graph input its dims come from, a Gather of each
- * such dim, a Constant of each other, and a Concat of them all making v's
- * output (at most 3 per dim and the Concat). False when out of memory. */
+ * such dim (and a Mul by its factor), a Constant of each other, and a
+ * Concat of them all making v's output (at most 5 per dim and the
+ * Concat). False when out of memory. */
 static bool shape_from_inputs(struct ex *x, int v, Onnx__NodeProto **out, size_t *n_out)
 {
 	const Onnx__NodeProto *n = x->g->node[v];
@@ -1958,6 +1959,21 @@ static bool shape_from_inputs(struct ex *x, int v, Onnx__NodeProto **out, size_t
 		out[(*n_out)++] = c;
 		out[(*n_out)++] = ga;
 		parts[i] = go[0];
+		if (ss->value[d] == 1)
+			continue;
+		Onnx__NodeProto *f = int64_constant(x, base, "factor", &ss->value[d], 1);
+		char **mi = mo_arena_array(&x->arena, 2, sizeof *mi);
+		char **mo = mo_arena_array(&x->arena, 1, sizeof *mo);
+		if (!f || !mi || !mo || !(mo[0] = fresh_name(x, base, "dim")))
+			return false;
+		mi[0] = go[0];
+		mi[1] = f->output[0];
+		Onnx__NodeProto *mul = new_node(x, "Mul", base, 2, mi, 1, mo);
+		if (!mul)
+			return false;
+		out[(*n_out)++] = f;
+		out[(*n_out)++] = mul;
+		parts[i] = mo[0];
 	}
 	char **co = arena_strv(&x->arena, (const char *const *)n->output, 1);
 	Onnx__NodeProto *cat = co ? new_node(x, "Concat", base, nd, parts, 1, co) : NULL;
@@ -1982,7 +1998,7 @@ static enum mo_status build(struct ex *x, const int *order, size_t n_order, stru
 			n_nodes += (size_t)guard_nodes(&x->fused[k]);
 	for (int v = 0; v < x->n_orig; v++)
 		if (x->reshaped[v] >= 0)
-			n_nodes += 3 * (size_t)(x->shape_to[v] - x->shape_from[v]) + 1;
+			n_nodes += 5 * (size_t)(x->shape_to[v] - x->shape_from[v]) + 1;
 	l->node = mo_arena_array(a, n_nodes, sizeof *l->node);
 	l->initializer = mo_arena_array(a, g->n_initializer + n_outer + 1, sizeof *l->initializer);
 	l->sparse_initializer = mo_arena_array(a, g->n_sparse_initializer,

@@ -101,8 +101,8 @@ struct mo_fused_node {
 };
 
 /* The shape of a value (`of`) told by the graph inputs' shapes: dim d is
- * dim axis[d] of graph input input[d], or the constant value[d] where
- * input[d] is NULL. */
+ * value[d] times dim axis[d] of graph input input[d], or the constant
+ * value[d] where input[d] is NULL. */
 struct mo_shape_source {
 	const char *of;
 	int rank;

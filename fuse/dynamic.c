@@ -559,23 +559,34 @@ static bool dim_source(struct fuse_dyn *y, const struct mo_tp *tp, const struct 
 		y->src_value[k] = v;
 		return true;
 	}
-	for (int i = 0; i < tp->n_inputs; i++) {
-		const struct mo_tensor *in = &tp->tensors[tp->inputs[i]];
-		for (int j = 0; in->shape_known && j < in->rank; j++) {
-			bool all = in->dims[j] == v;
-			for (int q = 0; q < n_at && all; q++) {
-				const struct mo_tensor *a = &ats[q]->tensors[tp->inputs[i]];
-				all = a->shape_known && a->rank == in->rank &&
-				      a->dims[j] == ats[q]->tensors[t].dims[d];
-			}
-			if (all) {
-				y->src_input[k] = in->name;
-				y->src_axis[k] = j;
-				return true;
+	/* the input's dim itself first, then a multiple of it (Bloom's
+	 * batch x heads) */
+	for (int times = 0; times < 2; times++)
+		for (int i = 0; i < tp->n_inputs; i++) {
+			const struct mo_tensor *in = &tp->tensors[tp->inputs[i]];
+			for (int j = 0; in->shape_known && j < in->rank; j++) {
+				int64_t c = in->dims[j] > 0 && v % in->dims[j] == 0 ? v / in->dims[j] : 0;
+				bool all = times ? c > 1 : c == 1;
+				for (int q = 0; q < n_at && all; q++) {
+					const struct mo_tensor *a = &ats[q]->tensors[tp->inputs[i]];
+					all = a->shape_known && a->rank == in->rank &&
+					      c * a->dims[j] == ats[q]->tensors[t].dims[d];
+				}
+				if (all) {
+					y->src_input[k] = in->name;
+					y->src_axis[k] = j;
+					y->src_value[k] = c;
+					return true;
+				}
 			}
 		}
-	}
 	return false;
+}
+
+/* Whether n is a Shape of the default domain. */
+static bool is_shape(const Onnx__NodeProto *n)
+{
+	return n->op_type && !strcmp(n->op_type, "Shape") && (!n->domain || !*n->domain);
 }
 
 /* Whether x, made by a TP op, is read by a Shape node that folded. */
@@ -586,8 +597,7 @@ static bool read_by_shape(const Onnx__GraphProto *g, const struct mo_tp *tp,
 	for (int c = 0; x->producer >= 0 && x->shape_known && c < x->n_consumers; c++) {
 		int nd = x->consumers[c];
 		read |= nd >= 0 && (size_t)nd < g->n_node && tp->node_op[nd] < 0 &&
-			g->node[nd]->op_type && !strcmp(g->node[nd]->op_type, "Shape") &&
-			(!g->node[nd]->domain || !*g->node[nd]->domain);
+			is_shape(g->node[nd]);
 	}
 	return read;
 }
@@ -610,7 +620,8 @@ static bool shape_sources(const struct mo_model *m, struct fuse_dyn *y, struct m
 	y->src_input = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_input);
 	y->src_axis = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_axis);
 	y->src_value = mo_calloc((size_t)n * MO_MAX_RANK, sizeof *y->src_value);
-	if (!y->shape_src || !y->src_input || !y->src_axis || !y->src_value)
+	y->has_src = mo_calloc((size_t)tp->n_tensors + 1, 1);
+	if (!y->shape_src || !y->src_input || !y->src_axis || !y->src_value || !y->has_src)
 		return false;
 	for (int t = 0; t < tp->n_tensors; t++) {
 		const struct mo_tensor *x = &tp->tensors[t];
@@ -622,6 +633,7 @@ static bool shape_sources(const struct mo_model *m, struct fuse_dyn *y, struct m
 			read = dim_source(y, tp, ats, n_at, t, d, k0 + d);
 		if (!read || x->rank == 0)
 			continue;
+		y->has_src[t] = 1;
 		y->shape_src[y->n_shape_src++] = (struct mo_shape_source){
 			.of = x->name, .rank = x->rank, .input = &y->src_input[k0],
 			.axis = &y->src_axis[k0], .value = &y->src_value[k0] };
@@ -998,6 +1010,7 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_free(y->src_input);
 	mo_free(y->src_axis);
 	mo_free(y->src_value);
+	mo_free(y->has_src);
 	memset(y, 0, sizeof *y);
 }
 
@@ -1217,6 +1230,7 @@ static bool same_everywhere(const struct mo_tensor *x)
  * out; -1 when out of memory. */
 static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 {
+	const Onnx__GraphProto *g = mo_onnx_proto(tp->model)->graph;
 	int n_nodes = tp->n_nodes, n_t = tp->n_tensors, out = 0;
 	int *at, *made; /* the tensors each node made (a folded one's are walked) */
 	bool have = mo_tp_node_tensors(tp, &at, &made);
@@ -1254,7 +1268,11 @@ static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 				if (nd < 0 || nd >= n_nodes)
 					continue;
 				int w = tp->node_op[nd];
-				if (w < 0) { /* folded here, computed in the fused model */
+				if (w < 0 && y->has_src && y->has_src[x] && is_shape(g->node[nd])) {
+					/* a Shape the fused model makes from the
+					 * inputs' shapes (shape_sources): it waits for
+					 * nothing of x */
+				} else if (w < 0) { /* folded here, computed in the fused model */
 					for (int q = at[nd]; q < at[nd + 1]; q++)
 						PUSH(made[q], 1);
 				} else if (y->pad_lax[w] != MO_LAX_NONE && find_root(root, w) == r) {

@@ -87,6 +87,7 @@ struct fuse_dyn {
 	const char **src_input;
 	int *src_axis;
 	int64_t *src_value;
+	unsigned char *has_src; /* per tensor: one of shape_src's */
 };
 
 /* One run of the fuse pipeline: what its three stages share. */

@@ -51,7 +51,7 @@ Optimum (optimum 2.1 with optimum-onnx 0.1, which requires transformers
     /work/tv_old/bin/pip install torch==2.4.1 transformers==4.44.2 optimum==1.22.0 \
         onnx==1.16.2 'numpy<2' onnxruntime
     /work/tv_old/bin/python models/export_whole.py --out tests/data/whole \
-        --only llama,qwen2_1kv,gptj_pos256 --exporters optimum1_past
+        --only llama,qwen2_1kv,gptj_pos256,bloom --exporters optimum1_past
 """
 import argparse
 import os
@@ -108,6 +108,11 @@ def configs():
         "gptj_pos256": (transformers.GPTJConfig(n_embd=HIDDEN, n_inner=INTER, n_layer=LAYERS,
                                                 n_head=HEADS, vocab_size=VOCAB, n_positions=256,
                                                 rotary_dim=8, **ids), "text-generation"),
+        # Bloom by Optimum 1.x ("--only bloom --exporters optimum1_past"):
+        # its alibi attention reshapes its context by a Shape of it, over
+        # batch x heads rows
+        "bloom": (transformers.BloomConfig(hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+                                           vocab_size=VOCAB, **ids), "text-generation"),
         # by Optimum only ("--only vit --exporters optimum"): 32x32 images of
         # 3 channels in 8x8 patches, its patch embedding a Conv
         "vit": (transformers.ViTConfig(hidden_size=HIDDEN, intermediate_size=INTER,

@@ -1406,18 +1406,57 @@ class Rows(unittest.TestCase):
                 ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
                 self.generate(orig, fused, ids, kv, heads, hd, steps=8)
 
+    def test_a_shape_of_a_padded_ops_result_over_heads_is_read_from_the_inputs(self):
+        """Bloom by Optimum 1.x views its attention's context, [batch x
+        heads, sequence, head dim], back by a Shape of it, and that view is
+        padded with the attention: the product of its values and the
+        probabilities stayed out ("a shape of what it makes feeds back").
+        The Shape is made from the inputs' shapes now (batch_size times 4),
+        so it waits for nothing the fused op makes."""
+        path = os.path.join(MODELS, "bloom_optimum1_past.onnx")
+        out, plugin, regions = self.fuse(path, "bloom_opt1", "--budget", "10")
+        layers = {n.split("/")[2] for g in regions if g["fused"]
+                  for n in g["nodes"] if n.endswith("/self_attention/MatMul_1")}
+        self.assertEqual(layers, {"h.0", "h.1"}, [g.get("why") for g in regions])
+        m = onnx.load(out, load_external_data=False)
+        self.assertTrue(any(n.op_type == "Mul" and "mirage_dim" in n.output[0]
+                            for n in m.graph.node), "no Shape made from the inputs'")
+        model = onnx.load(path)
+        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
+        orig, fused = session(path), session(out, plugin)
+        rng = np.random.default_rng(6)
+        for batch, prompt in ((1, 1), (3, 5), (1, 37)):
+            with self.subTest(batch=batch, prompt=prompt):
+                ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
+                self.generate(orig, fused, ids, kv, None, None, steps=8)
+
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
+        """steps greedy tokens from ids by orig and fused side by side: the
+        same tokens and logits at every step. The empty past is [batch,
+        heads, 0, hd], or (heads None) each input's own dims with the batch
+        and an empty past."""
         batch = ids.shape[0]
-        past = {i.name: np.zeros((batch, heads, 0, hd), np.float32) for i in kv}
+
+        def empty(i):
+            if heads is not None:
+                return np.zeros((batch, heads, 0, hd), np.float32)
+            dims = [d.dim_value if d.HasField("dim_value") else
+                    batch if d.dim_param == "batch_size" else 0
+                    for d in i.type.tensor_type.shape.dim]
+            return np.zeros(dims, np.float32)
+        past = {i.name: empty(i) for i in kv}
         state = [dict(past), dict(past)]
+        has_pos = "position_ids" in {i.name for i in orig.get_inputs()}
         tokens = ids
         pos = 0
         for step in range(steps):
             n = tokens.shape[1]
             feed = {"input_ids": tokens,
-                    "attention_mask": np.ones((batch, pos + n), np.int64),
-                    "position_ids": np.broadcast_to(np.arange(pos, pos + n),
-                                                    (batch, n)).astype(np.int64)}
+                    "attention_mask": np.ones((batch, pos + n), np.int64)}
+            if has_pos:
+                feed["position_ids"] = np.broadcast_to(np.arange(pos, pos + n),
+                                                       (batch, n)).astype(np.int64)
             outs = []
             for k, sess in enumerate((orig, fused)):
                 r = sess.run(None, {**feed, **state[k]})

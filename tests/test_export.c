@@ -520,20 +520,23 @@ static bool is_read(const Onnx__GraphProto *g, const char *name)
 	return false;
 }
 
-/* The same cycle, cut by a shape source instead: the Shape of `a`, which
- * the fused node keeps inside, is made from X's shape (its dim 0) and a
- * constant (4), so nothing waits for the fused node; its `start` takes the
- * dims from there. Where no fused node makes `a`, the Shape stays. */
+/* The same cycle, cut by a shape source instead: the Shape of `a`
+ * (X concatenated to itself), which the fused node keeps inside, is made
+ * from X's shape (twice its dim 0) and a constant (4), so nothing waits for
+ * the fused node; its `start` takes the dims from there. Where no fused
+ * node makes `a`, the Shape stays. */
 static void a_shape_of_what_a_fused_node_keeps_is_read_from_the_inputs(void **state)
 {
 	(void)state;
 	for (int start = 0; start < 2; start++) {
 		struct tmodel t;
 		tm_init(&t);
-		static const int64_t eight[] = { 8 }, four[] = { 4 };
+		static const int64_t sixteen[] = { 16 }, four[] = { 4 };
 		tm_input(&t, &t.graph, "X", 2, dims_2x4);
-		tm_input(&t, &t.graph, "Z", 1, start ? four : eight);
-		NODE(&t, &t.graph, "Relu", "A", "X", "a");
+		tm_input(&t, &t.graph, "Z", 1, start ? four : sixteen);
+		Onnx__NodeProto *cat2 = tm_node(&t, &t.graph, "Concat", "A", NAMES("X", "X"),
+						NAMES("a"));
+		int_attribute(&t, cat2, "axis", 0);
 		Onnx__NodeProto *sh = NODE(&t, &t.graph, "Shape", "S", "a", "s");
 		if (start)
 			int_attribute(&t, sh, "start", -1);
@@ -543,7 +546,7 @@ static void a_shape_of_what_a_fused_node_keeps_is_read_from_the_inputs(void **st
 		const struct mo_shape_source src = { .of = "a", .rank = 2,
 						     .input = NAMES("X", NULL),
 						     .axis = (const int[]){ 0, 0 },
-						     .value = (const int64_t[]){ 0, 4 } };
+						     .value = (const int64_t[]){ 2, 4 } };
 		const struct mo_fused_node f = {
 			.op_type = "mirage_ac", .name = "F", .n_nodes = 2,
 			.nodes = (const int[]){ 0, 3 }, .n_inputs = 2, .n_outputs = 1,
@@ -562,12 +565,15 @@ static void a_shape_of_what_a_fused_node_keeps_is_read_from_the_inputs(void **st
 		assert_string_equal(cat->op_type, "Concat");
 		assert_int_equal(cat->n_input, start ? 1 : 2);
 		assert_false(is_read(g, "a"));
-		/* dim 0: a Gather of X's Shape at 0; dim 1: the constant 4 */
+		/* dim 0: twice a Gather of X's Shape at 0; dim 1: the constant 4 */
 		const Onnx__NodeProto *last = maker(g, cat->input[start ? 0 : 1]);
 		assert_string_equal(last->op_type, "Constant");
 		assert_int_equal(last->attribute[0]->t->int64_data[0], 4);
 		if (!start) {
-			const Onnx__NodeProto *ga = maker(g, cat->input[0]);
+			const Onnx__NodeProto *mul = maker(g, cat->input[0]);
+			assert_string_equal(mul->op_type, "Mul");
+			assert_int_equal(maker(g, mul->input[1])->attribute[0]->t->int64_data[0], 2);
+			const Onnx__NodeProto *ga = maker(g, mul->input[0]);
 			assert_string_equal(ga->op_type, "Gather");
 			const Onnx__NodeProto *xs = maker(g, ga->input[0]);
 			assert_string_equal(xs->op_type, "Shape");
