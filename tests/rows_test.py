@@ -1369,16 +1369,7 @@ class Rows(unittest.TestCase):
         self.assertEqual(shape.op_type, "Concat")
         reads = {i for n in m.graph.node for i in n.input}
         self.assertNotIn("/model/layers.0/self_attn/Transpose_1_output_0", reads)
-        model = onnx.load(path)
-        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
-        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
-        heads, hd = (kv[0].type.tensor_type.shape.dim[k].dim_value for k in (1, 3))
-        orig, fused = session(path), session(out, plugin)
-        rng = np.random.default_rng(3)
-        for batch, prompt in ((1, 1), (3, 5), (1, 37)):
-            with self.subTest(batch=batch, prompt=prompt):
-                ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
-                self.generate(orig, fused, ids, kv, heads, hd, steps=8)
+        self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37)), seed=3)
 
     def test_a_bucket_past_what_the_model_holds_is_left_out(self):
         """GPT-J by Optimum 1.x slices its causal mask from a buffer of
@@ -1393,18 +1384,9 @@ class Rows(unittest.TestCase):
         layers = {n.split("/")[2] for g in regions if g["fused"]
                   for n in g["nodes"] if n.endswith("/Softmax")}
         self.assertEqual(layers, {"h.0", "h.1"}, [g.get("why") for g in regions])
-        model = onnx.load(path)
-        vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
-        kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
-        heads, hd = (kv[0].type.tensor_type.shape.dim[k].dim_value for k in (1, 3))
-        orig, fused = session(path), session(out, plugin)
-        rng = np.random.default_rng(4)
         # past the prompt's bucket (70) too, and decode steps past the
         # short past's (64), where the original ops run
-        for batch, prompt in ((1, 1), (3, 5), (1, 37), (2, 70)):
-            with self.subTest(batch=batch, prompt=prompt):
-                ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
-                self.generate(orig, fused, ids, kv, heads, hd, steps=8)
+        self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37), (2, 70)), seed=4)
 
     def test_a_shape_of_a_padded_ops_result_over_heads_is_read_from_the_inputs(self):
         """Bloom by Optimum 1.x views its attention's context, [batch x
@@ -1421,15 +1403,20 @@ class Rows(unittest.TestCase):
         m = onnx.load(out, load_external_data=False)
         self.assertTrue(any(n.op_type == "Mul" and "mirage_dim" in n.output[0]
                             for n in m.graph.node), "no Shape made from the inputs'")
+        self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37)), seed=6)
+
+    def generations(self, path, out, plugin, cases, seed, steps=8):
+        """generate() from random prompts of each (batch, length) in cases,
+        the original model at path against the fused out."""
         model = onnx.load(path)
         vocab = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
         kv = [i for i in model.graph.input if i.name.startswith("past_key_values")]
         orig, fused = session(path), session(out, plugin)
-        rng = np.random.default_rng(6)
-        for batch, prompt in ((1, 1), (3, 5), (1, 37)):
+        rng = np.random.default_rng(seed)
+        for batch, prompt in cases:
             with self.subTest(batch=batch, prompt=prompt):
                 ids = rng.integers(0, vocab, (batch, prompt)).astype(np.int64)
-                self.generate(orig, fused, ids, kv, None, None, steps=8)
+                self.generate(orig, fused, ids, kv, None, None, steps=steps)
 
     def generate(self, orig, fused, ids, kv, heads, hd, steps):
         """steps greedy tokens from ids by orig and fused side by side: the
