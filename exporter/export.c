@@ -391,13 +391,6 @@ static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const
 	return false;
 }
 
-/* Whether node n is of op_type op in the default domain. */
-static bool is_op(const Onnx__NodeProto *n, const char *op)
-{
-	return n->op_type && !strcmp(n->op_type, op) &&
-	       (!n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx"));
-}
-
 /* Int attribute `name` of n, or dflt. */
 static int64_t int_attr(const Onnx__NodeProto *n, const char *name, int64_t dflt)
 {
@@ -413,7 +406,7 @@ static int64_t int_attr(const Onnx__NodeProto *n, const char *name, int64_t dflt
 static int shape_source(const struct ex *x, int v, int *from, int *to)
 {
 	const Onnx__NodeProto *n = x->g->node[v];
-	if (!x->o || x->o->n_shape_sources <= 0 || !is_op(n, "Shape") || n->n_input != 1 ||
+	if (!x->o || x->o->n_shape_sources <= 0 || !mo_onnx_node_is(n, "Shape") || n->n_input != 1 ||
 	    n->n_output != 1 || !named(n->input[0]) || !named(n->output[0]))
 		return -1;
 	int s = 0;

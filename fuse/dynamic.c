@@ -583,12 +583,6 @@ static bool dim_source(struct fuse_dyn *y, const struct mo_tp *tp, const struct 
 	return false;
 }
 
-/* Whether n is a Shape of the default domain. */
-static bool is_shape(const Onnx__NodeProto *n)
-{
-	return n->op_type && !strcmp(n->op_type, "Shape") && (!n->domain || !*n->domain);
-}
-
 /* Whether x, made by a TP op, is read by a Shape node that folded. */
 static bool read_by_shape(const Onnx__GraphProto *g, const struct mo_tp *tp,
 			  const struct mo_tensor *x)
@@ -597,7 +591,7 @@ static bool read_by_shape(const Onnx__GraphProto *g, const struct mo_tp *tp,
 	for (int c = 0; x->producer >= 0 && x->shape_known && c < x->n_consumers; c++) {
 		int nd = x->consumers[c];
 		read |= nd >= 0 && (size_t)nd < g->n_node && tp->node_op[nd] < 0 &&
-			is_shape(g->node[nd]);
+			mo_onnx_node_is(g->node[nd], "Shape");
 	}
 	return read;
 }
@@ -1268,7 +1262,8 @@ static int shape_feedback(struct mo_tp *tp, struct fuse_dyn *y, int *root)
 				if (nd < 0 || nd >= n_nodes)
 					continue;
 				int w = tp->node_op[nd];
-				if (w < 0 && y->has_src && y->has_src[x] && is_shape(g->node[nd])) {
+				if (w < 0 && y->has_src && y->has_src[x] &&
+				    mo_onnx_node_is(g->node[nd], "Shape")) {
 					/* a Shape the fused model makes from the
 					 * inputs' shapes (shape_sources): it waits for
 					 * nothing of x */

@@ -34,6 +34,9 @@ void mo_onnx_free(struct mo_model *m);
 /* The model's protobuf; stages may read it freely and edit it in place. */
 Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m);
 
+/* Whether node n is op_type op of the default domain ("" or "ai.onnx"). */
+bool mo_onnx_node_is(const Onnx__NodeProto *n, const char *op);
+
 /* The path or name the model was loaded from. */
 const char *mo_onnx_name(const struct mo_model *m);
 

@@ -667,6 +667,13 @@ void mo_onnx_free(struct mo_model *m)
 }
 
 Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m) { return m->proto; }
+
+bool mo_onnx_node_is(const Onnx__NodeProto *n, const char *op)
+{
+	return n->op_type && !strcmp(n->op_type, op) &&
+	       (!n->domain || !*n->domain || !strcmp(n->domain, "ai.onnx"));
+}
+
 const char *mo_onnx_name(const struct mo_model *m) { return m->name; }
 const char *mo_onnx_dir(const struct mo_model *m) { return m->dir; }
 size_t mo_onnx_file_size(const struct mo_model *m) { return m->file_size; }

@@ -384,8 +384,7 @@ static bool told_shape(const struct mo_tp *tp, int node, const struct mo_tensor 
 {
 	if (!x->shape_told || region >= 0)
 		return false;
-	const Onnx__NodeProto *n = mo_onnx_proto(tp->model)->graph->node[node];
-	return n->op_type && !strcmp(n->op_type, "Shape") && (!n->domain || !*n->domain);
+	return mo_onnx_node_is(mo_onnx_proto(tp->model)->graph->node[node], "Shape");
 }
 
 static enum mo_status describe(const struct mo_tp *tp, struct mo_partition *p,
