@@ -316,6 +316,10 @@ static enum mo_status check_request(struct ex *x)
 			return bad(x, "fused node #%d has no op type", k);
 		if (f->n_nodes <= 0 || !f->nodes)
 			return bad(x, "fused node #%d (%s) replaces no nodes", k, f->op_type);
+		for (int i = 0; i < f->n_nodes; i++)
+			if (f->nodes[i] < 0 || (size_t)f->nodes[i] >= x->g->n_node)
+				return bad(x, "fused node #%d (%s) replaces node index %d, but the graph "
+					   "has %zu nodes", k, f->op_type, f->nodes[i], x->g->n_node);
 		if (f->n_outputs <= 0 || !f->outputs || f->n_inputs < 0 ||
 		    (f->n_inputs > 0 && !f->inputs))
 			return bad(x, "fused node #%d (%s) has %d inputs and %d outputs",
@@ -391,15 +395,6 @@ static bool made_inside(const struct ex *x, const struct mo_fused_node *f, const
 	return false;
 }
 
-/* Int attribute `name` of n, or dflt. */
-static int64_t int_attr(const Onnx__NodeProto *n, const char *name, int64_t dflt)
-{
-	for (size_t i = 0; i < n->n_attribute; i++)
-		if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
-			return n->attribute[i]->i;
-	return dflt;
-}
-
 /* The o->shape_sources entry node v (a Shape of a value a fused node
  * makes, itself left) reads in place of that value, with the dims it takes
  * ([*from, *to): its start and end), or -1. */
@@ -415,18 +410,13 @@ static int shape_source(const struct ex *x, int v, int *from, int *to)
 	if (s == x->o->n_shape_sources)
 		return -1;
 	bool made = false, claimed = false;
-	for (int k = 0; k < x->n_fused; k++)
-		for (int i = 0; i < x->fused[k].n_nodes; i++) {
-			int w = x->fused[k].nodes[i];
-			if (w < 0 || w >= x->n_orig)
-				continue;
-			claimed |= w == v;
-			const Onnx__NodeProto *p = x->g->node[w];
-			for (size_t j = 0; j < p->n_output && !made; j++)
-				made = named(p->output[j]) && !strcmp(p->output[j], n->input[0]);
-		}
+	for (int k = 0; k < x->n_fused; k++) {
+		made |= made_inside(x, &x->fused[k], n->input[0], false);
+		for (int i = 0; i < x->fused[k].n_nodes; i++)
+			claimed |= x->fused[k].nodes[i] == v;
+	}
 	int64_t r = x->o->shape_sources[s].rank;
-	int64_t a = int_attr(n, "start", 0), b = int_attr(n, "end", r);
+	int64_t a = mo_onnx_attr_int(n, "start", 0), b = mo_onnx_attr_int(n, "end", r);
 	a = a < 0 ? a + r : a;
 	b = b < 0 ? b + r : b;
 	a = a < 0 ? 0 : a > r ? r : a;
@@ -583,10 +573,7 @@ static enum mo_status claim(struct ex *x)
 		const struct mo_fused_node *f = &x->fused[k];
 		int first = INT_MAX;
 		for (int i = 0; i < f->n_nodes; i++) {
-			int v = f->nodes[i];
-			if (v < 0 || v >= x->n_orig)
-				return bad(x, "%s replaces node index %d, but the graph has %d nodes",
-					   describe(x, x->n_orig + k), v, x->n_orig);
+			int v = f->nodes[i]; /* in range: check_request */
 			if (x->owner[v] >= 0)
 				return bad(x, "%s is claimed twice: by %s and by %s",
 					   describe(x, v), describe(x, x->n_orig + x->owner[v]),
@@ -1896,6 +1883,28 @@ static Onnx__ValueInfoProto *read_dims(struct ex *x, Onnx__ValueInfoProto *v)
 	return c;
 }
 
+/* op_type(in, Constant [c]) into a fresh name, its nodes (the Constant,
+ * then the op, with axis 0 when `axis`) appended to out; the name, or NULL
+ * when out of memory. */
+static char *with_constant(struct ex *x, const char *base, const char *op_type, char *in,
+			   const char *what, int64_t c, bool axis, Onnx__NodeProto **out,
+			   size_t *n_out)
+{
+	Onnx__NodeProto *k = int64_constant(x, base, what, &c, 1);
+	char **ins = mo_arena_array(&x->arena, 2, sizeof *ins);
+	char **outs = mo_arena_array(&x->arena, 1, sizeof *outs);
+	if (!k || !ins || !outs || !(outs[0] = fresh_name(x, base, "dim")))
+		return NULL;
+	ins[0] = in;
+	ins[1] = k->output[0];
+	Onnx__NodeProto *n = new_node(x, op_type, base, 2, ins, 1, outs);
+	if (!n || (axis && !add_attr(x, n, "axis", 0, NULL)))
+		return NULL;
+	out[(*n_out)++] = k;
+	out[(*n_out)++] = n;
+	return outs[0];
+}
+
 /* Node v, a Shape of a value a fused node makes, as nodes appended to
  * out: a Shape of each graph input its dims come from, a Gather of each
  * such dim (and a Mul by its factor), a Constant of each other, and a
@@ -1938,35 +1947,13 @@ static bool shape_from_inputs(struct ex *x, int v, Onnx__NodeProto **out, size_t
 			out[(*n_out)++] = sh;
 			shapes[i] = so[0];
 		}
-		int64_t axis = ss->axis[d];
-		Onnx__NodeProto *c = int64_constant(x, base, "axis", &axis, 1);
-		char **gi = mo_arena_array(&x->arena, 2, sizeof *gi);
-		char **go = mo_arena_array(&x->arena, 1, sizeof *go);
-		if (!c || !gi || !go || !(go[0] = fresh_name(x, base, "dim")))
+		parts[i] = with_constant(x, base, "Gather", shapes[i], "axis", ss->axis[d], true,
+					 out, n_out);
+		if (parts[i] && ss->value[d] != 1)
+			parts[i] = with_constant(x, base, "Mul", parts[i], "factor", ss->value[d],
+						 false, out, n_out);
+		if (!parts[i])
 			return false;
-		gi[0] = shapes[i];
-		gi[1] = c->output[0];
-		Onnx__NodeProto *ga = new_node(x, "Gather", base, 2, gi, 1, go);
-		if (!ga || !add_attr(x, ga, "axis", 0, NULL))
-			return false;
-		out[(*n_out)++] = c;
-		out[(*n_out)++] = ga;
-		parts[i] = go[0];
-		if (ss->value[d] == 1)
-			continue;
-		Onnx__NodeProto *f = int64_constant(x, base, "factor", &ss->value[d], 1);
-		char **mi = mo_arena_array(&x->arena, 2, sizeof *mi);
-		char **mo = mo_arena_array(&x->arena, 1, sizeof *mo);
-		if (!f || !mi || !mo || !(mo[0] = fresh_name(x, base, "dim")))
-			return false;
-		mi[0] = go[0];
-		mi[1] = f->output[0];
-		Onnx__NodeProto *mul = new_node(x, "Mul", base, 2, mi, 1, mo);
-		if (!mul)
-			return false;
-		out[(*n_out)++] = f;
-		out[(*n_out)++] = mul;
-		parts[i] = mo[0];
 	}
 	char **co = arena_strv(&x->arena, (const char *const *)n->output, 1);
 	Onnx__NodeProto *cat = co ? new_node(x, "Concat", base, nd, parts, 1, co) : NULL;

@@ -649,11 +649,8 @@ static bool mark_told(struct mo_tp *tp, const struct fuse_dyn *y)
 	int *stack = mo_malloc(sizeof *stack * ((size_t)tp->n_tensors + 1));
 	unsigned char *seen = mo_calloc((size_t)tp->n_tensors + 1, 1);
 	bool ok = mo_tp_node_tensors(tp, &at, &made) && stack && seen;
-	for (int s = 0; ok && s < y->n_shape_src; s++) {
-		int t = 0;
-		while (t < tp->n_tensors && strcmp(tp->tensors[t].name, y->shape_src[s].of))
-			t++;
-		if (t == tp->n_tensors)
+	for (int t = 0; ok && t < tp->n_tensors; t++) {
+		if (!y->has_src[t])
 			continue;
 		memset(seen, 0, (size_t)tp->n_tensors);
 		int sp = 0;

@@ -49,12 +49,6 @@ static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *na
 	return NULL;
 }
 
-static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
-{
-	const Onnx__AttributeProto *a = attr(n, name);
-	return a && a->has_i ? a->i : dflt;
-}
-
 static double attr_float(const Onnx__NodeProto *n, const char *name, double dflt)
 {
 	const Onnx__AttributeProto *a = attr(n, name);
@@ -460,7 +454,7 @@ static const char *legacy_broadcast(const struct importer *im, const struct mo_t
 	const char *no = "a broadcast before opset 7 other than numpy's";
 	if (!a || !b || !a->shape_known || !b->shape_known || attr(n, "axis"))
 		return no;
-	bool bcast = attr_int(n, "broadcast", 0) == 1;
+	bool bcast = mo_onnx_attr_int(n, "broadcast", 0) == 1;
 	if (!bcast && (a->rank != b->rank ||
 		       memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]) != 0))
 		return no;
@@ -481,13 +475,13 @@ static const char *gemm_params(struct importer *im, struct mo_tp_op *op,
 	int64_t opset = im->tp->opset;
 	p->alpha = attr_float(n, "alpha", 1.0);
 	p->beta = attr_float(n, "beta", 1.0);
-	p->trans_a = (int)attr_int(n, "transA", 0);
-	p->trans_b = (int)attr_int(n, "transB", 0);
+	p->trans_a = (int)mo_onnx_attr_int(n, "transA", 0);
+	p->trans_b = (int)mo_onnx_attr_int(n, "transB", 0);
 	if (!flag01(p->trans_a) || !flag01(p->trans_b))
 		return "Gemm's transA or transB is neither 0 nor 1";
 	/* before opset 7 C broadcasts only with broadcast=1, else it is
 	 * (M, N) exactly */
-	if (opset < 7 && attr_int(n, "broadcast", 0) != 1) {
+	if (opset < 7 && mo_onnx_attr_int(n, "broadcast", 0) != 1) {
 		const struct mo_tensor *a = op->n_in > 0 && op->in[0] >= 0 ? &im->tp->tensors[op->in[0]] : NULL;
 		const struct mo_tensor *b = op->n_in > 1 && op->in[1] >= 0 ? &im->tp->tensors[op->in[1]] : NULL;
 		const struct mo_tensor *cc = op->n_in > 2 && op->in[2] >= 0 ? &im->tp->tensors[op->in[2]] : NULL;
@@ -508,8 +502,8 @@ static const char *reduce_params(struct importer *im, struct mo_tp_op *op,
 {
 	struct mo_op_params *p = &op->p;
 	int c;
-	p->keepdims = (int)attr_int(n, "keepdims", 1);
-	p->noop_with_empty_axes = (int)attr_int(n, "noop_with_empty_axes", 0);
+	p->keepdims = (int)mo_onnx_attr_int(n, "keepdims", 1);
+	p->noop_with_empty_axes = (int)mo_onnx_attr_int(n, "noop_with_empty_axes", 0);
 	/* ONNX Runtime keeps dims only for keepdims == 1: other values are
 	 * read differently by different readers */
 	if (!flag01(p->keepdims) || !flag01(p->noop_with_empty_axes))
@@ -655,7 +649,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		return NULL;
 	}
 	case MO_OP_SOFTMAX: {
-		int64_t axis = attr_int(n, "axis", opset >= 13 ? -1 : 1);
+		int64_t axis = mo_onnx_attr_int(n, "axis", opset >= 13 ? -1 : 1);
 		if (axis < 0)
 			axis += rank;
 		/* before opset 13 Softmax normalizes over every dim from axis on */
@@ -669,7 +663,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	case MO_OP_REDUCE_SUM: case MO_OP_REDUCE_MEAN: case MO_OP_REDUCE_MAX:
 		return reduce_params(im, op, n, rank, param_mask(op->kind, opset) != 0);
 	case MO_OP_LAYER_NORM: case MO_OP_RMS_NORM:
-		p->axes[0] = attr_int(n, "axis", -1);
+		p->axes[0] = mo_onnx_attr_int(n, "axis", -1);
 		p->n_axes = 1;
 		p->epsilon = attr_float(n, "epsilon", 1e-5);
 		return NULL;
@@ -688,7 +682,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 		c = param_ints(im, n, 1, tmp, MO_MAX_RANK);
 		if (c < 0)
 			return "the target shape is not a constant";
-		p->allowzero = (int)attr_int(n, "allowzero", 0);
+		p->allowzero = (int)mo_onnx_attr_int(n, "allowzero", 0);
 		if (!flag01(p->allowzero))
 			return "allowzero is neither 0 nor 1";
 		p->n_sizes = c;
@@ -706,15 +700,15 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 			normalize_axes(p, rank);
 		return NULL;
 	case MO_OP_FLATTEN:
-		p->axes[0] = attr_int(n, "axis", 1);
+		p->axes[0] = mo_onnx_attr_int(n, "axis", 1);
 		p->n_axes = 1;
 		return NULL;
 	case MO_OP_CONCAT: case MO_OP_GATHER:
-		p->axes[0] = attr_int(n, "axis", 0);
+		p->axes[0] = mo_onnx_attr_int(n, "axis", 0);
 		p->n_axes = 1;
 		return NULL;
 	case MO_OP_SPLIT:
-		p->axes[0] = attr_int(n, "axis", 0);
+		p->axes[0] = mo_onnx_attr_int(n, "axis", 0);
 		p->n_axes = 1;
 		c = param_mask(op->kind, opset) ? param_ints(im, n, 1, tmp, MO_MAX_RANK * 8)
 						: attr_ints(n, "split", tmp, MO_MAX_RANK * 8);
@@ -738,7 +732,7 @@ static const char *parse_params(struct importer *im, struct mo_tp_op *op,
 	MO_ACTIVATION_LIST(ACTIVATION_PARAMS, _)
 #undef ACTIVATION_PARAMS
 	case MO_OP_CAST:
-		p->to = (int32_t)attr_int(n, "to", 0);
+		p->to = (int32_t)mo_onnx_attr_int(n, "to", 0);
 		if (!attr(n, "to") || mo_onnx_dtype_size(p->to) == 0)
 			return "Cast to no known type";
 		return NULL;
@@ -907,7 +901,7 @@ static bool conv_pool_shape(const Onnx__NodeProto *n, const char *ty, const stru
 	dims[0] = x->dims[0];
 	dims[1] = conv ? w->dims[0] : x->dims[1];
 	if (conv) {
-		int64_t group = attr_int(n, "group", 1);
+		int64_t group = mo_onnx_attr_int(n, "group", 1);
 		if (group < 1 || w->dims[1] > INT64_MAX / group || w->dims[0] % group)
 			return false;
 		if (w->dims[1] * group != x->dims[1]) {
@@ -948,7 +942,7 @@ static bool conv_pool_shape(const Onnx__NodeProto *n, const char *ty, const stru
 	bool same = !strcmp(mode, "SAME_UPPER") || !strcmp(mode, "SAME_LOWER");
 	if (!same && strcmp(mode, "VALID") && strcmp(mode, "NOTSET"))
 		return false;
-	bool ceil_mode = !conv && attr_int(n, "ceil_mode", 0) == 1;
+	bool ceil_mode = !conv && mo_onnx_attr_int(n, "ceil_mode", 0) == 1;
 	for (int d = 0; d < k; d++) {
 		if (ker[d] < 1 || str[d] < 1 || dil[d] < 1 || pads[d] < 0 || pads[k + d] < 0 ||
 		    ker[d] > (INT64_MAX / 4) / dil[d] || pads[d] > INT64_MAX / 4 ||
@@ -1135,7 +1129,7 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 		 * dims and the ones each index tuple names (Cohere's
 		 * repeat_interleave of its rotary table) */
 		const struct mo_tensor *ix = &tp->tensors[op->in[1]];
-		int64_t b = attr_int(n, "batch_dims", 0);
+		int64_t b = mo_onnx_attr_int(n, "batch_dims", 0);
 		int64_t k = ix->rank > 0 ? ix->dims[ix->rank - 1] : -1;
 		int rank = ix->rank - 1 + a->rank - (int)(k < 0 ? 0 : k) - (int)b;
 		if (b < 0 || k < 1 || b + k > a->rank || b >= ix->rank || rank < 0 ||
@@ -1175,7 +1169,7 @@ static void opaque_shape(struct importer *im, const Onnx__NodeProto *n, struct m
 			(void)add_warning(im, "node '%s' (Conv): its input has %" PRId64 " channels, "
 					  "its weight takes %" PRId64 " (%s); its output's shape is "
 					  "unknown", tp->node_names[op->node], a->dims[1],
-					  w->dims[1] * attr_int(n, "group", 1), chosen
+					  w->dims[1] * mo_onnx_attr_int(n, "group", 1), chosen
 					  ? "at the sizes chosen for unbound dims: bind the channels "
 					    "with --dim" : "a --dim the model contradicts?");
 		}
@@ -1311,7 +1305,7 @@ static bool fold_shape(struct fold *c)
 		mo_tensor_set_shape(c->y, 0, NULL);
 		return true;
 	}
-	int64_t s = attr_int(c->n, "start", 0), e = attr_int(c->n, "end", a->rank);
+	int64_t s = mo_onnx_attr_int(c->n, "start", 0), e = mo_onnx_attr_int(c->n, "end", a->rank);
 	if (s < 0)
 		s += a->rank;
 	if (e < 0)
@@ -1360,7 +1354,7 @@ static bool fold_expand_gather_elements(struct fold *c)
 	const struct mo_tensor *b = ge ? &c->tp->tensors[c->op->in[1]] : NULL;
 	if (ge && (!b->ivals || b->n_vals != mo_tensor_numel(b) || b->rank != a->rank))
 		return false;
-	int64_t axis = ge ? attr_int(c->n, "axis", 0) : 0;
+	int64_t axis = ge ? mo_onnx_attr_int(c->n, "axis", 0) : 0;
 	if (axis < 0)
 		axis += a->rank;
 	if (axis < 0 || (ge && axis >= a->rank))
@@ -2114,8 +2108,8 @@ static bool attention_form(struct importer *im, const Onnx__NodeProto *n, const 
 			   size_t nin, double *scale)
 {
 	struct mo_tp *tp = im->tp;
-	if (nin > 4 || x[0] < 0 || x[1] < 0 || x[2] < 0 || attr_int(n, "is_causal", 0) != 0 ||
-	    attr_int(n, "qk_matmul_output_mode", 0) != 0)
+	if (nin > 4 || x[0] < 0 || x[1] < 0 || x[2] < 0 || mo_onnx_attr_int(n, "is_causal", 0) != 0 ||
+	    mo_onnx_attr_int(n, "qk_matmul_output_mode", 0) != 0)
 		return false;
 	const struct mo_tensor *q = &tp->tensors[x[0]], *k = &tp->tensors[x[1]],
 			       *v = &tp->tensors[x[2]];
@@ -2156,10 +2150,10 @@ static bool rotary_form(struct importer *im, const Onnx__NodeProto *n, const int
 	if (!X->shape_known || !c->shape_known || !sn->shape_known || !is_float(X->dtype) ||
 	    c->dtype != X->dtype || sn->dtype != X->dtype || (X->rank != 3 && X->rank != 4))
 		return false;
-	int64_t heads = attr_int(n, "num_heads", 0), rot = attr_int(n, "rotary_embedding_dim", 0);
+	int64_t heads = mo_onnx_attr_int(n, "num_heads", 0), rot = mo_onnx_attr_int(n, "rotary_embedding_dim", 0);
 	f->rank = X->rank;
 	f->b = X->dims[0];
-	f->interleaved = attr_int(n, "interleaved", 0) != 0;
+	f->interleaved = mo_onnx_attr_int(n, "interleaved", 0) != 0;
 	if (X->rank == 4) {
 		f->heads = X->dims[1];
 		f->s = X->dims[2];
@@ -2295,7 +2289,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		const struct mo_tensor *xt = x[0] >= 0 ? &tp->tensors[x[0]] : NULL;
 		if (!xt || !xt->shape_known)
 			return MO_OK;
-		int64_t axis = attr_int(n, "axis", tp->opset >= 13 ? -1 : 1);
+		int64_t axis = mo_onnx_attr_int(n, "axis", tp->opset >= 13 ? -1 : 1);
 		axis += axis < 0 ? xt->rank : 0;
 		if (axis < 0 || axis >= xt->rank)
 			return MO_OK;
@@ -2351,7 +2345,7 @@ static enum mo_status decompose(struct importer *im, int ni, const struct mo_op_
 		}
 		size_t want = a->decomp == MO_DECOMP_BATCH_NORM ? 5 : 3;
 		if (nin != want || xt->rank < (a->decomp == MO_DECOMP_BATCH_NORM ? 2 : 3) ||
-		    attr_int(n, "training_mode", 0) != 0)
+		    mo_onnx_attr_int(n, "training_mode", 0) != 0)
 			return MO_OK;
 		for (size_t i = 1; i < nin; i++) {
 			const struct mo_tensor *c = x[i] >= 0 ? &tp->tensors[x[i]] : NULL;

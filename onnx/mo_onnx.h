@@ -37,6 +37,9 @@ Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m);
 /* Whether node n is op_type op of the default domain ("" or "ai.onnx"). */
 bool mo_onnx_node_is(const Onnx__NodeProto *n, const char *op);
 
+/* Node n's INT attribute `name`, or dflt where it has none. */
+int64_t mo_onnx_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt);
+
 /* The path or name the model was loaded from. */
 const char *mo_onnx_name(const struct mo_model *m);
 

@@ -668,6 +668,16 @@ void mo_onnx_free(struct mo_model *m)
 
 Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m) { return m->proto; }
 
+int64_t mo_onnx_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
+{
+	for (size_t i = 0; i < n->n_attribute; i++) {
+		const Onnx__AttributeProto *a = n->attribute[i];
+		if (a->name && strcmp(a->name, name) == 0)
+			return a->has_i ? a->i : dflt;
+	}
+	return dflt;
+}
+
 bool mo_onnx_node_is(const Onnx__NodeProto *n, const char *op)
 {
 	return n->op_type && !strcmp(n->op_type, op) &&
