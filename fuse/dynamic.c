@@ -54,11 +54,12 @@ static int64_t pad_bucket(const struct mo_import_options *o)
  * (lo < hi; 0, INT64_MAX without one): the probe differs from the search;
  * levels[] its padded size at each level, b[] its bucket list: how many.
  * A KV cache's new tokens and past (role) with no --dim get their default
- * buckets (*by_default). */
+ * buckets (*by_default); *chosen: its buckets are the tool's (neither a
+ * batch nor named by --dim), which halve_level may halve. */
 static int values_of(const char *name, const struct mo_import_options *o, int64_t lo,
 		     int64_t hi, bool ranged, enum dyn_role role, int index,
 		     int64_t v[FUSE_DYN_IMPORTS], int64_t levels[FUSE_DYN_MAX_LEVELS],
-		     int64_t b[MO_IMPORT_MAX_BUCKETS], bool *by_default)
+		     int64_t b[MO_IMPORT_MAX_BUCKETS], bool *by_default, bool *chosen)
 {
 	bool batch = false;
 	for (const char *p = name; *p && !batch; p++)
@@ -96,6 +97,7 @@ static int values_of(const char *name, const struct mo_import_options *o, int64_
 			    : clamp(b[k < nb ? k : nb - 1], 1, FUSE_DYN_MAX_PAD_SIZE);
 	v[FUSE_DYN_AT_DISTINCT] = batch ? clamp(3, lo, hi)
 					: clamp(5 + 2 * (int64_t)index, lo, v[FUSE_DYN_AT_PAD]);
+	*chosen = !batch && !ranged && (!nb || *by_default);
 	return nb;
 }
 
@@ -480,10 +482,11 @@ static bool symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 		int64_t lo = 0, hi = INT64_MAX;
 		bool ranged = mo_import_range(o, y->names[n], &lo, &hi);
 		int64_t b[MO_IMPORT_MAX_BUCKETS];
-		bool by_default;
+		bool by_default, chosen;
 		enum dyn_role r = role[n];
 		int nb = values_of(y->names[n], o, lo, hi, ranged, r, n, y->values[n],
-				   y->level_vals[n], b, &by_default);
+				   y->level_vals[n], b, &by_default, &chosen);
+		y->chosen[n] = chosen;
 		if (by_default && r == ROLE_PAST_LONG)
 			y->long_level = 1; /* FUSE_DYN_DECODE_PAST's place in its list */
 		char within[160] = "";
@@ -506,6 +509,54 @@ static bool symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 	}
 	mo_free(role);
 	return true;
+}
+
+/* Halves padded level k's buckets that are the tool's (y->chosen), none
+ * below the search's size: for a model that does not import alike at
+ * them because it holds fewer positions (a causal mask sliced from a
+ * buffer of n_positions rows). False when none is left to halve, or when
+ * the halved level lies within one before it (it would serve nothing). */
+static bool halve_level(struct fuse_dyn *y, int k)
+{
+	bool halved = false;
+	for (int i = 0; i < y->n; i++) {
+		int64_t *v = &y->level_vals[i][k];
+		if (!y->chosen[i] || *v / 2 < FUSE_DYN_SEARCH_SIZE)
+			continue;
+		*v /= 2;
+		halved = true;
+		if (k == 0) {
+			y->values[i][FUSE_DYN_AT_PAD] = *v;
+			y->values[i][FUSE_DYN_AT_DISTINCT] = clamp(y->values[i][FUSE_DYN_AT_DISTINCT],
+								   0, *v);
+		}
+	}
+	for (int j = 0; j < k && halved; j++) {
+		bool within = true;
+		for (int i = 0; i < y->n && within; i++)
+			within = y->level_vals[i][k] <= y->level_vals[i][j];
+		halved = !within;
+	}
+	return halved;
+}
+
+/* Appends to y->desc that padded level k's buckets were halved (times) to
+ * fit the model, and what they are. */
+static void say_halved(struct fuse_dyn *y, int k, int times)
+{
+	size_t at = strlen(y->desc);
+	at += (size_t)snprintf(y->desc + at, sizeof y->desc - at, " (bucket %d halved %d time%s: "
+			       "the model does not import alike at the default; now", k + 1, times,
+			       times == 1 ? "" : "s");
+	for (int i = 0, first = 1; i < y->n && at < sizeof y->desc; i++) {
+		if (!y->chosen[i] || y->level_vals[i][k] < FUSE_DYN_SEARCH_SIZE)
+			continue; /* not halved (a decode step's one token) */
+		at += (size_t)snprintf(y->desc + at, sizeof y->desc - at, "%s %s=%" PRId64,
+				       first ? "" : ",", y->names[i], y->level_vals[i][k]);
+		first = 0;
+	}
+	if (at < sizeof y->desc)
+		snprintf(y->desc + at, sizeof y->desc - at, ")");
 }
 
 /* The model at the padded search's and the distinct values' sizes (y->pad,
@@ -539,6 +590,23 @@ static enum mo_status import_pad(const struct mo_model *m, const struct mo_impor
 		mo_tp_free(y->distinct);
 		y->pad = y->distinct = NULL;
 	}
+	return MO_OK;
+}
+
+/* import_pad, its buckets halved (halve_level) while the model does not
+ * import alike at them. */
+static enum mo_status import_pad_halving(const struct mo_model *m,
+					 const struct mo_import_options *o, struct fuse_dyn *y,
+					 const struct mo_tp *search, struct mo_diag *d)
+{
+	int times = 0;
+	enum mo_status st;
+	while (!(st = import_pad(m, o, y, search, d)) && !y->pad && halve_level(y, 0))
+		times++;
+	if (st)
+		return st;
+	if (y->pad && times > 0)
+		say_halved(y, 0, times);
 	return MO_OK;
 }
 
@@ -720,7 +788,8 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	y->values = mo_calloc((size_t)y->n, sizeof *y->values);
 	y->level_vals = mo_calloc((size_t)y->n, sizeof *y->level_vals);
 	y->past = mo_calloc((size_t)y->n, sizeof *y->past);
-	if (!y->names || !y->values || !y->level_vals || !y->past) {
+	y->chosen = mo_calloc((size_t)y->n, sizeof *y->chosen);
+	if (!y->names || !y->values || !y->level_vals || !y->past || !y->chosen) {
 		mo_tp_free(first);
 		return mo_diag_nomem(d);
 	}
@@ -794,7 +863,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	 * (the model does not import alike there) nothing is padded; a
 	 * decode step's default bucket that does not import alike is left
 	 * out, the prompt's kept */
-	if (import_pad(m, o, y, tps[0], d))
+	if (import_pad_halving(m, o, y, tps[0], d))
 		return d->status; /* *tp and y are freed by the caller */
 	bool decoded = false;
 	for (int i = 0; i < y->n; i++)
@@ -805,7 +874,7 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 		size_t len = strlen(y->desc);
 		snprintf(y->desc + len, sizeof y->desc - len, " (no decode step's bucket: the "
 			 "model does not import alike at one new token)");
-		if (import_pad(m, o, y, tps[0], d))
+		if (import_pad_halving(m, o, y, tps[0], d))
 			return d->status;
 	}
 	/* the padded levels after the first (--dim NAME=A,B,...): each that
@@ -818,16 +887,25 @@ enum mo_status fuse_dyn_import(const struct mo_model *m, const struct mo_import_
 	const char *e = getenv("MIRAGE_ONNX_TEST_FAIL");
 	for (int k = 1; k < y->n_levels; k++) {
 		struct mo_tp *at = NULL;
-		mo_diag_init(&xd);
-		if (import_at(m, o, y, FUSE_DYN_IMPORTS + k, &at, &xd) && xd.status == MO_ERR_NOMEM) {
-			*d = xd;
-			return d->status; /* *tp and y are freed by the caller */
-		}
 		bool inject = e && !strcmp(e, "import:long-past-bucket") && k == y->long_level;
-		if (at && (inject || !alike(tps[0], at))) {
-			mo_tp_free(at);
-			at = NULL;
+		int times = 0;
+		for (;;) {
+			mo_diag_init(&xd);
+			if (import_at(m, o, y, FUSE_DYN_IMPORTS + k, &at, &xd) &&
+			    xd.status == MO_ERR_NOMEM) {
+				*d = xd;
+				return d->status; /* *tp and y are freed by the caller */
+			}
+			if (at && (inject || !alike(tps[0], at))) {
+				mo_tp_free(at);
+				at = NULL;
+			}
+			if (at || inject || !halve_level(y, k))
+				break;
+			times++;
 		}
+		if (at && times > 0)
+			say_halved(y, k, times);
 		if (!at && k == y->long_level) {
 			for (int i = 0; i < y->n; i++)
 				memmove(&y->level_vals[i][k], &y->level_vals[i][k + 1],
@@ -984,6 +1062,7 @@ void fuse_dyn_free(struct fuse_dyn *y)
 	mo_free(y->values);
 	mo_free(y->level_vals);
 	mo_free(y->past);
+	mo_free(y->chosen);
 	for (int k = 1; k < y->n_levels; k++)
 		mo_tp_free(y->level[k]);
 	mo_free(y->lead);

@@ -42,6 +42,9 @@ struct fuse_dyn {
 				 * tokens and their past is unbound too, the
 				 * past's index (a decode step's buckets by
 				 * default); else -1 */
+	unsigned char *chosen;  /* per symbol: its buckets are the tool's
+				 * (values_of), halved where the model does
+				 * not import alike at them */
 	int long_level;         /* the default's level for a decode step's
 				 * long past (FUSE_DYN_DECODE_PAST), or -1 */
 	char desc[768];         /* "batch_size=1, sequence_length=16" */

@@ -1379,22 +1379,34 @@ class Rows(unittest.TestCase):
         self.assertNotIn("/model/layers.0/self_attn/Transpose_1_output_0", reads)
         self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37)), seed=3)
 
-    def test_a_bucket_past_what_the_model_holds_is_left_out(self):
+    def test_a_bucket_past_what_the_model_holds_is_halved(self):
         """GPT-J by Optimum 1.x slices its causal mask from a buffer of
         n_positions (256) rows. At the default long-past bucket (1023) the
         slice is shorter than the scores and every shape after it unknown:
         the attention could not be padded to that bucket, and nothing of it
-        was (63% of ops fused, 92% of MatMul FLOPs). That bucket is left out
-        now, as one that does not import alike."""
+        was (63% of ops fused, 92% of MatMul FLOPs). Then that bucket was
+        left out, as one that does not import alike; now it is halved
+        until the model holds it: a past of 255, which decode steps past
+        the short past's bucket (64) run at."""
         path = os.path.join(MODELS, "gptj_pos256_optimum1_past.onnx")
         out, plugin, regions = self.fuse(path, "gptj_pos256", "--budget", "10")
-        self.assertIn("no decode step's bucket for a long past", self.searched_at)
+        self.assertIn("bucket 2 halved 2 times: the model does not import alike at the "
+                      "default; now past_sequence_length=255)", self.searched_at)
         layers = {n.split("/")[2] for g in regions if g["fused"]
                   for n in g["nodes"] if n.endswith("/Softmax")}
         self.assertEqual(layers, {"h.0", "h.1"}, [g.get("why") for g in regions])
         # past the prompt's bucket (70) too, and decode steps past the
-        # short past's (64), where the original ops run
+        # short past's (64), at the halved one
         self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37), (2, 70)), seed=4)
+        env = {**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable, "MIRAGE_ONNX_CPU_KERNELS": "1"}
+        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
+                            "--generate", "2", "--dim", "batch_size=1",
+                            "--dim", "sequence_length=70", "--tolerance", "1e-4"],
+                           capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tokens the same at every step", r.stdout)
+        self.assertIn("at their first bucket: 0 of 1, at a larger one: 1, as the original ops: "
+                      "0; at each larger bucket in turn: 1, 0", r.stdout)
 
     def test_a_shape_of_a_padded_ops_result_over_heads_is_read_from_the_inputs(self):
         """Bloom by Optimum 1.x views its attention's context, [batch x
