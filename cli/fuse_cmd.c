@@ -96,7 +96,7 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
-enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
+enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet, bool merged,
 			struct mo_diag *d)
 {
 	o->progress = quiet ? NULL : progress_line;
@@ -104,6 +104,14 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 	fflush(stdout);
 	struct mo_fuse_report rep;
 	enum mo_status st = mo_fuse_run(m, o, &rep, d);
+	/* nothing fused: OUT is the model as it was, not as merged */
+	if (!st && rep.written && rep.n_fused == 0 && merged) {
+		struct mo_model *orig;
+		if (!(st = mo_onnx_load(o->in_path, &orig, d))) {
+			st = mo_onnx_save(orig, o->out_path, d);
+			mo_onnx_free(orig);
+		}
+	}
 	if (rep.decided && !quiet) {
 		print_summary(&rep, stdout);
 		print_layers(&rep, stdout);

@@ -9,8 +9,10 @@
 void cli_warning_line(void *ctx, const char *line);
 
 /* Runs it, printing progress (unless quiet) and warnings to stderr, the
- * region table and what was written to stdout; d says why it failed. */
-enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
+ * region table and what was written to stdout; d says why it failed.
+ * merged: m's MatMuls were merged (mo_onnx_merge_matmuls), so that with
+ * nothing fused OUT is written again from the model file as it was. */
+enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet, bool merged,
 			struct mo_diag *d);
 
 #endif

@@ -62,6 +62,11 @@ static const char usage_text[] =
 	"                     when the model has external data.\n"
 	"  -q, --quiet        print nothing but errors and warnings\n"
 	"      --no-fuse      with -o: write the model unchanged (no search)\n"
+	"      --no-merge-matmuls  keep apart MatMuls that read one tensor (default:\n"
+	"                     those whose weights are initializers of the same rows,\n"
+	"                     as Q, K and V or gate and up, become one MatMul over\n"
+	"                     their weights side by side and a Split, before the\n"
+	"                     regions are made, so that one kernel computes them)\n"
 	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
 	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
 	"      --cuda-arch LIST  SM versions to compile for and plan shared memory for:\n"
@@ -224,7 +229,7 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback;
+	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback, no_merge;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -587,7 +592,8 @@ int main(int argc, char **argv)
 	       OPT_MAX_BLOCK_OPS, OPT_TARGET, OPT_GPU, OPT_NO_CACHE, OPT_DUMP_MUGRAPH, OPT_SEED,
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS, OPT_NO_FALLBACK,
 	       OPT_PROFILE };
-	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING }; /* apart: lists above grow */
+	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING,
+	       OPT_NO_MERGE }; /* apart: lists above grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -615,6 +621,7 @@ int main(int argc, char **argv)
 		{ "dump-mugraph", required_argument, NULL, OPT_DUMP_MUGRAPH },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "no-fuse", no_argument, NULL, OPT_NO_FUSE },
+		{ "no-merge-matmuls", no_argument, NULL, OPT_NO_MERGE },
 		{ "no-cuda", no_argument, NULL, OPT_NO_CUDA },
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
@@ -662,6 +669,7 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE: cli.no_cache = 1; break;
 		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
 		case OPT_NO_FUSE: cli.no_fuse = 1; break;
+		case OPT_NO_MERGE: cli.no_merge = 1; break;
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
@@ -838,6 +846,19 @@ static int run(struct cli *cli, int argc, char **argv)
 	}
 	if (!quiet)
 		mo_onnx_print_summary(m, stdout);
+	/* what the regions are made from, for listing them as for fusing */
+	bool regions = cli->list_regions || cli->dot_path || cli->dump_tp || cli->search_only ||
+		       (out_path && !cli->no_fuse);
+	int merged = 0, merged_ops = 0;
+	if (regions && !cli->no_merge && mo_onnx_merge_matmuls(m, &merged, &merged_ops, &d)) {
+		mo_onnx_free(m);
+		return fail(&d);
+	}
+	if (merged && !quiet && !cli->json && !cli->dump_tp)
+		printf("%-10s %d MatMul%s reading one tensor each into %d MatMul%s and Split%s "
+			"over their weights side by side (--no-merge-matmuls keeps them)\n", "merged",
+			merged_ops, merged_ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s",
+			merged == 1 ? "" : "s");
 	if (cli->list_regions || cli->dot_path || cli->dump_tp) {
 		int rc = show_regions(cli, m, &d);
 		if (rc) {
@@ -883,7 +904,7 @@ static int run(struct cli *cli, int argc, char **argv)
 				"there are none without nvcc: the cost model chooses\n");
 		if (a.profile)
 			cli->search.alternatives = MO_FUSE_PROFILE_CANDIDATES - 1;
-		enum mo_status st = cli_fuse(m, &a, quiet, &d);
+		enum mo_status st = cli_fuse(m, &a, quiet, merged > 0, &d);
 		if (!st)
 			warn_if_external_data_stays_behind(m, out_path);
 		mo_onnx_free(m);

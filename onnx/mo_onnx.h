@@ -40,6 +40,15 @@ bool mo_onnx_node_is(const Onnx__NodeProto *n, const char *op);
 /* Node n's INT attribute `name`, or dflt where it has none. */
 int64_t mo_onnx_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt);
 
+/* Merges the MatMuls of the main graph that read one tensor and multiply
+ * it by weights of the same rows (initializers of rank 2 stored as bytes,
+ * read by nothing else: Q, K and V; gate and up) into one MatMul over the
+ * weights concatenated along their columns and a Split giving back each
+ * one's output (merge.c). *merged: the groups merged, *ops: the MatMuls
+ * they had. Out of memory leaves the model half-changed: free it. */
+enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
+				     struct mo_diag *d);
+
 /* The path or name the model was loaded from. */
 const char *mo_onnx_name(const struct mo_model *m);
 

@@ -37,4 +37,8 @@ struct mo_model {
 /* Bits per element of a TensorProto.DataType; 0 for strings and unknowns. */
 unsigned mo_onnx_dtype_bits(int32_t data_type);
 
+/* Frees a message made by the loader or with mo_malloc (what
+ * mo_onnx_free frees the model's with). */
+void mo_onnx_free_message(ProtobufCMessage *msg);
+
 #endif

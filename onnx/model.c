@@ -666,6 +666,12 @@ void mo_onnx_free(struct mo_model *m)
 	mo_free(m);
 }
 
+void mo_onnx_free_message(ProtobufCMessage *msg)
+{
+	ProtobufCAllocator alloc = { pb_alloc, pb_free, &(bool){false} };
+	protobuf_c_message_free_unpacked(msg, &alloc);
+}
+
 Onnx__ModelProto *mo_onnx_proto(const struct mo_model *m) { return m->proto; }
 
 int64_t mo_onnx_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)

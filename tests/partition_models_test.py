@@ -66,9 +66,12 @@ class Partition(unittest.TestCase):
 
     def test_gated_mlp_is_one_region(self):
         self.assert_all_in_one("gated_mlp")
+        # gate and up read one tensor: merged into one MatMul and a Split
         r = regions(self.model("gated_mlp"))["regions"][0]
-        self.assertEqual(sorted(r["op_types"]), ["MatMul", "MatMul", "Mul", "Mul", "Sigmoid"])
+        self.assertEqual(sorted(r["op_types"]), ["MatMul", "Mul", "Mul", "Sigmoid", "Split"])
         self.assertEqual(r["exps"], 1)
+        r = regions(self.model("gated_mlp"), "--no-merge-matmuls")["regions"][0]
+        self.assertEqual(sorted(r["op_types"]), ["MatMul", "MatMul", "Mul", "Mul", "Sigmoid"])
 
     def test_lora_is_one_region(self):
         self.assert_all_in_one("lora")
@@ -89,13 +92,23 @@ class Partition(unittest.TestCase):
         self.assert_all_in_one("ntrans")
 
     def test_llama_layer(self):
-        doc = regions(self.model("llama_layer"))
         p = "/model/layers.0"
+        # as exported, then with Q, K and V (and gate and up) merged into
+        # one MatMul each and a Split, which takes the first one's name
+        apart = regions(self.model("llama_layer"), "--no-merge-matmuls")
+        doc = regions(self.model("llama_layer"))
+        names = {n for r in doc["regions"] for n in r["nodes"]}
+        self.assertNotIn(f"{p}/self_attn/k_proj/MatMul", names)
+        self.assertNotIn(f"{p}/mlp/up_proj/MatMul", names)
+        self.check_llama_layer(apart, p, ("k_proj/MatMul", "v_proj/MatMul"),
+                               "up_proj/MatMul")
+        self.check_llama_layer(doc, p, ("q_proj/MatMul_split",), "gate_proj/MatMul_split")
+
+    def check_llama_layer(self, doc, p, kv, up):
         norm1 = [f"{p}/input_layernorm/{op}" for op in
                  ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul")]
-        self.assert_together(doc, norm1 + [f"{p}/self_attn/q_proj/MatMul",
-                                           f"{p}/self_attn/k_proj/MatMul",
-                                           f"{p}/self_attn/v_proj/MatMul"])
+        self.assert_together(doc, norm1 + [f"{p}/self_attn/q_proj/MatMul"] +
+                             [f"{p}/self_attn/{n}" for n in kv])
         a = f"{p}/self_attn"
         self.assert_together(doc, [f"{a}/MatMul", f"{a}/Div", f"{a}/Add_2",
                                    f"{a}/Softmax", f"{a}/MatMul_1"])
@@ -103,7 +116,7 @@ class Partition(unittest.TestCase):
         norm2 = [f"{p}/post_attention_layernorm/{op}" for op in
                  ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul")]
         self.assert_together(doc, norm2 + [f"{m}/gate_proj/MatMul", f"{m}/act_fn/Sigmoid",
-                                           f"{m}/act_fn/Mul", f"{m}/up_proj/MatMul",
+                                           f"{m}/act_fn/Mul", f"{m}/{up}",
                                            f"{m}/Mul"])
         # the output projection takes its residual Add (the norm and MLP after
         # it chain two MatMuls already), and the norm is not cut after it

@@ -447,6 +447,177 @@ static void allocation_failures_are_reported(void **state)
 	tm_free(&t);
 }
 
+/* X·Wq, X·Wk, X·Wv (and X·Wt, whose weight a second node reads, and
+ * Z·Wz, alone on its input) with a reader of each output, at opset
+ * `opset`. */
+static void build_projections(struct tmodel *t, int64_t opset)
+{
+	static const int64_t d43[] = { 4, 3 }, d42[] = { 4, 2 }, d24[] = { 2, 4 };
+	float wq[12], wk[8], wv[8], wt[8], wz[8];
+	for (int i = 0; i < 12; i++)
+		wq[i] = (float)(100 + i);
+	for (int i = 0; i < 8; i++) {
+		wk[i] = (float)(200 + i);
+		wv[i] = (float)(300 + i);
+		wt[i] = wz[i] = (float)i;
+	}
+	tm_init(t);
+	t->opset.version = opset;
+	tm_input(t, &t->graph, "X", 2, d24);
+	tm_input(t, &t->graph, "Z", 2, d24);
+	tm_initializer(t, &t->graph, "Wq", 2, d43, wq, 12);
+	tm_initializer(t, &t->graph, "Wk", 2, d42, wk, 8);
+	tm_initializer(t, &t->graph, "Wt", 2, d42, wt, 8);
+	tm_initializer(t, &t->graph, "Wv", 2, d42, wv, 8);
+	tm_initializer(t, &t->graph, "Wz", 2, d42, wz, 8);
+	tm_node(t, &t->graph, "MatMul", "q", (const char *[]){ "X", "Wq", NULL },
+		(const char *[]){ "Q", NULL });
+	tm_node(t, &t->graph, "MatMul", "k", (const char *[]){ "X", "Wk", NULL },
+		(const char *[]){ "K", NULL });
+	tm_node(t, &t->graph, "Relu", "rq", (const char *[]){ "Q", NULL },
+		(const char *[]){ "RQ", NULL });
+	tm_node(t, &t->graph, "MatMul", "t", (const char *[]){ "X", "Wt", NULL },
+		(const char *[]){ "T", NULL });
+	tm_node(t, &t->graph, "Relu", "tt", (const char *[]){ "Wt", NULL },
+		(const char *[]){ "TT", NULL });
+	tm_node(t, &t->graph, "MatMul", "v", (const char *[]){ "X", "Wv", NULL },
+		(const char *[]){ "V", NULL });
+	tm_node(t, &t->graph, "MatMul", "z", (const char *[]){ "Z", "Wz", NULL },
+		(const char *[]){ "ZZ", NULL });
+	/* a low-rank adapter's X·Wa·Wb: X·Wa stays apart */
+	static const int64_t d23[] = { 2, 3 };
+	tm_initializer(t, &t->graph, "Wa", 2, d42, wz, 8);
+	tm_initializer(t, &t->graph, "Wb", 2, d23, wq, 6);
+	tm_node(t, &t->graph, "MatMul", "a", (const char *[]){ "X", "Wa", NULL },
+		(const char *[]){ "A", NULL });
+	tm_node(t, &t->graph, "MatMul", "b", (const char *[]){ "A", "Wb", NULL },
+		(const char *[]){ "B", NULL });
+	const char *outs[] = { "RQ", "K", "T", "TT", "V", "ZZ", "B" };
+	for (int i = 0; i < 7; i++)
+		tm_output(t, &t->graph, outs[i]);
+}
+
+static const Onnx__TensorProto *init_named(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (!strcmp(g->initializer[i]->name, name))
+			return g->initializer[i];
+	return NULL;
+}
+
+static void merges_matmuls_that_share_their_input(void **state)
+{
+	(void)state;
+	for (int64_t opset = 12; opset <= 13; opset++) {
+		struct tmodel t;
+		build_projections(&t, opset);
+		size_t n;
+		uint8_t *b = tm_pack(&t, &n);
+		struct mo_model *m;
+		struct mo_diag d;
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		int merged, ops;
+		assert_int_equal(mo_onnx_merge_matmuls(m, &merged, &ops, &d), MO_OK);
+		assert_int_equal(merged, 1);
+		assert_int_equal(ops, 3); /* Wt has two readers, Z one MatMul, A a MatMul */
+		const Onnx__GraphProto *g = mo_onnx_proto(m)->graph;
+		/* q (merged), its Split, rq, t, tt, z, a, b: in an order that
+		 * computes */
+		assert_int_equal(g->n_node, 8);
+		const Onnx__NodeProto *mm = g->node[0], *sp = g->node[1];
+		assert_string_equal(mm->name, "q");
+		assert_string_equal(mm->input[0], "X");
+		assert_string_equal(mm->input[1], "Wq_merged");
+		assert_string_equal(mm->output[0], "Q_merged");
+		assert_string_equal(sp->op_type, "Split");
+		assert_string_equal(sp->input[0], "Q_merged");
+		assert_int_equal(sp->n_output, 3);
+		assert_string_equal(sp->output[0], "Q");
+		assert_string_equal(sp->output[1], "K");
+		assert_string_equal(sp->output[2], "V");
+		assert_int_equal(mo_onnx_attr_int(sp, "axis", 0), -1);
+		assert_string_equal(g->node[2]->name, "rq");
+		assert_string_equal(g->node[5]->name, "z");
+		/* the split: an input from opset 13, an attribute before */
+		int64_t sizes[3] = { 0 };
+		if (opset >= 13) {
+			assert_int_equal(sp->n_input, 2);
+			const Onnx__TensorProto *z = init_named(g, sp->input[1]);
+			assert_non_null(z);
+			assert_int_equal(z->data_type, ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+			assert_int_equal(z->raw_data.len, sizeof sizes);
+			memcpy(sizes, z->raw_data.data, sizeof sizes);
+		} else {
+			assert_int_equal(sp->n_input, 1);
+			for (size_t a = 0; a < sp->n_attribute; a++)
+				if (!strcmp(sp->attribute[a]->name, "split")) {
+					assert_int_equal(sp->attribute[a]->n_ints, 3);
+					memcpy(sizes, sp->attribute[a]->ints, sizeof sizes);
+				}
+		}
+		assert_int_equal(sizes[0], 3);
+		assert_int_equal(sizes[1], 2);
+		assert_int_equal(sizes[2], 2);
+		/* the weights side by side, row by row; the three gone, the
+		 * others kept */
+		const Onnx__TensorProto *w = init_named(g, "Wq_merged");
+		assert_non_null(w);
+		assert_int_equal(w->n_dims, 2);
+		assert_int_equal(w->dims[0], 4);
+		assert_int_equal(w->dims[1], 7);
+		float v[28];
+		assert_int_equal(w->raw_data.len, sizeof v);
+		memcpy(v, w->raw_data.data, sizeof v);
+		for (int r = 0; r < 4; r++) {
+			for (int c = 0; c < 3; c++)
+				assert_true(v[7 * r + c] == (float)(100 + 3 * r + c));
+			for (int c = 0; c < 2; c++) {
+				assert_true(v[7 * r + 3 + c] == (float)(200 + 2 * r + c));
+				assert_true(v[7 * r + 5 + c] == (float)(300 + 2 * r + c));
+			}
+		}
+		assert_null(init_named(g, "Wq"));
+		assert_null(init_named(g, "Wk"));
+		assert_null(init_named(g, "Wv"));
+		assert_non_null(init_named(g, "Wt"));
+		assert_non_null(init_named(g, "Wz"));
+		assert_non_null(init_named(g, "Wa"));
+		assert_int_equal(g->n_initializer, opset >= 13 ? 6 : 5);
+		/* and again: nothing left to merge */
+		assert_int_equal(mo_onnx_merge_matmuls(m, &merged, &ops, &d), MO_OK);
+		assert_int_equal(merged, 0);
+		mo_onnx_free(m);
+		tm_free(&t);
+	}
+}
+
+static void merging_runs_out_of_memory_cleanly(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	build_projections(&t, 17);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	int k;
+	for (k = 1;; k++) {
+		struct mo_model *m;
+		struct mo_diag d;
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		int merged, ops;
+		mo_alloc_fail_after(k);
+		enum mo_status s = mo_onnx_merge_matmuls(m, &merged, &ops, &d);
+		mo_alloc_fail_after(0);
+		assert_true(s == MO_OK || s == MO_ERR_NOMEM);
+		mo_onnx_free(m); /* whatever state it was left in: no leak, no double free */
+		if (s == MO_OK) {
+			assert_int_equal(merged, 1);
+			break;
+		}
+	}
+	assert_true(k > 3 && k < 1000);
+	tm_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -462,6 +633,8 @@ int main(void)
 		cmocka_unit_test(external_data_past_the_end_is_refused),
 		cmocka_unit_test(save_replaces_atomically_and_fails_cleanly),
 		cmocka_unit_test(allocation_failures_are_reported),
+		cmocka_unit_test(merges_matmuls_that_share_their_input),
+		cmocka_unit_test(merging_runs_out_of_memory_cleanly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

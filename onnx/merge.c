@@ -1,0 +1,457 @@
+/* MatMuls that share their input, merged (EinNet's matmul merging).
+ *
+ * A transformer layer multiplies one normalized tensor by several weights:
+ * the query, key and value projections, the gated MLP's gate and up. Each
+ * is its own MatMul in the exports of Optimum and torch. The search fuses
+ * a MatMul with the norm before it by looping over the contracted dim, but
+ * three MatMuls in one loop are past what it enumerates within a budget at
+ * real hidden sizes: it fused the norm alone and left the projections.
+ * Merged, they are one MatMul over the weights concatenated along their
+ * columns, and a Split gives back each projection's tensor under its own
+ * name: the region the search sees is a norm and one MatMul, which it
+ * fuses, the Split inside the same kernel (GPT-2 and Phi-3 export their
+ * attention's projections so themselves).
+ *
+ * Merged are MatMuls of the default domain reading the same tensor whose
+ * weights are initializers of rank 2 with the same rows and dtype (a
+ * float type), stored in the model as bytes (not external data, which
+ * stays where it is), read by nothing else and not graph inputs (which a
+ * caller may override). The weights' columns are exact copies, so the
+ * merged MatMul computes each output element as the separate one did, up
+ * to the order of its sum; the fused regions are checked against the
+ * merged model like any other. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mo_onnx_int.h"
+
+/* A name's readers: node inputs (in subgraphs too) and graph outputs. */
+struct named {
+	const char *name;
+	int readers;
+	size_t init; /* its index among the initializers */
+};
+
+static int named_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct named *)a)->name, ((const struct named *)b)->name);
+}
+
+static struct named *find_named(struct named *v, size_t n, const char *name)
+{
+	struct named key = { .name = name };
+	return name ? bsearch(&key, v, n, sizeof key, named_cmp) : NULL;
+}
+
+static void count_readers(const Onnx__GraphProto *g, struct named *v, size_t n)
+{
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *nd = g->node[i];
+		for (size_t k = 0; k < nd->n_input; k++) {
+			struct named *x = find_named(v, n, nd->input[k]);
+			if (x)
+				x->readers++;
+		}
+		for (size_t a = 0; a < nd->n_attribute; a++) {
+			const Onnx__AttributeProto *at = nd->attribute[a];
+			if (at->g)
+				count_readers(at->g, v, n);
+			for (size_t k = 0; k < at->n_graphs; k++)
+				count_readers(at->graphs[k], v, n);
+		}
+	}
+	for (size_t i = 0; i < g->n_output; i++) {
+		struct named *x = find_named(v, n, g->output[i]->name);
+		if (x)
+			x->readers++;
+	}
+}
+
+/* Whether name is taken in g (a value or a node's name). */
+static bool taken(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *nd = g->node[i];
+		if (!nd)
+			continue; /* merged away */
+		if (nd->name && !strcmp(nd->name, name))
+			return true;
+		for (size_t k = 0; k < nd->n_output; k++)
+			if (!strcmp(nd->output[k], name))
+				return true;
+		for (size_t k = 0; k < nd->n_input; k++)
+			if (!strcmp(nd->input[k], name))
+				return true;
+	}
+	for (size_t i = 0; i < g->n_initializer; i++)
+		if (g->initializer[i] && g->initializer[i]->name &&
+		    !strcmp(g->initializer[i]->name, name))
+			return true;
+	for (size_t i = 0; i < g->n_input; i++)
+		if (g->input[i]->name && !strcmp(g->input[i]->name, name))
+			return true;
+	return false;
+}
+
+/* base + suffix, made unique in g by a number; NULL when out of memory. */
+static char *fresh_name(const Onnx__GraphProto *g, const char *base, const char *suffix)
+{
+	size_t len = strlen(base) + strlen(suffix) + 24;
+	char *s = mo_malloc(len);
+	for (int k = 0; s; k++) {
+		if (k == 0)
+			snprintf(s, len, "%s%s", base, suffix);
+		else
+			snprintf(s, len, "%s%s_%d", base, suffix, k);
+		if (!taken(g, s))
+			break;
+	}
+	return s;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The weight MatMul node nd multiplies by, when it may be merged; mm: the
+ * n_mm names MatMuls read, sorted. One whose output a MatMul reads (a
+ * low-rank adapter's x·A, then ·B) is kept apart: the search fuses that
+ * chain, with the base weight's product it is added to, as one kernel. */
+static struct named *weight_of(const Onnx__GraphProto *g, const Onnx__NodeProto *nd,
+			       struct named *v, size_t n, const char **mm, size_t n_mm)
+{
+	if (!mo_onnx_node_is(nd, "MatMul") || nd->n_input != 2 || nd->n_output != 1 ||
+	    !nd->input[0][0] || !nd->output[0][0] ||
+	    bsearch(&nd->output[0], mm, n_mm, sizeof *mm, str_cmp))
+		return NULL;
+	struct named *w = find_named(v, n, nd->input[1]);
+	if (!w || w->readers != 1)
+		return NULL;
+	const Onnx__TensorProto *t = g->initializer[w->init];
+	int32_t dt = t->data_type;
+	bool floating = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+	if (!floating || t->n_dims != 2 || t->dims[0] <= 0 || t->dims[1] <= 0 ||
+	    !t->has_raw_data || t->n_external_data > 0 ||
+	    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL ||
+	    t->raw_data.len != (uint64_t)t->dims[0] * (uint64_t)t->dims[1] * mo_onnx_dtype_size(dt))
+		return NULL;
+	for (size_t i = 0; i < g->n_input; i++)
+		if (g->input[i]->name && !strcmp(g->input[i]->name, t->name))
+			return NULL;
+	return w;
+}
+
+struct member {
+	size_t node;
+	const char *input; /* the tensor it reads */
+	struct named *w;
+};
+
+static int member_cmp(const void *a, const void *b)
+{
+	const struct member *x = a, *y = b;
+	int c = strcmp(x->input, y->input);
+	return c ? c : (x->node > y->node) - (x->node < y->node);
+}
+
+/* Whether b may join a's group: the same tensor read, the same rows and
+ * dtype of weight. */
+static bool joins(const Onnx__GraphProto *g, const struct member *a, const struct member *b)
+{
+	const Onnx__TensorProto *x = g->initializer[a->w->init], *y = g->initializer[b->w->init];
+	return !strcmp(a->input, b->input) && x->data_type == y->data_type &&
+	       x->dims[0] == y->dims[0];
+}
+
+/* A tensor of dims d0 (rank 1) or d0 x d1 (rank 2) holding bytes, or
+ * NULL when out of memory; it owns name and bytes either way. */
+static Onnx__TensorProto *new_tensor(char *name, int32_t dtype, int64_t d0, int64_t d1,
+				     size_t rank, uint8_t *bytes, size_t len)
+{
+	Onnx__TensorProto *t = mo_malloc(sizeof *t);
+	int64_t *dims = mo_malloc(2 * sizeof *dims);
+	if (!t || !dims || !name || !bytes) {
+		mo_free(t);
+		mo_free(dims);
+		mo_free(name);
+		mo_free(bytes);
+		return NULL;
+	}
+	onnx__tensor_proto__init(t);
+	dims[0] = d0;
+	dims[1] = d1;
+	t->n_dims = rank;
+	t->dims = dims;
+	t->has_data_type = true;
+	t->data_type = dtype;
+	t->name = name;
+	t->has_raw_data = true;
+	t->raw_data.data = bytes;
+	t->raw_data.len = len;
+	return t;
+}
+
+/* A Split of `in` along the last axis into n outputs (left NULL: the
+ * members' move in once nothing can fail), by sizes (an input from opset
+ * 13, an attribute `split` before): NULL when out of memory. It owns
+ * name, in and sizes either way. */
+static Onnx__NodeProto *split_node(char *name, char *in, char *sizes, const int64_t *cols,
+				   int n, int64_t opset)
+{
+	Onnx__NodeProto *s = mo_malloc(sizeof *s);
+	if (!s) {
+		mo_free(name);
+		mo_free(in);
+		mo_free(sizes);
+		return NULL;
+	}
+	onnx__node_proto__init(s);
+	s->name = name;
+	s->op_type = mo_strdup("Split");
+	s->input = mo_calloc(2, sizeof *s->input);
+	s->output = mo_calloc((size_t)n, sizeof *s->output);
+	s->attribute = mo_calloc(2, sizeof *s->attribute);
+	bool ok = s->op_type && s->input && s->output && s->attribute && in &&
+		  (opset < 13 || sizes);
+	if (ok) {
+		s->input[s->n_input++] = in;
+		if (opset >= 13)
+			s->input[s->n_input++] = sizes;
+		s->n_output = (size_t)n;
+	} else {
+		mo_free(in);
+		mo_free(sizes);
+	}
+	for (int k = 0; ok && k < (opset >= 13 ? 1 : 2); k++) {
+		Onnx__AttributeProto *a = mo_malloc(sizeof *a);
+		if (!a) {
+			ok = false;
+			break;
+		}
+		onnx__attribute_proto__init(a);
+		s->attribute[s->n_attribute++] = a;
+		a->name = mo_strdup(k == 0 ? "axis" : "split");
+		a->has_type = true;
+		if (k == 0) {
+			a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+			a->has_i = true;
+			a->i = -1;
+		} else {
+			a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+			a->ints = mo_malloc((size_t)n * sizeof *a->ints);
+			if (a->ints) {
+				memcpy(a->ints, cols, (size_t)n * sizeof *a->ints);
+				a->n_ints = (size_t)n;
+			}
+			ok = a->ints != NULL;
+		}
+		ok = ok && a->name;
+	}
+	if (!ok) {
+		mo_onnx_free_message(&s->base);
+		return NULL;
+	}
+	return s;
+}
+
+/* Merges the n members of one group (sorted by node) in g, all or
+ * nothing: false, g as it was, when out of memory. The members' weights
+ * and the nodes but the first are marked removed (NULL); the first
+ * becomes the merged MatMul, the Split is parked in the second's slot
+ * (*split_slot), and the merged weight and the sizes take the first two
+ * weights' slots. */
+static bool merge_group(Onnx__GraphProto *g, const struct member *mb, int n, int64_t opset,
+			bool *removed_node, bool *removed_init, size_t *split_slot)
+{
+	Onnx__NodeProto *first = g->node[mb[0].node];
+	const Onnx__TensorProto *w0 = g->initializer[mb[0].w->init];
+	int32_t dt = w0->data_type;
+	size_t es = mo_onnx_dtype_size(dt);
+	int64_t rows = w0->dims[0], total = 0;
+	int64_t *cols = mo_malloc((size_t)n * sizeof *cols);
+	if (!cols)
+		return false;
+	for (int k = 0; k < n; k++) {
+		cols[k] = g->initializer[mb[k].w->init]->dims[1];
+		total += cols[k];
+	}
+	/* every allocation first */
+	size_t len = (size_t)rows * (size_t)total * es;
+	uint8_t *bytes = mo_malloc(len ? len : 1), *zbytes = NULL;
+	char *wname = fresh_name(g, w0->name ? w0->name : "weight", "_merged");
+	char *w_in = wname ? mo_strdup(wname) : NULL;
+	char *oname = fresh_name(g, first->output[0], "_merged");
+	char *s_in = oname ? mo_strdup(oname) : NULL;
+	char *sname = fresh_name(g, first->name && *first->name ? first->name : first->output[0],
+				 "_split");
+	char *zname = NULL, *z_in = NULL;
+	if (opset >= 13) {
+		zbytes = mo_malloc((size_t)n * sizeof(int64_t));
+		zname = fresh_name(g, first->output[0], "_split_sizes");
+		z_in = zname ? mo_strdup(zname) : NULL;
+	}
+	if (bytes) { /* row r: each member's row r in turn */
+		uint8_t *o = bytes;
+		for (int64_t r = 0; r < rows; r++)
+			for (int k = 0; k < n; k++) {
+				size_t row = (size_t)cols[k] * es;
+				memcpy(o, g->initializer[mb[k].w->init]->raw_data.data + (size_t)r * row,
+				       row);
+				o += row;
+			}
+	}
+	for (int k = 0; zbytes && k < n; k++) /* raw_data is little-endian */
+		for (int b = 0; b < 8; b++)
+			zbytes[8 * k + b] = (uint8_t)((uint64_t)cols[k] >> (8 * b));
+	Onnx__TensorProto *wt = new_tensor(wname, dt, rows, total, 2, bytes, len);
+	Onnx__TensorProto *zt = opset >= 13 ? new_tensor(zname, ONNX__TENSOR_PROTO__DATA_TYPE__INT64,
+							 n, 0, 1, zbytes,
+							 (size_t)n * sizeof(int64_t))
+					    : NULL;
+	Onnx__NodeProto *split = split_node(sname, s_in, z_in, cols, n, opset);
+	mo_free(cols);
+	if (!wt || (opset >= 13 && !zt) || !split || !w_in || !oname) {
+		if (wt)
+			mo_onnx_free_message(&wt->base);
+		if (zt)
+			mo_onnx_free_message(&zt->base);
+		if (split)
+			mo_onnx_free_message(&split->base);
+		mo_free(w_in);
+		mo_free(oname);
+		return false;
+	}
+	/* then the changes, which cannot fail: the members' outputs move to
+	 * the Split, the first reads the merged weight into its new output */
+	for (int k = 0; k < n; k++) {
+		Onnx__NodeProto *nd = g->node[mb[k].node];
+		split->output[k] = nd->output[0];
+		nd->output[0] = NULL;
+	}
+	first->output[0] = oname;
+	mo_free(first->input[1]);
+	first->input[1] = w_in;
+	for (int k = 0; k < n; k++) {
+		size_t i = mb[k].w->init;
+		mo_onnx_free_message(&g->initializer[i]->base);
+		g->initializer[i] = NULL;
+		removed_init[i] = true;
+	}
+	g->initializer[mb[0].w->init] = wt;
+	removed_init[mb[0].w->init] = false;
+	if (zt) {
+		g->initializer[mb[1].w->init] = zt;
+		removed_init[mb[1].w->init] = false;
+	}
+	for (int k = 1; k < n; k++) {
+		mo_onnx_free_message(&g->node[mb[k].node]->base);
+		g->node[mb[k].node] = NULL;
+		removed_node[mb[k].node] = true;
+	}
+	g->node[mb[1].node] = split;
+	*split_slot = mb[1].node;
+	return true;
+}
+
+enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
+				     struct mo_diag *d)
+{
+	Onnx__GraphProto *g = m->proto->graph;
+	*merged = *ops = 0;
+	int64_t opset = mo_onnx_default_opset(m->proto);
+	if (!g || opset < 11 || g->n_initializer == 0)
+		return MO_OK; /* Split's axis -1 needs opset 11 */
+	size_t ni = g->n_initializer, nn = g->n_node;
+	struct named *v = mo_calloc(ni, sizeof *v);
+	struct member *mb = mo_calloc(nn + 1, sizeof *mb);
+	bool *removed_node = mo_calloc(nn + 1, sizeof *removed_node);
+	bool *removed_init = mo_calloc(ni + 1, sizeof *removed_init);
+	size_t *after = mo_calloc(nn + 1, sizeof *after); /* per node: the Split placed after it, +1 */
+	size_t n_in = 0;
+	for (size_t i = 0; i < nn; i++)
+		n_in += g->node[i]->n_input;
+	const char **mm = mo_calloc(n_in + 1, sizeof *mm);
+	enum mo_status st = MO_OK;
+	if (!v || !mb || !removed_node || !removed_init || !after || !mm) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	size_t nv = 0;
+	for (size_t i = 0; i < ni; i++)
+		if (g->initializer[i]->name && *g->initializer[i]->name)
+			v[nv++] = (struct named){ .name = g->initializer[i]->name, .init = i };
+	qsort(v, nv, sizeof *v, named_cmp);
+	for (size_t i = 0; i + 1 < nv; i++)
+		if (!strcmp(v[i].name, v[i + 1].name)) /* two of one name: not ours to touch */
+			v[i].readers = v[i + 1].readers = 2;
+	count_readers(g, v, nv);
+	size_t n_mm = 0;
+	for (size_t i = 0; i < nn; i++)
+		for (size_t k = 0; mo_onnx_node_is(g->node[i], "MatMul") && k < g->node[i]->n_input; k++)
+			mm[n_mm++] = g->node[i]->input[k];
+	qsort(mm, n_mm, sizeof *mm, str_cmp);
+	int nm = 0;
+	for (size_t i = 0; i < nn; i++) {
+		struct named *w = weight_of(g, g->node[i], v, nv, mm, n_mm);
+		if (w)
+			mb[nm++] = (struct member){ .node = i, .input = g->node[i]->input[0], .w = w };
+	}
+	qsort(mb, (size_t)nm, sizeof *mb, member_cmp);
+	for (int a = 0; a < nm;) {
+		int b = a + 1;
+		while (b < nm && joins(g, &mb[a], &mb[b]))
+			b++;
+		size_t slot;
+		if (b - a >= 2 && !st) {
+			if (merge_group(g, &mb[a], b - a, opset, removed_node, removed_init, &slot)) {
+				/* the Split goes right after the first when the
+				 * list is made again */
+				after[mb[a].node] = slot + 1;
+				(*merged)++;
+				*ops += b - a;
+			} else {
+				st = mo_diag_nomem(d);
+			}
+		}
+		a = b;
+	}
+	/* the lists again (the groups merged before running out of memory
+	 * too): each Split right after its MatMul. Without room for that the
+	 * Splits stay in their slots, where a reader of the first's output
+	 * may come before them: out of memory, the caller frees the model. */
+	Onnx__NodeProto **nodes = *merged ? mo_malloc((nn + 1) * sizeof *nodes) : NULL;
+	if (*merged && !nodes) {
+		for (size_t i = 0; i < nn; i++)
+			if (after[i])
+				removed_node[after[i] - 1] = false;
+		st = mo_diag_nomem(d);
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < nn; i++) {
+		if (!removed_node[i])
+			(nodes ? nodes : g->node)[k++] = g->node[i];
+		if (after[i] && nodes)
+			nodes[k++] = g->node[after[i] - 1];
+	}
+	if (nodes)
+		memcpy(g->node, nodes, k * sizeof *nodes);
+	g->n_node = k;
+	mo_free(nodes);
+	k = 0;
+	for (size_t i = 0; i < ni; i++)
+		if (!removed_init[i])
+			g->initializer[k++] = g->initializer[i];
+	g->n_initializer = k;
+out:
+	mo_free(v);
+	mo_free(mm);
+	mo_free(mb);
+	mo_free(removed_node);
+	mo_free(removed_init);
+	mo_free(after);
+	return st;
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""MatMuls that read one tensor are merged, so that a norm and the
+projections it feeds fuse at a real hidden size.
+
+A Llama layer's input RMSNorm and its Q, K and V projections (hidden 512,
+grouped-query: 512, 128 and 128 columns), built here:
+- fused as exported (`--no-merge-matmuls`), the search finds no kernel
+  that reaches the three projections within its budget, and fuses the norm
+  alone: the projections' MatMuls stay out;
+- fused by default, the three become one MatMul over their weights side by
+  side and a Split ("merged" on stdout), and the region of the norm, the
+  MatMul and the Split fuses whole: every MatMul FLOP is fused, the fused
+  model holds one weight of 512 x 768 and no other, and its Q, K and V
+  (the plugin's CPU kernels) match ONNX Runtime on the model as exported.
+The budget is counted in work, not time, so the outcome does not depend on
+the machine's load.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fuse_models_test import fileset  # noqa: E402
+
+HIDDEN, KV, ROWS = 512, 128, 16
+
+
+def build(path):
+    rng = np.random.default_rng(7)
+    weights = {"wq": (HIDDEN, HIDDEN), "wk": (HIDDEN, KV), "wv": (HIDDEN, KV)}
+    inits = [numpy_helper.from_array(rng.standard_normal(HIDDEN).astype(np.float32), "g"),
+             numpy_helper.from_array(np.array([2.0], np.float32), "two"),
+             numpy_helper.from_array(np.array([1e-6], np.float32), "eps")]
+    inits += [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), n)
+              for n, s in weights.items()]
+    node = helper.make_node
+    nodes = [node("Pow", ["x", "two"], ["p"], name="norm/Pow"),
+             node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1, name="norm/ReduceMean"),
+             node("Add", ["m", "eps"], ["a"], name="norm/Add"),
+             node("Sqrt", ["a"], ["r"], name="norm/Sqrt"),
+             node("Div", ["x", "r"], ["n"], name="norm/Div"),
+             node("Mul", ["n", "g"], ["y"], name="norm/Mul")]
+    nodes += [node("MatMul", ["y", w], [w[1]], name=f"{w[1]}_proj/MatMul") for w in weights]
+    graph = helper.make_graph(
+        nodes, "rmsnorm_qkv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, ROWS, HIDDEN])],
+        [helper.make_tensor_value_info(w[1], TensorProto.FLOAT, [1, ROWS, s[1]])
+         for w, s in weights.items()], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def fuse(cli, src, out, env, *flags):
+    r = subprocess.run([cli, src, "-o", out, "--no-cuda", "--budget", "60", *flags],
+                       capture_output=True, text=True, timeout=1800, env=env)
+    if r.returncode:
+        raise AssertionError(f"{flags}: exit {r.returncode}: {r.stderr[-600:]}")
+    plugin, manifest = fileset(out)
+    with open(manifest) as f:
+        return r.stdout, plugin, json.load(f)
+
+
+def matmul_share(man):
+    every = next(y for y in man["layers"] if y["layer"] == "all")
+    return every["fused_matmul_flops"] / every["matmul_flops"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mo_merge_") as tmp:
+        env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"))
+        src = os.path.join(tmp, "rmsnorm_qkv.onnx")
+        build(src)
+
+        stdout, _, man = fuse(a.cli, src, os.path.join(tmp, "apart.onnx"), env,
+                              "--no-merge-matmuls")
+        if "merged" in stdout.split():
+            raise AssertionError("--no-merge-matmuls merged")
+        if matmul_share(man) != 0:
+            raise AssertionError(f"apart, {matmul_share(man):.0%} of the MatMul FLOPs fused: "
+                                 "the test no longer shows what merging gives")
+
+        out = os.path.join(tmp, "merged.onnx")
+        stdout, plugin, man = fuse(a.cli, src, out, env)
+        if "merged     3 MatMuls reading one tensor each into 1 MatMul and Split" not in stdout:
+            raise AssertionError(f"no merge said: {stdout[:800]}")
+        whole = [g for g in man["regions"] if g["fused"] and "norm/Pow" in g["nodes"]]
+        if len(whole) != 1 or not {"q_proj/MatMul", "q_proj/MatMul_split"} <= set(
+                whole[0]["nodes"]):
+            raise AssertionError(f"the norm and the merged MatMul are not one fused region: "
+                                 f"{[(g['nodes'], g.get('why')) for g in man['regions']]}")
+        if matmul_share(man) != 1:
+            raise AssertionError(f"{matmul_share(man):.0%} of the MatMul FLOPs fused")
+        fused = onnx.load(out)
+        dims = sorted(tuple(t.dims) for t in fused.graph.initializer if len(t.dims) == 2)
+        if dims != [(HIDDEN, HIDDEN + 2 * KV)]:
+            raise AssertionError(f"the fused model's weights: {dims}")
+
+        so = ort.SessionOptions()
+        so.register_custom_ops_library(plugin)
+        x = np.random.default_rng(1).standard_normal((1, ROWS, HIDDEN)).astype(np.float32)
+        want = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        got = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        for name, w, g in zip(("q", "k", "v"), want, got):
+            err = float(np.abs(w - g).max() / np.abs(w).max())
+            if w.shape != g.shape or not err < 1e-5:
+                raise AssertionError(f"{name}: shape {g.shape} vs {w.shape}, error {err:.2e}")
+    print("merged: the norm and Q, K and V fused as one region, matching ONNX Runtime")
+
+
+if __name__ == "__main__":
+    os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "1"
+    main()
