@@ -1227,12 +1227,7 @@ class Rows(unittest.TestCase):
         # from a prompt of 70 (the original ops), its steps with a past of
         # 70 on: rotary at its first bucket, the attention at its second
         # (the long past's)
-        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
-                            "--generate", "2", "--dim", "batch_size=1",
-                            "--dim", "sequence_length=70", "--tolerance", "1e-4"],
-                           capture_output=True, text=True, timeout=600, env=env)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("tokens the same at every step", r.stdout)
+        r = self.generate_past_70(path, out, env)
         self.assertIn("at their first bucket: 1 of 2, at a larger one: 1, as the original ops: "
                       "0; at each larger bucket in turn: 1, 0", r.stdout)
         # a left pad needs a second prompt, and one token of it left
@@ -1399,12 +1394,7 @@ class Rows(unittest.TestCase):
         # short past's (64), at the halved one
         self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37), (2, 70)), seed=4)
         env = {**os.environ, "MIRAGE_ONNX_PYTHON": sys.executable, "MIRAGE_ONNX_CPU_KERNELS": "1"}
-        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
-                            "--generate", "2", "--dim", "batch_size=1",
-                            "--dim", "sequence_length=70", "--tolerance", "1e-4"],
-                           capture_output=True, text=True, timeout=600, env=env)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("tokens the same at every step", r.stdout)
+        r = self.generate_past_70(path, out, env)
         self.assertIn("at their first bucket: 0 of 1, at a larger one: 1, as the original ops: "
                       "0; at each larger bucket in turn: 1, 0", r.stdout)
 
@@ -1424,6 +1414,18 @@ class Rows(unittest.TestCase):
         self.assertTrue(any(n.op_type == "Mul" and "mirage_dim" in n.output[0]
                             for n in m.graph.node), "no Shape made from the inputs'")
         self.generations(path, out, plugin, ((1, 1), (3, 5), (1, 37)), seed=6)
+
+    def generate_past_70(self, path, out, env):
+        """bench --generate 2 from a prompt of 70 at batch 1 (its steps
+        with a past of 70 on): the same tokens; the run, for what it says
+        of the buckets."""
+        r = subprocess.run([CLI, "bench", path, out, "--runs", "1", "--warmup", "0",
+                            "--generate", "2", "--dim", "batch_size=1",
+                            "--dim", "sequence_length=70", "--tolerance", "1e-4"],
+                           capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tokens the same at every step", r.stdout)
+        return r
 
     def generations(self, path, out, plugin, cases, seed, steps=8):
         """generate() from random prompts of each (batch, length) in cases,
