@@ -64,9 +64,12 @@ static const char usage_text[] =
 	"      --no-fuse      with -o: write the model unchanged (no search)\n"
 	"      --no-merge-matmuls  keep apart MatMuls that read one tensor (default:\n"
 	"                     those whose weights are initializers of the same rows,\n"
-	"                     as Q, K and V or gate and up, become one MatMul over\n"
-	"                     their weights side by side and a Split, before the\n"
-	"                     regions are made, so that one kernel computes them)\n"
+	"                     16384 elements or more together, and whose results\n"
+	"                     meet before another projection, as Q, K and V or\n"
+	"                     gate and up at real hidden sizes,\n"
+	"                     become one MatMul over their weights side by side and\n"
+	"                     a Split, before the regions are made, so that one\n"
+	"                     kernel computes them)\n"
 	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
 	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
 	"      --cuda-arch LIST  SM versions to compile for and plan shared memory for:\n"
@@ -850,7 +853,8 @@ static int run(struct cli *cli, int argc, char **argv)
 	bool regions = cli->list_regions || cli->dot_path || cli->dump_tp || cli->search_only ||
 		       (out_path && !cli->no_fuse);
 	int merged = 0, merged_ops = 0;
-	if (regions && !cli->no_merge && mo_onnx_merge_matmuls(m, &merged, &merged_ops, &d)) {
+	if (regions && !cli->no_merge &&
+	    mo_onnx_merge_matmuls(m, MO_MERGE_MIN_ELEMENTS, &merged, &merged_ops, &d)) {
 		mo_onnx_free(m);
 		return fail(&d);
 	}

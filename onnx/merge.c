@@ -149,13 +149,15 @@ struct member {
 	size_t node;
 	const char *input; /* the tensor it reads */
 	struct named *w;
+	int sub; /* within those reading it: the first member its walk meets */
 };
 
 static int member_cmp(const void *a, const void *b)
 {
 	const struct member *x = a, *y = b;
 	int c = strcmp(x->input, y->input);
-	return c ? c : (x->node > y->node) - (x->node < y->node);
+	return c ? c : x->sub != y->sub ? (x->sub > y->sub) - (x->sub < y->sub)
+					: (x->node > y->node) - (x->node < y->node);
 }
 
 /* Whether b may join a's group: the same tensor read, the same rows and
@@ -164,7 +166,107 @@ static bool joins(const Onnx__GraphProto *g, const struct member *a, const struc
 {
 	const Onnx__TensorProto *x = g->initializer[a->w->init], *y = g->initializer[b->w->init];
 	return !strcmp(a->input, b->input) && x->data_type == y->data_type &&
-	       x->dims[0] == y->dims[0];
+	       x->dims[0] == y->dims[0] && a->sub == b->sub;
+}
+
+/* A node reading a tensor: the index of every node input, sorted by name,
+ * to find a tensor's readers. */
+struct use {
+	const char *name;
+	size_t node;
+};
+
+static int use_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct use *)a)->name, ((const struct use *)b)->name);
+}
+
+/* The first of uses[0..n) reading name (n when none). */
+static size_t first_use(const struct use *u, size_t n, const char *name)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(u[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int uf_find(int *parent, int x)
+{
+	while (parent[x] != x)
+		x = parent[x] = parent[parent[x]];
+	return x;
+}
+
+/* How far the walk from one MatMul's output goes: nodes past the size of
+ * an attention block are not looked at (their meeting found earlier). */
+#define MERGE_REACH 512
+
+/* What a walk from a member's output shares with its group's others. */
+struct reach {
+	const Onnx__GraphProto *g;
+	const struct use *uses;
+	size_t n_uses;
+	struct named *v; /* initializers, sorted */
+	size_t nv;
+	const char **outs; /* the graph's outputs, sorted */
+	size_t n_outs;
+	int *seen_group, *seen_by; /* per node (and the graph's end, at n_node): the
+				    * group that walked it, the member that did */
+	size_t *queue;
+	size_t cap; /* the queue's */
+};
+
+/* Whether node u projects by a weight (a MatMul or Gemm by an
+ * initializer): where a walk stops, a block's projection. */
+static bool projects(const struct reach *r, const Onnx__NodeProto *u)
+{
+	return (mo_onnx_node_is(u, "MatMul") || mo_onnx_node_is(u, "Gemm")) && u->n_input >= 2 &&
+	       find_named(r->v, r->nv, u->input[1]);
+}
+
+/* Walks from member k's node (group gid) to what reads its output, and on
+ * through every op but a projection, which it stops at: members whose
+ * walks meet are joined in parent (their outputs are combined before any
+ * projection, as Q, K and V in an attention, gate and up in a gated MLP;
+ * an MLP's up projection in a parallel block only meets the attention
+ * after each has been projected again, and stays apart). Reaching a
+ * graph output is reaching one place, the graph's end. */
+static void walk(struct reach *r, int gid, int k, size_t from, int *parent)
+{
+	size_t nn = r->g->n_node, head = 0, tail = 0, seen = 0;
+	r->queue[tail++] = from;
+	while (head < tail && seen < MERGE_REACH) {
+		size_t u = r->queue[head++];
+		if (u != from) {
+			if (r->seen_group[u] == gid) {
+				int a = uf_find(parent, k), b = uf_find(parent, r->seen_by[u]);
+				if (a != b)
+					parent[a < b ? b : a] = a < b ? a : b;
+				continue;
+			}
+			r->seen_group[u] = gid;
+			r->seen_by[u] = k;
+			seen++;
+			if (u == nn || projects(r, r->g->node[u]))
+				continue;
+		}
+		const Onnx__NodeProto *nd = r->g->node[u];
+		for (size_t o = 0; o < nd->n_output; o++) {
+			const char *t = nd->output[o];
+			if (!t || !*t)
+				continue;
+			if (bsearch(&t, r->outs, r->n_outs, sizeof *r->outs, str_cmp) && tail < r->cap)
+				r->queue[tail++] = nn;
+			for (size_t i = first_use(r->uses, r->n_uses, t);
+			     i < r->n_uses && !strcmp(r->uses[i].name, t) && tail < r->cap; i++)
+				r->queue[tail++] = r->uses[i].node;
+		}
+	}
 }
 
 /* A tensor of dims d0 (rank 1) or d0 x d1 (rank 2) holding bytes, or
@@ -357,8 +459,19 @@ static bool merge_group(Onnx__GraphProto *g, const struct member *mb, int n, int
 	return true;
 }
 
-enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
-				     struct mo_diag *d)
+/* The weights' elements of members mb[0..n). */
+static uint64_t group_elements(const Onnx__GraphProto *g, const struct member *mb, int n)
+{
+	uint64_t e = 0;
+	for (int k = 0; k < n; k++) {
+		const Onnx__TensorProto *t = g->initializer[mb[k].w->init];
+		e += (uint64_t)t->dims[0] * (uint64_t)t->dims[1];
+	}
+	return e;
+}
+
+enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements, int *merged,
+				     int *ops, struct mo_diag *d)
 {
 	Onnx__GraphProto *g = m->proto->graph;
 	*merged = *ops = 0;
@@ -371,15 +484,33 @@ enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
 	bool *removed_node = mo_calloc(nn + 1, sizeof *removed_node);
 	bool *removed_init = mo_calloc(ni + 1, sizeof *removed_init);
 	size_t *after = mo_calloc(nn + 1, sizeof *after); /* per node: the Split placed after it, +1 */
+	struct use *uses;
+	const char **outs;
 	size_t n_in = 0;
 	for (size_t i = 0; i < nn; i++)
 		n_in += g->node[i]->n_input;
 	const char **mm = mo_calloc(n_in + 1, sizeof *mm);
+	struct reach r = { .g = g, .n_outs = g->n_output, .cap = n_in + nn + 2 };
+	r.uses = uses = mo_calloc(n_in + 1, sizeof *uses);
+	r.outs = outs = mo_calloc(g->n_output + 1, sizeof *outs);
+	r.seen_group = mo_calloc(nn + 1, sizeof *r.seen_group);
+	r.seen_by = mo_calloc(nn + 1, sizeof *r.seen_by);
+	r.queue = mo_calloc(r.cap, sizeof *r.queue);
+	int *parent = mo_calloc(nn + 1, sizeof *parent);
 	enum mo_status st = MO_OK;
-	if (!v || !mb || !removed_node || !removed_init || !after || !mm) {
+	if (!v || !mb || !removed_node || !removed_init || !after || !mm || !uses || !outs ||
+	    !r.seen_group || !r.seen_by || !r.queue || !parent) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
+	for (size_t i = 0; i < nn; i++)
+		for (size_t k = 0; k < g->node[i]->n_input; k++)
+			if (g->node[i]->input[k][0])
+				uses[r.n_uses++] = (struct use){ g->node[i]->input[k], i };
+	qsort(uses, r.n_uses, sizeof *uses, use_cmp);
+	for (size_t i = 0; i < g->n_output; i++)
+		outs[i] = g->output[i]->name ? g->output[i]->name : "";
+	qsort(outs, r.n_outs, sizeof *outs, str_cmp);
 	size_t nv = 0;
 	for (size_t i = 0; i < ni; i++)
 		if (g->initializer[i]->name && *g->initializer[i]->name)
@@ -389,6 +520,8 @@ enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
 		if (!strcmp(v[i].name, v[i + 1].name)) /* two of one name: not ours to touch */
 			v[i].readers = v[i + 1].readers = 2;
 	count_readers(g, v, nv);
+	r.v = v;
+	r.nv = nv;
 	size_t n_mm = 0;
 	for (size_t i = 0; i < nn; i++)
 		for (size_t k = 0; mo_onnx_node_is(g->node[i], "MatMul") && k < g->node[i]->n_input; k++)
@@ -401,12 +534,26 @@ enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
 			mb[nm++] = (struct member){ .node = i, .input = g->node[i]->input[0], .w = w };
 	}
 	qsort(mb, (size_t)nm, sizeof *mb, member_cmp);
+	/* within each set that may merge, those whose walks meet */
+	for (int a = 0; a < nm;) {
+		int b = a + 1;
+		while (b < nm && joins(g, &mb[a], &mb[b]))
+			b++;
+		for (int k = a; k < b; k++)
+			parent[k] = k;
+		for (int k = a; k < b && b - a >= 2; k++)
+			walk(&r, a + 1, k, mb[k].node, parent);
+		for (int k = a; k < b; k++)
+			mb[k].sub = uf_find(parent, k);
+		a = b;
+	}
+	qsort(mb, (size_t)nm, sizeof *mb, member_cmp);
 	for (int a = 0; a < nm;) {
 		int b = a + 1;
 		while (b < nm && joins(g, &mb[a], &mb[b]))
 			b++;
 		size_t slot;
-		if (b - a >= 2 && !st) {
+		if (b - a >= 2 && !st && group_elements(g, &mb[a], b - a) >= min_elements) {
 			if (merge_group(g, &mb[a], b - a, opset, removed_node, removed_init, &slot)) {
 				/* the Split goes right after the first when the
 				 * list is made again */
@@ -449,6 +596,12 @@ enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, int *merged, int *ops,
 out:
 	mo_free(v);
 	mo_free(mm);
+	mo_free(uses);
+	mo_free(outs);
+	mo_free(r.seen_group);
+	mo_free(r.seen_by);
+	mo_free(r.queue);
+	mo_free(parent);
 	mo_free(mb);
 	mo_free(removed_node);
 	mo_free(removed_init);

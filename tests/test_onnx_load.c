@@ -492,8 +492,18 @@ static void build_projections(struct tmodel *t, int64_t opset)
 		(const char *[]){ "A", NULL });
 	tm_node(t, &t->graph, "MatMul", "b", (const char *[]){ "A", "Wb", NULL },
 		(const char *[]){ "B", NULL });
-	const char *outs[] = { "RQ", "K", "T", "TT", "V", "ZZ", "B" };
-	for (int i = 0; i < 7; i++)
+	/* a parallel block's MLP: X·Wf meets Q, K and V only after its own
+	 * projection (by Wo), and stays apart */
+	tm_initializer(t, &t->graph, "Wf", 2, d42, wz, 8);
+	tm_initializer(t, &t->graph, "Wo", 2, d23, wq, 6);
+	tm_node(t, &t->graph, "MatMul", "f", (const char *[]){ "X", "Wf", NULL },
+		(const char *[]){ "F", NULL });
+	tm_node(t, &t->graph, "Relu", "fr", (const char *[]){ "F", NULL },
+		(const char *[]){ "FR", NULL });
+	tm_node(t, &t->graph, "MatMul", "fo", (const char *[]){ "FR", "Wo", NULL },
+		(const char *[]){ "FO", NULL });
+	const char *outs[] = { "RQ", "K", "T", "TT", "V", "ZZ", "B", "FO" };
+	for (int i = 0; i < 8; i++)
 		tm_output(t, &t->graph, outs[i]);
 }
 
@@ -517,13 +527,15 @@ static void merges_matmuls_that_share_their_input(void **state)
 		struct mo_diag d;
 		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 		int merged, ops;
-		assert_int_equal(mo_onnx_merge_matmuls(m, &merged, &ops, &d), MO_OK);
+		assert_int_equal(mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d), MO_OK);
 		assert_int_equal(merged, 1);
-		assert_int_equal(ops, 3); /* Wt has two readers, Z one MatMul, A a MatMul */
+		/* Wt has two readers, Z one MatMul, a MatMul reads A, F meets
+		 * the others past a projection */
+		assert_int_equal(ops, 3);
 		const Onnx__GraphProto *g = mo_onnx_proto(m)->graph;
-		/* q (merged), its Split, rq, t, tt, z, a, b: in an order that
-		 * computes */
-		assert_int_equal(g->n_node, 8);
+		/* q (merged), its Split, rq, t, tt, z, a, b, f, fr, fo: in an
+		 * order that computes */
+		assert_int_equal(g->n_node, 11);
 		const Onnx__NodeProto *mm = g->node[0], *sp = g->node[1];
 		assert_string_equal(mm->name, "q");
 		assert_string_equal(mm->input[0], "X");
@@ -582,9 +594,18 @@ static void merges_matmuls_that_share_their_input(void **state)
 		assert_non_null(init_named(g, "Wt"));
 		assert_non_null(init_named(g, "Wz"));
 		assert_non_null(init_named(g, "Wa"));
-		assert_int_equal(g->n_initializer, opset >= 13 ? 6 : 5);
-		/* and again: nothing left to merge */
-		assert_int_equal(mo_onnx_merge_matmuls(m, &merged, &ops, &d), MO_OK);
+		assert_non_null(init_named(g, "Wf"));
+		assert_int_equal(g->n_initializer, opset >= 13 ? 8 : 7);
+		/* and again: nothing left to merge; and a model whose weights
+		 * hold fewer elements than asked for is left as it was */
+		struct mo_model *small;
+		assert_int_equal(load_buf(b, n, &small, &d), MO_OK);
+		assert_int_equal(mo_onnx_merge_matmuls(small, 28 + 1, &merged, &ops,
+						       &d), MO_OK);
+		assert_int_equal(merged, 0);
+		assert_int_equal(mo_onnx_proto(small)->graph->n_node, 12);
+		mo_onnx_free(small);
+		assert_int_equal(mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d), MO_OK);
 		assert_int_equal(merged, 0);
 		mo_onnx_free(m);
 		tm_free(&t);
@@ -605,7 +626,7 @@ static void merging_runs_out_of_memory_cleanly(void **state)
 		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 		int merged, ops;
 		mo_alloc_fail_after(k);
-		enum mo_status s = mo_onnx_merge_matmuls(m, &merged, &ops, &d);
+		enum mo_status s = mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d);
 		mo_alloc_fail_after(0);
 		assert_true(s == MO_OK || s == MO_ERR_NOMEM);
 		mo_onnx_free(m); /* whatever state it was left in: no leak, no double free */
