@@ -67,7 +67,8 @@ static void count_readers(const Onnx__GraphProto *g, struct named *v, size_t n)
 	}
 }
 
-/* Whether name is taken in g (a value or a node's name). */
+/* Whether name is taken in g or a subgraph of it (a value, a node's name,
+ * or a value_info entry, which would give its shape to a new value). */
 static bool taken(const Onnx__GraphProto *g, const char *name)
 {
 	for (size_t i = 0; i < g->n_node; i++) {
@@ -77,19 +78,32 @@ static bool taken(const Onnx__GraphProto *g, const char *name)
 		if (nd->name && !strcmp(nd->name, name))
 			return true;
 		for (size_t k = 0; k < nd->n_output; k++)
-			if (!strcmp(nd->output[k], name))
+			if (nd->output[k] && !strcmp(nd->output[k], name))
 				return true;
 		for (size_t k = 0; k < nd->n_input; k++)
 			if (!strcmp(nd->input[k], name))
 				return true;
+		for (size_t a = 0; a < nd->n_attribute; a++) {
+			const Onnx__AttributeProto *at = nd->attribute[a];
+			if (at->g && taken(at->g, name))
+				return true;
+			for (size_t k = 0; k < at->n_graphs; k++)
+				if (taken(at->graphs[k], name))
+					return true;
+		}
 	}
 	for (size_t i = 0; i < g->n_initializer; i++)
 		if (g->initializer[i] && g->initializer[i]->name &&
 		    !strcmp(g->initializer[i]->name, name))
 			return true;
-	for (size_t i = 0; i < g->n_input; i++)
-		if (g->input[i]->name && !strcmp(g->input[i]->name, name))
-			return true;
+	const Onnx__ValueInfoProto *const *vs[] = { (const Onnx__ValueInfoProto *const *)g->input,
+						    (const Onnx__ValueInfoProto *const *)g->output,
+						    (const Onnx__ValueInfoProto *const *)g->value_info };
+	size_t ns[] = { g->n_input, g->n_output, g->n_value_info };
+	for (int l = 0; l < 3; l++)
+		for (size_t i = 0; i < ns[l]; i++)
+			if (vs[l][i]->name && !strcmp(vs[l][i]->name, name))
+				return true;
 	return false;
 }
 
