@@ -163,7 +163,9 @@ struct member {
 	size_t node;
 	const char *input; /* the tensor it reads */
 	struct named *w;
-	int sub; /* within those reading it: the first member its walk meets */
+	int sub; /* among those that may merge with it: the first (by index in
+		  * the members' list) its walk meets, itself when none; 0
+		  * before the walks */
 };
 
 static int member_cmp(const void *a, const void *b)
@@ -175,7 +177,7 @@ static int member_cmp(const void *a, const void *b)
 }
 
 /* Whether b may join a's group: the same tensor read, the same rows and
- * dtype of weight. */
+ * dtype of weight, and (once the walks are made) the same meeting. */
 static bool joins(const Onnx__GraphProto *g, const struct member *a, const struct member *b)
 {
 	const Onnx__TensorProto *x = g->initializer[a->w->init], *y = g->initializer[b->w->init];
