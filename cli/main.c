@@ -62,14 +62,14 @@ static const char usage_text[] =
 	"                     when the model has external data.\n"
 	"  -q, --quiet        print nothing but errors and warnings\n"
 	"      --no-fuse      with -o: write the model unchanged (no search)\n"
-	"      --no-merge-matmuls  keep apart MatMuls that read one tensor (default:\n"
-	"                     those whose weights are initializers of the same rows,\n"
-	"                     16384 elements or more together, and whose results\n"
-	"                     meet before another projection, as Q, K and V or\n"
-	"                     gate and up at real hidden sizes,\n"
-	"                     become one MatMul over their weights side by side and\n"
-	"                     a Split, before the regions are made, so that one\n"
-	"                     kernel computes them)\n"
+	"      --merge-matmuls  before the regions are made, merge MatMuls that read\n"
+	"                     one tensor, whose weights are initializers of the same\n"
+	"                     rows (16384 elements or more together) and whose\n"
+	"                     results meet before another projection (Q, K and V;\n"
+	"                     gate and up), into one MatMul over their weights side\n"
+	"                     by side and a Split, so that the search fuses a norm\n"
+	"                     and the projections it feeds at real hidden sizes\n"
+	"                     (off by default: see the README)\n"
 	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
 	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
 	"      --cuda-arch LIST  SM versions to compile for and plan shared memory for:\n"
@@ -232,7 +232,7 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback, no_merge;
+	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback, merge;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -596,7 +596,7 @@ int main(int argc, char **argv)
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS, OPT_NO_FALLBACK,
 	       OPT_PROFILE };
 	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING,
-	       OPT_NO_MERGE }; /* apart: lists above grow */
+	       OPT_MERGE }; /* apart: lists above grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -624,7 +624,7 @@ int main(int argc, char **argv)
 		{ "dump-mugraph", required_argument, NULL, OPT_DUMP_MUGRAPH },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "no-fuse", no_argument, NULL, OPT_NO_FUSE },
-		{ "no-merge-matmuls", no_argument, NULL, OPT_NO_MERGE },
+		{ "merge-matmuls", no_argument, NULL, OPT_MERGE },
 		{ "no-cuda", no_argument, NULL, OPT_NO_CUDA },
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
@@ -672,7 +672,7 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE: cli.no_cache = 1; break;
 		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
 		case OPT_NO_FUSE: cli.no_fuse = 1; break;
-		case OPT_NO_MERGE: cli.no_merge = 1; break;
+		case OPT_MERGE: cli.merge = 1; break;
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
@@ -853,14 +853,14 @@ static int run(struct cli *cli, int argc, char **argv)
 	bool regions = cli->list_regions || cli->dot_path || cli->dump_tp || cli->search_only ||
 		       (out_path && !cli->no_fuse);
 	int merged = 0, merged_ops = 0;
-	if (regions && !cli->no_merge &&
+	if (regions && cli->merge &&
 	    mo_onnx_merge_matmuls(m, MO_MERGE_MIN_ELEMENTS, &merged, &merged_ops, &d)) {
 		mo_onnx_free(m);
 		return fail(&d);
 	}
 	if (merged && !quiet && !cli->json && !cli->dump_tp)
 		printf("%-10s %d MatMul%s reading one tensor each into %d MatMul%s and Split%s "
-			"over their weights side by side (--no-merge-matmuls keeps them)\n", "merged",
+			"over their weights side by side\n", "merged",
 			merged_ops, merged_ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s",
 			merged == 1 ? "" : "s");
 	if (cli->list_regions || cli->dot_path || cli->dump_tp) {

@@ -4,10 +4,10 @@ projections it feeds fuse at a real hidden size.
 
 A Llama layer's input RMSNorm and its Q, K and V projections (hidden 512,
 grouped-query: 512, 128 and 128 columns), built here:
-- fused as exported (`--no-merge-matmuls`), the search finds no kernel
+- fused as exported (the default), the search finds no kernel
   that reaches the three projections within its budget, and fuses the norm
   alone: the projections' MatMuls stay out;
-- fused by default, the three become one MatMul over their weights side by
+- fused with `--merge-matmuls`, the three become one MatMul over their weights side by
   side and a Split ("merged" on stdout), and the region of the norm, the
   MatMul and the Split fuses whole: every MatMul FLOP is fused, the fused
   model holds one weight of 512 x 768 and no other, and its Q, K and V
@@ -83,16 +83,15 @@ def main():
         src = os.path.join(tmp, "rmsnorm_qkv.onnx")
         build(src)
 
-        stdout, _, man = fuse(a.cli, src, os.path.join(tmp, "apart.onnx"), env,
-                              "--no-merge-matmuls")
+        stdout, _, man = fuse(a.cli, src, os.path.join(tmp, "apart.onnx"), env)
         if "merged" in stdout.split():
-            raise AssertionError("--no-merge-matmuls merged")
+            raise AssertionError("merged without --merge-matmuls")
         if matmul_share(man) != 0:
             raise AssertionError(f"apart, {matmul_share(man):.0%} of the MatMul FLOPs fused: "
                                  "the test no longer shows what merging gives")
 
         out = os.path.join(tmp, "merged.onnx")
-        stdout, plugin, man = fuse(a.cli, src, out, env)
+        stdout, plugin, man = fuse(a.cli, src, out, env, "--merge-matmuls")
         if "merged     3 MatMuls reading one tensor each into 1 MatMul and Split" not in stdout:
             raise AssertionError(f"no merge said: {stdout[:800]}")
         whole = [g for g in man["regions"] if g["fused"] and "norm/Pow" in g["nodes"]]

@@ -90,16 +90,17 @@ class Partition(unittest.TestCase):
 
     def test_llama_layer(self):
         p = "/model/layers.0"
-        # as exported, then with gate and up (64 x 2 x 176 weights, past
-        # the 16384 elements merged) one MatMul and a Split, which takes
-        # the first one's name; Q, K and V (64 x 128) stay apart
-        apart = regions(self.model("llama_layer"), "--no-merge-matmuls")
+        # as exported, then (--merge-matmuls) with gate and up (64 x 2 x
+        # 176 weights, past the 16384 elements merged) one MatMul and a
+        # Split, which takes the first one's name; Q, K and V (64 x 128)
+        # stay apart
         doc = regions(self.model("llama_layer"))
-        names = {n for r in doc["regions"] for n in r["nodes"]}
+        merged = regions(self.model("llama_layer"), "--merge-matmuls")
+        names = {n for r in merged["regions"] for n in r["nodes"]}
         self.assertNotIn(f"{p}/mlp/up_proj/MatMul", names)
         kv = ("k_proj/MatMul", "v_proj/MatMul")
-        self.check_llama_layer(apart, p, kv, "up_proj/MatMul")
-        self.check_llama_layer(doc, p, kv, "gate_proj/MatMul_split")
+        self.check_llama_layer(merged, p, kv, "gate_proj/MatMul_split")
+        self.check_llama_layer(doc, p, kv, "up_proj/MatMul")
 
     def check_llama_layer(self, doc, p, kv, up):
         norm1 = [f"{p}/input_layernorm/{op}" for op in
