@@ -3,6 +3,7 @@
 #include "fuse_cmd.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void progress_line(void *ctx, const char *line)
@@ -96,14 +97,144 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
-enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet, bool merged,
-			struct mo_diag *d)
+/* The output names of the MatMuls inside fused regions, sorted. */
+struct fused_outs {
+	const char **name;
+	size_t n;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool fused_matmuls(const struct mo_fuse_report *rep, struct fused_outs *fo)
+{
+	const struct mo_tp *tp = rep->tp;
+	const Onnx__GraphProto *g = mo_onnx_proto(tp->model)->graph;
+	fo->n = 0;
+	fo->name = mo_calloc((size_t)tp->n_ops + 1, sizeof *fo->name);
+	bool *in = mo_calloc((size_t)tp->n_ops + 1, sizeof *in);
+	if (!fo->name || !in) {
+		mo_free(in);
+		return false;
+	}
+	for (int u = 0; u < rep->n_regions; u++)
+		for (int k = 0; rep->regions[u].fused && k < rep->regions[u].rg->n_ops; k++)
+			in[rep->regions[u].rg->ops[k]] = true;
+	for (int v = 0; v < tp->n_ops; v++) {
+		const Onnx__NodeProto *nd = g->node[tp->ops[v].node];
+		if (in[v] && tp->ops[v].kind == MO_OP_MATMUL && nd->n_output > 0 && nd->output[0])
+			fo->name[fo->n++] = nd->output[0];
+	}
+	mo_free(in);
+	qsort(fo->name, fo->n, sizeof *fo->name, name_cmp);
+	return true;
+}
+
+/* A group merges where any of its MatMuls stayed out of the fused ops. */
+static bool left_out(void *ctx, const char *const *outs, int n)
+{
+	const struct fused_outs *fo = ctx;
+	for (int k = 0; k < n; k++)
+		if (!bsearch(&outs[k], fo->name, fo->n, sizeof *fo->name, name_cmp))
+			return true;
+	return false;
+}
+
+static double matmul_flops_fused(const struct mo_fuse_report *rep, double *all)
+{
+	struct mo_fuse_layers ls;
+	if (!mo_fuse_layers(rep->tp, rep->regions, rep->n_regions, &ls))
+		return -1;
+	double fused = ls.all.fused_matmul_flops;
+	*all = ls.all.matmul_flops;
+	mo_fuse_layers_free(&ls);
+	return fused;
+}
+
+/* CLI_MERGE_AUTO once m is searched (*rep): the groups of MatMuls that
+ * read one tensor and of which any stayed out of the fused regions merged
+ * in a model read again, searched, and kept where its fused regions hold
+ * more MatMul FLOPs: then *rep is its report and *mm the model (free it
+ * after the report). The unmerged form is kept when the second cannot be
+ * made, searched or measured: a warning then, not a failure. */
+struct merge_said {
+	int merged, ops;       /* the groups merged, their MatMuls */
+	double before, after;  /* the shares of MatMul FLOPs fused unmerged, merged */
+};
+
+static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_report *rep,
+				    struct mo_model **mm, bool quiet, struct merge_said *said,
+				    struct mo_diag *d)
+{
+	*mm = NULL;
+	struct fused_outs fo;
+	if (!fused_matmuls(rep, &fo))
+		return mo_diag_nomem(d);
+	struct mo_diag d2;
+	mo_diag_init(&d2);
+	struct mo_model *m2 = NULL;
+	int merged = 0, ops = 0;
+	const struct mo_merge_filter filter = { left_out, &fo };
+	enum mo_status st = mo_onnx_load(o->in_path, &m2, &d2);
+	if (!st)
+		st = mo_onnx_merge_matmuls(m2, MO_MERGE_MIN_ELEMENTS, &filter, &merged, &ops, &d2);
+	mo_free(fo.name);
+	if (st || merged == 0) {
+		if (st)
+			cli_warning_line(NULL, d2.msg);
+		mo_onnx_free(m2);
+		return st == MO_ERR_NOMEM ? mo_diag_nomem(d) : MO_OK;
+	}
+	if (!quiet)
+		fprintf(stderr, "%d MatMul%s reading one tensor stayed unfused: merging them "
+			"into %d MatMul%s over their weights side by side and searching again\n",
+			ops, ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s");
+	struct mo_fuse_report rep2;
+	st = mo_fuse_search(m2, o, &rep2, d); /* its state keeps d: not d2 */
+	double all = 0, all2 = 0, before = -1, after = -1;
+	if (st) {
+		fprintf(stderr, "mirage-onnx: warning: the merged form kept out (%s)\n", d->msg);
+		mo_diag_init(d);
+	} else {
+		before = matmul_flops_fused(rep, &all);
+		after = matmul_flops_fused(&rep2, &all2);
+	}
+	bool nomem = st == MO_ERR_NOMEM || (!st && (before < 0 || after < 0));
+	bool take = !st && !nomem && after > before * (1 + 1e-9);
+	*said = (struct merge_said){ merged, ops, all > 0 ? before / all : 0,
+				     all2 > 0 ? after / all2 : 0 };
+	if (!quiet && !st && !nomem)
+		fprintf(stderr, "kept the %s form: %.0f%% of MatMul FLOPs fused merged, %.0f%% "
+			"unmerged\n", take ? "merged" : "unmerged", 100 * said->after,
+			100 * said->before);
+	if (take) {
+		mo_fuse_report_free(rep);
+		*rep = rep2;
+		*mm = m2;
+	} else {
+		mo_fuse_report_free(&rep2);
+		mo_onnx_free(m2);
+	}
+	return nomem ? mo_diag_nomem(d) : MO_OK;
+}
+
+enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
+			enum cli_merge merge, bool merged, struct mo_diag *d)
 {
 	o->progress = quiet ? NULL : progress_line;
 	o->warning = cli_warning_line;
 	fflush(stdout);
 	struct mo_fuse_report rep;
-	enum mo_status st = mo_fuse_run(m, o, &rep, d);
+	struct mo_model *mm = NULL;
+	struct merge_said said = { 0 };
+	enum mo_status st = mo_fuse_search(m, o, &rep, d);
+	if (!st && merge == CLI_MERGE_AUTO)
+		st = choose_merged(o, &rep, &mm, quiet, &said, d);
+	merged |= mm != NULL;
+	if (!st)
+		st = mo_fuse_finish(&rep);
 	/* nothing fused: OUT is the model as it was, not as merged */
 	if (!st && rep.written && rep.n_fused == 0 && merged) {
 		struct mo_model *orig;
@@ -112,6 +243,12 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 			mo_onnx_free(orig);
 		}
 	}
+	if (rep.decided && !quiet && mm)
+		printf("%-10s %d MatMul%s reading one tensor each into %d MatMul%s and Split%s over "
+		       "their weights side by side: %.0f%% of MatMul FLOPs fused, %.0f%% unmerged\n",
+		       "merged", said.ops, said.ops == 1 ? "" : "s", said.merged,
+		       said.merged == 1 ? "" : "s", said.merged == 1 ? "" : "s", 100 * said.after,
+		       100 * said.before);
 	if (rep.decided && !quiet) {
 		print_summary(&rep, stdout);
 		print_layers(&rep, stdout);
@@ -125,5 +262,6 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 		}
 	}
 	mo_fuse_report_free(&rep);
+	mo_onnx_free(mm);
 	return st;
 }

@@ -8,11 +8,19 @@
  * pipeline) on stderr, as every warning of the tool is said. */
 void cli_warning_line(void *ctx, const char *line);
 
+/* How MatMuls that share their input are merged (mo_onnx_merge_matmuls):
+ * where that fuses more (the default), always (--merge-matmuls: m comes
+ * merged), never (--no-merge-matmuls). */
+enum cli_merge { CLI_MERGE_AUTO, CLI_MERGE_ALWAYS, CLI_MERGE_NEVER };
+
 /* Runs it, printing progress (unless quiet) and warnings to stderr, the
  * region table and what was written to stdout; d says why it failed.
- * merged: m's MatMuls were merged (mo_onnx_merge_matmuls), so that with
- * nothing fused OUT is written again from the model file as it was. */
-enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet, bool merged,
-			struct mo_diag *d);
+ * CLI_MERGE_AUTO: where MatMuls of a group that may merge stay unfused,
+ * those groups are merged in a second model read from o->in_path and it is
+ * searched too; the form whose fused regions hold more MatMul FLOPs is
+ * built. merged: m's MatMuls were merged before, so that with nothing
+ * fused OUT is written again from the model file as it was. */
+enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
+			enum cli_merge merge, bool merged, struct mo_diag *d);
 
 #endif

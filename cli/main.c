@@ -68,8 +68,12 @@ static const char usage_text[] =
 	"                     results meet before another projection (Q, K and V;\n"
 	"                     gate and up), into one MatMul over their weights side\n"
 	"                     by side and a Split, so that the search fuses a norm\n"
-	"                     and the projections it feeds at real hidden sizes\n"
-	"                     (off by default: see the README)\n"
+	"                     and the projections it feeds at real hidden sizes.\n"
+	"                     Default with -o: the model is searched as it is, then\n"
+	"                     the groups of which a MatMul stayed unfused are merged\n"
+	"                     and searched again, and the form whose fused ops hold\n"
+	"                     more MatMul FLOPs is written\n"
+	"      --no-merge-matmuls  never merge them\n"
 	"      --no-cuda      build CPU kernels only (default: CUDA too when nvcc is\n"
 	"                     found: $NVCC, PATH, /usr/local/cuda/bin)\n"
 	"      --cuda-arch LIST  SM versions to compile for and plan shared memory for:\n"
@@ -232,7 +236,8 @@ struct cli {
 	const char *out_path, *dot_path;
 	int quiet, list_regions, json, dump_tp, search_only, no_cache;
 	const char *dump_dir;
-	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback, merge;
+	int no_fuse, no_cuda, cpu_kernels, profile, no_fallback;
+	enum cli_merge merge;
 	const char *cuda_arch, *keep_sources;
 	struct mo_import_options import;
 	struct mo_part_options part;
@@ -596,7 +601,7 @@ int main(int argc, char **argv)
 	       OPT_NO_FUSE, OPT_NO_CUDA, OPT_CUDA_ARCH, OPT_KEEP_SOURCES, OPT_CPU_KERNELS, OPT_NO_FALLBACK,
 	       OPT_PROFILE };
 	enum { OPT_TIME_LIMIT = 1024, OPT_MEMORY_LIMIT, OPT_DYNAMIC_SIZE, OPT_MIN_SAVING,
-	       OPT_MERGE }; /* apart: lists above grow */
+	       OPT_MERGE, OPT_NO_MERGE }; /* apart: lists above grow */
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -625,6 +630,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "no-fuse", no_argument, NULL, OPT_NO_FUSE },
 		{ "merge-matmuls", no_argument, NULL, OPT_MERGE },
+		{ "no-merge-matmuls", no_argument, NULL, OPT_NO_MERGE },
 		{ "no-cuda", no_argument, NULL, OPT_NO_CUDA },
 		{ "cuda-arch", required_argument, NULL, OPT_CUDA_ARCH },
 		{ "keep-sources", required_argument, NULL, OPT_KEEP_SOURCES },
@@ -672,7 +678,8 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE: cli.no_cache = 1; break;
 		case OPT_DUMP_MUGRAPH: cli.dump_dir = optarg; break;
 		case OPT_NO_FUSE: cli.no_fuse = 1; break;
-		case OPT_MERGE: cli.merge = 1; break;
+		case OPT_MERGE: cli.merge = CLI_MERGE_ALWAYS; break;
+		case OPT_NO_MERGE: cli.merge = CLI_MERGE_NEVER; break;
 		case OPT_NO_CUDA: cli.no_cuda = 1; break;
 		case OPT_KEEP_SOURCES: cli.keep_sources = optarg; break;
 		case OPT_CPU_KERNELS: cli.cpu_kernels = 1; break;
@@ -853,8 +860,8 @@ static int run(struct cli *cli, int argc, char **argv)
 	bool regions = cli->list_regions || cli->dot_path || cli->dump_tp || cli->search_only ||
 		       (out_path && !cli->no_fuse);
 	int merged = 0, merged_ops = 0;
-	if (regions && cli->merge &&
-	    mo_onnx_merge_matmuls(m, MO_MERGE_MIN_ELEMENTS, &merged, &merged_ops, &d)) {
+	if (regions && cli->merge == CLI_MERGE_ALWAYS &&
+	    mo_onnx_merge_matmuls(m, MO_MERGE_MIN_ELEMENTS, NULL, &merged, &merged_ops, &d)) {
 		mo_onnx_free(m);
 		return fail(&d);
 	}
@@ -908,7 +915,7 @@ static int run(struct cli *cli, int argc, char **argv)
 				"there are none without nvcc: the cost model chooses\n");
 		if (a.profile)
 			cli->search.alternatives = MO_FUSE_PROFILE_CANDIDATES - 1;
-		enum mo_status st = cli_fuse(m, &a, quiet, merged > 0, &d);
+		enum mo_status st = cli_fuse(m, &a, quiet, cli->merge, merged > 0, &d);
 		if (!st)
 			warn_if_external_data_stays_behind(m, out_path);
 		mo_onnx_free(m);

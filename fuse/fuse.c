@@ -653,8 +653,8 @@ static enum mo_status write_fused(struct mo_fuse_state *f)
 	mo_free(fn);
 	return st;
 }
-enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
-			   struct mo_fuse_report *rep, struct mo_diag *d)
+enum mo_status mo_fuse_search(struct mo_model *m, const struct mo_fuse_options *a,
+			      struct mo_fuse_report *rep, struct mo_diag *d)
 {
 	memset(rep, 0, sizeof *rep);
 	struct mo_fuse_state *f = mo_calloc(1, sizeof *f);
@@ -711,13 +711,26 @@ enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
 	}
 	enum mo_status st = search_regions(f);
 	rep->n_regions = f->nu;
-	if (!st)
-		st = build_plugin(f);
+	return st;
+}
+
+enum mo_status mo_fuse_finish(struct mo_fuse_report *rep)
+{
+	struct mo_fuse_state *f = rep->state;
+	f->report = rep; /* where the caller keeps it now */
+	enum mo_status st = build_plugin(f);
 	if (!st)
 		st = write_fused(f);
 	mo_file_discard_temp(-1, f->so); /* gone already when it became the plugin */
 	f->so = NULL;
 	return st;
+}
+
+enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *a,
+			   struct mo_fuse_report *rep, struct mo_diag *d)
+{
+	enum mo_status st = mo_fuse_search(m, a, rep, d);
+	return st ? st : mo_fuse_finish(rep);
 }
 
 void mo_fuse_report_free(struct mo_fuse_report *rep)

@@ -200,6 +200,15 @@ struct mo_fuse_report {
 enum mo_status mo_fuse_run(struct mo_model *m, const struct mo_fuse_options *o,
 			   struct mo_fuse_report *rep, struct mo_diag *d);
 void mo_fuse_report_free(struct mo_fuse_report *rep);
+/* mo_fuse_run in two halves, for a caller that compares two forms of a
+ * model before building one: mo_fuse_search imports, partitions and
+ * searches (each region's `fused` says what fuses so far; m, o and d must
+ * outlive rep), mo_fuse_finish builds the plugin, checks it and writes
+ * the set (rep may have been moved since the search). A report not to be
+ * finished is freed as it is. */
+enum mo_status mo_fuse_search(struct mo_model *m, const struct mo_fuse_options *o,
+			      struct mo_fuse_report *rep, struct mo_diag *d);
+enum mo_status mo_fuse_finish(struct mo_fuse_report *rep);
 
 /* The model's program as mo_fuse_run partitions it: with the model's
  * unbound dims at the sizes searched at, and the ops that vary with them

@@ -486,8 +486,26 @@ static uint64_t group_elements(const Onnx__GraphProto *g, const struct member *m
 	return e;
 }
 
-enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements, int *merged,
-				     int *ops, struct mo_diag *d)
+/* Whether the caller takes the group mb[0..n): take(ctx, outs, n) with
+ * its MatMuls' output names, in the members' order. */
+static bool taken_by(const Onnx__GraphProto *g, const struct member *mb, int n,
+		     const struct mo_merge_filter *f)
+{
+	if (!f || !f->take)
+		return true;
+	const char *outs[64];
+	if (n > 64)
+		return false;
+	for (int k = 0; k < n; k++) {
+		const Onnx__NodeProto *nd = g->node[mb[k].node];
+		outs[k] = nd->n_output > 0 && nd->output[0] ? nd->output[0] : "";
+	}
+	return f->take(f->ctx, outs, n);
+}
+
+enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements,
+				     const struct mo_merge_filter *filter, int *merged, int *ops,
+				     struct mo_diag *d)
 {
 	Onnx__GraphProto *g = m->proto->graph;
 	*merged = *ops = 0;
@@ -569,7 +587,8 @@ enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements, 
 		while (b < nm && joins(g, &mb[a], &mb[b]))
 			b++;
 		size_t slot;
-		if (b - a >= 2 && !st && group_elements(g, &mb[a], b - a) >= min_elements) {
+		if (b - a >= 2 && !st && group_elements(g, &mb[a], b - a) >= min_elements &&
+		    taken_by(g, &mb[a], b - a, filter)) {
 			if (merge_group(g, &mb[a], b - a, opset, removed_node, removed_init, &slot)) {
 				/* the Split goes right after the first when the
 				 * list is made again */

@@ -44,11 +44,18 @@ int64_t mo_onnx_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dfl
  * it by weights of the same rows (initializers of rank 2 stored as bytes,
  * read by nothing else: Q, K and V; gate and up) into one MatMul over the
  * weights concatenated along their columns and a Split giving back each
- * one's output (merge.c), where their weights hold min_elements or more.
- * *merged: the groups merged, *ops: the MatMuls they had. Out of memory
- * leaves the model half-changed: free it. */
-enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements, int *merged,
-				     int *ops, struct mo_diag *d);
+ * one's output (merge.c), where their weights hold min_elements or more
+ * and `filter` (NULL: every group) takes them. *merged: the groups merged,
+ * *ops: the MatMuls they had. Out of memory leaves the model half-changed:
+ * free it. */
+struct mo_merge_filter {
+	/* whether the group whose MatMuls write outs[0..n) merges */
+	bool (*take)(void *ctx, const char *const *outs, int n);
+	void *ctx;
+};
+enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements,
+				     const struct mo_merge_filter *filter, int *merged, int *ops,
+				     struct mo_diag *d);
 /* The tool's min_elements: 64 KiB of float32. Weights a block keeps whole
  * in shared memory (48 KiB everywhere, more on newer GPUs) need no
  * merging: the search fuses a norm with each projection apart, the weights

@@ -4,14 +4,17 @@ projections it feeds fuse at a real hidden size.
 
 A Llama layer's input RMSNorm and its Q, K and V projections (hidden 512,
 grouped-query: 512, 128 and 128 columns), built here:
-- fused as exported (the default), the search finds no kernel
+- fused as exported (`--no-merge-matmuls`), the search finds no kernel
   that reaches the three projections within its budget, and fuses the norm
   alone: the projections' MatMuls stay out;
-- fused with `--merge-matmuls`, the three become one MatMul over their weights side by
-  side and a Split ("merged" on stdout), and the region of the norm, the
-  MatMul and the Split fuses whole: every MatMul FLOP is fused, the fused
-  model holds one weight of 512 x 768 and no other, and its Q, K and V
-  (the plugin's CPU kernels) match ONNX Runtime on the model as exported.
+- fused by default, the tool sees them stay out, merges the three into one
+  MatMul over their weights side by side and a Split, searches again and
+  keeps that form ("merged" on stdout, with both shares of MatMul FLOPs);
+- fused with `--merge-matmuls`, they are merged before any search;
+in both of the last, the region of the norm, the MatMul and the Split fuses
+whole: every MatMul FLOP is fused, the fused model holds one weight of
+512 x 768 and no other, and its Q, K and V (the plugin's CPU kernels) match
+ONNX Runtime on the model as exported.
 The budget is counted in work, not time, so the outcome does not depend on
 the machine's load.
 """
@@ -74,6 +77,34 @@ def matmul_share(man):
     return every["fused_matmul_flops"] / every["matmul_flops"]
 
 
+def check_merged(cli, src, out, env, flags, said):
+    stdout, plugin, man = fuse(cli, src, out, env, *flags)
+    if said not in stdout:
+        raise AssertionError(f"{flags}: no merge said: {stdout[:800]}")
+    whole = [g for g in man["regions"] if g["fused"] and "norm/Pow" in g["nodes"]]
+    if len(whole) != 1 or not {"q_proj/MatMul", "q_proj/MatMul_split"} <= set(
+            whole[0]["nodes"]):
+        raise AssertionError(f"{flags}: the norm and the merged MatMul are not one fused region: "
+                             f"{[(g['nodes'], g.get('why')) for g in man['regions']]}")
+    if matmul_share(man) != 1:
+        raise AssertionError(f"{flags}: {matmul_share(man):.0%} of the MatMul FLOPs fused")
+    fused = onnx.load(out)
+    dims = sorted(tuple(t.dims) for t in fused.graph.initializer if len(t.dims) == 2)
+    if dims != [(HIDDEN, HIDDEN + 2 * KV)]:
+        raise AssertionError(f"{flags}: the fused model's weights: {dims}")
+
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(plugin)
+    x = np.random.default_rng(1).standard_normal((1, ROWS, HIDDEN)).astype(np.float32)
+    want = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for name, w, g in zip(("q", "k", "v"), want, got):
+        err = float(np.abs(w - g).max() / np.abs(w).max())
+        if w.shape != g.shape or not err < 1e-5:
+            raise AssertionError(f"{flags} {name}: shape {g.shape} vs {w.shape}, "
+                                 f"error {err:.2e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True)
@@ -83,39 +114,20 @@ def main():
         src = os.path.join(tmp, "rmsnorm_qkv.onnx")
         build(src)
 
-        stdout, _, man = fuse(a.cli, src, os.path.join(tmp, "apart.onnx"), env)
+        stdout, _, man = fuse(a.cli, src, os.path.join(tmp, "apart.onnx"), env,
+                              "--no-merge-matmuls")
         if "merged" in stdout.split():
-            raise AssertionError("merged without --merge-matmuls")
+            raise AssertionError("merged with --no-merge-matmuls")
         if matmul_share(man) != 0:
             raise AssertionError(f"apart, {matmul_share(man):.0%} of the MatMul FLOPs fused: "
                                  "the test no longer shows what merging gives")
-
-        out = os.path.join(tmp, "merged.onnx")
-        stdout, plugin, man = fuse(a.cli, src, out, env, "--merge-matmuls")
-        if "merged     3 MatMuls reading one tensor each into 1 MatMul and Split" not in stdout:
-            raise AssertionError(f"no merge said: {stdout[:800]}")
-        whole = [g for g in man["regions"] if g["fused"] and "norm/Pow" in g["nodes"]]
-        if len(whole) != 1 or not {"q_proj/MatMul", "q_proj/MatMul_split"} <= set(
-                whole[0]["nodes"]):
-            raise AssertionError(f"the norm and the merged MatMul are not one fused region: "
-                                 f"{[(g['nodes'], g.get('why')) for g in man['regions']]}")
-        if matmul_share(man) != 1:
-            raise AssertionError(f"{matmul_share(man):.0%} of the MatMul FLOPs fused")
-        fused = onnx.load(out)
-        dims = sorted(tuple(t.dims) for t in fused.graph.initializer if len(t.dims) == 2)
-        if dims != [(HIDDEN, HIDDEN + 2 * KV)]:
-            raise AssertionError(f"the fused model's weights: {dims}")
-
-        so = ort.SessionOptions()
-        so.register_custom_ops_library(plugin)
-        x = np.random.default_rng(1).standard_normal((1, ROWS, HIDDEN)).astype(np.float32)
-        want = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-        got = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-        for name, w, g in zip(("q", "k", "v"), want, got):
-            err = float(np.abs(w - g).max() / np.abs(w).max())
-            if w.shape != g.shape or not err < 1e-5:
-                raise AssertionError(f"{name}: shape {g.shape} vs {w.shape}, error {err:.2e}")
-    print("merged: the norm and Q, K and V fused as one region, matching ONNX Runtime")
+        check_merged(a.cli, src, os.path.join(tmp, "auto.onnx"), env, (),
+                     "merged     3 MatMuls reading one tensor each into 1 MatMul and Split "
+                     "over their weights side by side: 100% of MatMul FLOPs fused, 0% unmerged")
+        check_merged(a.cli, src, os.path.join(tmp, "merged.onnx"), env, ("--merge-matmuls",),
+                     "merged     3 MatMuls reading one tensor each into 1 MatMul and Split")
+    print("merged (by default, where the projections stayed out, and with --merge-matmuls): "
+          "the norm and Q, K and V fused as one region, matching ONNX Runtime")
 
 
 if __name__ == "__main__":

@@ -521,6 +521,22 @@ static const Onnx__TensorProto *init_named(const Onnx__GraphProto *g, const char
 	return NULL;
 }
 
+/* A merge filter that takes no group and says which it was offered. */
+struct offered {
+	int groups;
+	char outs[8][8];
+	int n;
+};
+static bool offered_and_refused(void *ctx, const char *const *outs, int n)
+{
+	struct offered *o = ctx;
+	o->groups++;
+	o->n = n;
+	for (int k = 0; k < n && k < 8; k++)
+		snprintf(o->outs[k], sizeof o->outs[k], "%s", outs[k]);
+	return false;
+}
+
 static void merges_matmuls_that_share_their_input(void **state)
 {
 	(void)state;
@@ -533,7 +549,7 @@ static void merges_matmuls_that_share_their_input(void **state)
 		struct mo_diag d;
 		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 		int merged, ops;
-		assert_int_equal(mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d), MO_OK);
+		assert_int_equal(mo_onnx_merge_matmuls(m, 0, NULL, &merged, &ops, &d), MO_OK);
 		assert_int_equal(merged, 1);
 		/* Wt has two readers, Z one MatMul, a MatMul reads A, F meets
 		 * the others past a projection */
@@ -606,12 +622,24 @@ static void merges_matmuls_that_share_their_input(void **state)
 		 * hold fewer elements than asked for is left as it was */
 		struct mo_model *small;
 		assert_int_equal(load_buf(b, n, &small, &d), MO_OK);
-		assert_int_equal(mo_onnx_merge_matmuls(small, 28 + 1, &merged, &ops,
+		assert_int_equal(mo_onnx_merge_matmuls(small, 28 + 1, NULL, &merged, &ops,
 						       &d), MO_OK);
 		assert_int_equal(merged, 0);
 		assert_int_equal(mo_onnx_proto(small)->graph->n_node, 12);
+		/* a filter is offered the group (its MatMuls' outputs) and
+		 * may refuse it */
+		struct offered o = { 0 };
+		const struct mo_merge_filter refuse = { offered_and_refused, &o };
+		assert_int_equal(mo_onnx_merge_matmuls(small, 0, &refuse, &merged, &ops, &d), MO_OK);
+		assert_int_equal(merged, 0);
+		assert_int_equal(o.groups, 1);
+		assert_int_equal(o.n, 3);
+		assert_string_equal(o.outs[0], "Q");
+		assert_string_equal(o.outs[1], "K");
+		assert_string_equal(o.outs[2], "V");
+		assert_int_equal(mo_onnx_proto(small)->graph->n_node, 12);
 		mo_onnx_free(small);
-		assert_int_equal(mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d), MO_OK);
+		assert_int_equal(mo_onnx_merge_matmuls(m, 0, NULL, &merged, &ops, &d), MO_OK);
 		assert_int_equal(merged, 0);
 		mo_onnx_free(m);
 		tm_free(&t);
@@ -632,7 +660,7 @@ static void merging_runs_out_of_memory_cleanly(void **state)
 		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
 		int merged, ops;
 		mo_alloc_fail_after(k);
-		enum mo_status s = mo_onnx_merge_matmuls(m, 0, &merged, &ops, &d);
+		enum mo_status s = mo_onnx_merge_matmuls(m, 0, NULL, &merged, &ops, &d);
 		mo_alloc_fail_after(0);
 		assert_true(s == MO_OK || s == MO_ERR_NOMEM);
 		mo_onnx_free(m); /* whatever state it was left in: no leak, no double free */
