@@ -97,7 +97,9 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
-/* The output names of the MatMuls inside fused regions, sorted. */
+/* The output names of the MatMuls inside regions fused whole, sorted (a
+ * region fused in parts may fuse whole merged: a gated MLP whose down
+ * projection stayed out). */
 struct fused_outs {
 	const char **name;
 	size_t n;
@@ -119,9 +121,11 @@ static bool fused_matmuls(const struct mo_fuse_report *rep, struct fused_outs *f
 		mo_free(in);
 		return false;
 	}
-	for (int u = 0; u < rep->n_regions; u++)
-		for (int k = 0; rep->regions[u].fused && k < rep->regions[u].rg->n_ops; k++)
-			in[rep->regions[u].rg->ops[k]] = true;
+	for (int u = 0; u < rep->n_regions; u++) {
+		const struct mo_fuse_region *s = &rep->regions[u];
+		for (int k = 0; s->parent < 0 && s->fused && k < s->rg->n_ops; k++)
+			in[s->rg->ops[k]] = true;
+	}
 	for (int v = 0; v < tp->n_ops; v++) {
 		const Onnx__NodeProto *nd = g->node[tp->ops[v].node];
 		if (in[v] && tp->ops[v].kind == MO_OP_MATMUL && nd->n_output > 0 && nd->output[0])
@@ -132,7 +136,7 @@ static bool fused_matmuls(const struct mo_fuse_report *rep, struct fused_outs *f
 	return true;
 }
 
-/* A group merges where any of its MatMuls stayed out of the fused ops. */
+/* A group merges where any of its MatMuls is not in a region fused whole. */
 static bool left_out(void *ctx, const char *const *outs, int n)
 {
 	const struct fused_outs *fo = ctx;
@@ -154,7 +158,7 @@ static double matmul_flops_fused(const struct mo_fuse_report *rep, double *all)
 }
 
 /* CLI_MERGE_AUTO once m is searched (*rep): the groups of MatMuls that
- * read one tensor and of which any stayed out of the fused regions merged
+ * read one tensor and of which any is not in a region fused whole merged
  * in a model read again, searched, and kept where its fused regions hold
  * more MatMul FLOPs: then *rep is its report and *mm the model (free it
  * after the report). The unmerged form is kept when the second cannot be
@@ -188,7 +192,7 @@ static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_re
 		return st == MO_ERR_NOMEM ? mo_diag_nomem(d) : MO_OK;
 	}
 	if (!quiet)
-		fprintf(stderr, "%d MatMul%s reading one tensor stayed unfused: merging them "
+		fprintf(stderr, "%d MatMul%s reading one tensor lie in regions not fused whole: merging them "
 			"into %d MatMul%s over their weights side by side and searching again\n",
 			ops, ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s");
 	struct mo_fuse_report rep2;

@@ -511,6 +511,16 @@ static bool symbol_values(struct fuse_dyn *y, const struct mo_import_options *o,
 	return true;
 }
 
+/* Whether every symbol's size at padded level a is at most its size at
+ * level b: b serves whatever a does. */
+static bool level_within(const struct fuse_dyn *y, int a, int b)
+{
+	for (int i = 0; i < y->n; i++)
+		if (y->level_vals[i][a] > y->level_vals[i][b])
+			return false;
+	return true;
+}
+
 /* Halves padded level k's buckets that are the tool's (y->chosen), none
  * below the search's size: for a model that does not import alike at
  * them because it holds fewer positions (a causal mask sliced from a
@@ -531,12 +541,8 @@ static bool halve_level(struct fuse_dyn *y, int k)
 								   0, *v);
 		}
 	}
-	for (int j = 0; j < k && halved; j++) {
-		bool within = true;
-		for (int i = 0; i < y->n && within; i++)
-			within = y->level_vals[i][k] <= y->level_vals[i][j];
-		halved = !within;
-	}
+	for (int j = 0; j < k && halved; j++)
+		halved = !level_within(y, k, j);
 	return halved;
 }
 
@@ -1656,13 +1662,9 @@ const char *fuse_worth_at(const struct mo_fuse_region *s, bool key)
  * size at L (the sizes L serves past), or -1. */
 static int before_level(const struct fuse_dyn *y, int L)
 {
-	for (int k = L - 1; k >= 0; k--) {
-		bool within = true;
-		for (int i = 0; i < y->n; i++)
-			within = within && y->level_vals[i][k] <= y->level_vals[i][L];
-		if (within)
+	for (int k = L - 1; k >= 0; k--)
+		if (level_within(y, k, L))
 			return k;
-	}
 	return -1;
 }
 
