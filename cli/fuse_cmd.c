@@ -196,7 +196,9 @@ static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_re
 			"into %d MatMul%s over their weights side by side and searching again\n",
 			ops, ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s");
 	struct mo_fuse_report rep2;
+	o->prior = rep; /* what did not change is not searched again */
 	st = mo_fuse_search(m2, o, &rep2, d); /* its state keeps d: not d2 */
+	o->prior = NULL;
 	double all = 0, all2 = 0, before = -1, after = -1;
 	if (st) {
 		fprintf(stderr, "mirage-onnx: warning: the merged form kept out (%s)\n", d->msg);

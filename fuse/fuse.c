@@ -147,23 +147,44 @@ static int identical_before(const struct mo_fuse_state *f, int ri)
 	return -1;
 }
 
-/* Unit ri is identical to unit j (the same program but for names and
- * weights): j's μGraph, named as ri's tensors and verified again with ri's
- * weights; or, when j found none, j's finding and its runs of ops, each then
- * searched and verified as a region of its own (a region left unfused is
- * never wrong). False when j's μGraph does not verify here (then ri is
- * searched). */
-static bool reuse_identical(struct mo_fuse_state *f, int ri, int j,
-			    const struct mo_search_options *o)
+/* Unit j of the prior search, as its progress lines say it. */
+static const char *prior_label(const struct mo_fuse_report *p, int j, char *buf, size_t len)
+{
+	char lb[32];
+	snprintf(buf, len, "%s of the first search", fuse_label(p->regions, j, lb, sizeof lb));
+	return buf;
+}
+
+/* A unit of the prior search (mo_fuse_options.prior) that settled with
+ * unit ri's key; -1 when none. */
+static int identical_prior(const struct mo_fuse_state *f, int ri)
+{
+	const struct mo_fuse_report *p = f->a->prior;
+	const struct mo_fuse_region *s = &f->rs[ri];
+	for (int j = 0; p && j < p->n_regions; j++) {
+		const struct mo_fuse_region *e = &p->regions[j];
+		if (e->settled && e->prog && e->key == s->key && e->prog->n_ops == s->prog->n_ops)
+			return j;
+	}
+	return -1;
+}
+
+/* Unit ri is identical to unit e (the same program but for names and
+ * weights; same_as: 1 + its index in this run, 0 when it is the prior
+ * search's, labelled lb): e's μGraph, named as ri's tensors and verified
+ * again with ri's weights; or, when e found none, e's finding and its runs
+ * of ops, each then searched and verified as a region of its own (a region
+ * left unfused is never wrong). False when e's μGraph does not verify here
+ * (then ri is searched). */
+static bool reuse_identical(struct mo_fuse_state *f, int ri, const struct mo_fuse_region *e,
+			    int same_as, const char *lb, const struct mo_search_options *o)
 {
 	struct mo_fuse_region *s = &f->rs[ri];
-	const struct mo_fuse_region *e = &f->rs[j];
-	char lb[32], why[320];
-	fuse_label(f->rs, j, lb, sizeof lb);
+	char why[320];
 	if (e->r.best) {
 		if (mo_search_reuse(s->prog, o, e->r.best, e->prog, &s->r, why, sizeof why)) {
 			fuse_progress(f->a, "  identical to region %s: its μGraph, verified again", lb);
-			s->same_as = j + 1;
+			s->same_as = same_as;
 			return true;
 		}
 		fuse_progress(f->a, "  identical to region %s, whose μGraph is not one for it (%s): "
@@ -171,7 +192,7 @@ static bool reuse_identical(struct mo_fuse_state *f, int ri, int j,
 		return false;
 	}
 	memset(&s->r, 0, sizeof s->r);
-	memcpy(s->r.why, e->r.why, sizeof s->r.why); /* j < ri: apart */
+	memcpy(s->r.why, e->r.why, sizeof s->r.why); /* another unit: apart */
 	if (e->r.n_parts > 0) {
 		s->r.part_of = mo_malloc(sizeof *s->r.part_of * (size_t)s->prog->n_ops);
 		if (s->r.part_of) {
@@ -181,7 +202,7 @@ static bool reuse_identical(struct mo_fuse_state *f, int ri, int j,
 	}
 	fuse_progress(f->a, "  identical to region %s, which no μGraph fuses whole: not searched "
 		      "again", lb);
-	s->same_as = j + 1;
+	s->same_as = same_as;
 	return true;
 }
 
@@ -257,7 +278,13 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		return MO_OK;
 	}
 	s->key = mo_search_region_key(s->prog, &o);
-	if ((j = identical_before(f, ri)) >= 0 && reuse_identical(f, ri, j, &o)) {
+	char elb[64];
+	if ((j = identical_before(f, ri)) >= 0 &&
+	    reuse_identical(f, ri, &f->rs[j], j + 1, fuse_label(f->rs, j, elb, sizeof elb), &o)) {
+		s->settled = true;
+	} else if ((j = identical_prior(f, ri)) >= 0 &&
+		   reuse_identical(f, ri, &a->prior->regions[j], 0,
+				   prior_label(a->prior, j, elb, sizeof elb), &o)) {
 		s->settled = true;
 	} else if (mo_search_cached(s->prog, &o, cache, &s->r, &s->cached, &sd)) {
 		*nomem = sd.status == MO_ERR_NOMEM;

@@ -34,6 +34,10 @@ struct mo_fuse_options {
 	/* --profile: time each region's best μGraph and its runners-up (the
 	 * search's options.alternatives) on the GPU and keep the fastest */
 	bool profile;
+	/* a search of another form of the model (mo_fuse_search; NULL: none):
+	 * a region identical to one it settled takes that one's outcome,
+	 * verified again, as identical layers of one model do */
+	const struct mo_fuse_report *prior;
 	/* progress lines (NULL: none, --quiet) and warning lines (NULL: none;
 	 * the model's import warnings only with progress) */
 	void (*progress)(void *ctx, const char *line);
