@@ -339,7 +339,24 @@ def node_names(graph):
             for k, n in enumerate(graph.node)]
 
 
-def coverage(model, manifest, shapes, onnx, np):
+def merged_away(model, fused_graph, inside):
+    """The original's MatMuls merged with others that read their input (the
+    fused model's regions name the merged MatMul after the first of them):
+    gone from the fused model by name, each output made inside a fused op
+    (gone too) or by one. A merged MatMul whose region did not fuse leaves
+    its Split in the fused model, making its outputs: not counted."""
+    if fused_graph is None:
+        return set()
+    kept = {n.name for n in fused_graph.node if n.name}
+    made_by = {o: n for n in fused_graph.node for o in n.output}
+    return {n.name for n in model.graph.node
+            if n.op_type == "MatMul" and n.name and n.name not in inside and
+            n.name not in kept and
+            all(o not in made_by or made_by[o].domain.startswith("mirage_onnx")
+                for o in n.output)}
+
+
+def coverage(model, manifest, shapes, onnx, np, fused_graph=None):
     """The share of the original's nodes, and of its MatMul/Gemm FLOPs at the
     shapes fed, inside fused regions (from the manifest)."""
     try:
@@ -350,6 +367,7 @@ def coverage(model, manifest, shapes, onnx, np):
               file=sys.stderr)
         return
     inside = {n for r in regions if r.get("fused") for n in r.get("nodes", [])}
+    inside |= merged_away(model, fused_graph, inside)
     names = node_names(model.graph)
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -731,7 +749,8 @@ def main():
     manifest = meta.get("mirage.manifest")
     if manifest:
         coverage(original, os.path.join(os.path.dirname(os.path.abspath(a.fused)), manifest),
-                 {n: list(v.shape) for n, v in feeds.items()}, onnx, np)
+                 {n: list(v.shape) for n, v in feeds.items()}, onnx, np,
+                 onnx.load(a.fused, load_external_data=False).graph)
     if a.generate:
         generate(s0, s1, feeds, a.generate, (a.model, a.fused), np, a.left_pad,
                  (lambda feed: decode_buckets(a.fused, plugin, feed, session, onnx))

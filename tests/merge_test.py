@@ -16,8 +16,10 @@ grouped-query: 512, 128 and 128 columns), built here:
 - fused with `--merge-matmuls`, they are merged before any search;
 in both of the last, the region of the norm, the MatMul and the Split fuses
 whole: every MatMul FLOP is fused, the fused model holds one weight of
-512 x 768 and no other, and its outputs (the plugin's CPU kernels) match
-ONNX Runtime on the model as exported.
+512 x 768 and no other, its outputs (the plugin's CPU kernels) match
+ONNX Runtime on the model as exported, and `bench` counts every MatMul FLOP
+of the model as exported inside fused ops (K's and V's MatMuls, merged
+away, too).
 The budget is counted in work, not time, so the outcome does not depend on
 the machine's load.
 """
@@ -118,6 +120,13 @@ def check_merged(cli, src, out, env, flags, said, said_err=""):
         if w.shape != g.shape or not err < 1e-5:
             raise AssertionError(f"{flags} {name}: shape {g.shape} vs {w.shape}, "
                                  f"error {err:.2e}")
+    # bench counts the K and V MatMuls, merged away, as inside the fused op
+    r = subprocess.run([cli, "bench", src, out, "--runs", "1", "--warmup", "0"],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(env, MIRAGE_ONNX_PYTHON=sys.executable))
+    if r.returncode or "MFLOP of MatMuls (100%)" not in r.stdout:
+        raise AssertionError(f"{flags}: bench: exit {r.returncode}: {r.stdout[-600:]} "
+                             f"{r.stderr[-300:]}")
 
 
 def main():
