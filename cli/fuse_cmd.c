@@ -97,9 +97,7 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
-/* The output names of the MatMuls inside regions fused whole, sorted (a
- * region fused in parts may fuse whole merged: a gated MLP whose down
- * projection stayed out). */
+/* Names, sorted. */
 struct fused_outs {
 	const char **name;
 	size_t n;
@@ -110,6 +108,9 @@ static int name_cmp(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* The output names of the MatMuls inside regions fused whole (a region
+ * fused in parts may fuse whole merged: a gated MLP whose down projection
+ * stayed out); false when out of memory. */
 static bool fused_matmuls(const struct mo_fuse_report *rep, struct fused_outs *fo)
 {
 	const struct mo_tp *tp = rep->tp;
@@ -146,6 +147,8 @@ static bool left_out(void *ctx, const char *const *outs, int n)
 	return false;
 }
 
+/* The MatMul FLOPs inside fused ops, and *all of them; -1 when out of
+ * memory. */
 static double matmul_flops_fused(const struct mo_fuse_report *rep, double *all)
 {
 	struct mo_fuse_layers ls;
@@ -157,16 +160,18 @@ static double matmul_flops_fused(const struct mo_fuse_report *rep, double *all)
 	return fused;
 }
 
+/* What merging did, for the report. */
+struct merge_said {
+	int merged, ops;       /* the groups merged, their MatMuls */
+	double before, after;  /* the shares of MatMul FLOPs fused unmerged, merged */
+};
+
 /* CLI_MERGE_AUTO once m is searched (*rep): the groups of MatMuls that
  * read one tensor and of which any is not in a region fused whole merged
  * in a model read again, searched, and kept where its fused regions hold
  * more MatMul FLOPs: then *rep is its report and *mm the model (free it
  * after the report). The unmerged form is kept when the second cannot be
- * made, searched or measured: a warning then, not a failure. */
-struct merge_said {
-	int merged, ops;       /* the groups merged, their MatMuls */
-	double before, after;  /* the shares of MatMul FLOPs fused unmerged, merged */
-};
+ * made or searched: a warning then, not a failure. */
 
 static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_report *rep,
 				    struct mo_model **mm, bool quiet, struct merge_said *said,
@@ -187,21 +192,23 @@ static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_re
 	mo_free(fo.name);
 	if (st || merged == 0) {
 		if (st)
-			cli_warning_line(NULL, d2.msg);
+			fprintf(stderr, "mirage-onnx: warning: MatMuls not merged (%s): the model "
+				"is fused as it is\n", d2.msg);
 		mo_onnx_free(m2);
 		return st == MO_ERR_NOMEM ? mo_diag_nomem(d) : MO_OK;
 	}
 	if (!quiet)
-		fprintf(stderr, "%d MatMul%s reading one tensor lie in regions not fused whole: merging them "
-			"into %d MatMul%s over their weights side by side and searching again\n",
-			ops, ops == 1 ? "" : "s", merged, merged == 1 ? "" : "s");
+		fprintf(stderr, "%d MatMuls reading one tensor lie in regions not fused whole: "
+			"merging them into %d MatMul%s over their weights side by side and "
+			"searching again\n", ops, merged, merged == 1 ? "" : "s");
 	struct mo_fuse_report rep2;
 	o->prior = rep; /* what did not change is not searched again */
 	st = mo_fuse_search(m2, o, &rep2, d); /* its state keeps d: not d2 */
 	o->prior = NULL;
 	double all = 0, all2 = 0, before = -1, after = -1;
 	if (st) {
-		fprintf(stderr, "mirage-onnx: warning: the merged form kept out (%s)\n", d->msg);
+		fprintf(stderr, "mirage-onnx: warning: the merged form could not be searched "
+			"(%s): the model is fused as it is\n", d->msg);
 		mo_diag_init(d);
 	} else {
 		before = matmul_flops_fused(rep, &all);
