@@ -949,13 +949,13 @@ static void emit_thread_graph(struct gen *g, enum scope sc, const struct mo_bloc
 /* The offset of a tile element in its kernel tensor: the block's chunk along
  * each mapped dim, iteration `it`'s chunk along fmap (as mugraph_eval.c);
  * `it` names the iteration's variable. */
-static void tile_index(char *s, size_t n, const struct mo_tensor *full, const struct mo_tensor *tile,
-		       const int *map, const int *grid, int fmap, const char *it)
+static void tile_index_from(char *s, size_t n, const struct mo_tensor *full,
+			    const struct mo_tensor *tile, const int *map, const int *grid,
+			    const char *const *bv, int fmap, const char *it)
 {
 	int64_t fs[MO_MAX_RANK], ts[MO_MAX_RANK];
 	strides(full, fs);
 	strides(tile, ts);
-	static const char *const bv[3] = { "bx", "by", "bz" };
 	size_t len = (size_t)snprintf(s, n, "(0");
 	for (int gd = 0; gd < 3; gd++)
 		if (map[gd] != MO_PHI && len < n)
@@ -972,6 +972,13 @@ static void tile_index(char *s, size_t n, const struct mo_tensor *full, const st
 	}
 	if (len < n)
 		snprintf(s + len, n - len, ")");
+}
+
+static void tile_index(char *s, size_t n, const struct mo_tensor *full, const struct mo_tensor *tile,
+		       const int *map, const int *grid, int fmap, const char *it)
+{
+	static const char *const bv[3] = { "bx", "by", "bz" };
+	tile_index_from(s, n, full, tile, map, grid, bv, fmap, it);
 }
 
 static void gbuf(struct buf *b, const struct mo_tp *kg, int t)
@@ -1196,11 +1203,31 @@ static void emit_block_kernel(struct gen *g, const struct mo_mugraph *mg, int k,
 		const struct mo_bg_saver *x = &bg->savers[s];
 		const struct mo_tensor *tile = &body->tensors[x->tile];
 		sync_for(g, &br, bg, &pl, &x->tile, 1, NULL, 0);
-		tile_index(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, bg->grid, MO_PHI, "it");
+		/* a ranged saver: the blocks of its range, numbered from lo (the
+		 * condition is the same for every thread of a block, and no
+		 * barrier stands inside it) */
+		const char *bv[3] = { "bx", "by", "bz" };
+		int of[3] = { bg->grid[0], bg->grid[1], bg->grid[2] };
+		char from[32] = "";
+		if (x->range.hi) {
+			int gd = x->range.dim;
+			snprintf(from, sizeof from, "(%s - %du)", bv[gd], x->range.lo);
+			if (x->range.lo)
+				P(g, "if (%s >= %du && %s < %du) {\n", bv[gd], x->range.lo, bv[gd],
+				  x->range.hi);
+			else
+				P(g, "if (%s < %du) {\n", bv[gd], x->range.hi);
+			bv[gd] = from;
+			of[gd] = x->range.hi - x->range.lo;
+		}
+		tile_index_from(idx, sizeof idx, &mg->kg.tensors[x->tensor], tile, x->omap, of, bv,
+				MO_PHI, "it");
 		load(v, sizeof v, &pl.tiles[x->tile], "i");
 		loop_open(g, sc, "i", mo_tensor_numel(tile));
 		store(g, &gb[x->tensor], idx, v);
 		P(g, "}\n");
+		if (x->range.hi)
+			P(g, "}\n");
 	}
 	if (!g->cuda)
 		P(g, "}\n"); /* the block loops */
@@ -1643,6 +1670,10 @@ static void kernel_limits(const struct mo_cg_op *op, const struct mo_mugraph *mg
 		bool ok = bg->grid[gd] > 1 && bg->n_savers > 0;
 		for (int s = 0; ok && s < bg->n_savers; s++) {
 			const struct mo_bg_saver *x = &bg->savers[s];
+			if (x->range.hi && x->range.dim == gd) {
+				ok = false; /* its blocks are the μGraph's: not cut */
+				break;
+			}
 			int e = x->omap[gd] == MO_PHI ? -1 : saved_extent(op, mg, x->tensor, x->omap[gd], 0);
 			ok = e >= 0;
 			if (ok) {

@@ -69,7 +69,11 @@ static struct mo_mugraph *rmsnorm_1x2(const struct mo_tp *p)
 }
 static struct mo_mugraph *rmsnorm_sliced(const struct mo_tp *p)
 {
-	return mg_rmsnorm_matmul_sliced(p);
+	return mg_rmsnorm_matmul_sliced(p, 48);
+}
+static struct mo_mugraph *rmsnorm_sliced_ranged(const struct mo_tp *p)
+{
+	return mg_rmsnorm_matmul_sliced(p, 64);
 }
 static struct mo_mugraph *gated_mlp(const struct mo_tp *p)
 {
@@ -111,6 +115,7 @@ static const struct sources_case cases[] = {
 	{ "rmsnorm_matmul", "rmsnorm_tiny", 0, rmsnorm_2x2, NULL },
 	{ "rmsnorm_matmul_split_k", "rmsnorm_tiny", 4, rmsnorm_1x2, NULL },
 	{ "rmsnorm_matmul_slices_absorbed", "rmsnorm_tiny", 0, rmsnorm_sliced, NULL },
+	{ "rmsnorm_matmul_slices_ranged", "rmsnorm_tiny", 0, rmsnorm_sliced_ranged, NULL },
 	{ "gated_mlp", "gated_mlp_tiny", 0, gated_mlp, NULL },
 	{ "lora_concatenated", "lora_tiny", 0, lora, NULL },
 	{ "attention_split_kv", "gqa_tiny", 0, split_kv, NULL },

@@ -104,7 +104,7 @@ struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut,
 	return mg;
 }
 
-struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p)
+struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p, int64_t cut)
 {
 	struct mo_mugraph *mg = mg_rmsnorm_matmul(p, RMS_OK, 3, 4, 4);
 	if (!mg || mg->error[0] || mg->kg.n_outputs != 1) {
@@ -112,9 +112,9 @@ struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p)
 		return NULL;
 	}
 	int y = mg->kg.outputs[0];
-	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { 64 },
+	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { cut },
 				  .steps = { 1 } };
-	struct mo_op_params k = { .n_axes = 1, .axes = { 1 }, .starts = { 64 }, .ends = { 96 },
+	struct mo_op_params k = { .n_axes = 1, .axes = { 1 }, .starts = { cut }, .ends = { 96 },
 				  .steps = { 1 } };
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &q), "q");
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &k), "k");

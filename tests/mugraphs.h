@@ -36,10 +36,12 @@ enum rms_mutant {
 struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut, int grid_x,
 				     int grid_y, int forloop);
 /* That kernel (grid (3, 4, 1), a for-loop of 4) with its result's columns
- * 0..63 and 64..95 also saved as "q" and "k": two Slice kernels absorbed
- * (mo_mg_absorb_slices), so one kernel over a for-loop saving three tiles
- * after it; NULL when the absorption fails. */
-struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p);
+ * 0..cut-1 and cut..95 also saved as "q" and "k": two Slice kernels
+ * absorbed (mo_mg_absorb_slices), so one kernel over a for-loop saving
+ * three tiles after it. At a cut of 64 (whole tiles of grid x's 32
+ * columns) q's and k's savers are ranged (blocks x 0..1 and 2); at 48 grid
+ * x is dropped and each part a block Slice. NULL when the absorption fails. */
+struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p, int64_t cut);
 
 /* GatedMLP silu(X·W1) ⊙ (X·W2) in one kernel (models/build.py's gated_mlp).
  * mut 0 is the correct graph; 1..5 are the mutants listed at the builder. */

@@ -825,18 +825,19 @@ static void merge_kernels(void **state)
 
 /* rmsnorm_tiny's norm and projection as one kernel of grid (4, 3, 1) (rows,
  * three parts of W's 96 columns), its result Y [4, 96] then sliced by
- * pre-defined Slice kernels into "q" (columns 0..63) and "k" (64..95, or
- * every other one of 64..95 with `stride`); with `keep` Y is an output. */
-static struct mo_mugraph *proj_then_slices(const struct test_program *p, bool keep, bool stride)
+ * pre-defined Slice kernels into "q" (columns 0..cut-1) and "k" (cut..95,
+ * or every other one of them with `stride`); with `keep` Y is an output. */
+static struct mo_mugraph *proj_then_slices(const struct test_program *p, bool keep, bool stride,
+					   int64_t cut)
 {
 	struct mo_mugraph *mg = mo_mg_new();
 	int n, w;
 	struct mo_block_graph *a = rms_rows(mg, p, 3, &n, &w);
 	int wt = mo_bg_iter(mg, a, w, MO_PHI, 1, MO_PHI, MO_PHI);
 	int y = mo_bg_save(mg, a, OP(a, MO_OP_MATMUL, n, wt), 0, 1, MO_PHI);
-	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { 64 },
+	struct mo_op_params q = { .n_axes = 1, .axes = { 1 }, .starts = { 0 }, .ends = { cut },
 				  .steps = { 1 } };
-	struct mo_op_params k = { .n_axes = 1, .axes = { -1 }, .starts = { 64 },
+	struct mo_op_params k = { .n_axes = 1, .axes = { -1 }, .starts = { cut },
 				  .ends = { INT64_MAX }, .steps = { stride ? 2 : 1 } };
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &q), "q");
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &k), "k");
@@ -866,15 +867,20 @@ static void same_outputs(const struct mo_mugraph *a, const struct mo_mugraph *b,
 	mo_eval_result_free(&rb);
 }
 
-/* Slices of what a block saved are made by that block: the grid dim that
- * split the sliced axis dropped, a block Slice and a saver per part, the
- * same values; Y saved only while something reads it. */
+/* Slices of what a block saved are made by that block, the same values; Y
+ * saved only while something reads it. A part that is whole tiles of the
+ * grid dim splitting its axis (columns 0..63 and 64..95 in tiles of 32) is
+ * saved by the blocks computing it (a ranged saver, the grid kept); any
+ * other part (0..47) needs the axis whole in each block: that grid dim
+ * dropped, a block Slice and a saver per part. */
 static void absorb_slices(void **state)
 {
 	(void)state;
 	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
-	for (int keep = 0; keep <= 1; keep++) {
-		struct mo_mugraph *three = proj_then_slices(&p, keep, false);
+	for (int c = 0; c < 4; c++) {
+		bool keep = c & 1;
+		int64_t cut = c < 2 ? 48 : 64;
+		struct mo_mugraph *three = proj_then_slices(&p, keep, false, cut);
 		assert_int_equal(three->n_ops, 3);
 		struct mo_mugraph *one = mo_mg_absorb_slices(three);
 		assert_non_null(one);
@@ -883,19 +889,33 @@ static void absorb_slices(void **state)
 		const struct mo_block_graph *bg = one->ops[0].bg;
 		assert_non_null(bg);
 		assert_int_equal(bg->grid[0], 4);
-		assert_int_equal(bg->grid[1], 1); /* the columns whole in each block */
 		assert_int_equal(bg->n_savers, keep ? 3 : 2);
 		assert_int_equal(one->kg.n_outputs, keep ? 3 : 2);
+		if (cut == 48) {
+			assert_int_equal(bg->grid[1], 1); /* the columns whole in each block */
+			for (int i = 0; i < bg->n_savers; i++)
+				assert_int_equal(bg->savers[i].range.hi, 0);
+		} else { /* q from blocks y 0..1, k from block 2; Y from all */
+			assert_int_equal(bg->grid[1], 3);
+			const struct mo_bg_range *q = &bg->savers[keep].range;
+			const struct mo_bg_range *k = &bg->savers[keep + 1].range;
+			assert_true(q->dim == 1 && q->lo == 0 && q->hi == 2);
+			assert_true(k->dim == 1 && k->lo == 2 && k->hi == 3);
+			if (keep)
+				assert_int_equal(bg->savers[0].range.hi, 0);
+		}
 		same_outputs(three, one, &p);
-		/* its block Slice of k ends at INT64_MAX ("to the end"), which
-		 * the cache's JSON holds and reads back (an identical layer's
-		 * rotary half once failed to come back and was searched again) */
+		/* its block Slice of k ends at INT64_MAX ("to the end"), and a
+		 * ranged saver has its range: the cache's JSON holds both and
+		 * reads them back (an identical layer's rotary half once failed
+		 * to come back and was searched again) */
 		char *a = mo_mg_json(one);
 		struct mo_mugraph *back;
 		struct mo_diag d;
 		mo_diag_init(&d);
 		if (mo_mg_from_json(a, &back, &d))
 			fail_msg("%s\n%s", d.msg, a);
+		assert_int_equal(back->ops[0].bg->grid[1], bg->grid[1]);
 		same_outputs(one, back, &p);
 		free(a);
 		mo_mg_free(back);
@@ -911,7 +931,7 @@ static void absorb_slices(void **state)
 	assert_non_null(absorbed);
 	assert_string_equal(absorbed->error, "");
 	assert_int_equal(absorbed->n_ops, 2);
-	assert_int_equal(absorbed->ops[1].bg->grid[1], 1);
+	assert_int_equal(absorbed->ops[1].bg->grid[1], 3); /* ranged savers */
 	assert_int_equal(absorbed->ops[1].bg->forloop, 2);
 	assert_int_equal(absorbed->ops[0].bg->forloop, 1);
 	same_outputs(sliced, absorbed, &p);
@@ -919,36 +939,41 @@ static void absorb_slices(void **state)
 	mo_mg_free(sliced);
 	/* the same from one kernel over a for-loop of 4 (the paper's form):
 	 * its slices saved after the loop, the loop kept, the grid dim over
-	 * the columns dropped (mugraph_sources runs its CUDA) */
+	 * the columns dropped at a cut of 48 and kept, ranged, at 64
+	 * (mugraph_sources runs the CUDA of both) */
 	struct mo_mugraph *whole = mg_rmsnorm_matmul(p.tp, RMS_OK, 3, 4, 4);
-	struct mo_mugraph *one = mg_rmsnorm_matmul_sliced(p.tp);
-	assert_non_null(one);
-	assert_int_equal(one->n_ops, 1);
-	assert_int_equal(one->ops[0].bg->forloop, 4);
-	assert_int_equal(one->ops[0].bg->grid[0], 1);
-	assert_int_equal(one->ops[0].bg->n_savers, 3);
-	assert_int_equal(verdict(whole, &p, NULL), MO_EQUIVALENT);
-	struct mo_eval_result rw, ro;
-	struct mo_diag d;
-	mo_diag_init(&d);
-	if (mo_mg_eval(whole, p.tp, MO_EVAL_FF, 11, 1.0, &rw, &d) ||
-	    mo_mg_eval(one, p.tp, MO_EVAL_FF, 11, 1.0, &ro, &d))
-		fail_msg("%s", d.msg);
-	assert_int_equal(ro.n_outputs, 3);
-	for (int i = 0; i < ro.n_outputs; i++) { /* Y as before; q and k its columns */
-		const struct mo_ff *y = rw.values[0], *o = ro.values[i];
-		int64_t from = !strcmp(ro.names[i], "k") ? 64 : 0;
-		int64_t cols = !strcmp(ro.names[i], "q") ? 64 : !strcmp(ro.names[i], "k") ? 32 : 96;
-		assert_int_equal(ro.counts[i], 4 * cols);
-		for (int64_t r = 0; r < 4; r++)
-			assert_memory_equal(o + r * cols, y + r * 96 + from, sizeof *o * (size_t)cols);
+	for (int64_t cut = 48; cut <= 64; cut += 16) {
+		struct mo_mugraph *one = mg_rmsnorm_matmul_sliced(p.tp, cut);
+		assert_non_null(one);
+		assert_int_equal(one->n_ops, 1);
+		assert_int_equal(one->ops[0].bg->forloop, 4);
+		assert_int_equal(one->ops[0].bg->grid[0], cut == 64 ? 3 : 1);
+		assert_int_equal(one->ops[0].bg->n_savers, 3);
+		assert_int_equal(verdict(whole, &p, NULL), MO_EQUIVALENT);
+		struct mo_eval_result rw, ro;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		if (mo_mg_eval(whole, p.tp, MO_EVAL_FF, 11, 1.0, &rw, &d) ||
+		    mo_mg_eval(one, p.tp, MO_EVAL_FF, 11, 1.0, &ro, &d))
+			fail_msg("%s", d.msg);
+		assert_int_equal(ro.n_outputs, 3);
+		for (int i = 0; i < ro.n_outputs; i++) { /* Y as before; q and k its columns */
+			const struct mo_ff *y = rw.values[0], *o = ro.values[i];
+			int64_t from = !strcmp(ro.names[i], "k") ? cut : 0;
+			int64_t cols = !strcmp(ro.names[i], "q")   ? cut
+				     : !strcmp(ro.names[i], "k") ? 96 - cut
+								 : 96;
+			assert_int_equal(ro.counts[i], 4 * cols);
+			for (int64_t r = 0; r < 4; r++)
+				assert_memory_equal(o + r * cols, y + r * 96 + from, sizeof *o * (size_t)cols);
+		}
+		mo_eval_result_free(&rw);
+		mo_eval_result_free(&ro);
+		mo_mg_free(one);
 	}
-	mo_eval_result_free(&rw);
-	mo_eval_result_free(&ro);
-	mo_mg_free(one);
 	mo_mg_free(whole);
 	/* a step of 2: not a part the tile holds contiguously; it stays */
-	struct mo_mugraph *three = proj_then_slices(&p, false, true);
+	struct mo_mugraph *three = proj_then_slices(&p, false, true, 64);
 	struct mo_mugraph *two = mo_mg_absorb_slices(three);
 	assert_non_null(two);
 	assert_int_equal(two->n_ops, 2);

@@ -23,11 +23,14 @@
  *
  * The same rebuild absorbs slices (mo_mg_absorb_slices): a pre-defined
  * Slice kernel (a Split's part: a fused QKV projection's Q, K or V) over a
- * tensor a block saved becomes a block Slice of the saved tile and a saver
- * of its own, so the parts leave the kernel that computes them and no copy
- * kernel runs. Each block's tile must then hold the whole sliced axis: a
- * grid dim that splits it is dropped (its blocks' work done by one block),
- * which the builders refuse where the tiles no longer fit. */
+ * tensor a block saved is made by that block, so the parts leave the kernel
+ * that computes them and no copy kernel runs. Where a grid dim splits the
+ * sliced axis into tiles and the part is whole tiles (Q's 512 columns of a
+ * projection in tiles of 16), the blocks of that part save their tiles as
+ * it (a ranged saver); otherwise each block's tile must hold the whole
+ * axis, a block Slice of it is saved, and the grid dim that split it is
+ * dropped (its blocks' work done by one block), which the builders refuse
+ * where the tiles no longer fit. */
 
 #include "mo_mugraph.h"
 
@@ -117,8 +120,8 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 			continue;
 		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
 		int m = sv->block;
-		if (s->fmap != MO_PHI)
-			return -1;
+		if (s->fmap != MO_PHI || sv->range.hi)
+			return -1; /* (a ranged saver's tile is not every block's) */
 		for (int gp = 0; gp < 3; gp++) {
 			int G = M->gmap[m][gp], d = sv->map[gp];
 			if (G < 0)
@@ -238,9 +241,55 @@ static void group_map(const struct merge *M, const struct mo_mg_step *s, int *ma
 			map[M->gmap[s->block][gp]] = s->map[gp];
 }
 
+/* A member's saver's range in its group's grid dims (a dim the group
+ * dropped has none: the builder refuses the range). */
+static struct mo_bg_range group_range(const struct merge *M, const struct mo_mg_step *s)
+{
+	struct mo_bg_range r = s->range;
+	if (r.hi)
+		r.dim = M->gmap[s->block][r.dim] >= 0 ? M->gmap[s->block][r.dim] : 3;
+	return r;
+}
+
+/* Slice step s's part [*a, *b) of its axis, of `dim` elements (ONNX's
+ * clamping of negative and past-the-end ends, step 1). */
+static void slice_span(const struct mo_mg_step *s, int64_t dim, int64_t *a, int64_t *b)
+{
+	int64_t e[2] = { s->p.starts[0], s->p.ends[0] };
+	for (int i = 0; i < 2; i++) {
+		if (e[i] < 0)
+			e[i] = e[i] < -dim ? 0 : e[i] + dim;
+		if (e[i] > dim)
+			e[i] = dim;
+	}
+	*a = e[0];
+	*b = e[1];
+}
+
+/* The ranged saver that saves Slice step s of kernel tensor t from the
+ * blocks computing it, when grid dim G splits its axis d into tiles the
+ * part's ends fall between: *r, true. Only along the last axis (a grid dim
+ * over rows may be cut at launch: kernel_limits). */
+static bool slice_range(const struct merge *M, const struct mo_mg_step *s, int t, int d,
+			int blocks, struct mo_bg_range *r)
+{
+	const struct mo_tensor *x = &M->src->kg.tensors[t];
+	if (d != x->rank - 1 || blocks < 2 || x->dims[d] % blocks)
+		return false;
+	int64_t tile = x->dims[d] / blocks, a, b;
+	slice_span(s, x->dims[d], &a, &b);
+	if (a >= b || a % tile || b % tile)
+		return false;
+	r->lo = (int)(a / tile);
+	r->hi = (int)(b / tile);
+	return true;
+}
+
 /* Marks the Slice kernels the group saving their operand makes instead:
- * one axis, step 1, over a tensor a block saved. A grid dim of the group
- * that splits the axis is dropped. False when none is. */
+ * one axis, step 1, over a tensor a block saved from every block. A grid
+ * dim of the group that splits the axis stays where each part is whole
+ * tiles (slice_range: a ranged saver), else it is dropped. False when none
+ * is. */
 static bool absorb_slices(struct merge *M)
 {
 	const struct mo_mugraph *src = M->src;
@@ -249,7 +298,7 @@ static bool absorb_slices(struct merge *M)
 		const struct mo_mg_step *s = &src->steps[i];
 		int t = s->kind == MO_STEP_KERNEL && s->op == MO_OP_SLICE && s->n_in == 1 &&
 				s->p.n_axes == 1 && s->p.steps[0] == 1 ? saved_read(M, s, 0) : -1;
-		if (t < 0)
+		if (t < 0 || src->steps[M->save_step[t]].range.hi)
 			continue;
 		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
 		int g = M->group[sv->block], rank = src->kg.tensors[t].rank, map[3];
@@ -258,7 +307,8 @@ static bool absorb_slices(struct merge *M)
 			continue;
 		group_map(M, sv, map);
 		for (int G = 0; G < 3; G++) {
-			if (map[G] != d)
+			struct mo_bg_range r;
+			if (map[G] != d || slice_range(M, s, t, (int)d, M->ggrid[g][G], &r))
 				continue;
 			M->ggrid[g][G] = 1;
 			for (int m = g; m < M->nb; m++)
@@ -386,8 +436,8 @@ static void emit_group(struct merge *M, int g)
 		int map[3];
 		group_map(M, s, map);
 		if (M->read_outside[t]) /* else only the group read it */
-			M->kt[t] = mo_bg_save(M->mg, D, M->tile[s->block][s->in[0]], map[0], map[1],
-					      map[2]);
+			M->kt[t] = mo_bg_save_range(M->mg, D, M->tile[s->block][s->in[0]], map,
+						    group_range(M, s));
 	}
 	/* the absorbed slices of what the group saved: sliced tiles, saved */
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
@@ -397,11 +447,20 @@ static void emit_group(struct merge *M, int g)
 		const struct mo_mg_step *sv = &src->steps[M->save_step[s->in[0]]];
 		if (M->group[sv->block] != g)
 			continue;
-		int map[3], y = M->tile[sv->block][sv->in[0]];
+		int map[3], y = M->tile[sv->block][sv->in[0]], t = s->in[0], rank = src->kg.tensors[t].rank;
 		group_map(M, sv, map);
-		struct mo_op_params p = params_of(s);
-		int part = mo_bg_op(M->mg, D, MO_OP_SLICE, 1, &y, &p);
-		M->kt[M->step_kt[i]] = mo_bg_save(M->mg, D, part, map[0], map[1], map[2]);
+		int64_t d = s->p.axes[0] < 0 ? s->p.axes[0] + rank : s->p.axes[0];
+		struct mo_bg_range r = { -1, 0, 0 };
+		for (int G = 0; G < 3 && r.dim < 0; G++)
+			if (map[G] == d && grid[G] > 1 && slice_range(M, s, t, (int)d, grid[G], &r))
+				r.dim = G;
+		if (r.dim >= 0) { /* the part's own blocks save their tile */
+			M->kt[M->step_kt[i]] = mo_bg_save_range(M->mg, D, y, map, r);
+		} else { /* each block holds the axis whole: a block Slice of it */
+			struct mo_op_params p = params_of(s);
+			int part = mo_bg_op(M->mg, D, MO_OP_SLICE, 1, &y, &p);
+			M->kt[M->step_kt[i]] = mo_bg_save(M->mg, D, part, map[0], map[1], map[2]);
+		}
 		const struct mo_tensor *was = &src->kg.tensors[M->step_kt[i]];
 		const struct mo_tensor *now = M->kt[M->step_kt[i]] >= 0
 			? &M->mg->kg.tensors[M->kt[M->step_kt[i]]] : NULL;

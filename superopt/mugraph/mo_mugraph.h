@@ -48,10 +48,20 @@ struct mo_thread_graph {
 
 #define MO_BLOCK_THREADS 128 /* threads per block of every graph-defined kernel */
 
+/* A saver writes its tile from every block, or, ranged (hi > 0), only from
+ * the blocks whose index along grid dim `dim` lies in [lo, hi): the tensor
+ * it makes then holds hi − lo tiles along that dim's tensor dim, block lo's
+ * first. A Split of a projection whose grid splits its columns saves each
+ * part from the blocks that compute it (mo_mg_absorb_slices). */
+struct mo_bg_range {
+	int dim, lo, hi;
+};
+
 struct mo_bg_saver {
 	int tile;     /* body tensor it writes */
 	int tensor;   /* kernel tensor it makes */
 	int omap[3];  /* grid dim -> tensor dim, or MO_PHI */
+	struct mo_bg_range range; /* hi 0: every block saves */
 };
 
 struct mo_block_graph {
@@ -87,6 +97,7 @@ struct mo_mg_step {
 	struct mo_op_params p;
 	int64_t sizes[MO_MAX_RANK]; /* p.sizes, copied */
 	int map[3], fmap; /* ITER imap / SAVE omap */
+	struct mo_bg_range range; /* SAVE */
 	int grid[3], forloop;
 	double value;     /* CONST */
 	const char *name; /* INPUT, OUTPUT */
@@ -176,6 +187,11 @@ int mo_bg_thread_graph(struct mo_mugraph *mg, struct mo_block_graph *bg, int fir
 /* Saves a tile; returns the kernel tensor it becomes. */
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 	       int ox, int oy, int oz);
+/* The same from the blocks of range r only (struct mo_bg_range; r.hi 0:
+ * every block): r.dim a grid dim of more than one block that the omap maps
+ * to a tensor dim, 0 ≤ lo < hi ≤ its blocks. */
+int mo_bg_save_range(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		     const int *omap, struct mo_bg_range r);
 
 /* ---- composing ---- */
 
@@ -201,9 +217,11 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
  * kernels merge (or out of memory, or a builder refused the result). */
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src);
 /* src with each pre-defined Slice kernel (one axis, step 1) over a tensor
- * a block saved made by that block instead: a block Slice of the saved
- * tile and its own saver, the grid dim that split the axis dropped. NULL
- * when there is none (or out of memory, or a builder refused the result). */
+ * a block saved made by that block instead: where a grid dim splits the
+ * axis into tiles the slice's ends fall between, a ranged saver of the
+ * blocks that compute it; else a block Slice of the saved tile and its own
+ * saver, the grid dim that split the axis dropped. NULL when there is none
+ * (or out of memory, or a builder refused the result). */
 struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src);
 
 /* ---- serializing ---- */

@@ -468,21 +468,28 @@ int mo_bg_thread_graph(struct mo_mugraph *mg, struct mo_block_graph *bg, int fir
 int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int ox, int oy,
 	       int oz)
 {
+	return mo_bg_save_range(mg, bg, tile, (const int[3]){ ox, oy, oz },
+				(struct mo_bg_range){ 0, 0, 0 });
+}
+
+int mo_bg_save_range(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
+		     const int *omap, struct mo_bg_range r)
+{
 	if (!bg || tile < 0 || tile >= bg->body.n_tensors)
 		return fail(mg, "saver of a missing tile");
 	if (bg->n_savers == MO_MG_MAX)
 		return fail(mg, "too many savers");
+	if (r.hi == 0)
+		r = (struct mo_bg_range){ 0, 0, 0 };
 	struct mo_mg_step *s = log_step(mg, MO_STEP_SAVE, bg);
 	if (s) {
 		s->in[0] = tile;
-		s->map[0] = ox;
-		s->map[1] = oy;
-		s->map[2] = oz;
+		memcpy(s->map, omap, sizeof s->map);
+		s->range = r;
 	}
 	const struct mo_tensor *src = &bg->body.tensors[tile];
 	int64_t dims[MO_MAX_RANK];
 	memcpy(dims, src->dims, sizeof dims);
-	int omap[3] = { ox, oy, oz };
 	bool used[MO_MAX_RANK] = { false };
 	for (int g = 0; g < 3; g++) {
 		int d = omap[g];
@@ -494,8 +501,11 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int o
 		if (d < 0 || d >= src->rank || used[d])
 			return fail(mg, "omap: bad output dim %d", d);
 		used[d] = true;
-		dims[d] *= bg->grid[g];
+		dims[d] *= r.hi && r.dim == g ? r.hi - r.lo : bg->grid[g];
 	}
+	if (r.hi && (r.dim < 0 || r.dim > 2 || bg->grid[r.dim] < 2 || omap[r.dim] == MO_PHI ||
+		     r.lo < 0 || r.lo >= r.hi || r.hi > bg->grid[r.dim]))
+		return fail(mg, "saver: a range that is not blocks of a grid dim it maps");
 	int t = new_tensor(mg, &mg->kg, NULL);
 	if (t < 0)
 		return -1;
@@ -507,7 +517,8 @@ int mo_bg_save(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile, int o
 	made_between_kernels(mg, t, src->dtype, read, bg->n_iters);
 	if (!mo_tensor_set_shape(x, src->rank, dims))
 		return fail(mg, "saver makes an absurd shape");
-	bg->savers[bg->n_savers++] = (struct mo_bg_saver){ tile, t, { ox, oy, oz } };
+	bg->savers[bg->n_savers++] =
+		(struct mo_bg_saver){ tile, t, { omap[0], omap[1], omap[2] }, r };
 	return t;
 }
 
@@ -649,7 +660,7 @@ int mo_mg_append(struct mo_mugraph *dst, const struct mo_mugraph *src, int n_bou
 			mo_bg_thread_graph(dst, bg, s->in[0], s->in[1]);
 			break;
 		case MO_STEP_SAVE:
-			tmap[ns++] = mo_bg_save(dst, bg, s->in[0], s->map[0], s->map[1], s->map[2]);
+			tmap[ns++] = mo_bg_save_range(dst, bg, s->in[0], s->map, s->range);
 			break;
 		}
 	}

@@ -138,6 +138,9 @@ void mo_mg_print_json(const struct mo_mugraph *mg, FILE *out)
 		case MO_STEP_SAVE:
 			fprintf(out, ", \"tile\": %d", s->in[0]);
 			int3(out, "omap", s->map, 3);
+			if (s->range.hi) /* a ranged saver: [grid dim, first block, end] */
+				int3(out, "range", (const int[3]){ s->range.dim, s->range.lo,
+								     s->range.hi }, 3);
 			break;
 		}
 		fputc('}', out);
@@ -698,9 +701,13 @@ static void read_step(struct mo_mugraph *mg, struct step_reader *sr)
 		if (req_i(sr, "first", 0, MAX_INDEX, &t) && req_i(sr, "last", 0, MAX_INDEX, &u))
 			mo_bg_thread_graph(mg, bg, t, u);
 	} else if (!strcmp(k, "save")) {
+		int64_t r[3] = { 0, 0, 0 };
+		int nr;
 		if (req_i(sr, "tile", 0, MAX_INDEX, &t) &&
-		    int3_array(sr, "omap", MO_PHI, MO_MAX_RANK - 1, m))
-			mo_bg_save(mg, bg, t, m[0], m[1], m[2]);
+		    int3_array(sr, "omap", MO_PHI, MO_MAX_RANK - 1, m) &&
+		    int_array(sr, "range", false, 3, 3, 0, INT32_MAX, r, &nr))
+			mo_bg_save_range(mg, bg, t, m, (struct mo_bg_range){ (int)r[0], (int)r[1],
+									     (int)r[2] });
 	} else {
 		bad(sr, "step", "is not a step kind");
 	}
@@ -819,9 +826,13 @@ void mo_mg_print_dot(const struct mo_mugraph *mg, FILE *out)
 		for (int i = 0; i < bg->n_savers; i++) {
 			char a[8], b[8], c[8];
 			const struct mo_bg_saver *sv = &bg->savers[i];
-			fprintf(out, "    s%d_%d [shape=house, label=\"save\\nomap (%s,%s,%s)\"];\n",
+			fprintf(out, "    s%d_%d [shape=house, label=\"save\\nomap (%s,%s,%s)",
 				k, i, map_str(sv->omap[0], a), map_str(sv->omap[1], b),
 				map_str(sv->omap[2], c));
+			if (sv->range.hi)
+				fprintf(out, "\\nblocks %c %d..%d", "xyz"[sv->range.dim],
+					sv->range.lo, sv->range.hi - 1);
+			fprintf(out, "\"];\n");
 		}
 		fputs("  }\n", out);
 		for (int i = 0; i < bg->n_iters; i++)

@@ -97,8 +97,8 @@ static int split_dim(const struct mo_mugraph *src, int parts, const bool *post)
 				return -1;
 	}
 	for (int s = 0; s < bg->n_savers; s++)
-		if (!post[bg->savers[s].tile])
-			return -1;
+		if (!post[bg->savers[s].tile] || bg->savers[s].range.hi)
+			return -1; /* (a ranged saver's blocks are not split: not yet) */
 	for (int k = 0; k < bg->n_iters; k++) { /* the loop's dim is not gridded already */
 		const struct mo_bg_iter *x = &bg->iters[k];
 		for (int g = 0; g < 3 && x->fmap != MO_PHI; g++)

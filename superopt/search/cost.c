@@ -132,10 +132,14 @@ void mo_cost_mugraph_at(const struct mo_mugraph *mg, const struct mo_gpu *g, con
 			bytes += bytes_of(t) * loads * blocks;
 		}
 		for (int i = 0; i < bg->n_savers; i++) { /* as the kernel tensor stores it */
-			const struct mo_tensor *t = &mg->kg.tensors[bg->savers[i].tensor];
+			const struct mo_bg_saver *sv = &bg->savers[i];
+			const struct mo_tensor *t = &mg->kg.tensors[sv->tensor];
 			size_t es = mo_onnx_dtype_size(t->dtype);
-			bytes += (double)mo_tensor_numel(&bg->body.tensors[bg->savers[i].tile]) *
-				 (double)(es ? es : 4) * blocks;
+			/* a ranged saver: only its range's blocks store */
+			double by = sv->range.hi ? blocks / grid[sv->range.dim] *
+				(sv->range.hi - sv->range.lo) : blocks;
+			bytes += (double)mo_tensor_numel(&bg->body.tensors[sv->tile]) *
+				 (double)(es ? es : 4) * by;
 		}
 		for (int i = 0; i < bg->body.n_ops; i++) {
 			const struct mo_tp_op *b = &bg->body.ops[i];

@@ -231,8 +231,18 @@ static void run_blocks(void *ctx, uint64_t b0, uint64_t b1)
 				mo_ev_run_op(&be, &body->ops[i]);
 		for (int s = 0; s < bg->n_savers && !be.bad; s++) {
 			const struct mo_bg_saver *x = &bg->savers[s];
+			/* a ranged saver: its blocks only, numbered from lo */
+			int at[3] = { block[0], block[1], block[2] };
+			int of[3] = { bg->grid[0], bg->grid[1], bg->grid[2] };
+			if (x->range.hi) {
+				int g = x->range.dim;
+				if (block[g] < x->range.lo || block[g] >= x->range.hi)
+					continue;
+				at[g] -= x->range.lo;
+				of[g] = x->range.hi - x->range.lo;
+			}
 			move_tile(be.es, &ke->tp->tensors[x->tensor], ke->vals[x->tensor],
-				  &body->tensors[x->tile], be.vals[x->tile], x->omap, bg->grid, block,
+				  &body->tensors[x->tile], be.vals[x->tile], x->omap, of, at,
 				  MO_PHI, 0, true, J->marks ? J->marks[x->tensor] : NULL);
 		}
 		free_vals(&be, keep);
