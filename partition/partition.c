@@ -339,6 +339,32 @@ static bool computes(const struct mo_tp_op *op)
 	return op->lax != MO_LAX_LAYOUT && op->lax != MO_LAX_NONE;
 }
 
+/* Whether op v copies a value (an Identity, a Cast to the dtype it has) at
+ * the entry of its set (what it reads made outside the set) and something
+ * outside the set, or the graph's outputs, reads the copy too: an
+ * exporter's `hidden_states.to(float32)` before a norm, which the residual
+ * Add reads as well. In the region it is one more output, the region's
+ * input stored again (RMSNorm + Q/K/V at hidden 512: 2 kernels with it,
+ * one without); left out, the region reads the copy and the runtime drops
+ * the no-op. Not an op of a node that makes several. */
+static bool entry_copy(const struct mo_tp *tp, const struct opgraph *g, struct sets *s, int v)
+{
+	const struct mo_tp_op *op = &tp->ops[v];
+	if ((op->kind != MO_OP_IDENTITY && op->kind != MO_OP_CAST) || op->n_in < 1 ||
+	    op->n_out != 1 || op->in[0] < 0 || op->out[0] < 0 ||
+	    tp->tensors[op->in[0]].dtype != tp->tensors[op->out[0]].dtype ||
+	    (v > 0 && tp->ops[v - 1].node == op->node) ||
+	    (v + 1 < tp->n_ops && tp->ops[v + 1].node == op->node))
+		return false;
+	int r = find(s, v), u = tp->tensors[op->in[0]].producer;
+	if (s->size[r] < 2 || (u >= 0 && find(s, u) == r))
+		return false;
+	bool outside = tp->tensors[op->out[0]].is_graph_output;
+	for (int i = g->succ_start[v]; i < g->succ_start[v + 1] && !outside; i++)
+		outside = find(s, g->succ[i]) != r;
+	return outside;
+}
+
 /* ---- describing the regions ---- */
 
 static bool in_list(const int *v, int n, int x)
@@ -543,7 +569,7 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 	struct opgraph g = { 0 };
 	struct sets s = { 0 };
 	struct cand *cands = NULL;
-	bool *okv = NULL;
+	bool *okv = NULL, *left_out = NULL;
 	int *reps = NULL;
 	int *members = NULL, *e = NULL, *mm = NULL, *node_region = NULL, *rep_index = NULL;
 	enum mo_status st = MO_OK;
@@ -647,16 +673,19 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 			unite(&s, reps[0], reps[k]);
 	}
 
-	/* Regions: sets of two or more ops of which at least one computes. */
+	/* Regions: sets of two or more ops of which at least one computes,
+	 * without the copies at their entries that others read too. */
 	rep_index = mo_calloc(nn, sizeof(int));
+	left_out = mo_calloc(nn, sizeof(bool));
 	node_region = mo_calloc((size_t)tp->n_nodes + 1, sizeof(int));
-	if (!rep_index || !node_region) {
+	if (!rep_index || !left_out || !node_region) {
 		st = mo_diag_nomem(d);
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
 		rep_index[i] = -1;
 		p->op_region[i] = -1;
+		left_out[i] = entry_copy(tp, &g, &s, i);
 	}
 	for (int i = 0; i < tp->n_nodes; i++)
 		node_region[i] = -1;
@@ -666,13 +695,17 @@ enum mo_status mo_part_run(const struct mo_tp *tp, const struct mo_part_options 
 		if (rep_index[r] >= 0 || s.size[r] < 2)
 			continue;
 		bool any = false;
+		int kept = 0;
 		for (int m = r, first = 1; first || m != r; m = s.next[m], first = 0)
-			any |= computes(&tp->ops[m]);
-		if (any)
+			if (!left_out[m]) {
+				any |= computes(&tp->ops[m]);
+				kept++;
+			}
+		if (any && kept >= 2)
 			rep_index[r] = nr++;
 	}
 	for (int v = 0; v < n; v++)
-		p->op_region[v] = rep_index[find(&s, v)];
+		p->op_region[v] = left_out[v] ? -1 : rep_index[find(&s, v)];
 	st = fill_regions(tp, p, nr, node_region, d);
 	for (int ri = 0; !st && ri < nr; ri++) {
 		struct mo_region *r = &p->regions[ri];
@@ -691,6 +724,7 @@ out:
 	mo_free(s.queue);
 	mo_free(reps);
 	mo_free(okv);
+	mo_free(left_out);
 	mo_free(cands);
 	mo_free(members);
 	mo_free(e);

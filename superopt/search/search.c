@@ -883,6 +883,205 @@ bool mo_search_memory_fits(const struct mo_tp *prog, const struct mo_search_opti
 	return false;
 }
 
+/* ---- a Split's parts saved by the kernel that computes them ----
+ * A region ending in the parts of a Split (the importer reads one as a
+ * Slice per part: a merged Q/K/V projection, GPT-2's c_attn) returns them
+ * as separate tensors. No block graph makes them where the grid splits the
+ * projection's columns (a block's tile is part of one part, the block
+ * graph the same in every block), and with the parts among its outputs the
+ * one-kernel enumeration runs out of budget (RMSNorm + Q/K/V at hidden
+ * 512: 3 kernels, one of them a copy of the parts). So the region is also
+ * searched without those Slices, returning the tensor they cut (unsplit),
+ * and that μGraph is given the parts back: a pre-defined Slice kernel
+ * each, absorbed into the kernel that saves the tensor (merge.c: the
+ * blocks of each part save it, a ranged saver), proven against the region
+ * itself like every μGraph. */
+
+#define MAX_CUTS 8 /* tensors cut into parts, per region */
+
+struct unsplit {
+	int n_cut;
+	int cut[MAX_CUTS];    /* the tensors cut */
+	bool part[MO_MG_MAX]; /* the program's ops that cut them */
+};
+
+/* Whether op (of prog) is a part of its operand that unsplit may take: a
+ * Slice of one axis, step 1, that the region returns and nothing in it
+ * reads. */
+static bool region_part(const struct mo_tp *prog, const struct mo_tp_op *op)
+{
+	if (op->kind != MO_OP_SLICE || op->n_in != 1 || op->n_out != 1 || op->p.n_axes != 1 ||
+	    op->p.steps[0] != 1 || op->out[0] < 0 || op->in[0] < 0)
+		return false;
+	bool returned = false;
+	for (int i = 0; i < prog->n_outputs; i++)
+		returned |= prog->outputs[i] == op->out[0];
+	for (int v = 0; returned && v < prog->n_ops; v++)
+		for (int k = 0; k < prog->ops[v].n_in; k++)
+			if (prog->ops[v].in[k] == op->out[0])
+				return false;
+	return returned;
+}
+
+/* The tensors prog makes and only cuts into parts it returns (two or more
+ * parts, none of them the tensor itself); false when none is. */
+static bool find_cuts(const struct mo_tp *prog, struct unsplit *u)
+{
+	memset(u, 0, sizeof *u);
+	if (prog->n_ops > MO_MG_MAX)
+		return false;
+	for (int v = 0; v < prog->n_ops && u->n_cut < MAX_CUTS; v++) {
+		const struct mo_tp_op *op = &prog->ops[v];
+		int y = op->n_out == 1 ? op->out[0] : -1, parts = 0;
+		bool only = y >= 0;
+		for (int i = 0; only && i < prog->n_outputs; i++)
+			only = prog->outputs[i] != y;
+		for (int c = 0; only && c < prog->n_ops; c++)
+			for (int k = 0; k < prog->ops[c].n_in; k++)
+				if (prog->ops[c].in[k] == y) {
+					only &= region_part(prog, &prog->ops[c]) && k == 0;
+					parts++;
+				}
+		if (!only || parts < 2)
+			continue;
+		u->cut[u->n_cut++] = y;
+		for (int c = 0; c < prog->n_ops; c++)
+			if (prog->ops[c].in[0] == y)
+				u->part[c] = true;
+	}
+	return u->n_cut > 0;
+}
+
+/* prog without the parts: returning what they cut instead. */
+static enum mo_status unsplit_prog(const struct mo_tp *prog, const struct unsplit *u,
+				   struct mo_tp **out, struct mo_diag *d)
+{
+	int ops[MO_MG_MAX], outs[MO_MG_MAX], n_ops = 0, n_out = 0;
+	for (int v = 0; v < prog->n_ops; v++)
+		if (!u->part[v])
+			ops[n_ops++] = v;
+	for (int i = 0; i < prog->n_outputs && n_out < MO_MG_MAX; i++) {
+		bool part = false;
+		for (int v = 0; v < prog->n_ops; v++)
+			part |= u->part[v] && prog->ops[v].out[0] == prog->outputs[i];
+		if (!part)
+			outs[n_out++] = prog->outputs[i];
+	}
+	for (int c = 0; c < u->n_cut && n_out < MO_MG_MAX; c++)
+		outs[n_out++] = u->cut[c];
+	return mo_tp_region(prog, ops, n_ops, prog->inputs, prog->n_inputs, outs, n_out, out, d);
+}
+
+/* mg (unsplit's μGraph) with the parts back: each a Slice kernel of the
+ * tensor it cuts, named as the region's output; NULL when it cannot be
+ * built. */
+static struct mo_mugraph *with_parts(const struct mo_tp *prog, const struct unsplit *u,
+				     const struct mo_mugraph *mg)
+{
+	struct mo_mugraph *m = mo_mg_new();
+	int outs[MO_MG_MAX];
+	if (!m || mo_mg_append(m, mg, 0, NULL, NULL, outs) != mg->kg.n_outputs) {
+		mo_mg_free(m);
+		return NULL;
+	}
+	for (int i = 0; i < mg->kg.n_outputs && !m->error[0]; i++) {
+		const char *name = mg->kg.tensors[mg->kg.outputs[i]].name;
+		int cut = -1;
+		for (int c = 0; c < u->n_cut; c++)
+			if (name && !strcmp(name, prog->tensors[u->cut[c]].name))
+				cut = u->cut[c];
+		if (cut < 0) {
+			mo_mg_output(m, outs[i], name);
+			continue;
+		}
+		for (int v = 0; v < prog->n_ops && !m->error[0]; v++) {
+			const struct mo_tp_op *op = &prog->ops[v];
+			if (!u->part[v] || op->in[0] != cut)
+				continue;
+			int part = mo_mg_kernel(m, MO_OP_SLICE, 1, &outs[i], &op->p);
+			if (part >= 0)
+				mo_mg_output(m, part, prog->tensors[op->out[0]].name);
+		}
+	}
+	if (m->error[0]) {
+		mo_mg_free(m);
+		return NULL;
+	}
+	mo_mg_output_dtypes(m, prog);
+	return m;
+}
+
+/* Searches prog without its parts (find_cuts) with half the budget, gives
+ * the best μGraph its parts back (absorbed into the kernels, merged where
+ * they hand each other tiles, or as copies: the cheapest valid one) and
+ * proves it against prog: r->best, or r empty with the work in its stats. */
+static enum mo_status search_unsplit(const struct mo_tp *prog, const struct mo_search_options *o,
+				     const struct unsplit *u, struct mo_search_result *r,
+				     struct mo_diag *d)
+{
+	memset(r, 0, sizeof *r);
+	struct mo_tp *sub = NULL;
+	enum mo_status s = unsplit_prog(prog, u, &sub, d);
+	if (s)
+		return s;
+	int parts = 0;
+	for (int v = 0; v < prog->n_ops; v++)
+		parts += u->part[v];
+	mo_progressf(o->progress, o->progress_ctx, "  %d of its outputs are parts of %d "
+		     "tensor%s (a Split): searching it without those Slices first", parts,
+		     u->n_cut, u->n_cut > 1 ? "s" : "");
+	struct mo_search_options so = *o;
+	so.budget_s = o->budget_s / 2;
+	so.memo = NULL;
+	so.truth = NULL;
+	so.alternatives = 0;
+	struct mo_search_result got;
+	memset(&got, 0, sizeof got);
+	s = mo_search(sub, &so, &got, d);
+	mo_tp_free(sub);
+	r->stats = got.stats;
+	if (s || !got.best) {
+		mo_search_result_free(&got);
+		return s;
+	}
+	struct mo_mugraph *copies = with_parts(prog, u, got.best);
+	mo_search_result_free(&got);
+	if (!copies)
+		return MO_OK;
+	struct mo_mugraph *merged = mo_mg_merge_kernels(copies);
+	struct mo_mugraph *forms[3] = { mo_mg_absorb_slices(merged ? merged : copies), merged,
+					copies };
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	int pick = -1;
+	struct mo_cost c[3];
+	char why[200];
+	for (int i = 0; i < 3; i++) {
+		if (!forms[i] || !mo_search_mg_valid(forms[i], o, why, sizeof why))
+			continue;
+		mo_cost_mugraph(forms[i], g, &c[i]);
+		if (pick < 0 || c[i].us < c[pick].us)
+			pick = i;
+	}
+	double t0 = mo_seconds();
+	if (pick >= 0)
+		s = mo_search_prove(forms[pick], prog, o, &r->verification, &r->stats, d);
+	if (pick >= 0 && !s) {
+		bool ok = r->verification.verdict == MO_EQUIVALENT;
+		mo_progressf(o->progress, o->progress_ctx, "  with its parts back: %d kernel%s, "
+			     "%.1f µs; full verification in %.1f s, %s", forms[pick]->n_ops,
+			     forms[pick]->n_ops > 1 ? "s" : "", c[pick].us, mo_seconds() - t0,
+			     ok ? "equivalent" : "not proven");
+		if (ok) {
+			r->best = forms[pick];
+			r->cost_best = c[pick];
+			forms[pick] = NULL;
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		mo_mg_free(forms[i]);
+	return s;
+}
+
 enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_options *o_in,
 			 struct mo_search_result *r, struct mo_diag *d)
 {
@@ -914,8 +1113,31 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	 * an estimate, and generous) */
 	double enum_s = o.budget_s - reserve;
 	struct mo_search_stats spent = { 0 };
-	enum mo_status s = search_programs(prog, &o, enum_s > 0 ? enum_s : 0,
-					   o.budget_s - reserve / 2, r, &spent, d);
+	struct unsplit u;
+	struct mo_search_result un;
+	memset(&un, 0, sizeof un);
+	enum mo_status s = find_cuts(prog, &u) ? search_unsplit(prog, &o, &u, &un, d) : MO_OK;
+	enum_s -= un.stats.work_s;
+	struct mo_search_options oo = o;
+	if (un.best && (o.beat_us <= 0 || un.cost_best.us < o.beat_us))
+		oo.beat_us = un.cost_best.us;
+	/* one kernel with its parts: the region's own program, whose
+	 * enumeration covers the same computation with the parts in the way,
+	 * is not searched too */
+	memset(r, 0, sizeof *r);
+	if (!s && !(un.best && un.best->n_ops == 1))
+		s = search_programs(prog, &oo, enum_s > 0 ? enum_s : 0,
+				    o.budget_s - reserve / 2 - un.stats.work_s, r, &spent, d);
+	if (!s && un.best && (!r->best || un.cost_best.us < r->cost_best.us)) {
+		spend(&spent, &r->stats);
+		mo_search_result_free(r);
+		*r = un;
+		snprintf(r->rewrite, sizeof r->rewrite, "its Split's parts saved by the kernel "
+			 "that computes them");
+	} else {
+		spend(&spent, &un.stats);
+		mo_search_result_free(&un);
+	}
 	if (!s) {
 		const struct mo_gpu *g = o.gpu ? o.gpu : mo_gpu_of_target(o.target);
 		mo_cost_program(prog, g, &r->cost_unfused); /* the region's, rewritten or not */
