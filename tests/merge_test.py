@@ -15,7 +15,9 @@ grouped-query: 512, 128 and 128 columns), built here:
   twice, even with --no-cache;
 - fused with `--merge-matmuls`, they are merged before any search;
 in both of the last, the region of the norm, the MatMul and the Split fuses
-whole: every MatMul FLOP is fused, the fused model holds one weight of
+whole, as one kernel whose blocks save Q's, K's and V's columns where they
+compute them (ranged savers): every MatMul FLOP is fused, the fused model
+holds one weight of
 512 x 768 and no other, its outputs (the plugin's CPU kernels) match
 ONNX Runtime on the model as exported, and `bench` counts every MatMul FLOP
 of the model as exported inside fused ops (K's and V's MatMuls, merged
@@ -104,6 +106,11 @@ def check_merged(cli, src, out, env, flags, said, said_err=""):
                              f"{[(g['nodes'], g.get('why')) for g in man['regions']]}")
     if matmul_share(man) != 1:
         raise AssertionError(f"{flags}: {matmul_share(man):.0%} of the MatMul FLOPs fused")
+    # one kernel: searched without the Split, its parts given back as
+    # savers of the blocks that compute them (the grid splits the columns)
+    saves = [s for s in whole[0]["mugraph"]["steps"] if s["step"] == "save"]
+    if whole[0]["kernels"] != 1 or sum("range" in s for s in saves) != 3:
+        raise AssertionError(f"{flags}: {whole[0]['kernels']} kernels, savers {saves}")
     fused = onnx.load(out)
     dims = sorted(tuple(t.dims) for t in fused.graph.initializer if len(t.dims) == 2)
     if dims != [(HIDDEN, HIDDEN + 2 * KV)]:

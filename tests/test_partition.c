@@ -27,7 +27,7 @@ static uint32_t rnd(uint32_t n)
 static const enum mo_op kinds[] = {
 	MO_OP_MATMUL, MO_OP_ADD, MO_OP_MUL, MO_OP_DIV, MO_OP_EXP, MO_OP_SIGMOID,
 	MO_OP_SOFTMAX, MO_OP_REDUCE_SUM, MO_OP_SQRT, MO_OP_TRANSPOSE, MO_OP_RESHAPE,
-	MO_OP_RELU, MO_OP_OPAQUE, MO_OP_GATHER,
+	MO_OP_RELU, MO_OP_OPAQUE, MO_OP_GATHER, MO_OP_CAST, MO_OP_IDENTITY,
 };
 
 /* A random DAG of n ops over [4, 4] float tensors: each op reads one or two
@@ -194,6 +194,44 @@ static void random_dags_partition_soundly(void **state)
 	assert_true(multi > 100);
 }
 
+/* A copy at a region's entry (a Cast to the dtype it has) that an op
+ * outside the region reads too stays out of the region, which reads the
+ * copy; read only inside, it stays in. */
+static void entry_copy_read_outside_stays_out(void **state)
+{
+	(void)state;
+	for (int outside = 0; outside <= 1; outside++) {
+		rng_state = 42;
+		struct mo_tp *tp = random_tp(4);
+		/* t1 = Cast(t0); t2 = t1 * t1; t3 = Sqrt(t2); t4 = Opaque(t1 or t3) */
+		static const enum mo_op k[4] = { MO_OP_CAST, MO_OP_MUL, MO_OP_SQRT, MO_OP_OPAQUE };
+		int n_in = tp->n_tensors - 4;
+		for (int v = 0; v < 4; v++) {
+			struct mo_tp_op *op = &tp->ops[v];
+			op->kind = k[v];
+			op->lax = mo_op_table[k[v]].lax;
+			op->exps = 0;
+			op->n_in = v == 1 ? 2 : 1;
+			op->in[0] = v == 0 ? 0 : v == 3 && outside ? n_in : n_in + v - 1;
+			op->in[1] = n_in;
+		}
+		tp->tensors[n_in + 2].is_graph_output = true;
+		struct mo_part_options opt = MO_PART_DEFAULTS;
+		struct mo_partition *p;
+		struct mo_diag d;
+		mo_diag_init(&d);
+		assert_int_equal(mo_part_run(tp, &opt, &p, &d), MO_OK);
+		assert_int_equal(p->n_regions, 1);
+		assert_int_equal(p->regions[0].n_ops, outside ? 2 : 3);
+		assert_int_equal(p->op_region[0], outside ? -1 : 0);
+		char why[200];
+		if (!mo_part_check(tp, p, why, sizeof why))
+			fail_msg("%s", why);
+		mo_part_free(p);
+		free_tp(tp);
+	}
+}
+
 /* mo_part_check itself must catch a region that is not convex. */
 static void the_checker_catches_a_broken_partition(void **state)
 {
@@ -227,6 +265,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(random_dags_partition_soundly),
 		cmocka_unit_test(the_checker_catches_a_broken_partition),
+		cmocka_unit_test(entry_copy_read_outside_stays_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
