@@ -97,142 +97,6 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 			ls.all.matmuls_unsized, ls.all.matmuls_unsized == 1 ? "" : "s");
 }
 
-/* Names, sorted. */
-struct fused_outs {
-	const char **name;
-	size_t n;
-};
-
-static int name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The output names of the MatMuls inside regions fused whole (a region
- * fused in parts may fuse whole merged: a gated MLP whose down projection
- * stayed out); false when out of memory. */
-static bool fused_matmuls(const struct mo_fuse_report *rep, struct fused_outs *fo)
-{
-	const struct mo_tp *tp = rep->tp;
-	const Onnx__GraphProto *g = mo_onnx_proto(tp->model)->graph;
-	fo->n = 0;
-	fo->name = mo_calloc((size_t)tp->n_ops + 1, sizeof *fo->name);
-	bool *in = mo_calloc((size_t)tp->n_ops + 1, sizeof *in);
-	if (!fo->name || !in) {
-		mo_free(in);
-		return false;
-	}
-	for (int u = 0; u < rep->n_regions; u++) {
-		const struct mo_fuse_region *s = &rep->regions[u];
-		for (int k = 0; s->parent < 0 && s->fused && k < s->rg->n_ops; k++)
-			in[s->rg->ops[k]] = true;
-	}
-	for (int v = 0; v < tp->n_ops; v++) {
-		const Onnx__NodeProto *nd = g->node[tp->ops[v].node];
-		if (in[v] && tp->ops[v].kind == MO_OP_MATMUL && nd->n_output > 0 && nd->output[0])
-			fo->name[fo->n++] = nd->output[0];
-	}
-	mo_free(in);
-	qsort(fo->name, fo->n, sizeof *fo->name, name_cmp);
-	return true;
-}
-
-/* A group merges where any of its MatMuls is not in a region fused whole. */
-static bool left_out(void *ctx, const char *const *outs, int n)
-{
-	const struct fused_outs *fo = ctx;
-	for (int k = 0; k < n; k++)
-		if (!bsearch(&outs[k], fo->name, fo->n, sizeof *fo->name, name_cmp))
-			return true;
-	return false;
-}
-
-/* The MatMul FLOPs inside fused ops, and *all of them; -1 when out of
- * memory. */
-static double matmul_flops_fused(const struct mo_fuse_report *rep, double *all)
-{
-	struct mo_fuse_layers ls;
-	if (!mo_fuse_layers(rep->tp, rep->regions, rep->n_regions, &ls))
-		return -1;
-	double fused = ls.all.fused_matmul_flops;
-	*all = ls.all.matmul_flops;
-	mo_fuse_layers_free(&ls);
-	return fused;
-}
-
-/* What merging did, for the report. */
-struct merge_said {
-	int merged, ops;       /* the groups merged, their MatMuls */
-	double before, after;  /* the shares of MatMul FLOPs fused unmerged, merged */
-};
-
-/* CLI_MERGE_AUTO once m is searched (*rep): the groups of MatMuls that
- * read one tensor and of which any is not in a region fused whole merged
- * in a model read again, searched, and kept where its fused regions hold
- * more MatMul FLOPs: then *rep is its report and *mm the model (free it
- * after the report). The unmerged form is kept when the second cannot be
- * made or searched: a warning then, not a failure. */
-
-static enum mo_status choose_merged(struct mo_fuse_options *o, struct mo_fuse_report *rep,
-				    struct mo_model **mm, bool quiet, struct merge_said *said,
-				    struct mo_diag *d)
-{
-	*mm = NULL;
-	struct fused_outs fo;
-	if (!fused_matmuls(rep, &fo))
-		return mo_diag_nomem(d);
-	struct mo_diag d2;
-	mo_diag_init(&d2);
-	struct mo_model *m2 = NULL;
-	int merged = 0, ops = 0;
-	const struct mo_merge_filter filter = { left_out, &fo };
-	enum mo_status st = mo_onnx_load(o->in_path, &m2, &d2);
-	if (!st)
-		st = mo_onnx_merge_matmuls(m2, MO_MERGE_MIN_ELEMENTS, &filter, &merged, &ops, &d2);
-	mo_free(fo.name);
-	if (st || merged == 0) {
-		if (st)
-			fprintf(stderr, "mirage-onnx: warning: MatMuls not merged (%s): the model "
-				"is fused as it is\n", d2.msg);
-		mo_onnx_free(m2);
-		return st == MO_ERR_NOMEM ? mo_diag_nomem(d) : MO_OK;
-	}
-	if (!quiet)
-		fprintf(stderr, "%d MatMuls reading one tensor lie in regions not fused whole: "
-			"merging them into %d MatMul%s over their weights side by side and "
-			"searching again\n", ops, merged, merged == 1 ? "" : "s");
-	struct mo_fuse_report rep2;
-	o->prior = rep; /* what did not change is not searched again */
-	st = mo_fuse_search(m2, o, &rep2, d); /* its state keeps d: not d2 */
-	o->prior = NULL;
-	double all = 0, all2 = 0, before = -1, after = -1;
-	if (st) {
-		fprintf(stderr, "mirage-onnx: warning: the merged form could not be searched "
-			"(%s): the model is fused as it is\n", d->msg);
-		mo_diag_init(d);
-	} else {
-		before = matmul_flops_fused(rep, &all);
-		after = matmul_flops_fused(&rep2, &all2);
-	}
-	bool nomem = st == MO_ERR_NOMEM || (!st && (before < 0 || after < 0));
-	bool take = !st && !nomem && after > before * (1 + 1e-9);
-	*said = (struct merge_said){ merged, ops, all > 0 ? before / all : 0,
-				     all2 > 0 ? after / all2 : 0 };
-	if (!quiet && !st && !nomem)
-		fprintf(stderr, "kept the %s form: %.0f%% of MatMul FLOPs fused merged, %.0f%% "
-			"unmerged\n", take ? "merged" : "unmerged", 100 * said->after,
-			100 * said->before);
-	if (take) {
-		mo_fuse_report_free(rep);
-		*rep = rep2;
-		*mm = m2;
-	} else {
-		mo_fuse_report_free(&rep2);
-		mo_onnx_free(m2);
-	}
-	return nomem ? mo_diag_nomem(d) : MO_OK;
-}
-
 enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,
 			enum cli_merge merge, bool merged, struct mo_diag *d)
 {
@@ -240,11 +104,10 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 	o->warning = cli_warning_line;
 	fflush(stdout);
 	struct mo_fuse_report rep;
-	struct mo_model *mm = NULL;
-	struct merge_said said = { 0 };
-	enum mo_status st = mo_fuse_search(m, o, &rep, d);
-	if (!st && merge == CLI_MERGE_AUTO)
-		st = choose_merged(o, &rep, &mm, quiet, &said, d);
+	struct mo_fuse_merge merging = { 0 };
+	enum mo_status st = merge == CLI_MERGE_AUTO ? mo_fuse_search_merging(m, o, &rep, &merging, d)
+						    : mo_fuse_search(m, o, &rep, d);
+	struct mo_model *mm = merging.model;
 	merged |= mm != NULL;
 	if (!st)
 		st = mo_fuse_finish(&rep);
@@ -259,9 +122,9 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 	if (rep.decided && !quiet && mm)
 		printf("%-10s %d MatMul%s reading one tensor each into %d MatMul%s and Split%s over "
 		       "their weights side by side: %.0f%% of MatMul FLOPs fused, %.0f%% unmerged\n",
-		       "merged", said.ops, said.ops == 1 ? "" : "s", said.merged,
-		       said.merged == 1 ? "" : "s", said.merged == 1 ? "" : "s", 100 * said.after,
-		       100 * said.before);
+		       "merged", merging.ops, merging.ops == 1 ? "" : "s", merging.merged,
+		       merging.merged == 1 ? "" : "s", merging.merged == 1 ? "" : "s", 100 * merging.after,
+		       100 * merging.before);
 	if (rep.decided && !quiet) {
 		print_summary(&rep, stdout);
 		print_layers(&rep, stdout);

@@ -15,10 +15,9 @@ enum cli_merge { CLI_MERGE_AUTO, CLI_MERGE_ALWAYS, CLI_MERGE_NEVER };
 
 /* Runs it, printing progress (unless quiet) and warnings to stderr, the
  * region table and what was written to stdout; d says why it failed.
- * CLI_MERGE_AUTO: where MatMuls of a group that may merge lie in regions
- * not fused whole, those groups are merged in a second model read from
- * o->in_path, which is searched too; the form whose fused regions hold
- * more MatMul FLOPs is built. merged: m's MatMuls were merged before, so
+ * CLI_MERGE_AUTO: mo_fuse_search_merging (the merged form searched too
+ * where MatMuls that may merge lie in regions not fused whole, the one
+ * that fuses more built). merged: m's MatMuls were merged before, so
  * that with nothing fused OUT is written again from the model file as it
  * was. */
 enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quiet,

@@ -214,6 +214,25 @@ enum mo_status mo_fuse_search(struct mo_model *m, const struct mo_fuse_options *
 			      struct mo_fuse_report *rep, struct mo_diag *d);
 enum mo_status mo_fuse_finish(struct mo_fuse_report *rep);
 
+/* What merging MatMuls that read one tensor did (mo_fuse_search_merging). */
+struct mo_fuse_merge {
+	int merged, ops;        /* groups merged, their MatMuls (0: none merged) */
+	double before, after;   /* the shares of MatMul FLOPs fused unmerged, merged */
+	struct mo_model *model; /* the merged model when its form is kept, else
+				 * NULL: free it (mo_onnx_free) after the report */
+};
+/* mo_fuse_search, then, where any MatMul of a group that
+ * mo_onnx_merge_matmuls would merge lies outside every region fused whole,
+ * the model read again from o->in_path with those groups merged and
+ * searched with the first report as o->prior (regions the merge left as
+ * they were take its μGraphs, verified again); the form whose fused
+ * regions hold more MatMul FLOPs is kept (*rep its report; ties keep the
+ * model as it is). A merged form that cannot be made or searched is a
+ * warning, and the model as it is is kept: not a failure. */
+enum mo_status mo_fuse_search_merging(struct mo_model *m, struct mo_fuse_options *o,
+				      struct mo_fuse_report *rep, struct mo_fuse_merge *mg,
+				      struct mo_diag *d);
+
 /* The model's program as mo_fuse_run partitions it: with the model's
  * unbound dims at the sizes searched at, and the ops that vary with them
  * other than in rows made boundaries (fuse/dynamic.c). *pad (when pad is
