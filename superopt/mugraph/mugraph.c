@@ -481,6 +481,9 @@ int mo_bg_save_range(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 		return fail(mg, "too many savers");
 	if (r.hi == 0)
 		r = (struct mo_bg_range){ 0, 0, 0 };
+	else if (r.dim < 0 || r.dim > 2 || bg->grid[r.dim] < 2 || omap[r.dim] == MO_PHI ||
+		 r.lo < 0 || r.lo >= r.hi || r.hi > bg->grid[r.dim])
+		return fail(mg, "saver: a range that is not blocks of a grid dim it maps");
 	struct mo_mg_step *s = log_step(mg, MO_STEP_SAVE, bg);
 	if (s) {
 		s->in[0] = tile;
@@ -503,9 +506,6 @@ int mo_bg_save_range(struct mo_mugraph *mg, struct mo_block_graph *bg, int tile,
 		used[d] = true;
 		dims[d] *= r.hi && r.dim == g ? r.hi - r.lo : bg->grid[g];
 	}
-	if (r.hi && (r.dim < 0 || r.dim > 2 || bg->grid[r.dim] < 2 || omap[r.dim] == MO_PHI ||
-		     r.lo < 0 || r.lo >= r.hi || r.hi > bg->grid[r.dim]))
-		return fail(mg, "saver: a range that is not blocks of a grid dim it maps");
 	int t = new_tensor(mg, &mg->kg, NULL);
 	if (t < 0)
 		return -1;

@@ -1074,6 +1074,9 @@ static enum mo_status search_unsplit(const struct mo_tp *prog, const struct mo_s
 		if (ok) {
 			r->best = forms[pick];
 			r->cost_best = c[pick];
+			snprintf(r->rewrite, sizeof r->rewrite, "searched without its Split, %s",
+				 pick == 0 ? "the parts saved by the kernel that computes them"
+					   : "the parts copied out by kernels of their own");
 			forms[pick] = NULL;
 		}
 	}
@@ -1131,9 +1134,7 @@ enum mo_status mo_search(const struct mo_tp *prog, const struct mo_search_option
 	if (!s && un.best && (!r->best || un.cost_best.us < r->cost_best.us)) {
 		spend(&spent, &r->stats);
 		mo_search_result_free(r);
-		*r = un;
-		snprintf(r->rewrite, sizeof r->rewrite, "its Split's parts saved by the kernel "
-			 "that computes them");
+		*r = un; /* its rewrite says how the parts are made */
 	} else {
 		spend(&spent, &un.stats);
 		mo_search_result_free(&un);
