@@ -361,7 +361,8 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 		fuse_profile_region(s, a, fuse_label(f->rs, ri, lb, sizeof lb), &f->no_gpu);
 	if (a->dump_dir)
 		dump_mugraph(a, fuse_label(f->rs, ri, lb, sizeof lb), s->r.best);
-	if (fuse_find_variants(s, a, &o, cache, f->d) || fuse_dyn_sizes(f, s, &o, cache, f->d))
+	if (fuse_find_variants(s, fuse_label(f->rs, ri, lb, sizeof lb), a, &o, cache, f->d) ||
+	    fuse_dyn_sizes(f, s, &o, cache, f->d))
 		return MO_ERR_NOMEM;
 	op_type_of(s, &o, s->op_type, sizeof s->op_type);
 	return MO_OK;

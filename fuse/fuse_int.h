@@ -205,13 +205,14 @@ int fuse_cuda_archs(const struct mo_fuse_options *a, int *sm, uint64_t *lim);
  * μGraph, k its k-th variant; -1 none. */
 int fuse_variant_for(const struct mo_fuse_region *s, uint64_t limit);
 
-/* For each GPU built for that no μGraph of region s fits, the best μGraph
- * that does: the same search, proof and cache with its shared memory as
- * the limit. One that finds none leaves the GPU without (code generation
- * then leaves the region unfused, saying so). */
-enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse_options *a,
-				  const struct mo_search_options *o, const char *cache,
-				  struct mo_diag *d);
+/* For each GPU built for that no μGraph of region s (labelled `label` in
+ * warnings) fits, the best μGraph that does: the same search, proof and
+ * cache with its shared memory as the limit, faster than the region's ops
+ * or not. One that finds none leaves the GPU without (code generation then
+ * leaves the region unfused, saying so). */
+enum mo_status fuse_find_variants(struct mo_fuse_region *s, const char *label,
+				  const struct mo_fuse_options *a, const struct mo_search_options *o,
+				  const char *cache, struct mo_diag *d);
 
 /* --profile: region s's best μGraph and its runners-up, built as the ops of
  * one plugin beside OUT (a temporary, removed), each timed on the GPU by

@@ -40,11 +40,13 @@ int fuse_variant_for(const struct mo_fuse_region *s, uint64_t limit)
 }
 /* For each GPU built for that no μGraph of region s fits, the best μGraph
  * that does: the same search, proof and cache with its shared memory as
- * the limit. One that finds none leaves the GPU without (code generation
- * then leaves the region unfused, saying so). */
-enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse_options *a,
-				  const struct mo_search_options *o, const char *cache,
-				  struct mo_diag *d)
+ * the limit, faster than the region's ops or not (any_speed: the region is
+ * one op everywhere; a warning says where it is slower). One that finds
+ * none leaves the GPU without (code generation then leaves the region
+ * unfused, saying so). */
+enum mo_status fuse_find_variants(struct mo_fuse_region *s, const char *label,
+				  const struct mo_fuse_options *a, const struct mo_search_options *o,
+				  const char *cache, struct mo_diag *d)
 {
 	int sm[MO_CG_MAX_ARCHS];
 	uint64_t lim[MO_CG_MAX_ARCHS];
@@ -59,6 +61,10 @@ enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse
 			continue;
 		struct mo_search_options vo = *o;
 		vo.smem_limit = lim[i];
+		/* the region is one op on every GPU: where nothing that fits is
+		 * faster than its ops, the fastest that fits (proven like any)
+		 * still beats leaving it unfused on the GPUs the best fits */
+		vo.any_speed = true;
 		/* smaller tiles may take more kernels to cover the region */
 		vo.max_kernel_ops = o->max_kernel_ops < MO_MG_MAX / 2 ? 2 * o->max_kernel_ops
 								      : MO_MG_MAX;
@@ -85,6 +91,11 @@ enum mo_status fuse_find_variants(struct mo_fuse_region *s, const struct mo_fuse
 			fuse_progress(a, "  found one for sm_%d: %llu bytes%s", sm[i],
 				      (unsigned long long)mo_mg_smem(r->best),
 				      cached ? " (from the cache, verified again)" : "");
+			if (r->cost_best.us >= r->cost_unfused.us)
+				fuse_warn(a, "region %s on sm_%d: the μGraph that fits its shared "
+					  "memory (estimated %.3g µs) is not faster than the region's "
+					  "ops (%.3g µs); the GPUs built for with more run the best",
+					  label, sm[i], r->cost_best.us, r->cost_unfused.us);
 			s->n_var++;
 		} else {
 			fuse_progress(a, "  none for sm_%d: %s", sm[i], r->why[0] ? r->why : "no μGraph found");

@@ -129,6 +129,8 @@ uint64_t mo_search_region_key(const struct mo_tp *tp, const struct mo_search_opt
 	h = mo_fnv(h, &o->max_kernel_ops, sizeof o->max_kernel_ops);
 	if (o->smem_limit) /* a variant for a GPU with less shared memory */
 		h = mo_fnv(h, &o->smem_limit, sizeof o->smem_limit);
+	if (o->any_speed)
+		h = mo_fnv(h, "any speed", 9);
 	mo_free(num);
 	return h;
 }

@@ -63,6 +63,10 @@ struct mo_search_options {
 	/* > 0: shared memory per block a kernel may plan for instead of the
 	 * target's (a variant for GPUs with less: fuse/variants.c) */
 	uint64_t smem_limit;
+	/* the fastest μGraph that fits, faster than the unfused region or not:
+	 * a variant for a GPU the best does not fit, where the region must run
+	 * as the one op the model has (fuse/variants.c) */
+	bool any_speed;
 	const struct mo_gpu *gpu; /* cost constants (NULL: the target's default) */
 	uint64_t seed;       /* of the verifier's trials */
 	/* progress lines (NULL: none) */
