@@ -255,10 +255,14 @@ class ArchPlans(unittest.TestCase):
         """Gemma 3's norms and gated MLP at hidden 112: the H100's μGraph
         (5 kernels, --max-kernel-ops' default) has a kernel of about 220 KB,
         more than sm_86's 101 376 B, and no cover within 5 kernels fits
-        there; the search for sm_86 may take twice as many, and finds one
+        there; the search for sm_86 may take twice as many, and found one
         of 6 kernels (about 40 KB). Before, it was held to 5, found none,
         and the region stayed unfused on every GPU ("a kernel needs 225568
-        bytes of shared memory per block, over the 101376 of sm_86")."""
+        bytes of shared memory per block, over the 101376 of sm_86"). Since
+        runs of ops that fuse apart are merged into one kernel where they
+        hand each other tiles (superopt/search/SEARCH.md, merge_pieces), it
+        finds one of 5: what stays is that sm_86 gets its own, proven, of at
+        most twice the kernels, and the H100 keeps its larger one."""
         with tempfile.TemporaryDirectory() as tmp:
             model = os.path.join(tmp, "gemma3_ff.onnx")
             gemma3_feed_forward(model)
@@ -269,8 +273,9 @@ class ArchPlans(unittest.TestCase):
             self.assertLessEqual(r["kernels"], 5)
             small = [v for v in r["variants"] if v["serves"] == ["sm_86"]]
             self.assertEqual(len(small), 1, r["variants"])
-            self.assertGreater(small[0]["kernels"], 5)
+            self.assertGreaterEqual(small[0]["kernels"], 1)
             self.assertLessEqual(small[0]["kernels"], 10)
+            self.assertEqual(r["variants"][0]["serves"], ["sm_90"])
             self.assertGreater(small[0]["verification"]["trials"], 0)
 
 

@@ -15,6 +15,13 @@
  * is allowed only when nothing else reads what A saved (a saver's omap
  * must cover the grid).
  *
+ * With `regrid`, a grid dim of A that splits an axis B reads whole (the
+ * norm's 16 row blocks, where each block of the projections reads all 16
+ * rows) is dropped: A's body runs over the whole axis in every block of B,
+ * its tiles that many times larger (the builders and the caller's validity
+ * check refuse what no longer fits). Each tile handed from A to B must then
+ * have the shape B read, never a smaller one broadcast.
+ *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
  * A holds at its end), only consecutive ones, and only when B reads one of
  * A's tiles: independent kernels stay apart. The result is rebuilt through
@@ -41,6 +48,8 @@ struct merge {
 	const struct mo_mugraph *src;
 	struct mo_mugraph *mg;
 	int nb, nk;
+	bool regrid;  /* a producer's grid dim its reader reads whole is dropped */
+	bool dropped; /* one was */
 	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
 	int group[MO_MG_MAX];       /* src block -> the first block of its merged group */
 	/* per src kernel tensor: the block that saved it (-1: an input or a
@@ -103,12 +112,16 @@ static const struct mo_mg_step *block_of(const struct merge *M, int b)
  * the saved tile itself (no loop, the same tile shape, each grid dim of the
  * group that splits it one of b's grid dims of the same size)? 1: yes, with
  * phi[G] the grid dim of b that the group's grid dim G becomes (-1 for
- * dims of 1); 0: it reads none; -1: it reads one otherwise. */
+ * dims of 1 and for dropped ones); 0: it reads none; -1: it reads one
+ * otherwise. With M->regrid, a group's grid dim that splits an axis b reads
+ * whole is dropped (phi -1): the group's blocks' work along it is done by
+ * each of b's blocks, its tiles that many times larger. */
 static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 {
 	const struct mo_mugraph *src = M->src;
 	const struct mo_mg_step *B = block_of(M, b);
 	int found = 0;
+	bool drop[3] = { false, false, false };
 	for (int G = 0; G < 3; G++)
 		phi[G] = -1;
 	for (int i = 0; i < src->n_steps; i++) {
@@ -122,28 +135,38 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 		int m = sv->block;
 		if (s->fmap != MO_PHI || sv->range.hi)
 			return -1; /* (a ranged saver's tile is not every block's) */
+		const struct mo_tensor *saved = &src->blocks[m]->body.tensors[sv->in[0]];
+		const struct mo_tensor *read = &src->blocks[b]->body.tensors[M->step_tile[i]];
+		if (saved->rank != read->rank)
+			return -1;
+		int64_t whole[MO_MAX_RANK]; /* the saved tile with the dropped dims' blocks */
+		memcpy(whole, saved->dims, sizeof(int64_t) * (size_t)saved->rank);
 		for (int gp = 0; gp < 3; gp++) {
 			int G = M->gmap[m][gp], d = sv->map[gp];
 			if (G < 0)
 				continue; /* a grid dim of 1 */
 			int gc = -1;
 			for (int k = 0; k < 3 && d != MO_PHI; k++)
-				if (s->map[k] == d)
+				if (s->map[k] == d && B->grid[k] > 1) /* (a dim of 1 splits nothing) */
 					gc = k;
-			if (gc < 0 || B->grid[gc] != M->ggrid[g][G] || (phi[G] >= 0 && phi[G] != gc))
+			if (gc < 0 && M->regrid && d != MO_PHI && d < read->rank && phi[G] < 0 &&
+			    read->dims[d] == src->kg.tensors[t].dims[d]) {
+				drop[G] = true; /* b reads the axis whole */
+				whole[d] *= M->ggrid[g][G];
+				continue;
+			}
+			if (gc < 0 || drop[G] || B->grid[gc] != M->ggrid[g][G] ||
+			    (phi[G] >= 0 && phi[G] != gc))
 				return -1;
 			phi[G] = gc;
 		}
-		/* the saved tile and the iterator's: the same shape */
-		const struct mo_tensor *saved = &src->blocks[m]->body.tensors[sv->in[0]];
-		const struct mo_tensor *read = &src->blocks[b]->body.tensors[M->step_tile[i]];
-		if (saved->rank != read->rank ||
-		    memcmp(saved->dims, read->dims, sizeof(int64_t) * (size_t)read->rank) != 0)
+		/* the saved tile (its dropped dims whole) and the iterator's: the same shape */
+		if (memcmp(whole, read->dims, sizeof(int64_t) * (size_t)read->rank) != 0)
 			return -1;
 		found = 1;
 	}
 	for (int G = 0; G < 3 && found; G++) { /* every split dim placed, one to one */
-		if (M->ggrid[g][G] > 1 && phi[G] < 0)
+		if (M->ggrid[g][G] > 1 && phi[G] < 0 && !drop[G])
 			return -1;
 		for (int H = 0; H < G; H++)
 			if (phi[G] >= 0 && phi[G] == phi[H])
@@ -218,6 +241,8 @@ static bool group_blocks(struct merge *M, bool merge)
 		if (merge && g >= 0 && s->forloop == 1 && block_of(M, g)->forloop == 1 &&
 		    reads_group_tiles(M, b, g, phi) == 1 &&
 		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
+			for (int G = 0; G < 3; G++)
+				M->dropped |= M->ggrid[g][G] > 1 && phi[G] < 0;
 			for (int m = g; m < b; m++)
 				for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
 					if (M->gmap[m][gp] >= 0)
@@ -367,7 +392,16 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 			int t = s->in[0];
 			if (M->saved_by[t] >= 0 && M->group[M->saved_by[t]] == M->group[b]) {
 				const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
-				tile[M->step_tile[i]] = M->tile[sv->block][sv->in[0]];
+				int y = M->tile[sv->block][sv->in[0]];
+				const struct mo_tensor *was = &src->blocks[b]->body.tensors[M->step_tile[i]];
+				const struct mo_tensor *now = y >= 0 ? &D->body.tensors[y] : NULL;
+				/* the tile handed over is the one b read (a dropped grid
+				 * dim's blocks all in it), never a broadcast of a smaller one */
+				if (!now || now->rank != was->rank ||
+				    memcmp(now->dims, was->dims, sizeof(int64_t) * (size_t)was->rank) != 0)
+					snprintf(M->mg->error, sizeof M->mg->error,
+						 "merging: a tile handed over has another shape");
+				tile[M->step_tile[i]] = y;
 			}
 			break;
 		}
@@ -473,7 +507,7 @@ static void emit_group(struct merge *M, int g)
 
 /* src rebuilt with its slices absorbed (absorb), else with its consecutive
  * kernels merged; NULL when there is nothing to do. */
-static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb)
+static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, bool regrid)
 {
 	static const struct merge zero;
 	struct merge *M = mo_malloc(sizeof *M);
@@ -481,11 +515,12 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb)
 		return NULL;
 	*M = zero;
 	M->src = src;
+	M->regrid = regrid;
 	struct mo_mugraph *mg = NULL;
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
 		goto out;
 	bool merged = group_blocks(M, !absorb);
-	if (absorb ? !absorb_slices(M) : !merged)
+	if (absorb ? !absorb_slices(M) : !merged || (regrid && !M->dropped))
 		goto out;
 	find_outside_reads(M);
 	for (int b = 0; b < MO_MG_MAX; b++)
@@ -533,12 +568,12 @@ out:
 	return mg;
 }
 
-struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src)
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid)
 {
-	return rebuild(src, false);
+	return rebuild(src, false, regrid);
 }
 
 struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src)
 {
-	return rebuild(src, true);
+	return rebuild(src, true, false);
 }

@@ -47,6 +47,10 @@ struct mo_thread_graph {
 };
 
 #define MO_BLOCK_THREADS 128 /* threads per block of every graph-defined kernel */
+/* A register thread graph is one loop over the elements a thread owns, one
+ * element's chain live at a time; nvcc unrolls such a loop about 4 times,
+ * so at most that many elements' values are live at once (plan.c) */
+#define MO_TG_UNROLL 4
 
 /* A saver writes its tile from every block, or, ranged (hi > 0), only from
  * the blocks whose index along grid dim `dim` lies in [lo, hi): the tensor
@@ -213,9 +217,13 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
 
 /* src with each run of consecutive graph-defined kernels without a for-loop,
  * the same grid, each reading the tiles the one before saved through the
- * same maps, as one kernel (superopt/mugraph/merge.c). NULL when no two
- * kernels merge (or out of memory, or a builder refused the result). */
-struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src);
+ * same maps, as one kernel (superopt/mugraph/merge.c). With `regrid`, a
+ * grid dim of the kernel before that splits an axis the next one reads
+ * whole is dropped too (each block of the merged kernel does that work for
+ * the whole axis: a norm's rows in every block of a projection), and NULL
+ * unless one is. NULL when no two kernels merge (or out of memory, or a
+ * builder refused the result). */
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid);
 /* src with each pre-defined Slice kernel (one axis, step 1) over a tensor
  * a block saved made by that block instead: where a grid dim splits the
  * axis into tiles the slice's ends fall between, a ranged saver of the

@@ -437,6 +437,8 @@ void mo_bg_usage_of_plan(const struct mo_block_graph *bg, const struct mo_bg_pla
 			}
 		}
 		uint64_t per_thread = (most + MO_BLOCK_THREADS - 1) / MO_BLOCK_THREADS;
+		if (per_thread > MO_TG_UNROLL)
+			per_thread = MO_TG_UNROLL;
 		uint64_t regs = 16 + per_thread * (uint64_t)live;
 		int r = regs > 100000 ? 100000 : (int)regs;
 		u->regs_per_thread = r > u->regs_per_thread ? r : u->regs_per_thread;

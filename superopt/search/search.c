@@ -21,6 +21,7 @@
 #include "search_int.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -103,9 +104,17 @@ static void visit(const struct mo_tp *p, int t, bool *seen, int *order, int *n)
 	 * ops visit views first (GLU's Split before the Sigmoid of one half,
 	 * next to the Mul by the other) */
 	bool views_last = p->ops[op].kind == MO_OP_MATMUL || p->ops[op].kind == MO_OP_GEMM;
+	/* which operands are views, decided once: visiting one operand may
+	 * place the ops another's view reads (GLU's two Slices of one MatMul),
+	 * and that view must still be visited, in the other pass (operands
+	 * past the 64th count as computing) */
+	uint64_t views = 0;
+	for (int i = 0; i < p->ops[op].n_in && i < 64; i++)
+		if (layout_cone(p, p->ops[op].in[i], seen))
+			views |= (uint64_t)1 << i;
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < p->ops[op].n_in; i++)
-			if (layout_cone(p, p->ops[op].in[i], seen) == (pass == (int)views_last))
+			if ((i < 64 && (views >> i & 1)) == (pass == (int)views_last))
 				visit(p, p->ops[op].in[i], seen, order, n);
 	order[(*n)++] = op;
 }
@@ -266,8 +275,10 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 	return s;
 }
 
-/* The pieces chosen by the dynamic program, composed in order. */
-static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
+/* The pieces cut[c]..cut[c+1] composed in order, returning `out`'s outputs
+ * (the region's, or a run's program). */
+static struct mo_mugraph *compose_for(struct kg *k, const int *cut, int n_cut,
+				      const struct mo_tp *out)
 {
 	struct mo_mugraph *mg = mo_mg_new();
 	if (!mg)
@@ -278,13 +289,24 @@ static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
 		struct piece *pc = piece_at(k, cut[c], cut[c + 1]);
 		int outs[MO_MG_MAX];
 		int n = mo_mg_append(mg, pc->mg, nm, names, made, outs);
-		for (int q = 0; q < n && q < pc->n_out && nm < MO_MG_MAX; q++) {
-			names[nm] = pc->outs[q];
+		/* by the names the piece's μGraph gives its outputs (a rewrite
+		 * may order them otherwise than its program) */
+		for (int q = 0; q < n && nm < MO_MG_MAX; q++) {
+			names[nm] = pc->mg->kg.tensors[pc->mg->kg.outputs[q]].name;
 			made[nm++] = outs[q];
 		}
 	}
-	for (int j = 0; j < k->prog->n_outputs && !mg->error[0]; j++) {
-		const char *name = k->prog->tensors[k->prog->outputs[j]].name;
+	/* every input one the program reads, not one it computes (a piece
+	 * reading a tensor a later piece makes: never in a topological order) */
+	for (int i = 0; i < mg->kg.n_inputs && !mg->error[0]; i++) {
+		const char *name = mg->kg.tensors[mg->kg.inputs[i]].name;
+		for (int t = 0; t < out->n_tensors; t++)
+			if (out->tensors[t].producer >= 0 && strcmp(out->tensors[t].name, name) == 0)
+				snprintf(mg->error, sizeof mg->error, "a kernel reads '%.60s' before "
+					 "the kernel that makes it", name);
+	}
+	for (int j = 0; j < out->n_outputs && !mg->error[0]; j++) {
+		const char *name = out->tensors[out->outputs[j]].name;
 		int t = -1;
 		for (int q = 0; q < nm && t < 0; q++)
 			if (strcmp(names[q], name) == 0)
@@ -299,6 +321,81 @@ static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
 		return NULL;
 	}
 	return mg;
+}
+
+/* The pieces chosen by the dynamic program, composed in order. */
+static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
+{
+	return compose_for(k, cut, n_cut, k->prog);
+}
+
+/* Runs (i, j) no one kernel was found for (more block ops than a kernel's
+ * search holds, or its share of the budget spent) whose two halves (i, m)
+ * and (m, j) each fused into one graph-defined kernel: the two composed and
+ * merged (mo_mg_merge_kernels, a grid dim the second reads whole dropped or
+ * not) become the run's kernel when that is one valid kernel estimated
+ * cheaper than the two; the cheapest such split wins. Like every piece it
+ * is proven with the cover that uses it (and, when the cover fails, on its
+ * own: prove_piece); the merge only rebuilds what the halves compute. */
+static enum mo_status merge_pieces(struct kg *k, struct mo_diag *d)
+{
+	const struct mo_search_options *o = k->o;
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	int merged = 0;
+	for (int len = 3; len <= k->n; len++)
+		for (int i = 0; i + len <= k->n; i++) {
+			int j = i + len;
+			struct piece *pc = piece_at(k, i, j);
+			if (pc->mg)
+				continue;
+			struct mo_tp *sub = NULL;
+			struct mo_mugraph *best = NULL;
+			struct mo_cost best_c;
+			for (int m = i + 2; m + 2 <= j; m++) {
+				struct piece *a = piece_at(k, i, m), *b = piece_at(k, m, j);
+				if (!a->mg || !b->mg || a->mg->n_ops != 1 || b->mg->n_ops != 1 ||
+				    !a->mg->ops[0].bg || !b->mg->ops[0].bg)
+					continue;
+				if (!sub) {
+					enum mo_status s = piece_prog(k, i, j, &sub, d);
+					if (s)
+						return s;
+				}
+				struct mo_mugraph *two = compose_for(k, (int[]){ i, m, j }, 2, sub);
+				for (int regrid = 0; regrid < 2 && two; regrid++) {
+					struct mo_mugraph *one = mo_mg_merge_kernels(two, regrid);
+					struct mo_cost c;
+					char why[200];
+					if (one && one->n_ops == 1 &&
+					    mo_search_mg_valid(one, o, why, sizeof why)) {
+						mo_cost_mugraph(one, g, &c);
+						if (c.us < a->cost.us + b->cost.us &&
+						    (!best || c.us < best_c.us)) {
+							mo_mg_free(best);
+							best = one;
+							best_c = c;
+							pc->unfused_us = a->unfused_us + b->unfused_us;
+							one = NULL;
+						}
+					}
+					mo_mg_free(one);
+				}
+				mo_mg_free(two);
+			}
+			if (best) {
+				pc->mg = best;
+				pc->cost = best_c;
+				pc->n_out = 0;
+				for (int q = 0; q < sub->n_outputs; q++)
+					pc->outs[pc->n_out++] = k->prog->tensors[sub->outputs[q]].name;
+				merged++;
+			}
+			mo_tp_free(sub);
+		}
+	if (merged)
+		mo_progressf(o->progress, o->progress_ctx, "  %d runs of ops one kernel as two "
+			     "kernels merged", merged);
+	return MO_OK;
 }
 
 /* Cheapest cover of order[0..n) by at most K pieces; the cut points in cut
@@ -442,59 +539,110 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 	return s;
 }
 
-/* m (a rewrite of the cover mg, owned here) as r->best when it is valid,
- * estimated cheaper than r's best and proven; else freed. */
-static enum mo_status try_rebuilt(struct kg *k, const struct mo_mugraph *mg, struct mo_mugraph *m,
-				  const char *how, const struct mo_gpu *g,
-				  struct mo_search_result *r, struct mo_diag *d)
+/* The rewrites of a μGraph of several kernels the search tries
+ * (superopt/mugraph/merge.c): its consecutive kernels merged, dropping a
+ * grid dim of a kernel whose reader reads that axis whole (the norm's rows
+ * computed again by every block of the projections) or not; and each of
+ * those and the μGraph itself with the Slices of what a kernel saved made
+ * by that kernel. `with` (when not NULL) is one more candidate, taken as
+ * it is. */
+enum { N_FORMS = 6 };
+struct forms {
+	struct mo_mugraph *mg[N_FORMS];   /* NULL where a rewrite does not apply */
+	const char *how[N_FORMS];
+	struct mo_cost cost[N_FORMS];
+};
+
+static void forms_of(const struct mo_mugraph *mg, struct mo_mugraph *with, const char *with_how,
+		     struct forms *f)
 {
-	const struct mo_search_options *o = k->o;
-	struct mo_cost c;
-	char why[200];
-	if (m)
-		mo_cost_mugraph(m, g, &c);
-	if (!m || c.us >= r->cost_best.us || !mo_search_mg_valid(m, o, why, sizeof why)) {
-		mo_mg_free(m);
-		return MO_OK;
-	}
-	struct mo_equiv_report rep;
-	double t0 = mo_seconds();
-	enum mo_status s = mo_search_prove(m, k->prog, o, &rep, &r->stats, d);
-	mo_progressf(o->progress, o->progress_ctx, "  %d kernels %s %d (%.1f µs, "
-		     "%.1f before): full verification in %.1f s, %s", mg->n_ops, how, m->n_ops, c.us,
-		     r->cost_best.us, mo_seconds() - t0,
-		     !s && rep.verdict == MO_EQUIVALENT ? "equivalent" : "not proven, kept apart");
-	if (s || rep.verdict != MO_EQUIVALENT) {
-		mo_mg_free(m);
-		return s;
-	}
-	mo_mg_free(r->best);
-	r->best = m;
-	r->cost_best = c;
-	r->verification = rep;
-	r->why[0] = 0;
-	return MO_OK;
+	memset(f, 0, sizeof *f);
+	struct mo_mugraph *regrid = mo_mg_merge_kernels(mg, true);
+	struct mo_mugraph *merged = mo_mg_merge_kernels(mg, false);
+	f->mg[0] = regrid ? mo_mg_absorb_slices(regrid) : NULL;
+	f->how[0] = "merged (a grid dim read whole dropped), slices absorbed, into";
+	f->mg[1] = regrid;
+	f->how[1] = "merged (a grid dim read whole dropped) into";
+	f->mg[2] = mo_mg_absorb_slices(merged ? merged : mg);
+	f->how[2] = merged ? "merged, slices absorbed, into" : "with slices absorbed into";
+	f->mg[3] = merged;
+	f->how[3] = "merged into";
+	f->mg[4] = with;
+	f->how[4] = with_how;
 }
 
-/* The cover mg with the kernels that hand each other tiles merged
- * (mo_mg_merge_kernels) and then the slices of what a kernel saved made by
- * that kernel (mo_mg_absorb_slices): r->best when one of them is valid,
- * estimated cheaper and proven (both rewrites first, then the merge alone);
- * otherwise r is as it was and the caller goes on with mg. */
-static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
-				 const struct mo_gpu *g, struct mo_search_result *r,
-				 struct mo_diag *d)
+static void forms_free(struct forms *f)
 {
-	struct mo_mugraph *merged = mo_mg_merge_kernels(mg);
-	struct mo_mugraph *sliced = mo_mg_absorb_slices(merged ? merged : mg);
-	enum mo_status s = try_rebuilt(k, mg, sliced, merged ? "merged, slices absorbed, into"
-							      : "with slices absorbed into",
-				       g, r, d);
-	if (s || r->best) {
-		mo_mg_free(merged);
-		return s;
+	for (int i = 0; i < N_FORMS; i++)
+		mo_mg_free(f->mg[i]);
+}
+
+/* Proves f's valid forms estimated faster than bar_us against prog,
+ * cheapest first, until one is equivalent: *pick its index (taken out of
+ * f), with its cost and report; -1 when none is. `from` (kernels before)
+ * is for the progress lines. */
+static enum mo_status prove_cheapest(struct forms *f, int from, double bar_us,
+				     const struct mo_tp *prog, const struct mo_search_options *o,
+				     int *pick, struct mo_equiv_report *rep,
+				     struct mo_search_stats *st, struct mo_diag *d)
+{
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	bool tried[N_FORMS] = { false };
+	char why[200];
+	*pick = -1;
+	for (int i = 0; i < N_FORMS; i++) {
+		if (!f->mg[i] || !mo_search_mg_valid(f->mg[i], o, why, sizeof why))
+			tried[i] = true;
+		else
+			mo_cost_mugraph(f->mg[i], g, &f->cost[i]);
 	}
-	return try_rebuilt(k, mg, merged, "merged into", g, r, d);
+	for (;;) {
+		int c = -1;
+		for (int i = 0; i < N_FORMS; i++)
+			if (!tried[i] && f->cost[i].us < bar_us &&
+			    (c < 0 || f->cost[i].us < f->cost[c].us))
+				c = i;
+		if (c < 0)
+			return MO_OK;
+		tried[c] = true;
+		double t0 = mo_seconds();
+		enum mo_status s = mo_search_prove(f->mg[c], prog, o, rep, st, d);
+		bool ok = !s && rep->verdict == MO_EQUIVALENT;
+		mo_progressf(o->progress, o->progress_ctx, "  %d kernel%s %s %d (%.1f µs): full "
+			     "verification in %.1f s, %s", from, from > 1 ? "s" : "", f->how[c],
+			     f->mg[c]->n_ops, f->cost[c].us, mo_seconds() - t0,
+			     ok ? "equivalent" : "not proven, kept apart");
+		if (s)
+			return s;
+		if (ok) {
+			*pick = c;
+			return MO_OK;
+		}
+	}
+}
+
+/* The cover mg rewritten (forms_of): r->best when a rewrite is valid,
+ * estimated cheaper and proven (the cheapest such); otherwise r is as it
+ * was and the caller goes on with mg. */
+static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
+				 struct mo_search_result *r, struct mo_diag *d)
+{
+	struct forms f;
+	struct mo_equiv_report rep;
+	int pick;
+	forms_of(mg, NULL, NULL, &f);
+	enum mo_status s = prove_cheapest(&f, mg->n_ops, r->cost_best.us, k->prog, k->o, &pick,
+					  &rep, &r->stats, d);
+	if (!s && pick >= 0) {
+		mo_mg_free(r->best);
+		r->best = f.mg[pick];
+		r->cost_best = f.cost[pick];
+		r->verification = rep;
+		r->why[0] = 0;
+		f.mg[pick] = NULL;
+	}
+	forms_free(&f);
+	return s;
 }
 
 /* Composes the cheapest cover and proves it. r->best when it is valid,
@@ -533,7 +681,7 @@ static enum mo_status try_cover(struct kg *k, struct mo_search_result *r, int fu
 		mo_mg_free(mg);
 		return MO_OK;
 	}
-	enum mo_status s = try_merged(k, mg, g, r, d);
+	enum mo_status s = try_merged(k, mg, r, d);
 	if (s || r->best) {
 		mo_mg_free(mg);
 		return s;
@@ -641,6 +789,9 @@ static enum mo_status search_kernels(const struct mo_tp *prog, const struct mo_s
 	mo_progressf(o->progress, o->progress_ctx, "  %d runs of ops searched as kernels: %.1f s "
 		     "of work (estimated; %.1f s by the clock)", r->stats.kernel_pieces, k.used,
 		     mo_seconds() - t0);
+	s = merge_pieces(&k, d);
+	if (s)
+		goto done;
 	/* the cheapest cover, composed and proven; a piece at fault when it is
 	 * not is dropped and the cover chosen again */
 	for (int round = 0; round <= k.n && !s; round++) {
@@ -1048,40 +1199,22 @@ static enum mo_status search_unsplit(const struct mo_tp *prog, const struct mo_s
 	mo_search_result_free(&got);
 	if (!copies)
 		return MO_OK;
-	struct mo_mugraph *merged = mo_mg_merge_kernels(copies);
-	struct mo_mugraph *forms[3] = { mo_mg_absorb_slices(merged ? merged : copies), merged,
-					copies };
-	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
-	int pick = -1;
-	struct mo_cost c[3];
-	char why[200];
-	for (int i = 0; i < 3; i++) {
-		if (!forms[i] || !mo_search_mg_valid(forms[i], o, why, sizeof why))
-			continue;
-		mo_cost_mugraph(forms[i], g, &c[i]);
-		if (pick < 0 || c[i].us < c[pick].us)
-			pick = i;
+	struct forms f;
+	int pick;
+	/* the copies themselves last: a candidate like the rewrites */
+	forms_of(copies, copies, "kept as", &f);
+	s = prove_cheapest(&f, copies->n_ops, INFINITY, prog, o, &pick, &r->verification,
+			   &r->stats, d);
+	if (!s && pick >= 0) {
+		r->best = f.mg[pick];
+		r->cost_best = f.cost[pick];
+		snprintf(r->rewrite, sizeof r->rewrite, "searched without its Split, %s",
+			 pick == 4 ? "the parts copied out by kernels of their own"
+			 : pick == 1 || pick == 3 ? "the parts copied out, kernels merged"
+						  : "the parts saved by the kernel that computes them");
+		f.mg[pick] = NULL;
 	}
-	double t0 = mo_seconds();
-	if (pick >= 0)
-		s = mo_search_prove(forms[pick], prog, o, &r->verification, &r->stats, d);
-	if (pick >= 0 && !s) {
-		bool ok = r->verification.verdict == MO_EQUIVALENT;
-		mo_progressf(o->progress, o->progress_ctx, "  with its parts back: %d kernel%s, "
-			     "%.1f µs; full verification in %.1f s, %s", forms[pick]->n_ops,
-			     forms[pick]->n_ops > 1 ? "s" : "", c[pick].us, mo_seconds() - t0,
-			     ok ? "equivalent" : "not proven");
-		if (ok) {
-			r->best = forms[pick];
-			r->cost_best = c[pick];
-			snprintf(r->rewrite, sizeof r->rewrite, "searched without its Split, %s",
-				 pick == 0 ? "the parts saved by the kernel that computes them"
-					   : "the parts copied out by kernels of their own");
-			forms[pick] = NULL;
-		}
-	}
-	for (int i = 0; i < 3; i++)
-		mo_mg_free(forms[i]);
+	forms_free(&f);
 	return s;
 }
 

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""A gated MLP searched as several kernels composes and merges them.
+
+Two small models, each searched with a block-op limit below its op count,
+so that no single kernel is searched for the whole and the kernel-graph
+level must cut it and put it back together:
+- a GLU over one MatMul whose Split gives gate and up (the form the
+  MatMul merging writes, and Phi-3's own): the Sigmoid·gate reads one part,
+  the Mul the other. The kernels' order must place both parts before their
+  readers (it once put up's Slice last, a cover read it before any kernel
+  made it, and the search failed: "input 'up': a weight's values cannot be
+  read"). It must fuse, and match ONNX Runtime (the plugin's CPU kernels);
+- RMSNorm + gate and up projections + SiLU(gate)·up: the norm and the
+  projections fuse as kernels apart (the whole is more block ops than the
+  limit); the norm's kernel, one row a block, is merged into the
+  projections' kernel, whose blocks read every row, by dropping its grid
+  over rows (each block normalizes the rows it reads): one kernel, which
+  the limit's search alone cannot find.
+The budget is counted in work, not time: the outcome does not depend on
+the machine's load.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROWS, HIDDEN, INTER = 16, 64, 128
+
+
+def save(path, nodes, inits, cols):
+    g = helper.make_graph(nodes, "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, HIDDEN])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, cols])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def weight(rng, name, rows, cols):
+    return numpy_helper.from_array(
+        (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), name)
+
+
+def build_glu(path):
+    rng = np.random.default_rng(11)
+    node = helper.make_node
+    save(path, [node("MatMul", ["x", "w"], ["gu"]),
+                node("Split", ["gu", "sizes"], ["gate", "up"], axis=-1),
+                node("Sigmoid", ["gate"], ["sg"]),
+                node("Mul", ["gate", "sg"], ["si"]),
+                node("Mul", ["si", "up"], ["h"]),
+                node("MatMul", ["h", "wd"], ["d"]),
+                node("Add", ["d", "x"], ["y"])],
+         [weight(rng, "w", HIDDEN, 2 * INTER), weight(rng, "wd", INTER, HIDDEN),
+          numpy_helper.from_array(np.array([INTER, INTER], np.int64), "sizes")], HIDDEN)
+
+
+def build_norm_gate_up(path):
+    rng = np.random.default_rng(12)
+    node = helper.make_node
+    save(path, [node("Pow", ["x", "two"], ["p"]),
+                node("ReduceMean", ["p", "axis"], ["m"], keepdims=1),
+                node("Add", ["m", "eps"], ["a"]),
+                node("Sqrt", ["a"], ["r"]),
+                node("Div", ["x", "r"], ["n"]),
+                node("Mul", ["n", "g"], ["s"]),
+                node("MatMul", ["s", "wg"], ["gate"]),
+                node("MatMul", ["s", "wu"], ["up"]),
+                node("Sigmoid", ["gate"], ["sg"]),
+                node("Mul", ["gate", "sg"], ["si"]),
+                node("Mul", ["si", "up"], ["y"])],
+         [numpy_helper.from_array(rng.standard_normal(HIDDEN).astype(np.float32), "g"),
+          numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+          numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+          numpy_helper.from_array(np.array([-1], np.int64), "axis"),
+          weight(rng, "wg", HIDDEN, INTER), weight(rng, "wu", HIDDEN, INTER)], INTER)
+
+
+def search(cli, src, env, block_ops):
+    p = subprocess.run([cli, src, "--search-only", "--json", "--no-cache",
+                        "--max-block-ops", str(block_ops)],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    if p.returncode != 0 or "search failed" in p.stderr:
+        raise AssertionError(f"{src}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    (region,) = json.loads(p.stdout)["regions"]
+    return region
+
+
+def fuse_matches(cli, src, out, env, block_ops):
+    p = subprocess.run([cli, src, "-o", out, "--no-cache", "--no-cuda",
+                        "--max-block-ops", str(block_ops)],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    if p.returncode != 0 or "search failed" in p.stderr + p.stdout:
+        raise AssertionError(f"{src}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    fused = onnx.load(out)
+    ops = [n.op_type for n in fused.graph.node]
+    if not any(n.domain.startswith("mirage_onnx") for n in fused.graph.node):
+        raise AssertionError(f"{src}: nothing fused: {ops}")
+    plugin = next(m.value for m in fused.metadata_props if m.key == "mirage.plugin")
+    x = np.random.default_rng(3).standard_normal((ROWS, HIDDEN)).astype(np.float32)
+    want = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(os.path.join(os.path.dirname(out), plugin))
+    got = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    err = float(np.max(np.abs(got - want)) / max(1e-30, float(np.max(np.abs(want)))))
+    if not err < 1e-5:
+        raise AssertionError(f"{src}: fused differs from ONNX Runtime by {err:.3g} of the largest")
+    return err
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mo_glu_") as tmp:
+        env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"),
+                   MIRAGE_ONNX_CPU_KERNELS="1")
+        glu = os.path.join(tmp, "glu.onnx")
+        build_glu(glu)
+        r = search(a.cli, glu, env, 3)
+        if not r["fused"]:
+            raise AssertionError(f"the GLU over a Split did not fuse: {r}")
+        err = fuse_matches(a.cli, glu, os.path.join(tmp, "glu_fused.onnx"), env, 3)
+        print(f"GLU over one MatMul's Split, at most 3 block ops a kernel: {r['kernels']} "
+              f"kernel(s), matches ONNX Runtime ({err:.2g})")
+
+        ngu = os.path.join(tmp, "norm_gate_up.onnx")
+        build_norm_gate_up(ngu)
+        r = search(a.cli, ngu, env, 8)
+        if not r["fused"] or r["kernels"] != 1:
+            raise AssertionError(f"norm + gate/up + SiLU·up at 8 block ops: {r.get('kernels')} "
+                                 f"kernels, want 1 (the norm merged into the projections)")
+        err = fuse_matches(a.cli, ngu, os.path.join(tmp, "ngu_fused.onnx"), env, 8)
+        print(f"RMSNorm + gate/up + SiLU·up, at most 8 block ops a kernel: 1 kernel, "
+              f"matches ONNX Runtime ({err:.2g})")
+
+
+if __name__ == "__main__":
+    main()
