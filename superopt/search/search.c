@@ -289,11 +289,15 @@ static struct mo_mugraph *compose_for(struct kg *k, const int *cut, int n_cut,
 		struct piece *pc = piece_at(k, cut[c], cut[c + 1]);
 		int outs[MO_MG_MAX];
 		int n = mo_mg_append(mg, pc->mg, nm, names, made, outs);
-		/* by the names the piece's μGraph gives its outputs (a rewrite
-		 * may order them otherwise than its program) */
-		for (int q = 0; q < n && nm < MO_MG_MAX; q++) {
-			names[nm] = pc->mg->kg.tensors[pc->mg->kg.outputs[q]].name;
-			made[nm++] = outs[q];
+		/* by the names the piece's μGraph gives its outputs, in the order
+		 * of its OUTPUT steps, as mo_mg_append returns them (a rewrite may
+		 * order them otherwise than its program; a tensor returned under
+		 * two names has a step for each) */
+		for (int st = 0, q = 0; st < pc->mg->n_steps && q < n && nm < MO_MG_MAX; st++) {
+			if (pc->mg->steps[st].kind != MO_STEP_OUTPUT)
+				continue;
+			names[nm] = pc->mg->steps[st].name;
+			made[nm++] = outs[q++];
 		}
 	}
 	/* every input one the program reads, not one it computes (a piece
