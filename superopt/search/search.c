@@ -46,8 +46,6 @@ struct piece {
 	bool searched;            /* search_piece ran on it */
 	struct mo_cost cost;
 	double unfused_us;        /* its ops one by one, under the cost model */
-	int n_out;
-	const char *outs[MO_MG_MAX]; /* names of the tensors it makes for later pieces */
 };
 
 struct kg {
@@ -249,9 +247,6 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 	enum mo_status s = piece_prog(k, i, j, &sub, d);
 	if (s)
 		return s;
-	pc->n_out = 0;
-	for (int q = 0; q < sub->n_outputs; q++)
-		pc->outs[pc->n_out++] = k->prog->tensors[sub->outputs[q]].name;
 	const struct mo_gpu *g = k->o->gpu ? k->o->gpu : mo_gpu_of_target(k->o->target);
 	if (j - i == 1) {
 		pc->mg = predefined(sub);
@@ -389,9 +384,6 @@ static enum mo_status merge_pieces(struct kg *k, struct mo_diag *d)
 			if (best) {
 				pc->mg = best;
 				pc->cost = best_c;
-				pc->n_out = 0;
-				for (int q = 0; q < sub->n_outputs; q++)
-					pc->outs[pc->n_out++] = k->prog->tensors[sub->outputs[q]].name;
 				merged++;
 			}
 			mo_tp_free(sub);
