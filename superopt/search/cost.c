@@ -93,11 +93,22 @@ static void op_cost(const struct mo_tp *tp, const struct mo_tp_op *op, const str
 	c->kernels++;
 }
 
-void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c)
+static void program_cost(const struct mo_tp *tp, const struct mo_gpu *g, bool generated,
+			 struct mo_cost *c)
 {
 	memset(c, 0, sizeof *c);
 	for (int k = 0; k < tp->n_ops; k++)
-		op_cost(tp, &tp->ops[k], g, false, c);
+		op_cost(tp, &tp->ops[k], g, generated, c);
+}
+
+void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c)
+{
+	program_cost(tp, g, false, c);
+}
+
+void mo_cost_predefined(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c)
+{
+	program_cost(tp, g, true, c);
 }
 
 void mo_cost_mugraph(const struct mo_mugraph *mg, const struct mo_gpu *g, struct mo_cost *c)

@@ -34,6 +34,10 @@ struct mo_cost {
 
 /* The region run op by op, each op a kernel reading and writing device memory. */
 void mo_cost_program(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c);
+/* The same with each op the pre-defined kernel the code generator writes (a
+ * thread per element on CUDA cores, no library): what a μGraph runs for an
+ * op no graph-defined kernel of it covers. */
+void mo_cost_predefined(const struct mo_tp *tp, const struct mo_gpu *g, struct mo_cost *c);
 /* A μGraph: per kernel, the tiles its blocks load and save, block matmuls on
  * tensor cores, element-wise work on CUDA cores, bandwidth scaled by the
  * fraction of SMs the grid keeps busy, waves rounded up, plus a launch. */

@@ -255,7 +255,17 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 		o.budget_s = budget;
 		o.progress = NULL;
 		o.truth = NULL; /* a piece is its own program */
-		o.beat_us = 0;
+		/* Inside a μGraph the run's ops that no graph-defined kernel
+		 * covers are pre-defined kernels (ours, on CUDA cores), not the
+		 * library calls the unfused region makes: a kernel slower than
+		 * those calls (a MatMul and its residual Add, against cuBLAS)
+		 * may still make the cheapest cover. The cover is held to the
+		 * region's bar (try_cover); parts standing alone to their
+		 * unfused time (best_parts). */
+		struct mo_cost ours;
+		mo_cost_predefined(sub, g, &ours);
+		o.any_speed = true;
+		o.beat_us = ours.us;
 		struct mo_search_result r;
 		s = mo_search_one_kernel(sub, &o, false, &r, d); /* proven as a whole */
 		mo_search_stats_add(st, &r.stats);
