@@ -147,24 +147,29 @@ static int identical_before(const struct mo_fuse_state *f, int ri)
 	return -1;
 }
 
-/* Unit j of the prior search, as its progress lines say it. */
-static const char *prior_label(const struct mo_fuse_report *p, int j, char *buf, size_t len)
+/* Unit j of prior search w, as its progress lines say it. */
+static const char *prior_label(const struct mo_fuse_report *p, int w, int j, char *buf,
+			       size_t len)
 {
 	char lb[32];
-	snprintf(buf, len, "%s of the first search", fuse_label(p->regions, j, lb, sizeof lb));
+	snprintf(buf, len, "%s of the %s search", fuse_label(p->regions, j, lb, sizeof lb),
+		 w ? "second" : "first");
 	return buf;
 }
 
-/* A unit of the prior search (mo_fuse_options.prior) that settled with
- * unit ri's key; -1 when none. */
-static int identical_prior(const struct mo_fuse_state *f, int ri)
+/* A unit of a prior search (mo_fuse_options.prior; *w which) that settled
+ * with unit ri's key; -1 when none. */
+static int identical_prior(const struct mo_fuse_state *f, int ri, int *w)
 {
-	const struct mo_fuse_report *p = f->a->prior;
 	const struct mo_fuse_region *s = &f->rs[ri];
-	for (int j = 0; p && j < p->n_regions; j++) {
-		const struct mo_fuse_region *e = &p->regions[j];
-		if (e->settled && e->prog && e->key == s->key && e->prog->n_ops == s->prog->n_ops)
-			return j;
+	for (*w = 0; *w < 2; ++*w) {
+		const struct mo_fuse_report *p = f->a->prior[*w];
+		for (int j = 0; p && j < p->n_regions; j++) {
+			const struct mo_fuse_region *e = &p->regions[j];
+			if (e->settled && e->prog && e->key == s->key &&
+			    e->prog->n_ops == s->prog->n_ops)
+				return j;
+		}
 	}
 	return -1;
 }
@@ -266,7 +271,7 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	const char *cache = f->use_cache ? f->cache : NULL;
 	struct mo_diag sd;
 	mo_diag_init(&sd);
-	int j = -1;
+	int j = -1, w = 0;
 	if (fuse_injected_failure(f->rs, ri, "search")) {
 		snprintf(s->why, sizeof s->why, "search failed: injected failure (test)");
 		return MO_OK;
@@ -282,9 +287,9 @@ static enum mo_status search_region(struct mo_fuse_state *f, int ri, bool *nomem
 	if ((j = identical_before(f, ri)) >= 0 &&
 	    reuse_identical(f, ri, &f->rs[j], j + 1, fuse_label(f->rs, j, elb, sizeof elb), &o)) {
 		s->settled = true;
-	} else if ((j = identical_prior(f, ri)) >= 0 &&
-		   reuse_identical(f, ri, &a->prior->regions[j], 0,
-				   prior_label(a->prior, j, elb, sizeof elb), &o)) {
+	} else if ((j = identical_prior(f, ri, &w)) >= 0 &&
+		   reuse_identical(f, ri, &a->prior[w]->regions[j], 0,
+				   prior_label(a->prior[w], w, j, elb, sizeof elb), &o)) {
 		s->settled = true;
 	} else if (mo_search_cached(s->prog, &o, cache, &s->r, &s->cached, &sd)) {
 		*nomem = sd.status == MO_ERR_NOMEM;

@@ -34,10 +34,10 @@ struct mo_fuse_options {
 	/* --profile: time each region's best μGraph and its runners-up (the
 	 * search's options.alternatives) on the GPU and keep the fastest */
 	bool profile;
-	/* a search of another form of the model (mo_fuse_search; NULL: none):
-	 * a region identical to one it settled takes that one's outcome,
+	/* searches of other forms of the model (mo_fuse_search; NULL: none):
+	 * a region identical to one they settled takes that one's outcome,
 	 * verified again, as identical layers of one model do */
-	const struct mo_fuse_report *prior;
+	const struct mo_fuse_report *prior[2];
 	/* progress lines (NULL: none, --quiet) and warning lines (NULL: none;
 	 * the model's import warnings only with progress) */
 	void (*progress)(void *ctx, const char *line);
@@ -217,18 +217,21 @@ enum mo_status mo_fuse_finish(struct mo_fuse_report *rep);
 /* What merging MatMuls that read one tensor did (mo_fuse_search_merging). */
 struct mo_fuse_merge {
 	int merged, ops;        /* groups merged, their MatMuls (0: none merged) */
-	double before, after;   /* the shares of MatMul FLOPs fused unmerged, merged */
+	double before, after;   /* the shares of MatMul FLOPs fused unmerged, as kept */
 	struct mo_model *model; /* the merged model when its form is kept, else
 				 * NULL: free it (mo_onnx_free) after the report */
 };
 /* mo_fuse_search, then, where any MatMul of a group that
- * mo_onnx_merge_matmuls would merge lies outside every region fused whole,
- * the model read again from o->in_path with those groups merged and
- * searched with the first report as o->prior (regions the merge left as
- * they were take its μGraphs, verified again); the form whose fused
- * regions hold more MatMul FLOPs is kept (*rep its report; ties keep the
- * model as it is). A merged form that cannot be made or searched is a
- * warning, and the model as it is is kept: not a failure. */
+ * mo_onnx_merge_matmuls would merge lies outside every region fused whole
+ * in one kernel, the model read again from o->in_path with those groups
+ * merged and searched with the first report as o->prior[0] (regions the
+ * merge left as they were take its μGraphs, verified again). Each group
+ * stays merged where the regions holding it are estimated faster merged;
+ * when some do and some do not, the model with only those merged is
+ * searched a third time, both reports its priors. *rep is the kept form's
+ * report (ties keep the model as it is). A merged form that cannot be made
+ * or searched is a warning, and the model as it is is kept: not a
+ * failure. */
 enum mo_status mo_fuse_search_merging(struct mo_model *m, struct mo_fuse_options *o,
 				      struct mo_fuse_report *rep, struct mo_fuse_merge *mg,
 				      struct mo_diag *d);

@@ -5,11 +5,12 @@ projections it feeds fuse at a real hidden size.
 A Llama layer's input RMSNorm and its Q, K and V projections (hidden 512,
 grouped-query: 512, 128 and 128 columns), built here:
 - fused as exported (`--no-merge-matmuls`), the search finds no kernel
-  that reaches the three projections within its budget, and fuses the norm
-  alone: the projections' MatMuls stay out;
-- fused by default, the tool sees them stay out, merges the three into one
+  that reaches the three projections within its budget: the norm and the
+  projections fuse as kernels apart (or the projections stay out);
+- fused by default, the tool sees them not in one kernel, merges the three into one
   MatMul over their weights side by side and a Split, searches again and
-  keeps that form ("merged" on stdout, with both shares of MatMul FLOPs);
+  keeps that form, estimated faster ("merged" on stdout, with both shares
+  of MatMul FLOPs);
   the model's other region (a norm of another input, which merging leaves
   as it is) is taken from the first search, verified again, not searched
   twice, even with --no-cache;
@@ -149,18 +150,23 @@ def main():
                                  "--no-merge-matmuls")
         if "merged" in stdout.split():
             raise AssertionError("merged with --no-merge-matmuls")
-        if matmul_share(man) != 0:
-            raise AssertionError(f"apart, {matmul_share(man):.0%} of the MatMul FLOPs fused: "
-                                 "the test no longer shows what merging gives")
+        # apart, the norm and the three projections are never one kernel:
+        # the projections stay out, or fuse as kernels of their own
+        norm = [g for g in man["regions"] if g["fused"] and "norm/Pow" in g["nodes"]]
+        if matmul_share(man) == 1 and len(norm) == 1 and norm[0]["kernels"] == 1:
+            raise AssertionError("apart, the norm and Q, K and V fused as one kernel: the test "
+                                 "no longer shows what merging gives")
+        apart = (f"{matmul_share(man):.0%} of the MatMul FLOPs fused, the norm's region in "
+                 f"{norm[0]['kernels'] if norm else 0} kernels")
         # no cache: the other norm is taken from the first search all the same
         check_merged(a.cli, src, os.path.join(tmp, "auto.onnx"), env, ("--no-cache",),
                      "merged     3 MatMuls reading one tensor each into 1 MatMul and Split "
-                     "over their weights side by side: 100% of MatMul FLOPs fused, 0% unmerged",
+                     "over their weights side by side: 100% of MatMul FLOPs fused,",
                      "of the first search: its μGraph, verified again")
         check_merged(a.cli, src, os.path.join(tmp, "merged.onnx"), env, ("--merge-matmuls",),
                      "merged     3 MatMuls reading one tensor each into 1 MatMul and Split")
-    print("merged (by default, where the projections stayed out, and with --merge-matmuls): "
-          "the norm and Q, K and V fused as one region, matching ONNX Runtime")
+    print(f"apart: {apart}; merged (by default, and with --merge-matmuls): the norm and "
+          "Q, K and V fused as one kernel, matching ONNX Runtime")
 
 
 if __name__ == "__main__":
