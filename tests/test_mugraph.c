@@ -856,6 +856,64 @@ static void merge_kernels(void **state)
 	test_program_free(&p);
 }
 
+/* rmsnorm_tiny as three kernels: the norm (a row a block), the projection
+ * (3 blocks over W's columns, each reading all 4 rows), and a copy of the
+ * projection's result (the same grid and maps), which is the output. */
+static struct mo_mugraph *norm_proj_copy(const struct test_program *p)
+{
+	struct mo_mugraph *mg = mo_mg_new();
+	int n, w;
+	struct mo_block_graph *a = rms_rows(mg, p, 1, &n, &w);
+	int t = mo_bg_save(mg, a, n, 0, MO_PHI, MO_PHI);
+	struct mo_block_graph *b = mo_mg_block(mg, 1, 3, 1, 1);
+	int nt = mo_bg_iter(mg, b, t, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int wt = mo_bg_iter(mg, b, w, MO_PHI, 1, MO_PHI, MO_PHI);
+	int yt = mo_bg_save(mg, b, OP(b, MO_OP_MATMUL, nt, wt), MO_PHI, 1, MO_PHI);
+	struct mo_block_graph *c = mo_mg_block(mg, 1, 3, 1, 1);
+	int ct = mo_bg_iter(mg, c, yt, MO_PHI, 1, MO_PHI, MO_PHI);
+	mo_mg_output(mg, mo_bg_save(mg, c, ct, MO_PHI, 1, MO_PHI), "/proj/MatMul_output_0");
+	assert_string_equal(mg->error, "");
+	return mg;
+}
+
+/* One pair merges alone (mo_mg_merge_pair); and a kernel's merge into the
+ * first one is not refused for what a later kernel saves (the merge once
+ * took every block not yet grouped for the first one's: the norm never
+ * merged into the projections of a gated MLP whose down projection's
+ * result is the output). */
+static void merge_pairs(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *three = norm_proj_copy(&p);
+	assert_int_equal(three->n_ops, 3);
+	assert_int_equal(verdict(three, &p, NULL), MO_EQUIVALENT);
+	struct mo_mugraph *two = mo_mg_merge_pair(three, 1, true);
+	assert_non_null(two);
+	assert_string_equal(two->error, "");
+	assert_int_equal(two->n_ops, 2);
+	const struct mo_block_graph *bg = two->ops[0].bg;
+	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 3);
+	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(two);
+	assert_null(mo_mg_merge_pair(three, 1, false)); /* only by dropping the rows' grid */
+	assert_null(mo_mg_merge_pair(three, 0, true));
+	two = mo_mg_merge_pair(three, 2, false); /* the copy into the projection */
+	assert_non_null(two);
+	assert_int_equal(two->n_ops, 2);
+	assert_int_equal(two->ops[0].bg->grid[0], 4);
+	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(two);
+	struct mo_mugraph *one = mo_mg_merge_kernels(three, true);
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
+	mo_mg_free(three);
+	test_program_free(&p);
+}
+
 /* rmsnorm_tiny's norm and projection as one kernel of grid (4, 3, 1) (rows,
  * three parts of W's 96 columns), its result Y [4, 96] then sliced by
  * pre-defined Slice kernels into "q" (columns 0..cut-1) and "k" (cut..95,
@@ -1097,6 +1155,7 @@ int main(void)
 		cmocka_unit_test(memory_plan),
 		cmocka_unit_test(append_composes),
 		cmocka_unit_test(merge_kernels),
+		cmocka_unit_test(merge_pairs),
 		cmocka_unit_test(absorb_slices),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

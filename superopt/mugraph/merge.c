@@ -49,6 +49,7 @@ struct merge {
 	struct mo_mugraph *mg;
 	int nb, nk;
 	bool regrid;  /* a producer's grid dim its reader reads whole is dropped */
+	int pair;     /* >= 0: only this block merges, into the one before it */
 	bool dropped; /* one was */
 	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
 	int group[MO_MG_MAX];       /* src block -> the first block of its merged group */
@@ -238,7 +239,8 @@ static bool group_blocks(struct merge *M, bool merge)
 			M->ggrid[b][gp] = s->grid[gp];
 		}
 		int g = prev >= 0 ? M->group[prev] : -1, phi[3];
-		if (merge && g >= 0 && s->forloop == 1 && block_of(M, g)->forloop == 1 &&
+		if (merge && g >= 0 && (M->pair < 0 || b == M->pair) && s->forloop == 1 &&
+		    block_of(M, g)->forloop == 1 &&
 		    reads_group_tiles(M, b, g, phi) == 1 &&
 		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
 			for (int G = 0; G < 3; G++)
@@ -507,7 +509,8 @@ static void emit_group(struct merge *M, int g)
 
 /* src rebuilt with its slices absorbed (absorb), else with its consecutive
  * kernels merged; NULL when there is nothing to do. */
-static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, bool regrid)
+static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, bool regrid,
+				  int pair)
 {
 	static const struct merge zero;
 	struct merge *M = mo_malloc(sizeof *M);
@@ -516,6 +519,9 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, boo
 	*M = zero;
 	M->src = src;
 	M->regrid = regrid;
+	M->pair = pair;
+	for (int b = 0; b < MO_MG_MAX; b++)
+		M->group[b] = -1; /* a block's group is known once group_blocks reaches it */
 	struct mo_mugraph *mg = NULL;
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
 		goto out;
@@ -570,10 +576,15 @@ out:
 
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid)
 {
-	return rebuild(src, false, regrid);
+	return rebuild(src, false, regrid, -1);
+}
+
+struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool regrid)
+{
+	return b > 0 ? rebuild(src, false, regrid, b) : NULL;
 }
 
 struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src)
 {
-	return rebuild(src, true, false);
+	return rebuild(src, true, false, -1);
 }

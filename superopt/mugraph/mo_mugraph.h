@@ -224,6 +224,12 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
  * unless one is. NULL when no two kernels merge (or out of memory, or a
  * builder refused the result). */
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid);
+/* The same for one pair: block graph b (creation order, > 0) merged into
+ * the kernel just before it, nothing else (NULL when they do not merge).
+ * Merging every pair at once may make one kernel too large where merging
+ * some is best: a norm's kernel into the projections', and not those into
+ * the down projection's (whose blocks would then compute every column). */
+struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool regrid);
 /* src with each pre-defined Slice kernel (one axis, step 1) over a tensor
  * a block saved made by that block instead: where a grid dim splits the
  * axis into tiles the slice's ends fall between, a ranged saver of the

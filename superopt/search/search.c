@@ -280,8 +280,72 @@ static enum mo_status search_piece(struct kg *k, int i, int j, double budget,
 	return s;
 }
 
+/* The tensor of `prog` named `name`, or NULL. */
+static const struct mo_tensor *named(const struct mo_tp *prog, const char *name)
+{
+	for (int t = 0; t < prog->n_tensors; t++)
+		if (prog->tensors[t].name && strcmp(prog->tensors[t].name, name) == 0)
+			return &prog->tensors[t];
+	return NULL;
+}
+
+/* When mg's output `name` is one of its inputs unchanged (an Identity, or
+ * a Cast to the type it has, run as a block saving the tile an iterator of
+ * that input loaded, through the same map, in every block, as the tensor
+ * `prog` gives that input's shape and type), that input's name; else NULL.
+ * A later kernel then reads the input itself: the copy is read by nothing
+ * else, so the kernel making it may merge with the one after it (the
+ * residual stream that a norm's Cast passes on to the MLP's residual Add). */
+static const char *copy_of_input(const struct mo_mugraph *mg, const char *name,
+				 const struct mo_tp *prog)
+{
+	int kt_step[MO_MG_MAX], tile_step[MO_MG_MAX][MO_MG_MAX], nk = 0, nt[MO_MG_MAX] = { 0 };
+	int out = -1;
+	for (int i = 0; i < mg->n_steps; i++) {
+		const struct mo_mg_step *st = &mg->steps[i];
+		switch (st->kind) {
+		case MO_STEP_INPUT: case MO_STEP_KERNEL: case MO_STEP_SAVE:
+			if (nk >= MO_MG_MAX)
+				return NULL;
+			kt_step[nk++] = i;
+			break;
+		case MO_STEP_ITER: case MO_STEP_CONST: case MO_STEP_OP: case MO_STEP_ACCUM:
+			if (st->block < 0 || st->block >= MO_MG_MAX || nt[st->block] >= MO_MG_MAX)
+				return NULL;
+			tile_step[st->block][nt[st->block]++] = i;
+			break;
+		case MO_STEP_OUTPUT:
+			if (out < 0 && st->name && strcmp(st->name, name) == 0)
+				out = st->in[0];
+			break;
+		default:
+			break;
+		}
+	}
+	if (out < 0 || out >= nk)
+		return NULL;
+	const struct mo_mg_step *sv = &mg->steps[kt_step[out]];
+	if (sv->kind != MO_STEP_SAVE || sv->range.hi || sv->in[0] < 0 ||
+	    sv->in[0] >= nt[sv->block])
+		return NULL;
+	const struct mo_mg_step *it = &mg->steps[tile_step[sv->block][sv->in[0]]];
+	if (it->kind != MO_STEP_ITER || it->fmap != MO_PHI || it->in[0] < 0 || it->in[0] >= nk ||
+	    memcmp(it->map, sv->map, sizeof it->map) != 0)
+		return NULL;
+	const struct mo_mg_step *in = &mg->steps[kt_step[it->in[0]]];
+	if (in->kind != MO_STEP_INPUT || !in->name)
+		return NULL;
+	const struct mo_tensor *a = &mg->kg.tensors[out], *b = &mg->kg.tensors[it->in[0]];
+	const struct mo_tensor *pa = named(prog, name), *pb = named(prog, in->name);
+	if (!pa || !pb || pa->dtype != pb->dtype || a->rank != b->rank ||
+	    memcmp(a->dims, b->dims, sizeof a->dims[0] * (size_t)a->rank) != 0)
+		return NULL;
+	return in->name;
+}
+
 /* The pieces cut[c]..cut[c+1] composed in order, returning `out`'s outputs
- * (the region's, or a run's program). */
+ * (the region's, or a run's program). A piece's output that is a copy of
+ * one of its inputs (copy_of_input) is read by later pieces as that input. */
 static struct mo_mugraph *compose_for(struct kg *k, const int *cut, int n_cut,
 				      const struct mo_tp *out)
 {
@@ -289,11 +353,11 @@ static struct mo_mugraph *compose_for(struct kg *k, const int *cut, int n_cut,
 	if (!mg)
 		return NULL;
 	const char *names[MO_MG_MAX];
-	int made[MO_MG_MAX], nm = 0;
+	int made[MO_MG_MAX], bound[MO_MG_MAX], nm = 0;
 	for (int c = 0; c < n_cut && !mg->error[0]; c++) {
 		struct piece *pc = piece_at(k, cut[c], cut[c + 1]);
 		int outs[MO_MG_MAX];
-		int n = mo_mg_append(mg, pc->mg, nm, names, made, outs);
+		int n = mo_mg_append(mg, pc->mg, nm, names, bound, outs);
 		/* by the names the piece's μGraph gives its outputs, in the order
 		 * of its OUTPUT steps, as mo_mg_append returns them (a rewrite may
 		 * order them otherwise than its program; a tensor returned under
@@ -302,7 +366,15 @@ static struct mo_mugraph *compose_for(struct kg *k, const int *cut, int n_cut,
 			if (pc->mg->steps[st].kind != MO_STEP_OUTPUT)
 				continue;
 			names[nm] = pc->mg->steps[st].name;
-			made[nm++] = outs[q++];
+			made[nm] = bound[nm] = outs[q++];
+			const char *src = copy_of_input(pc->mg, names[nm], k->prog);
+			for (int i = 0; src && i < mg->kg.n_inputs; i++)
+				if (strcmp(mg->kg.tensors[mg->kg.inputs[i]].name, src) == 0)
+					bound[nm] = mg->kg.inputs[i];
+			for (int q2 = 0; src && q2 < nm; q2++)
+				if (strcmp(names[q2], src) == 0)
+					bound[nm] = bound[q2];
+			nm++;
 		}
 	}
 	/* every input one the program reads, not one it computes (a piece
@@ -550,8 +622,8 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
  * grid dim of a kernel whose reader reads that axis whole (the norm's rows
  * computed again by every block of the projections) or not; and each of
  * those and the μGraph itself with the Slices of what a kernel saved made
- * by that kernel. `with` (when not NULL) is one more candidate, taken as
- * it is. */
+ * by that kernel; and its kernels merged pair by pair (merge_pairwise).
+ * `with` (when not NULL) is one more candidate, taken as it is. */
 enum { N_FORMS = 6 };
 struct forms {
 	struct mo_mugraph *mg[N_FORMS];   /* NULL where a rewrite does not apply */
@@ -559,10 +631,61 @@ struct forms {
 	struct mo_cost cost[N_FORMS];
 };
 
+/* mg's kernels merged pair by pair (mo_mg_merge_pair, a grid dim dropped
+ * or not), each step taking the valid merge estimated cheapest while one is
+ * estimated cheaper than what it merges, then its slices absorbed where that
+ * is valid and cheaper; NULL when no merge is. */
+static struct mo_mugraph *merge_pairwise(const struct mo_mugraph *mg,
+					 const struct mo_search_options *o)
+{
+	const struct mo_gpu *g = o->gpu ? o->gpu : mo_gpu_of_target(o->target);
+	struct mo_mugraph *cur = NULL;
+	struct mo_cost c;
+	char why[200];
+	mo_cost_mugraph(mg, g, &c);
+	double cur_us = c.us;
+	for (;;) {
+		const struct mo_mugraph *base = cur ? cur : mg;
+		struct mo_mugraph *best = NULL;
+		double best_us = cur_us;
+		for (int b = 1; b < base->n_blocks; b++)
+			for (int regrid = 0; regrid < 2; regrid++) {
+				struct mo_mugraph *m = mo_mg_merge_pair(base, b, regrid);
+				if (m && mo_search_mg_valid(m, o, why, sizeof why)) {
+					mo_cost_mugraph(m, g, &c);
+					if (c.us < best_us) {
+						mo_mg_free(best);
+						best = m;
+						best_us = c.us;
+						m = NULL;
+					}
+				}
+				mo_mg_free(m);
+			}
+		if (!best)
+			break;
+		mo_mg_free(cur);
+		cur = best;
+		cur_us = best_us;
+	}
+	struct mo_mugraph *a = cur ? mo_mg_absorb_slices(cur) : NULL;
+	if (a && mo_search_mg_valid(a, o, why, sizeof why)) {
+		mo_cost_mugraph(a, g, &c);
+		if (c.us < cur_us) {
+			mo_mg_free(cur);
+			return a;
+		}
+	}
+	mo_mg_free(a);
+	return cur;
+}
+
 static void forms_of(const struct mo_mugraph *mg, struct mo_mugraph *with, const char *with_how,
-		     struct forms *f)
+		     const struct mo_search_options *o, struct forms *f)
 {
 	memset(f, 0, sizeof *f);
+	f->mg[5] = merge_pairwise(mg, o);
+	f->how[5] = "merged pair by pair into";
 	struct mo_mugraph *regrid = mo_mg_merge_kernels(mg, true);
 	struct mo_mugraph *merged = mo_mg_merge_kernels(mg, false);
 	f->mg[0] = regrid ? mo_mg_absorb_slices(regrid) : NULL;
@@ -636,7 +759,7 @@ static enum mo_status try_merged(struct kg *k, const struct mo_mugraph *mg,
 	struct forms f;
 	struct mo_equiv_report rep;
 	int pick;
-	forms_of(mg, NULL, NULL, &f);
+	forms_of(mg, NULL, NULL, k->o, &f);
 	enum mo_status s = prove_cheapest(&f, mg->n_ops, r->cost_best.us, k->prog, k->o, &pick,
 					  &rep, &r->stats, d);
 	if (!s && pick >= 0) {
@@ -1208,7 +1331,7 @@ static enum mo_status search_unsplit(const struct mo_tp *prog, const struct mo_s
 	struct forms f;
 	int pick;
 	/* the copies themselves last: a candidate like the rewrites */
-	forms_of(copies, copies, "kept as", &f);
+	forms_of(copies, copies, "kept as", o, &f);
 	s = prove_cheapest(&f, copies->n_ops, INFINITY, prog, o, &pick, &r->verification,
 			   &r->stats, d);
 	if (!s && pick >= 0) {
