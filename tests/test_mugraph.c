@@ -911,6 +911,28 @@ static void merge_pairs(void **state)
 	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
 	mo_mg_free(one);
 	mo_mg_free(three);
+
+	/* a writer that divides by the sum over the rows its grid splits (a
+	 * row a block: the sum is the row itself) keeps its grid: dropped, each
+	 * block of the merged kernel would sum all 4 rows (every tile keeps its
+	 * shape: only the body says so) */
+	struct mo_mugraph *mix = mo_mg_new();
+	int x = mg_program_input(mix, p.tp, "X"), w = mg_program_input(mix, p.tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mix, 4, 1, 1, 1);
+	int xt = mo_bg_iter(mix, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
+	struct mo_op_params rows = { .n_axes = 1, .keepdims = 1, .axes = { 0 } };
+	int st = mo_bg_op(mix, a, MO_OP_REDUCE_SUM, 1, &xt, &rows);
+	int q = mo_bg_op(mix, a, MO_OP_DIV, 2, (int[]){ xt, st }, NULL);
+	int t = mo_bg_save(mix, a, q, 0, MO_PHI, MO_PHI);
+	struct mo_block_graph *b = mo_mg_block(mix, 1, 3, 1, 1);
+	int nt = mo_bg_iter(mix, b, t, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int wt = mo_bg_iter(mix, b, w, MO_PHI, 1, MO_PHI, MO_PHI);
+	int yt = mo_bg_op(mix, b, MO_OP_MATMUL, 2, (int[]){ nt, wt }, NULL);
+	mo_mg_output(mix, mo_bg_save(mix, b, yt, MO_PHI, 1, MO_PHI), "y");
+	assert_string_equal(mix->error, "");
+	assert_null(mo_mg_merge_kernels(mix, true));
+	assert_null(mo_mg_merge_pair(mix, 1, true));
+	mo_mg_free(mix);
 	test_program_free(&p);
 }
 

@@ -20,7 +20,11 @@
  * rows) is dropped: A's body runs over the whole axis in every block of B,
  * its tiles that many times larger (the builders and the caller's validity
  * check refuse what no longer fits). Each tile handed from A to B must then
- * have the shape B read, never a smaller one broadcast.
+ * have the shape B read, never a smaller one broadcast, and no op of A may
+ * mix values along the dropped axis (mixes_along: a reduction or a
+ * normalization over it, a MatMul contracting it, a layout op moving it),
+ * which would compute over the whole axis what each block did over its
+ * part.
  *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
  * A holds at its end), only consecutive ones, and only when B reads one of
@@ -109,6 +113,75 @@ static const struct mo_mg_step *block_of(const struct merge *M, int b)
 	return &M->src->steps[M->block_step[b]];
 }
 
+/* Whether a body op of group g's blocks mixes values along the axis the
+ * group's grid dim G splits (a reduction over it, a MatMul contracting it,
+ * a layout op moving it): dropping G would then compute over the whole
+ * axis what each block computed over its part. Which dims of each tile
+ * the grid dim splits is followed from the iterators through the body;
+ * anything this does not follow counts as mixing. */
+static bool mixes_along(const struct merge *M, int g, int G)
+{
+	bool split[MO_MG_MAX][MO_MAX_RANK]; /* tile, dim: split by G */
+	for (int m = g; m < M->nb; m++) {
+		if (M->group[m] != g)
+			continue;
+		const struct mo_block_graph *bg = M->src->blocks[m];
+		const struct mo_tp *body = &bg->body;
+		if (body->n_tensors > MO_MG_MAX || bg->n_accums)
+			return true;
+		memset(split, 0, sizeof split);
+		for (int i = 0; i < bg->n_iters; i++)
+			for (int gp = 0; gp < 3; gp++) {
+				int e = bg->iters[i].imap[gp];
+				if (M->gmap[m][gp] == G && e != MO_PHI && e >= 0 && e < MO_MAX_RANK)
+					split[bg->iters[i].tile][e] = true;
+			}
+		for (int i = 0; i < body->n_ops; i++) {
+			const struct mo_tp_op *op = &body->ops[i];
+			int y = op->out[0], r = body->tensors[y].rank;
+			bool any = false;
+			for (int k = 0; k < op->n_in; k++)
+				for (int e = 0; op->in[k] >= 0 && e < MO_MAX_RANK; e++)
+					any |= split[op->in[k]][e];
+			if (!any)
+				continue;
+			if (op->kind == MO_OP_MATMUL && op->n_in == 2) {
+				const struct mo_tensor *A = &body->tensors[op->in[0]];
+				const struct mo_tensor *B = &body->tensors[op->in[1]];
+				if (A->rank < 2 || B->rank < 2 || split[op->in[0]][A->rank - 1] ||
+				    split[op->in[1]][B->rank - 2])
+					return true; /* contracts the split axis */
+				for (int e = 0; e < r - 2; e++) { /* batch dims, right-aligned */
+					int ea = e - (r - A->rank), eb = e - (r - B->rank);
+					split[y][e] = (ea >= 0 && split[op->in[0]][ea]) ||
+						      (eb >= 0 && split[op->in[1]][eb]);
+				}
+				split[y][r - 2] = split[op->in[0]][A->rank - 2];
+				split[y][r - 1] = split[op->in[1]][B->rank - 1];
+				continue;
+			}
+			bool ew = mo_op_table[op->kind].elementwise;
+			if (!ew && (op->lax == MO_LAX_LAYOUT || op->n_in != 1 ||
+				    body->tensors[op->in[0]].rank != r))
+				return true;
+			for (int a = 0; !ew && a < op->p.n_axes; a++) {
+				int64_t ax = op->p.axes[a] < 0 ? op->p.axes[a] + r : op->p.axes[a];
+				if (ax < 0 || ax >= r || split[op->in[0]][ax])
+					return true; /* reduces or normalizes over it */
+			}
+			if (!ew && op->p.n_axes == 0)
+				return true; /* over every axis */
+			for (int k = 0; k < op->n_in; k++) {
+				const struct mo_tensor *x = &body->tensors[op->in[k]];
+				for (int e = 0; op->in[k] >= 0 && e < x->rank && e < r; e++)
+					split[y][e + (r - x->rank)] |= split[op->in[k]][e] &&
+								       x->dims[e] > 1;
+			}
+		}
+	}
+	return false;
+}
+
 /* Does src block b read a tensor saved by group g's blocks, each such read
  * the saved tile itself (no loop, the same tile shape, each grid dim of the
  * group that splits it one of b's grid dims of the same size)? 1: yes, with
@@ -151,7 +224,7 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 				if (s->map[k] == d && B->grid[k] > 1) /* (a dim of 1 splits nothing) */
 					gc = k;
 			if (gc < 0 && M->regrid && d != MO_PHI && d < read->rank && phi[G] < 0 &&
-			    read->dims[d] == src->kg.tensors[t].dims[d]) {
+			    read->dims[d] == src->kg.tensors[t].dims[d] && !mixes_along(M, g, G)) {
 				drop[G] = true; /* b reads the axis whole */
 				whole[d] *= M->ggrid[g][G];
 				continue;
