@@ -187,45 +187,28 @@ def main():
     with tempfile.TemporaryDirectory(prefix="mo_glu_") as tmp:
         env = dict(os.environ, MIRAGE_ONNX_CACHE=os.path.join(tmp, "cache"),
                    MIRAGE_ONNX_CPU_KERNELS="1")
-        glu = os.path.join(tmp, "glu.onnx")
-        build_glu(glu)
-        r = search(a.cli, glu, env, 3)
-        if not r["fused"]:
-            raise AssertionError(f"the GLU over a Split did not fuse: {r}")
-        err = fuse_matches(a.cli, glu, os.path.join(tmp, "glu_fused.onnx"), env, 3)
-        print(f"GLU over one MatMul's Split, at most 3 block ops a kernel: {r['kernels']} "
-              f"kernel(s), matches ONNX Runtime ({err:.2g})")
 
-        ngu = os.path.join(tmp, "norm_gate_up.onnx")
-        build_norm_gate_up(ngu)
-        r = search(a.cli, ngu, env, 8)
-        if not r["fused"] or r["kernels"] != 1:
-            raise AssertionError(f"norm + gate/up + SiLU·up at 8 block ops: {r.get('kernels')} "
-                                 f"kernels, want 1 (the norm merged into the projections)")
-        err = fuse_matches(a.cli, ngu, os.path.join(tmp, "ngu_fused.onnx"), env, 8)
-        print(f"RMSNorm + gate/up + SiLU·up, at most 8 block ops a kernel: 1 kernel, "
-              f"matches ONNX Runtime ({err:.2g})")
+        def case(name, build, block_ops, most, what, hidden=HIDDEN):
+            """fuses in at most `most` kernels at `block_ops` a kernel and
+            matches ONNX Runtime"""
+            src = os.path.join(tmp, name + ".onnx")
+            build(src)
+            r = search(a.cli, src, env, block_ops)
+            if not r["fused"] or r["kernels"] > most:
+                raise AssertionError(f"{what} at {block_ops} block ops: {r.get('kernels')} "
+                                     f"kernels, want at most {most}: {r.get('why')}")
+            err = fuse_matches(a.cli, src, os.path.join(tmp, name + "_fused.onnx"), env,
+                               block_ops, hidden=hidden)
+            print(f"{what}, at most {block_ops} block ops a kernel: {r['kernels']} kernel(s), "
+                  f"matches ONNX Runtime ({err:.2g})")
 
-        lm = os.path.join(tmp, "llama_mlp.onnx")
-        build_llama_mlp(lm)
-        r = search(a.cli, lm, env, 6)
-        if not r["fused"] or r["kernels"] != 1:
-            raise AssertionError(f"the Llama MLP as exported at 6 block ops: "
-                                 f"{r.get('kernels')} kernels, want 1: {r.get('why')}")
-        err = fuse_matches(a.cli, lm, os.path.join(tmp, "lm_fused.onnx"), env, 6)
-        print(f"a Llama MLP as exported (Identity, Casts, norm, gate/up, down, residual), at "
-              f"most 6 block ops a kernel: 1 kernel, matches ONNX Runtime ({err:.2g})")
-
-        sd = os.path.join(tmp, "silu_down.onnx")
-        build_silu_down(sd)
-        r = search(a.cli, sd, env, 2)
-        if not r["fused"] or r["kernels"] > 2:
-            raise AssertionError(f"SiLU + down projection + Add at 2 block ops: not fused in "
-                                 f"at most 2 kernels: {r}")
-        err = fuse_matches(a.cli, sd, os.path.join(tmp, "sd_fused.onnx"), env, 2,
-                           hidden=DOWN_IN)
-        print(f"SiLU + down projection [{DOWN_IN}, {DOWN_OUT}] + Add, at most 2 block ops a "
-              f"kernel: {r['kernels']} kernels, matches ONNX Runtime ({err:.2g})")
+        case("glu", build_glu, 3, 5, "GLU over one MatMul's Split")
+        # the norm merged into the projections
+        case("norm_gate_up", build_norm_gate_up, 8, 1, "RMSNorm + gate/up + SiLU·up")
+        case("llama_mlp", build_llama_mlp, 6, 1,
+             "a Llama MLP as exported (Identity, Casts, norm, gate/up, down, residual)")
+        case("silu_down", build_silu_down, 2, 2,
+             f"SiLU + down projection [{DOWN_IN}, {DOWN_OUT}] + Add", hidden=DOWN_IN)
 
 
 if __name__ == "__main__":
