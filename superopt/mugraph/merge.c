@@ -172,8 +172,12 @@ static bool mixes_along(const struct merge *M, int g, int G)
 			if (!ew && op->p.n_axes == 0)
 				return true; /* over every axis */
 			for (int k = 0; k < op->n_in; k++) {
+				if (op->in[k] < 0)
+					continue;
 				const struct mo_tensor *x = &body->tensors[op->in[k]];
-				for (int e = 0; op->in[k] >= 0 && e < x->rank && e < r; e++)
+				if (x->rank > r)
+					return true; /* (not a broadcast this follows) */
+				for (int e = 0; e < x->rank; e++)
 					split[y][e + (r - x->rank)] |= split[op->in[k]][e] &&
 								       x->dims[e] > 1;
 			}
