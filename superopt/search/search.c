@@ -325,8 +325,8 @@ static const char *copy_of_input(const struct mo_mugraph *mg, const char *name,
 	if (out < 0 || out >= nk)
 		return NULL;
 	const struct mo_mg_step *sv = &mg->steps[kt_step[out]];
-	if (sv->kind != MO_STEP_SAVE || sv->range.hi || sv->in[0] < 0 ||
-	    sv->in[0] >= nt[sv->block])
+	if (sv->kind != MO_STEP_SAVE || sv->range.hi || sv->block < 0 || sv->block >= MO_MG_MAX ||
+	    sv->in[0] < 0 || sv->in[0] >= nt[sv->block])
 		return NULL;
 	const struct mo_mg_step *it = &mg->steps[tile_step[sv->block][sv->in[0]]];
 	if (it->kind != MO_STEP_ITER || it->fmap != MO_PHI || it->in[0] < 0 || it->in[0] >= nk ||
