@@ -341,19 +341,38 @@ def node_names(graph):
 
 def merged_away(model, fused_graph, inside):
     """The original's MatMuls merged with others that read their input (the
-    fused model's regions name the merged MatMul after the first of them):
-    gone from the fused model by name, each output made inside a fused op
-    (gone too) or by one. A merged MatMul whose region did not fuse leaves
-    its Split in the fused model, making its outputs: not counted."""
+    fused model's regions name the merged MatMul after the first of them),
+    or split into one MatMul per part of their output (named anew), with
+    the Slices or Split that cut it: gone from the fused model by name,
+    each output made inside a fused op (gone too) or by one. A merged
+    MatMul whose region did not fuse leaves its Split in the fused model,
+    making its outputs; a split one, its parts' MatMuls: not counted."""
     if fused_graph is None:
         return set()
+    names = node_names(model.graph)
     kept = {n.name for n in fused_graph.node if n.name}
     made_by = {o: n for n in fused_graph.node for o in n.output}
-    return {n.name for n in model.graph.node
-            if n.op_type == "MatMul" and n.name and n.name not in inside and
-            n.name not in kept and
-            all(o not in made_by or made_by[o].domain.startswith("mirage_onnx")
-                for o in n.output)}
+
+    def inside_fused(o):  # not made any more, or made by a fused op
+        return o not in made_by or made_by[o].domain.startswith("mirage_onnx")
+
+    def gone(k, n):
+        return n.name and names[k] not in inside and n.name not in kept
+    away = set()
+    for k, n in enumerate(model.graph.node):
+        if n.op_type != "MatMul" or not gone(k, n) or not all(map(inside_fused, n.output)):
+            continue
+        if all(o in made_by for o in n.output):
+            away.add(names[k])
+            continue
+        # split: its output is gone; each node cutting it must be too
+        cutters = [(j, c) for j, c in enumerate(model.graph.node)
+                   if c.op_type in ("Slice", "Split") and c.input and c.input[0] in n.output]
+        if cutters and all(gone(j, c) and all(map(inside_fused, c.output))
+                           for j, c in cutters):
+            away.add(names[k])
+            away |= {names[j] for j, _ in cutters}
+    return away
 
 
 def coverage(model, manifest, shapes, onnx, np, fused_graph=None):

@@ -119,11 +119,16 @@ enum mo_status cli_fuse(struct mo_model *m, struct mo_fuse_options *o, bool quie
 			mo_onnx_free(orig);
 		}
 	}
-	if (rep.decided && !quiet && mm)
+	if (rep.decided && !quiet && mm && merging.merged)
 		printf("%-10s %d MatMul%s reading one tensor each into %d MatMul%s and Split%s over "
 		       "their weights side by side: %.0f%% of MatMul FLOPs fused, %.0f%% unmerged\n",
 		       "merged", merging.ops, merging.ops == 1 ? "" : "s", merging.merged,
 		       merging.merged == 1 ? "" : "s", merging.merged == 1 ? "" : "s", 100 * merging.after,
+		       100 * merging.before);
+	if (rep.decided && !quiet && mm && merging.split)
+		printf("%-10s %d MatMul%s whose output is cut into column parts into one MatMul per "
+		       "part: %.0f%% of MatMul FLOPs fused, %.0f%% as the model is\n", "split",
+		       merging.split, merging.split == 1 ? "" : "s", 100 * merging.after,
 		       100 * merging.before);
 	if (rep.decided && !quiet) {
 		print_summary(&rep, stdout);

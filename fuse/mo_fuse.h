@@ -217,6 +217,7 @@ enum mo_status mo_fuse_finish(struct mo_fuse_report *rep);
 /* What merging MatMuls that read one tensor did (mo_fuse_search_merging). */
 struct mo_fuse_merge {
 	int merged, ops;        /* groups merged, their MatMuls (0: none merged) */
+	int split;              /* MatMuls split into one per part of their output */
 	double before, after;   /* the shares of MatMul FLOPs fused unmerged, as kept */
 	struct mo_model *model; /* the merged model when its form is kept, else
 				 * NULL: free it (mo_onnx_free) after the report */

@@ -643,3 +643,388 @@ out:
 	mo_free(after);
 	return st;
 }
+
+/* ---- Splitting: the inverse ----
+ *
+ * Phi-3 exports its gated MLP's gate and up projections as one MatMul
+ * (gate_up_proj) chunked into two by Slices whose bounds a Shape of its
+ * output computes, and its Q, K and V projections as one MatMul sliced in
+ * three. A thread block of the fused kernel holds a tile of the merged
+ * output's columns: those of gate or of up, never the matching ones of
+ * both, so SiLU(gate)·up needs a kernel of its own. Split, each part is a
+ * MatMul over its own columns of the weight (exact copies), and a block
+ * holds column j of gate and of up, as in Llama's export. Whether the
+ * split form is kept is the caller's choice (fuse/merging.c). */
+
+/* Reads of each name by the live nodes of g (subgraphs' reads counted for
+ * the node holding them) and the graph's outputs, by id in ids; names
+ * not in ids are not counted. */
+static void split_subgraph_reads(const Onnx__GraphProto *g, const struct mo_strmap *ids, int *cnt)
+{
+	for (size_t i = 0; i < g->n_node; i++) {
+		const Onnx__NodeProto *nd = g->node[i];
+		for (size_t k = 0; k < nd->n_input; k++) {
+			const int *id = nd->input[k][0] ? mo_strmap_get(ids, nd->input[k]) : NULL;
+			if (id)
+				cnt[*id]++;
+		}
+		for (size_t a = 0; a < nd->n_attribute; a++) {
+			const Onnx__AttributeProto *at = nd->attribute[a];
+			if (at->g)
+				split_subgraph_reads(at->g, ids, cnt);
+			for (size_t k = 0; k < at->n_graphs; k++)
+				split_subgraph_reads(at->graphs[k], ids, cnt);
+		}
+	}
+	for (size_t i = 0; i < g->n_output; i++) {
+		const int *id = g->output[i]->name ? mo_strmap_get(ids, g->output[i]->name) : NULL;
+		if (id)
+			cnt[*id]++;
+	}
+}
+
+/* The names of the main graph: ids (every node's inputs and outputs, the
+ * initializers, the graph's inputs and outputs), each name's reads and
+ * its producer (a node index, -1 for none). False when out of memory. */
+struct names {
+	struct mo_strmap ids;
+	int *reads, *producer;
+	int n;
+};
+
+static void names_free(struct names *nm)
+{
+	mo_strmap_free(&nm->ids);
+	mo_free(nm->reads);
+	mo_free(nm->producer);
+	memset(nm, 0, sizeof *nm);
+}
+
+static bool names_add(struct names *nm, const char *s, size_t cap)
+{
+	int had;
+	if (!s || !*s)
+		return true;
+	if (!mo_strmap_put(&nm->ids, s, nm->n, &had))
+		return false;
+	if (!had && nm->n < (int)cap)
+		nm->n++;
+	return true;
+}
+
+static bool names_of(const Onnx__GraphProto *g, struct names *nm)
+{
+	memset(nm, 0, sizeof *nm);
+	size_t cap = g->n_initializer + g->n_input + g->n_output + 1;
+	for (size_t i = 0; i < g->n_node; i++)
+		cap += g->node[i]->n_input + g->node[i]->n_output;
+	bool ok = true;
+	for (size_t i = 0; i < g->n_node && ok; i++) {
+		for (size_t k = 0; k < g->node[i]->n_input && ok; k++)
+			ok = names_add(nm, g->node[i]->input[k], cap);
+		for (size_t k = 0; k < g->node[i]->n_output && ok; k++)
+			ok = names_add(nm, g->node[i]->output[k], cap);
+	}
+	for (size_t i = 0; i < g->n_initializer && ok; i++)
+		ok = names_add(nm, g->initializer[i]->name, cap);
+	for (size_t i = 0; i < g->n_input && ok; i++)
+		ok = names_add(nm, g->input[i]->name, cap);
+	for (size_t i = 0; i < g->n_output && ok; i++)
+		ok = names_add(nm, g->output[i]->name, cap);
+	nm->reads = ok ? mo_calloc((size_t)nm->n + 1, sizeof *nm->reads) : NULL;
+	nm->producer = ok ? mo_malloc(((size_t)nm->n + 1) * sizeof *nm->producer) : NULL;
+	if (!nm->reads || !nm->producer) {
+		names_free(nm);
+		return false;
+	}
+	for (int i = 0; i < nm->n; i++)
+		nm->producer[i] = -1;
+	split_subgraph_reads(g, &nm->ids, nm->reads);
+	for (size_t i = 0; i < g->n_node; i++)
+		for (size_t k = 0; k < g->node[i]->n_output; k++) {
+			const int *id = g->node[i]->output[k][0]
+						? mo_strmap_get(&nm->ids, g->node[i]->output[k])
+						: NULL;
+			if (id && nm->producer[*id] < 0)
+				nm->producer[*id] = (int)i;
+		}
+	return true;
+}
+
+static int id_of(const struct names *nm, const char *s)
+{
+	const int *id = s && *s ? mo_strmap_get(&nm->ids, s) : NULL;
+	return id ? *id : -1;
+}
+
+static bool graph_input(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_input; i++)
+		if (g->input[i]->name && name && !strcmp(g->input[i]->name, name))
+			return true;
+	return false;
+}
+
+/* The part of cut c a name is, or -1. */
+static int part_of(const struct mo_split_cut *c, const char *name)
+{
+	for (int k = 0; k < c->n; k++)
+		if (name && !strcmp(c->part[k].name, name))
+			return k;
+	return -1;
+}
+
+/* Whether node nd cuts c's output into parts of c: a Slice or Split of it
+ * (as its data input) each of whose outputs is a part. */
+static bool cuts_into_parts(const Onnx__NodeProto *nd, const struct mo_split_cut *c)
+{
+	if (!(mo_onnx_node_is(nd, "Slice") || mo_onnx_node_is(nd, "Split")) || nd->n_input < 1 ||
+	    strcmp(nd->input[0], c->out) || nd->n_output < 1)
+		return false;
+	for (size_t k = 0; k < nd->n_output; k++)
+		if (part_of(c, nd->output[k]) < 0)
+			return false;
+	return true;
+}
+
+/* The nodes that go when the cutting nodes do (gone[] true for them on
+ * entry): each of whose outputs nothing live reads any more, from the
+ * cutters' inputs back (the Shape computing a chunk's bounds, the MatMul
+ * itself). reads[] is lowered as nodes go. */
+static void cascade(const Onnx__GraphProto *g, const struct names *nm, int *reads, bool *gone,
+		    int *stack)
+{
+	size_t top = 0;
+	for (size_t i = 0; i < g->n_node; i++)
+		if (gone[i])
+			stack[top++] = (int)i;
+	while (top > 0) {
+		const Onnx__NodeProto *nd = g->node[stack[--top]];
+		for (size_t k = 0; k < nd->n_input; k++) {
+			int id = id_of(nm, nd->input[k]);
+			if (id < 0 || --reads[id] > 0 || nm->producer[id] < 0 ||
+			    gone[nm->producer[id]])
+				continue;
+			int p = nm->producer[id];
+			const Onnx__NodeProto *pn = g->node[p];
+			bool dead = pn->n_output > 0;
+			for (size_t o = 0; o < pn->n_output && dead; o++) {
+				int oid = id_of(nm, pn->output[o]);
+				dead = oid < 0 || reads[oid] == 0;
+			}
+			if (dead) {
+				gone[p] = true;
+				stack[top++] = p;
+			}
+		}
+	}
+}
+
+/* Splits one cut in g, all or nothing: MO_OK with *done false when it
+ * does not apply (the MatMul or its weight not as merge_group takes them,
+ * a part out of its columns, a reader of its output that does not go with
+ * the cutters). */
+static enum mo_status split_one(Onnx__GraphProto *g, const struct mo_split_cut *c, bool *done,
+				struct mo_diag *d)
+{
+	*done = false;
+	if (c->n < 2 || c->n > MO_SPLIT_MAX_PARTS)
+		return MO_OK;
+	struct names nm;
+	if (!names_of(g, &nm))
+		return mo_diag_nomem(d);
+	size_t nn = g->n_node;
+	bool *gone = mo_calloc(nn + 1, sizeof *gone);
+	int *stack = mo_calloc(nn + 1, sizeof *stack);
+	int *slot_of = mo_calloc((size_t)c->n + 1, sizeof *slot_of);
+	int *before = mo_calloc((size_t)nm.n + 1, sizeof *before);
+	Onnx__TensorProto *wt[MO_SPLIT_MAX_PARTS] = { 0 };
+	Onnx__NodeProto *mm[MO_SPLIT_MAX_PARTS] = { 0 };
+	Onnx__NodeProto **nodes = NULL;
+	Onnx__TensorProto **inits = NULL;
+	bool *went = NULL; /* per initializer: it goes */
+	enum mo_status st = MO_OK;
+	if (!gone || !stack || !slot_of || !before) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	memcpy(before, nm.reads, (size_t)nm.n * sizeof *before);
+	int pid = id_of(&nm, c->out);
+	int mi = pid >= 0 ? nm.producer[pid] : -1;
+	const Onnx__NodeProto *m = mi >= 0 ? g->node[mi] : NULL;
+	if (!m || !mo_onnx_node_is(m, "MatMul") || m->n_input != 2 || m->n_output != 1 ||
+	    !m->input[0][0])
+		goto out;
+	int wid = id_of(&nm, m->input[1]);
+	size_t wi = g->n_initializer;
+	for (size_t i = 0; i < g->n_initializer && wid >= 0; i++)
+		if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, m->input[1]))
+			wi = wi == g->n_initializer ? i : g->n_initializer + 1; /* two: not ours */
+	if (wi >= g->n_initializer || nm.reads[wid] != 1)
+		goto out;
+	if (graph_input(g, m->input[1]))
+		goto out; /* a caller may override it */
+	const Onnx__TensorProto *w = g->initializer[wi];
+	int32_t dt = w->data_type;
+	size_t es = mo_onnx_dtype_size(dt);
+	bool floating = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+	if (!floating || w->n_dims != 2 || w->dims[0] <= 0 || w->dims[1] <= 0 ||
+	    !w->has_raw_data || w->n_external_data > 0 ||
+	    w->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL ||
+	    w->raw_data.len != (uint64_t)w->dims[0] * (uint64_t)w->dims[1] * es)
+		goto out;
+	int64_t rows = w->dims[0], cols = w->dims[1], total = 0;
+	for (int k = 0; k < c->n; k++) {
+		const struct mo_split_part *p = &c->part[k];
+		if (p->begin < 0 || p->end <= p->begin || p->end > cols || part_of(c, p->name) != k)
+			goto out;
+		total += p->end - p->begin;
+		slot_of[k] = -1;
+	}
+	if (total > cols)
+		goto out; /* the split weights would outweigh the one */
+	for (size_t i = 0; i < nn; i++)
+		if (cuts_into_parts(g->node[i], c)) {
+			gone[i] = true;
+			for (size_t o = 0; o < g->node[i]->n_output; o++)
+				slot_of[part_of(c, g->node[i]->output[o])] = (int)i;
+		}
+	for (int k = 0; k < c->n; k++)
+		if (slot_of[k] < 0)
+			goto out;
+	int xid = id_of(&nm, m->input[0]);
+	if (xid < 0)
+		goto out;
+	nm.reads[xid] += c->n; /* the parts' MatMuls read it */
+	cascade(g, &nm, nm.reads, gone, stack);
+	if (!gone[mi])
+		goto out; /* its output is read by more than the cutters */
+
+	/* every allocation first */
+	size_t n_new = 0, n_init = 0;
+	for (size_t i = 0; i < nn; i++)
+		n_new += !gone[i];
+	nodes = mo_calloc(n_new + (size_t)c->n + 1, sizeof *nodes);
+	inits = mo_calloc(g->n_initializer + (size_t)c->n + 1, sizeof *inits);
+	went = mo_calloc(g->n_initializer + 1, sizeof *went);
+	if (!nodes || !inits || !went) {
+		st = mo_diag_nomem(d);
+		goto out;
+	}
+	for (int k = 0; k < c->n; k++) {
+		const struct mo_split_part *p = &c->part[k];
+		int64_t pc = p->end - p->begin;
+		size_t len = (size_t)rows * (size_t)pc * es;
+		uint8_t *bytes = mo_malloc(len ? len : 1);
+		for (int64_t r = 0; bytes && r < rows; r++)
+			memcpy(bytes + (size_t)r * (size_t)pc * es,
+			       w->raw_data.data + ((size_t)r * (size_t)cols + (size_t)p->begin) * es,
+			       (size_t)pc * es);
+		char sfx[32];
+		snprintf(sfx, sizeof sfx, "_part%d", k);
+		char *wname = fresh_name(g, w->name && *w->name ? w->name : "weight", sfx);
+		char *w_in = wname ? mo_strdup(wname) : NULL;
+		wt[k] = new_tensor(wname, dt, rows, pc, 2, bytes, len);
+		mm[k] = mo_malloc(sizeof *mm[k]);
+		if (mm[k]) {
+			onnx__node_proto__init(mm[k]);
+			mm[k]->op_type = mo_strdup("MatMul");
+			mm[k]->name = fresh_name(g, m->name && *m->name ? m->name : c->out, sfx);
+			mm[k]->input = mo_calloc(2, sizeof *mm[k]->input);
+			mm[k]->output = mo_calloc(1, sizeof *mm[k]->output);
+			if (mm[k]->input) {
+				mm[k]->input[0] = mo_strdup(m->input[0]);
+				mm[k]->input[1] = w_in;
+				mm[k]->n_input = 2;
+				w_in = NULL;
+			}
+			if (mm[k]->output) {
+				mm[k]->output[0] = mo_strdup(p->name);
+				mm[k]->n_output = 1;
+			}
+		}
+		mo_free(w_in);
+		if (!wt[k] || !mm[k] || !mm[k]->op_type || !mm[k]->name || !mm[k]->input ||
+		    !mm[k]->input[0] || !mm[k]->input[1] || !mm[k]->output || !mm[k]->output[0]) {
+			st = mo_diag_nomem(d);
+			goto out;
+		}
+	}
+
+	/* then the changes, which cannot fail (the names' keys are the
+	 * nodes' strings: the initializers first) */
+	/* the weight goes, and every initializer only gone nodes read (not
+	 * one that is a graph input too: its default would go) */
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		int id = id_of(&nm, g->initializer[i]->name);
+		went[i] = i == wi || (id >= 0 && nm.reads[id] == 0 && before[id] > 0 &&
+				      !graph_input(g, g->initializer[i]->name));
+	}
+	for (size_t i = 0; i < g->n_initializer; i++) {
+		if (went[i])
+			mo_onnx_free_message(&g->initializer[i]->base);
+		else
+			inits[n_init++] = g->initializer[i];
+	}
+	for (int k = 0; k < c->n; k++) {
+		inits[n_init++] = wt[k];
+		wt[k] = NULL;
+	}
+	mo_free(g->initializer);
+	g->initializer = inits;
+	g->n_initializer = n_init;
+	inits = NULL;
+	/* each part's MatMul in its cutter's slot (after the MatMul, whose
+	 * input it reads) */
+	n_new = 0;
+	for (size_t i = 0; i < nn; i++) {
+		for (int k = 0; k < c->n; k++)
+			if (slot_of[k] == (int)i) {
+				nodes[n_new++] = mm[k];
+				mm[k] = NULL;
+			}
+		if (gone[i])
+			mo_onnx_free_message(&g->node[i]->base);
+		else
+			nodes[n_new++] = g->node[i];
+	}
+	mo_free(g->node);
+	g->node = nodes;
+	g->n_node = n_new;
+	nodes = NULL;
+	*done = true;
+out:
+	for (int k = 0; k < MO_SPLIT_MAX_PARTS; k++) {
+		if (wt[k])
+			mo_onnx_free_message(&wt[k]->base);
+		if (mm[k])
+			mo_onnx_free_message(&mm[k]->base);
+	}
+	mo_free(nodes);
+	mo_free(inits);
+	mo_free(gone);
+	mo_free(stack);
+	mo_free(slot_of);
+	mo_free(before);
+	mo_free(went);
+	names_free(&nm);
+	return st;
+}
+
+enum mo_status mo_onnx_split_matmuls(struct mo_model *m, const struct mo_split_cut *cuts, int n,
+				     int *split, struct mo_diag *d)
+{
+	*split = 0;
+	Onnx__GraphProto *g = m->proto->graph;
+	for (int i = 0; g && i < n; i++) {
+		bool done;
+		enum mo_status st = split_one(g, &cuts[i], &done, d);
+		if (st)
+			return st;
+		*split += done;
+	}
+	return MO_OK;
+}

@@ -56,6 +56,26 @@ struct mo_merge_filter {
 enum mo_status mo_onnx_merge_matmuls(struct mo_model *m, uint64_t min_elements,
 				     const struct mo_merge_filter *filter, int *merged, int *ops,
 				     struct mo_diag *d);
+/* The inverse: a MatMul (by a weight merge_matmuls would take) whose
+ * output `out` nothing reads but nodes cutting it into parts (Slices or a
+ * Split of it, and what only computes their bounds: Phi-3's gate_up_proj
+ * chunked into gate and up) becomes one MatMul per part over the weight's
+ * columns [begin, end), writing the part's name; the cutting nodes go,
+ * with what only they read. The columns are the caller's (the importer
+ * folds the bounds). A cut that does not apply is left as it is; *split:
+ * the cuts made. Out of memory leaves the model half-changed: free it. */
+#define MO_SPLIT_MAX_PARTS 8
+struct mo_split_part {
+	const char *name;
+	int64_t begin, end;
+};
+struct mo_split_cut {
+	const char *out;
+	int n;
+	struct mo_split_part part[MO_SPLIT_MAX_PARTS];
+};
+enum mo_status mo_onnx_split_matmuls(struct mo_model *m, const struct mo_split_cut *cuts, int n,
+				     int *split, struct mo_diag *d);
 /* The tool's min_elements: 64 KiB of float32. Weights a block keeps whole
  * in shared memory (48 KiB everywhere, more on newer GPUs) need no
  * merging: the search fuses a norm with each projection apart, the weights

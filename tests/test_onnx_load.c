@@ -673,6 +673,167 @@ static void merging_runs_out_of_memory_cleanly(void **state)
 	tm_free(&t);
 }
 
+/* An int64 initializer of n values (rank 1, or a scalar when n is 0:
+ * one value). */
+static void int_initializer(struct tmodel *t, const char *name, const int64_t *v, size_t n)
+{
+	static const int64_t one[] = { 1 };
+	float room[2] = { 0 };
+	Onnx__TensorProto *x = tm_initializer(t, &t->graph, name, n ? 1 : 0, n ? one : NULL, room,
+					      n ? 1 : 1);
+	size_t k = n ? n : 1;
+	int64_t *dims = tm_alloc(t, sizeof *dims);
+	dims[0] = (int64_t)n;
+	x->dims = dims;
+	x->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+	x->raw_data.data = tm_alloc(t, k * sizeof *v);
+	memcpy(x->raw_data.data, v, k * sizeof *v);
+	x->raw_data.len = k * sizeof *v;
+}
+
+/* P = X·W (W [4, 6]) cut in two along its last axis, as Phi-3 chunks its
+ * gate_up_proj: by Slices whose bounds a Shape of P computes (split
+ * false), or by a Split; a Relu of the first part and the second are the
+ * outputs, and with `more` a Relu of P itself too. */
+static void build_chunked(struct tmodel *t, bool split, bool more)
+{
+	static const int64_t d24[] = { 2, 4 }, d46[] = { 4, 6 };
+	float w[24];
+	for (int i = 0; i < 24; i++)
+		w[i] = (float)(100 + i);
+	tm_init(t);
+	t->opset.version = 18;
+	tm_input(t, &t->graph, "X", 2, d24);
+	tm_initializer(t, &t->graph, "W", 2, d46, w, 24);
+	tm_node(t, &t->graph, "MatMul", "gate_up", (const char *[]){ "X", "W", NULL },
+		(const char *[]){ "P", NULL });
+	if (split) {
+		int_initializer(t, "sizes", (const int64_t[]){ 3, 3 }, 2);
+		tm_node(t, &t->graph, "Split", "chunk", (const char *[]){ "P", "sizes", NULL },
+			(const char *[]){ "G", "U", NULL });
+	} else {
+		int_initializer(t, "last", (const int64_t[]){ -1 }, 1);
+		int_initializer(t, "zero", (const int64_t[]){ 0 }, 1);
+		int_initializer(t, "two", (const int64_t[]){ 2 }, 0);
+		tm_node(t, &t->graph, "Shape", "shape", (const char *[]){ "P", NULL },
+			(const char *[]){ "S", NULL });
+		tm_node(t, &t->graph, "Gather", "cols", (const char *[]){ "S", "last", NULL },
+			(const char *[]){ "C", NULL });
+		tm_node(t, &t->graph, "Div", "half", (const char *[]){ "C", "two", NULL },
+			(const char *[]){ "H", NULL });
+		tm_node(t, &t->graph, "Slice", "gate", (const char *[]){ "P", "zero", "H", "last", NULL },
+			(const char *[]){ "G", NULL });
+		tm_node(t, &t->graph, "Slice", "up", (const char *[]){ "P", "H", "C", "last", NULL },
+			(const char *[]){ "U", NULL });
+	}
+	tm_node(t, &t->graph, "Relu", "act", (const char *[]){ "G", NULL },
+		(const char *[]){ "A", NULL });
+	tm_output(t, &t->graph, "A");
+	tm_output(t, &t->graph, "U");
+	if (more) {
+		tm_node(t, &t->graph, "Relu", "also", (const char *[]){ "P", NULL },
+			(const char *[]){ "PR", NULL });
+		tm_output(t, &t->graph, "PR");
+	}
+}
+
+static const struct mo_split_cut chunk_cut = {
+	.out = "P", .n = 2, .part = { { "G", 0, 3 }, { "U", 3, 6 } }
+};
+
+static void splits_a_matmul_cut_into_parts(void **state)
+{
+	(void)state;
+	for (int split = 0; split <= 1; split++) {
+		struct tmodel t;
+		build_chunked(&t, split, false);
+		size_t n;
+		uint8_t *b = tm_pack(&t, &n);
+		struct mo_model *m;
+		struct mo_diag d;
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		int done;
+		assert_int_equal(mo_onnx_split_matmuls(m, &chunk_cut, 1, &done, &d), MO_OK);
+		assert_int_equal(done, 1);
+		/* a MatMul per part where the cutters were, each by its columns;
+		 * the Shape computing the bounds, the MatMul, its weight and the
+		 * constants only they read gone */
+		const Onnx__GraphProto *g = mo_onnx_proto(m)->graph;
+		assert_int_equal(g->n_node, 3);
+		const char *part[2] = { "G", "U" };
+		for (int k = 0; k < 2; k++) {
+			const Onnx__NodeProto *mm = g->node[k];
+			assert_string_equal(mm->op_type, "MatMul");
+			assert_string_equal(mm->input[0], "X");
+			assert_string_equal(mm->output[0], part[k]);
+			const Onnx__TensorProto *w = init_named(g, mm->input[1]);
+			assert_non_null(w);
+			assert_int_equal(w->n_dims, 2);
+			assert_int_equal(w->dims[0], 4);
+			assert_int_equal(w->dims[1], 3);
+			float v[12];
+			assert_int_equal(w->raw_data.len, sizeof v);
+			memcpy(v, w->raw_data.data, sizeof v);
+			for (int r = 0; r < 4; r++)
+				for (int c = 0; c < 3; c++)
+					assert_true(v[3 * r + c] == (float)(100 + 6 * r + 3 * k + c));
+		}
+		assert_string_equal(g->node[2]->op_type, "Relu");
+		assert_int_equal(g->n_initializer, 2);
+		assert_null(init_named(g, "W"));
+		/* a cut whose output something else reads too, or whose columns
+		 * are not the weight's, is left as it was */
+		mo_onnx_free(m);
+		tm_free(&t);
+		build_chunked(&t, split, true);
+		b = tm_pack(&t, &n);
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		size_t nodes = mo_onnx_proto(m)->graph->n_node;
+		assert_int_equal(mo_onnx_split_matmuls(m, &chunk_cut, 1, &done, &d), MO_OK);
+		assert_int_equal(done, 0);
+		assert_int_equal(mo_onnx_proto(m)->graph->n_node, nodes);
+		mo_onnx_free(m);
+		tm_free(&t);
+		build_chunked(&t, split, false);
+		b = tm_pack(&t, &n);
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		struct mo_split_cut wide = chunk_cut;
+		wide.part[1].end = 7;
+		assert_int_equal(mo_onnx_split_matmuls(m, &wide, 1, &done, &d), MO_OK);
+		assert_int_equal(done, 0);
+		assert_int_equal(mo_onnx_proto(m)->graph->n_node, split ? 3 : 7);
+		mo_onnx_free(m);
+		tm_free(&t);
+	}
+}
+
+static void splitting_runs_out_of_memory_cleanly(void **state)
+{
+	(void)state;
+	struct tmodel t;
+	build_chunked(&t, false, false);
+	size_t n;
+	uint8_t *b = tm_pack(&t, &n);
+	int k;
+	for (k = 1;; k++) {
+		struct mo_model *m;
+		struct mo_diag d;
+		assert_int_equal(load_buf(b, n, &m, &d), MO_OK);
+		int done;
+		mo_alloc_fail_after(k);
+		enum mo_status s = mo_onnx_split_matmuls(m, &chunk_cut, 1, &done, &d);
+		mo_alloc_fail_after(0);
+		assert_true(s == MO_OK || s == MO_ERR_NOMEM);
+		if (s == MO_OK) /* all or nothing */
+			assert_int_equal(mo_onnx_proto(m)->graph->n_node, done ? 3 : 7);
+		mo_onnx_free(m);
+		if (s == MO_OK && done)
+			break;
+	}
+	assert_true(k > 3 && k < 1000);
+	tm_free(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -690,6 +851,8 @@ int main(void)
 		cmocka_unit_test(allocation_failures_are_reported),
 		cmocka_unit_test(merges_matmuls_that_share_their_input),
 		cmocka_unit_test(merging_runs_out_of_memory_cleanly),
+		cmocka_unit_test(splits_a_matmul_cut_into_parts),
+		cmocka_unit_test(splitting_runs_out_of_memory_cleanly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
