@@ -1,10 +1,12 @@
 /* Merging MatMuls that read one tensor where the search did not fuse them
  * whole into one kernel (mo_fuse_search_merging): the model as it is is
  * searched first, then the groups of which a MatMul lies outside every
- * region fused whole in one kernel are merged in a copy read again, that
- * copy is searched (what the merge left as it was taken from the first
- * search), and each group stays merged where the regions holding it are
- * estimated faster so (choose). */
+ * region fused whole in one kernel are merged in a copy read again, and
+ * the MatMuls there whose output is only cut into column parts (Phi-3's
+ * gate_up_proj) are split into one per part (find_cuts); that copy is
+ * searched (what it left as it was taken from the first search), and each
+ * group and each split stays where the regions holding it are estimated
+ * faster so (choose). */
 #include "mo_fuse.h"
 
 #include <stdlib.h>

@@ -226,8 +226,11 @@ struct mo_fuse_merge {
  * mo_onnx_merge_matmuls would merge lies outside every region fused whole
  * in one kernel, the model read again from o->in_path with those groups
  * merged and searched with the first report as o->prior[0] (regions the
- * merge left as they were take its μGraphs, verified again). Each group
- * stays merged where the regions holding it are estimated faster merged;
+ * merge left as they were take its μGraphs, verified again); in that copy
+ * the MatMuls outside those regions whose output only Slices or a Split
+ * cut into column parts are split into one per part
+ * (mo_onnx_split_matmuls). Each group (and split) stays merged (split)
+ * where the regions holding it are estimated faster so;
  * when some do and some do not, the model with only those merged is
  * searched a third time, both reports its priors. *rep is the kept form's
  * report (ties keep the model as it is). A merged form that cannot be made

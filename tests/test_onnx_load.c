@@ -673,18 +673,14 @@ static void merging_runs_out_of_memory_cleanly(void **state)
 	tm_free(&t);
 }
 
-/* An int64 initializer of n values (rank 1, or a scalar when n is 0:
- * one value). */
+/* An int64 initializer of n values (rank 1), or a scalar (n 0: one
+ * value). */
 static void int_initializer(struct tmodel *t, const char *name, const int64_t *v, size_t n)
 {
-	static const int64_t one[] = { 1 };
-	float room[2] = { 0 };
-	Onnx__TensorProto *x = tm_initializer(t, &t->graph, name, n ? 1 : 0, n ? one : NULL, room,
-					      n ? 1 : 1);
+	const int64_t dims[] = { (int64_t)n };
+	float room[2] = { 0 }; /* replaced by the values below */
+	Onnx__TensorProto *x = tm_initializer(t, &t->graph, name, n ? 1 : 0, dims, room, 1);
 	size_t k = n ? n : 1;
-	int64_t *dims = tm_alloc(t, sizeof *dims);
-	dims[0] = (int64_t)n;
-	x->dims = dims;
 	x->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
 	x->raw_data.data = tm_alloc(t, k * sizeof *v);
 	memcpy(x->raw_data.data, v, k * sizeof *v);
