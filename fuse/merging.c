@@ -150,9 +150,9 @@ static bool take_group(void *ctx, const char *const *outs, int n)
 	return left_out(gs->fo, outs, n) && !gs->nomem && add_group(gs, outs, n, -1);
 }
 
-/* The part of a cut that Slice or Split op v of tp makes of MatMul output
- * x (rank r) along its last axis: its columns, from *begin on for a Split,
- * each written to parts[*n ..]; false when v cuts otherwise. */
+/* The parts Slice or Split op `op` of tp cuts MatMul output x into along
+ * its last axis, each with its columns, added to c's; false when it cuts
+ * otherwise (another axis, a step, bounds that hold at one size only). */
 static bool cut_by(const struct mo_tp *tp, const struct mo_tp_op *op, int x,
 		   struct mo_split_cut *c)
 {
