@@ -74,9 +74,12 @@ static void layer_line(const struct mo_fuse_layer *l, FILE *out)
 		l->ops, l->ops ? 100.0 * l->fused_ops / l->ops : 0,
 		l->float_ops ? 100.0 * l->fused_float_ops / l->float_ops : 0, mm,
 		l->n_modules ? 12 : 0, cu);
-	for (int k = 0; k < l->n_modules; k++)
+	for (int k = 0; k < l->n_modules; k++) {
 		fprintf(out, "%s%s %d/%d", k ? ", " : " ", l->modules[k].name, l->modules[k].fused_ops,
 			l->modules[k].ops);
+		if (l->modules[k].kernels)
+			fprintf(out, " in %d", l->modules[k].kernels);
+	}
 	fputc('\n', out);
 }
 
@@ -87,8 +90,9 @@ static void print_layers(const struct mo_fuse_report *rep, FILE *out)
 	const struct mo_fuse_layers ls = rep->layers;
 	bool per_layer = ls.n > 1 || (ls.n == 1 && ls.layer[0].name[0]);
 	fprintf(out, "\n%-12s %5s %6s %6s %8s  %-*s%s\n", "layer", "ops", "fused", "float", "MatMul",
-		per_layer ? 13 : 0, "custom ops", per_layer ? "modules: ops fused/ops" : "");
-	fprintf(out, "%-12s %5s %6s %6s %8s  %s\n", "", "", "", "fused", "FLOPs", "(kernels)");
+		per_layer ? 13 : 0, "custom ops", per_layer ? "modules: ops fused/ops in kernels" : "");
+	fprintf(out, "%-12s %5s %6s %6s %8s  %-*s%s\n", "", "", "", "fused", "FLOPs",
+		per_layer ? 13 : 0, "(kernels)", per_layer ? "(at the search sizes)" : "");
 	for (int l = 0; per_layer && l < ls.n; l++)
 		layer_line(&ls.layer[l], out);
 	layer_line(&ls.all, out);

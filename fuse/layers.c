@@ -125,8 +125,10 @@ static bool is_float_type(int32_t dt)
 	       dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
 }
 
-static void count_op(struct mo_fuse_layer *l, const char *module, bool fused, bool is_float,
-		     double mm, bool unsized)
+/* Counts an op in layer l (and its module: returns the module's index,
+ * -1 for none). */
+static int count_op(struct mo_fuse_layer *l, const char *module, bool fused, bool is_float,
+		    double mm, bool unsized)
 {
 	l->ops++;
 	l->matmuls_unsized += unsized;
@@ -136,7 +138,7 @@ static void count_op(struct mo_fuse_layer *l, const char *module, bool fused, bo
 	l->matmul_flops += mm;
 	l->fused_matmul_flops += fused ? mm : 0;
 	if (!module)
-		return;
+		return -1;
 	int k = 0;
 	while (k < l->n_modules && strcmp(l->modules[k].name, module) != 0)
 		k++;
@@ -151,6 +153,7 @@ static void count_op(struct mo_fuse_layer *l, const char *module, bool fused, bo
 	}
 	l->modules[k].ops++;
 	l->modules[k].fused_ops += fused;
+	return k;
 }
 
 bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int nu,
@@ -161,9 +164,10 @@ bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int
 	const Onnx__GraphProto *g = mo_onnx_proto(tp->model)->graph;
 	int *unit = mo_malloc(sizeof *unit * ((size_t)tp->n_ops + 1));
 	int *layer_of = mo_malloc(sizeof *layer_of * ((size_t)tp->n_ops + 1));
+	int *module_of = mo_malloc(sizeof *module_of * ((size_t)tp->n_ops + 1));
 	int *seen = mo_malloc(sizeof *seen * ((size_t)tp->n_ops + 2));
 	char (*modules)[MO_FUSE_NAME_LEN] = mo_malloc(sizeof *modules * ((size_t)tp->n_ops + 1));
-	bool ok = unit && layer_of && seen && modules;
+	bool ok = unit && layer_of && module_of && seen && modules;
 	for (int v = 0; ok && v < tp->n_ops; v++)
 		unit[v] = -1;
 	for (int u = 0; ok && u < nu; u++)
@@ -198,11 +202,15 @@ bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int
 		double mm = sized ? (double)mo_tp_op_flops(tp, op) : 0;
 		if (layer[0] && !modules[v][0]) /* an op of the layer's own */
 			snprintf(modules[v], MO_FUSE_NAME_LEN, "(layer)");
-		count_op(&out->layer[l], layer[0] ? modules[v] : NULL, fused, fl, mm,
-			 is_mm && !sized);
+		module_of[v] = count_op(&out->layer[l], layer[0] ? modules[v] : NULL, fused, fl, mm,
+					is_mm && !sized);
 		count_op(&out->all, NULL, fused, fl, mm, is_mm && !sized);
 	}
-	/* each fused op in every layer it serves */
+	/* each fused op in every layer it serves; per (layer, module): the
+	 * last unit counted in it, + 1 */
+	int *mseen = ok ? mo_calloc((size_t)out->n * MO_FUSE_MAX_MODULES + 1, sizeof *mseen)
+			: NULL;
+	ok = ok && mseen;
 	for (int u = 0; ok && u < nu; u++) {
 		if (!rs[u].fused)
 			continue;
@@ -218,6 +226,16 @@ bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int
 				out->layer[l].kernels += kernels;
 			}
 		}
+		/* and in every module it serves at the search sizes */
+		if (rs[u].padded && !rs[u].serves_search)
+			continue;
+		for (int k = 0; k < rs[u].rg->n_ops; k++) {
+			int v = rs[u].rg->ops[k], l = layer_of[v], m = module_of[v];
+			if (m >= 0 && mseen[l * MO_FUSE_MAX_MODULES + m] != u + 1) {
+				mseen[l * MO_FUSE_MAX_MODULES + m] = u + 1;
+				out->layer[l].modules[m].kernels += kernels;
+			}
+		}
 	}
 	/* the ops in no layer last */
 	for (int l = 0; ok && l + 1 < out->n; l++)
@@ -230,6 +248,8 @@ bool mo_fuse_layers(const struct mo_tp *tp, const struct mo_fuse_region *rs, int
 		}
 	mo_free(unit);
 	mo_free(layer_of);
+	mo_free(module_of);
+	mo_free(mseen);
 	mo_free(seen);
 	mo_free(modules);
 	if (!ok)

@@ -168,6 +168,9 @@ struct mo_fuse_layer {
 	struct {
 		char name[MO_FUSE_NAME_LEN];
 		int ops, fused_ops;
+		int kernels; /* of the fused ops holding any of its ops that
+			      * serve the search sizes (a padded op's other
+			      * buckets not counted) */
 	} modules[MO_FUSE_MAX_MODULES];
 };
 struct mo_fuse_layers {

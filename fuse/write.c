@@ -281,9 +281,9 @@ static bool write_manifest(FILE *f, const char *model, const char *plugin, const
 			y->ops, y->fused_ops, y->float_ops, y->fused_float_ops, y->matmul_flops,
 			y->fused_matmul_flops, y->matmuls_unsized, y->custom_ops, y->kernels);
 		for (int k = 0; k < y->n_modules; k++)
-			fprintf(f, "%s{\"module\": \"%s\", \"ops\": %d, \"fused_ops\": %d}",
-				k ? ", " : "", y->modules[k].name, y->modules[k].ops,
-				y->modules[k].fused_ops);
+			fprintf(f, "%s{\"module\": \"%s\", \"ops\": %d, \"fused_ops\": %d, "
+				"\"kernels\": %d}", k ? ", " : "", y->modules[k].name,
+				y->modules[k].ops, y->modules[k].fused_ops, y->modules[k].kernels);
 		fputs("]}", f);
 	}
 	fputs("\n  ]\n}\n", f);

@@ -58,6 +58,16 @@ def check_layers(manifest, out, stdout):
             raise AssertionError(f"{y['layer']}: its modules' ops do not add up")
         if y["fused_ops"] > y["ops"] or y["fused_matmul_flops"] > y["matmul_flops"]:
             raise AssertionError(f"{y['layer']}: more fused than there is")
+        # each module's kernels: those of the fused ops holding its ops
+        # (at the search sizes), none where none of its ops is fused
+        for m in y["modules"]:
+            if m["kernels"] > y["kernels"] or bool(m["kernels"]) > bool(m["fused_ops"]):
+                raise AssertionError(f"{y['layer']}: module {m} against the layer's "
+                                     f"{y['kernels']} kernels")
+
+    if every["fused_ops"] and not any(m["kernels"] for y in layers.values()
+                                      for m in y["modules"]):
+        raise AssertionError("fused ops, but no module in a kernel")
     domain = manifest["domain"]
     nodes = sum(n.domain == domain for n in onnx.load(out).graph.node)
     if every["custom_ops"] != nodes:
