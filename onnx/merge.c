@@ -43,28 +43,46 @@ static struct named *find_named(struct named *v, size_t n, const char *name)
 	return name ? bsearch(&key, v, n, sizeof key, named_cmp) : NULL;
 }
 
-static void count_readers(const Onnx__GraphProto *g, struct named *v, size_t n)
+/* Calls read(ctx, name) for each name g reads: node inputs (in subgraphs
+ * too, for the node holding them) and graph outputs. */
+static void each_read(const Onnx__GraphProto *g, void (*read)(void *ctx, const char *name),
+		      void *ctx)
 {
 	for (size_t i = 0; i < g->n_node; i++) {
 		const Onnx__NodeProto *nd = g->node[i];
-		for (size_t k = 0; k < nd->n_input; k++) {
-			struct named *x = find_named(v, n, nd->input[k]);
-			if (x)
-				x->readers++;
-		}
+		for (size_t k = 0; k < nd->n_input; k++)
+			if (nd->input[k][0])
+				read(ctx, nd->input[k]);
 		for (size_t a = 0; a < nd->n_attribute; a++) {
 			const Onnx__AttributeProto *at = nd->attribute[a];
 			if (at->g)
-				count_readers(at->g, v, n);
+				each_read(at->g, read, ctx);
 			for (size_t k = 0; k < at->n_graphs; k++)
-				count_readers(at->graphs[k], v, n);
+				each_read(at->graphs[k], read, ctx);
 		}
 	}
-	for (size_t i = 0; i < g->n_output; i++) {
-		struct named *x = find_named(v, n, g->output[i]->name);
-		if (x)
-			x->readers++;
-	}
+	for (size_t i = 0; i < g->n_output; i++)
+		if (g->output[i]->name && *g->output[i]->name)
+			read(ctx, g->output[i]->name);
+}
+
+struct named_list {
+	struct named *v;
+	size_t n;
+};
+
+static void count_reader(void *ctx, const char *name)
+{
+	struct named_list *l = ctx;
+	struct named *x = find_named(l->v, l->n, name);
+	if (x)
+		x->readers++;
+}
+
+static void count_readers(const Onnx__GraphProto *g, struct named *v, size_t n)
+{
+	struct named_list l = { v, n };
+	each_read(g, count_reader, &l);
 }
 
 /* Whether name is taken in g or a subgraph of it (a value, a node's name,
@@ -656,41 +674,22 @@ out:
  * holds column j of gate and of up, as in Llama's export. Whether the
  * split form is kept is the caller's choice (fuse/merging.c). */
 
-/* Reads of each name by the live nodes of g (subgraphs' reads counted for
- * the node holding them) and the graph's outputs, by id in ids; names
- * not in ids are not counted. */
-static void split_subgraph_reads(const Onnx__GraphProto *g, const struct mo_strmap *ids, int *cnt)
-{
-	for (size_t i = 0; i < g->n_node; i++) {
-		const Onnx__NodeProto *nd = g->node[i];
-		for (size_t k = 0; k < nd->n_input; k++) {
-			const int *id = nd->input[k][0] ? mo_strmap_get(ids, nd->input[k]) : NULL;
-			if (id)
-				cnt[*id]++;
-		}
-		for (size_t a = 0; a < nd->n_attribute; a++) {
-			const Onnx__AttributeProto *at = nd->attribute[a];
-			if (at->g)
-				split_subgraph_reads(at->g, ids, cnt);
-			for (size_t k = 0; k < at->n_graphs; k++)
-				split_subgraph_reads(at->graphs[k], ids, cnt);
-		}
-	}
-	for (size_t i = 0; i < g->n_output; i++) {
-		const int *id = g->output[i]->name ? mo_strmap_get(ids, g->output[i]->name) : NULL;
-		if (id)
-			cnt[*id]++;
-	}
-}
-
 /* The names of the main graph: ids (every node's inputs and outputs, the
  * initializers, the graph's inputs and outputs), each name's reads and
- * its producer (a node index, -1 for none). False when out of memory. */
+ * its producer (a node index, -1 for none). */
 struct names {
 	struct mo_strmap ids;
 	int *reads, *producer;
 	int n;
 };
+
+static void count_read(void *ctx, const char *name)
+{
+	struct names *nm = ctx;
+	const int *id = mo_strmap_get(&nm->ids, name);
+	if (id)
+		nm->reads[*id]++;
+}
 
 static void names_free(struct names *nm)
 {
@@ -712,6 +711,7 @@ static bool names_add(struct names *nm, const char *s, size_t cap)
 	return true;
 }
 
+/* False when out of memory. */
 static bool names_of(const Onnx__GraphProto *g, struct names *nm)
 {
 	memset(nm, 0, sizeof *nm);
@@ -739,7 +739,7 @@ static bool names_of(const Onnx__GraphProto *g, struct names *nm)
 	}
 	for (int i = 0; i < nm->n; i++)
 		nm->producer[i] = -1;
-	split_subgraph_reads(g, &nm->ids, nm->reads);
+	each_read(g, count_read, nm);
 	for (size_t i = 0; i < g->n_node; i++)
 		for (size_t k = 0; k < g->node[i]->n_output; k++) {
 			const int *id = g->node[i]->output[k][0]
