@@ -166,6 +166,8 @@ static bool cut_by(const struct mo_tp *tp, const struct mo_tp_op *op, int x,
 	int64_t at = 0;
 	if (op->kind == MO_OP_SPLIT && !(op->p.n_axes == 1 && op->p.axes[0] == r - 1))
 		return false;
+	if (op->kind == MO_OP_SLICE && op->p.n_axes == 0)
+		return false; /* bounds not read (not constants): none known */
 	for (int o = 0; o < op->n_out; o++) {
 		if (op->out[o] < 0 || c->n == MO_SPLIT_MAX_PARTS)
 			return false;
