@@ -57,12 +57,10 @@ def symbolic_dims(model):
 
 
 def dim_size(d, sizes):
-    """A dim's size: static, a symbol's, or a sum of symbols' and numbers
-    ("past_sequence_length + 1": Optimum 1.x)."""
+    """A dim's size: static, a symbol's, or a sum of symbols'."""
     if not d.dim_param:
         return d.dim_value
-    terms = [s.strip() for s in d.dim_param.split("+")]
-    return sum(int(s) if s.isdigit() else sizes[s] for s in terms)
+    return sum(sizes[s.strip()] for s in d.dim_param.split("+"))
 
 
 # the committed ViT's images (models/export_whole.py)
@@ -208,8 +206,9 @@ def main():
     ap.add_argument("--sanitized", action="store_true", help="one model (sanitizer builds)")
     ap.add_argument("--budget", type=float, default=5)
     a = ap.parse_args()
-    # Optimum 1.x's exports (a past dim "past_sequence_length + 1", Bloom's
-    # alibi over batch x heads) are fed by the tests of dynamic shapes
+    # Optimum 1.x's exports name the mask's dim "past_sequence_length + 1"
+    # (true at a decode step only; the tool reads it as past + sequence):
+    # rows_test.py feeds them
     paths = sorted(p for p in glob.glob(os.path.join(a.models, "*.onnx"))
                    if "optimum1" not in os.path.basename(p))
     if not a.all:
