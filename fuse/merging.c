@@ -354,16 +354,20 @@ static enum mo_status search_merged(struct mo_fuse_options *o, struct groups *gs
 		*merged = *ops = *split = 0;
 		return st == MO_ERR_NOMEM ? mo_diag_nomem(d) : MO_OK;
 	}
-	const char *why = gs->kept_only ? "are faster so" : "lie in regions not fused whole in "
-			  "one kernel";
 	if (*merged)
 		mo_progressf(o->progress, o->progress_ctx, "%d MatMuls reading one tensor %s: "
 			     "merging them into %d MatMul%s over their weights side by side",
-			     *ops, why, *merged, *merged == 1 ? "" : "s");
-	if (*split)
-		mo_progressf(o->progress, o->progress_ctx, "%d MatMul%s whose output is cut into "
+			     *ops, gs->kept_only ? "are faster so" : "lie in regions not fused "
+			     "whole in one kernel", *merged, *merged == 1 ? "" : "s");
+	if (*split == 1)
+		mo_progressf(o->progress, o->progress_ctx, "1 MatMul whose output is cut into "
+			     "column parts %s: splitting it into a MatMul per part", gs->kept_only
+			     ? "is faster so" : "lies in a region not fused whole in one kernel");
+	else if (*split)
+		mo_progressf(o->progress, o->progress_ctx, "%d MatMuls whose output is cut into "
 			     "column parts %s: splitting each into a MatMul per part", *split,
-			     *split == 1 ? "" : "s", why);
+			     gs->kept_only ? "are faster so" : "lie in regions not fused whole in "
+			     "one kernel");
 	mo_progressf(o->progress, o->progress_ctx, "searching again");
 	o->prior[0] = p0; /* what did not change is not searched again */
 	o->prior[1] = p1;
