@@ -146,6 +146,21 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Whether t is a weight whose columns the merge and the split may copy:
+ * a float matrix stored in the model as bytes (not external data). */
+static bool movable_weight(const Onnx__TensorProto *t)
+{
+	int32_t dt = t->data_type;
+	bool floating = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
+			dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+	return floating && t->n_dims == 2 && t->dims[0] > 0 && t->dims[1] > 0 &&
+	       t->has_raw_data && t->n_external_data == 0 &&
+	       t->data_location != ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL &&
+	       t->raw_data.len == (uint64_t)t->dims[0] * (uint64_t)t->dims[1] * mo_onnx_dtype_size(dt);
+}
+
 /* The weight MatMul node nd multiplies by, when it may be merged; mm: the
  * n_mm names MatMuls read, sorted. One whose output a MatMul reads (a
  * low-rank adapter's x·A, then ·B) is kept apart: the search fuses that
@@ -161,15 +176,7 @@ static struct named *weight_of(const Onnx__GraphProto *g, const Onnx__NodeProto 
 	if (!w || w->readers != 1)
 		return NULL;
 	const Onnx__TensorProto *t = g->initializer[w->init];
-	int32_t dt = t->data_type;
-	bool floating = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
-	if (!floating || t->n_dims != 2 || t->dims[0] <= 0 || t->dims[1] <= 0 ||
-	    !t->has_raw_data || t->n_external_data > 0 ||
-	    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL ||
-	    t->raw_data.len != (uint64_t)t->dims[0] * (uint64_t)t->dims[1] * mo_onnx_dtype_size(dt))
+	if (!movable_weight(t))
 		return NULL;
 	for (size_t i = 0; i < g->n_input; i++)
 		if (g->input[i]->name && !strcmp(g->input[i]->name, t->name))
@@ -865,17 +872,10 @@ static enum mo_status split_one(Onnx__GraphProto *g, const struct mo_split_cut *
 	if (graph_input(g, m->input[1]))
 		goto out; /* a caller may override it */
 	const Onnx__TensorProto *w = g->initializer[wi];
+	if (!movable_weight(w))
+		goto out;
 	int32_t dt = w->data_type;
 	size_t es = mo_onnx_dtype_size(dt);
-	bool floating = dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 ||
-			dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
-	if (!floating || w->n_dims != 2 || w->dims[0] <= 0 || w->dims[1] <= 0 ||
-	    !w->has_raw_data || w->n_external_data > 0 ||
-	    w->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL ||
-	    w->raw_data.len != (uint64_t)w->dims[0] * (uint64_t)w->dims[1] * es)
-		goto out;
 	int64_t rows = w->dims[0], cols = w->dims[1], total = 0;
 	for (int k = 0; k < c->n; k++) {
 		const struct mo_split_part *p = &c->part[k];
