@@ -146,6 +146,15 @@ static int str_cmp(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Whether name is an input of g (a caller may override it). */
+static bool graph_input(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_input; i++)
+		if (g->input[i]->name && name && !strcmp(g->input[i]->name, name))
+			return true;
+	return false;
+}
+
 /* Whether t is a weight whose columns the merge and the split may copy:
  * a float matrix stored in the model as bytes (not external data). */
 static bool movable_weight(const Onnx__TensorProto *t)
@@ -176,12 +185,7 @@ static struct named *weight_of(const Onnx__GraphProto *g, const Onnx__NodeProto 
 	if (!w || w->readers != 1)
 		return NULL;
 	const Onnx__TensorProto *t = g->initializer[w->init];
-	if (!movable_weight(t))
-		return NULL;
-	for (size_t i = 0; i < g->n_input; i++)
-		if (g->input[i]->name && !strcmp(g->input[i]->name, t->name))
-			return NULL;
-	return w;
+	return movable_weight(t) && !graph_input(g, t->name) ? w : NULL;
 }
 
 struct member {
@@ -762,14 +766,6 @@ static int id_of(const struct names *nm, const char *s)
 {
 	const int *id = s && *s ? mo_strmap_get(&nm->ids, s) : NULL;
 	return id ? *id : -1;
-}
-
-static bool graph_input(const Onnx__GraphProto *g, const char *name)
-{
-	for (size_t i = 0; i < g->n_input; i++)
-		if (g->input[i]->name && name && !strcmp(g->input[i]->name, name))
-			return true;
-	return false;
 }
 
 /* The part of cut c a name is, or -1. */
