@@ -843,13 +843,25 @@ static void merge_kernels(void **state)
 	assert_null(mo_mg_merge_kernels(two, true)); /* merges, but drops nothing */
 	mo_mg_free(two);
 
-	/* another grid, a for-loop over the tile: not the tile the same
-	 * block wrote, or not one it holds at its end */
+	/* another grid: not the tile the same block wrote; regridded, each of
+	 * the projection's 2 blocks normalizes the 2 rows it reads (the norm's
+	 * grid over rows coarsened from 4 to 2) */
 	two = norm_then_proj(&p, 2, 1, 1, false);
+	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	assert_null(mo_mg_merge_kernels(two, false));
-	/* nor, regridded: the projection's blocks read 2 rows of the 4 */
-	assert_null(mo_mg_merge_kernels(two, true));
+	one = mo_mg_merge_kernels(two, true);
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	bg = one->ops[0].bg;
+	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 2);
+	for (int i = 0; i < bg->n_iters; i++)
+		if (bg->iters[i].tensor == one->kg.inputs[0]) /* X: 2 rows a block */
+			assert_int_equal(mo_tensor_numel(&bg->body.tensors[bg->iters[i].tile]), 2 * 64);
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
 	mo_mg_free(two);
+	/* a for-loop over the tile: not one the norm's block holds at its end */
 	two = norm_then_proj(&p, 4, 1, 2, false);
 	assert_null(mo_mg_merge_kernels(two, false));
 	mo_mg_free(two);
@@ -933,6 +945,56 @@ static void merge_pairs(void **state)
 	assert_null(mo_mg_merge_kernels(mix, true));
 	assert_null(mo_mg_merge_pair(mix, 1, true));
 	mo_mg_free(mix);
+	test_program_free(&p);
+}
+
+/* A writer whose Reshape moves the axis its grid splits, merged into a
+ * reader that reads two of its tiles a block: rmsnorm_tiny with X first
+ * turned into Xᵀ [64, 4] by 4 blocks (a row of X a block, reshaped to a
+ * column), then normalized and projected by 2 blocks of 2 rows (a
+ * Transpose of their [64, 2] tile). Merged, each block reshapes 2 rows:
+ * those must become 2 columns, not [64, 2] read in row order. */
+static void merge_regrids_a_reshape(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mo_mg_new();
+	int x = mg_program_input(mg, p.tp, "X"), g = mg_program_input(mg, p.tp, "norm.weight");
+	int w = mg_program_input(mg, p.tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mg, 4, 1, 1, 1);
+	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
+	int64_t col[2] = { 64, 1 };
+	struct mo_op_params rp = { .sizes = col, .n_sizes = 2 };
+	int t = mo_bg_save(mg, a, mo_bg_op(mg, a, MO_OP_RESHAPE, 1, &xt, &rp), 1, MO_PHI, MO_PHI);
+	struct mo_block_graph *b = mo_mg_block(mg, 2, 1, 1, 1);
+	int tt = mo_bg_iter(mg, b, t, 1, MO_PHI, MO_PHI, MO_PHI);
+	struct mo_op_params tr = { .n_axes = 2, .axes = { 1, 0 } };
+	int rows = mo_bg_op(mg, b, MO_OP_TRANSPOSE, 1, &tt, &tr);
+	int gt = mo_bg_iter(mg, b, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	int wt = mo_bg_iter(mg, b, w, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
+	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1, .axes = { 1 } };
+	int rs = mo_bg_op(mg, b, MO_OP_REDUCE_SUM, 1, (int[]){ OP(b, MO_OP_MUL, rows, rows) }, &ax);
+	int rms = OP(b, MO_OP_SQRT, OP(b, MO_OP_ADD, OP(b, MO_OP_DIV, rs, mo_bg_const(mg, b, 64)),
+					mo_bg_const(mg, b, (double)(float)1e-6)));
+	int n = OP(b, MO_OP_MUL, OP(b, MO_OP_DIV, rows, rms), gt);
+	mo_mg_output(mg, mo_bg_save(mg, b, OP(b, MO_OP_MATMUL, n, wt), 0, MO_PHI, MO_PHI),
+		     "/proj/MatMul_output_0");
+	assert_string_equal(mg->error, "");
+	assert_int_equal(verdict(mg, &p, NULL), MO_EQUIVALENT);
+	assert_null(mo_mg_merge_kernels(mg, false));
+	struct mo_mugraph *one = mo_mg_merge_kernels(mg, true);
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	const struct mo_block_graph *bg = one->ops[0].bg;
+	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 2);
+	int transposes = 0;
+	for (int i = 0; i < bg->body.n_ops; i++)
+		transposes += bg->body.ops[i].kind == MO_OP_TRANSPOSE;
+	assert_int_equal(transposes, 2); /* the reader's, and the rows into columns */
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
+	mo_mg_free(mg);
 	test_program_free(&p);
 }
 
@@ -1178,6 +1240,7 @@ int main(void)
 		cmocka_unit_test(append_composes),
 		cmocka_unit_test(merge_kernels),
 		cmocka_unit_test(merge_pairs),
+		cmocka_unit_test(merge_regrids_a_reshape),
 		cmocka_unit_test(absorb_slices),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

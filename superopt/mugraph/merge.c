@@ -19,12 +19,18 @@
  * norm's 16 row blocks, where each block of the projections reads all 16
  * rows) is dropped: A's body runs over the whole axis in every block of B,
  * its tiles that many times larger (the builders and the caller's validity
- * check refuse what no longer fits). Each tile handed from A to B must then
- * have the shape B read, never a smaller one broadcast, and no op of A may
- * mix values along the dropped axis (mixes_along: a reduction or a
- * normalization over it, a MatMul contracting it, a layout op moving it),
- * which would compute over the whole axis what each block did over its
- * part.
+ * check refuse what no longer fits). A grid dim of A that splits an axis B
+ * splits into fewer blocks (the rotary of 8 query heads, the attention over
+ * 2 groups of 4 that share a KV head) is coarsened the same way to B's:
+ * each block does the work of several of A's. Each tile handed from A to B
+ * must then have the shape B read, never a smaller one broadcast, and no
+ * op of A may mix values along the axis that grows (split_dims: a
+ * reduction or a normalization over it, a MatMul contracting it, a Slice
+ * or a Concat along it), which would compute over the whole tile what each
+ * block did over its part. A Reshape of a tile that grows is applied to
+ * each of the blocks' parts it now holds, and the results put side by side
+ * along the axis where its result is saved (grow_reshape: a Transpose
+ * where that axis is not the outermost).
  *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
  * A holds at its end), only consecutive ones, and only when B reads one of
@@ -52,9 +58,9 @@ struct merge {
 	const struct mo_mugraph *src;
 	struct mo_mugraph *mg;
 	int nb, nk;
-	bool regrid;  /* a producer's grid dim its reader reads whole is dropped */
+	bool regrid;  /* a producer's grid dim its reader reads whole or in fewer blocks goes */
 	int pair;     /* >= 0: only this block merges, into the one before it */
-	bool dropped; /* one was */
+	bool regridded; /* one went */
 	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
 	int group[MO_MG_MAX];       /* src block -> the first block of its merged group */
 	/* per src kernel tensor: the block that saved it (-1: an input or a
@@ -67,6 +73,7 @@ struct merge {
 	int step_tile[MO_MG_MAX_STEPS]; /* the body tile a step makes, or -1 */
 	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
 	int gmap[MO_MG_MAX][3];  /* src block's grid dim -> its group's, -1 for a dim of 1 */
+	int grow[MO_MG_MAX][3];  /* src block's grid dim -> how many of its blocks one does */
 	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
 	bool absorbed[MO_MG_MAX_STEPS]; /* a Slice kernel step its reader's group makes */
 };
@@ -113,77 +120,174 @@ static const struct mo_mg_step *block_of(const struct merge *M, int b)
 	return &M->src->steps[M->block_step[b]];
 }
 
-/* Whether a body op of group g's blocks mixes values along the axis the
- * group's grid dim G splits (a reduction over it, a MatMul contracting it,
- * a layout op moving it): dropping G would then compute over the whole
- * axis what each block computed over its part. Which dims of each tile
- * the grid dim splits is followed from the iterators through the body;
- * anything this does not follow counts as mixing. */
-static bool mixes_along(const struct merge *M, int g, int G)
+/* A tile's dim along which a grid dim splits nothing (NONE), or not yet
+ * followed (UNKNOWN). */
+enum { NONE = -1, UNKNOWN = -2 };
+
+/* The dim of y at which operand x's dim e lies (numpy's right-aligned
+ * broadcast), or -1 where x broadcasts along it. */
+static int bcast_pos(const struct mo_tensor *x, const struct mo_tensor *y, int e)
 {
-	bool split[MO_MG_MAX][MO_MAX_RANK]; /* tile, dim: split by G */
-	for (int m = g; m < M->nb; m++) {
-		if (M->group[m] != g)
-			continue;
-		const struct mo_block_graph *bg = M->src->blocks[m];
-		const struct mo_tp *body = &bg->body;
-		if (body->n_tensors > MO_MG_MAX || bg->n_accums)
+	int pos = e + y->rank - x->rank;
+	return pos >= 0 && pos < y->rank && x->dims[e] == y->dims[pos] ? pos : -1;
+}
+
+/* Whether op (not elementwise) keeps its operand's dims in place and mixes
+ * values only along its axes: a reduction or a normalization over some of
+ * them, a Slice or a Concat along them. */
+static bool along_axes(const struct mo_tp *body, const struct mo_tp_op *op)
+{
+	int r = body->tensors[op->out[0]].rank;
+	for (int k = 0; k < op->n_in; k++)
+		if (op->in[k] >= 0 && body->tensors[op->in[k]].rank != r)
+			return false;
+	if (op->kind == MO_OP_SLICE || op->kind == MO_OP_CONCAT)
+		return op->p.n_axes > 0;
+	return op->lax != MO_LAX_LAYOUT && op->n_in == 1 && op->p.n_axes > 0;
+}
+
+static bool on_axes(const struct mo_op_params *p, int r, int e)
+{
+	for (int a = 0; a < p->n_axes; a++)
+		if ((p->axes[a] < 0 ? p->axes[a] + r : p->axes[a]) == e)
 			return true;
-		memset(split, 0, sizeof split);
-		for (int i = 0; i < bg->n_iters; i++)
-			for (int gp = 0; gp < 3; gp++) {
-				int e = bg->iters[i].imap[gp];
-				if (M->gmap[m][gp] == G && e != MO_PHI && e >= 0 && e < MO_MAX_RANK)
-					split[bg->iters[i].tile][e] = true;
-			}
-		for (int i = 0; i < body->n_ops; i++) {
-			const struct mo_tp_op *op = &body->ops[i];
-			int y = op->out[0], r = body->tensors[y].rank;
-			bool any = false;
-			for (int k = 0; k < op->n_in; k++)
-				for (int e = 0; op->in[k] >= 0 && e < MO_MAX_RANK; e++)
-					any |= split[op->in[k]][e];
-			if (!any)
-				continue;
-			if (op->kind == MO_OP_MATMUL && op->n_in == 2) {
-				const struct mo_tensor *A = &body->tensors[op->in[0]];
-				const struct mo_tensor *B = &body->tensors[op->in[1]];
-				if (A->rank < 2 || B->rank < 2 || split[op->in[0]][A->rank - 1] ||
-				    split[op->in[1]][B->rank - 2])
-					return true; /* contracts the split axis */
-				for (int e = 0; e < r - 2; e++) { /* batch dims, right-aligned */
-					int ea = e - (r - A->rank), eb = e - (r - B->rank);
-					split[y][e] = (ea >= 0 && split[op->in[0]][ea]) ||
-						      (eb >= 0 && split[op->in[1]][eb]);
-				}
-				split[y][r - 2] = split[op->in[0]][A->rank - 2];
-				split[y][r - 1] = split[op->in[1]][B->rank - 1];
-				continue;
-			}
-			bool ew = mo_op_table[op->kind].elementwise;
-			if (!ew && (op->lax == MO_LAX_LAYOUT || op->n_in != 1 ||
-				    body->tensors[op->in[0]].rank != r))
-				return true;
-			for (int a = 0; !ew && a < op->p.n_axes; a++) {
-				int64_t ax = op->p.axes[a] < 0 ? op->p.axes[a] + r : op->p.axes[a];
-				if (ax < 0 || ax >= r || split[op->in[0]][ax])
-					return true; /* reduces or normalizes over it */
-			}
-			if (!ew && op->p.n_axes == 0)
-				return true; /* over every axis */
+	return false;
+}
+
+/* One forward pass of split_dims: each op's result's split dim from its
+ * operands'; a Reshape's from `back` (what its result is at the savers).
+ * False where an op mixes values along a split dim or its dims cannot be
+ * followed. */
+static bool split_forward(const struct mo_tp *body, int *dim, const int *back)
+{
+	for (int i = 0; i < body->n_ops; i++) {
+		const struct mo_tp_op *op = &body->ops[i];
+		int y = op->out[0];
+		const struct mo_tensor *Y = &body->tensors[y];
+		dim[y] = NONE;
+		bool split = false;
+		for (int k = 0; k < op->n_in; k++)
+			split |= op->in[k] >= 0 && dim[op->in[k]] != NONE;
+		if (!split)
+			continue;
+		for (int k = 0; k < op->n_in; k++)
+			if (op->in[k] >= 0 && dim[op->in[k]] == UNKNOWN)
+				return false;
+		const struct mo_tensor *A = &body->tensors[op->in[0]];
+		int da = dim[op->in[0]];
+		if (op->kind == MO_OP_RESHAPE) {
+			if (!back || back[y] < 0)
+				return false; /* its result's split dim unknown */
+			dim[y] = back[y];
+		} else if (op->kind == MO_OP_TRANSPOSE) {
+			for (int e = 0; e < op->p.n_axes; e++)
+				if (op->p.axes[e] == da)
+					dim[y] = e;
+		} else if (op->kind == MO_OP_MATMUL && op->n_in == 2) {
+			const struct mo_tensor *B = &body->tensors[op->in[1]];
+			int db = dim[op->in[1]];
+			if (A->rank < 2 || B->rank < 2 || da == A->rank - 1 || db == B->rank - 2)
+				return false; /* contracts the split axis */
+			int ya = da == NONE ? NONE : bcast_pos(A, Y, da);
+			int yb = db == NONE ? NONE : bcast_pos(B, Y, db);
+			if (ya == -1 || yb == -1 || (ya != NONE && yb != NONE && ya != yb))
+				return false;
+			dim[y] = ya != NONE ? ya : yb;
+		} else if (mo_op_table[op->kind].elementwise || along_axes(body, op)) {
 			for (int k = 0; k < op->n_in; k++) {
-				if (op->in[k] < 0)
+				int e = op->in[k] >= 0 ? dim[op->in[k]] : NONE;
+				if (e == NONE)
 					continue;
-				const struct mo_tensor *x = &body->tensors[op->in[k]];
-				if (x->rank > r)
-					return true; /* (not a broadcast this follows) */
-				for (int e = 0; e < x->rank; e++)
-					split[y][e + (r - x->rank)] |= split[op->in[k]][e] &&
-								       x->dims[e] > 1;
+				int pos = bcast_pos(&body->tensors[op->in[k]], Y, e);
+				if (pos < 0 || (dim[y] != NONE && dim[y] != pos))
+					return false; /* broadcast along it, or two dims split */
+				dim[y] = pos;
 			}
+			if (!mo_op_table[op->kind].elementwise && on_axes(&op->p, Y->rank, dim[y]))
+				return false; /* reduces, normalizes, slices or concatenates along it */
+		} else {
+			return false;
+		}
+		if (dim[y] < 0)
+			return false;
+	}
+	return true;
+}
+
+/* Which dim of each tile of src block m its grid dim gp splits (dim[t], or
+ * NONE), followed from its iterators through the body; a Reshape's result
+ * takes the dim at which it is saved, followed back from the savers
+ * through ops that keep dims in place. True when every op keeps the split
+ * dims apart (no reduction or normalization over one, no MatMul
+ * contracting one, no Slice or Concat along one) and every saver's tile is
+ * split where its omap puts the block's tile: the group's tiles may then
+ * grow along gp, each block doing the work of several (the merge's
+ * regrid). */
+static bool split_dims(const struct merge *M, int m, int gp, int *dim)
+{
+	const struct mo_mugraph *src = M->src;
+	const struct mo_block_graph *bg = src->blocks[m];
+	const struct mo_tp *body = &bg->body;
+	if (body->n_tensors > MO_MG_MAX || bg->n_accums)
+		return false;
+	int back[MO_MG_MAX];
+	for (int t = 0; t < MO_MG_MAX; t++)
+		dim[t] = back[t] = UNKNOWN;
+	for (int i = 0; i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->block != m)
+			continue;
+		int t = s->kind == MO_STEP_SAVE ? s->in[0] : M->step_tile[i];
+		if (t < 0 || t >= body->n_tensors)
+			continue;
+		if (s->kind == MO_STEP_ITER)
+			dim[t] = s->map[gp] == MO_PHI ? NONE : s->map[gp];
+		else if (s->kind == MO_STEP_CONST)
+			dim[t] = NONE;
+		else if (s->kind == MO_STEP_SAVE)
+			back[t] = s->map[gp] == MO_PHI ? NONE : s->map[gp];
+	}
+	/* back from the savers, through the ops that keep dims in place */
+	for (int i = body->n_ops - 1; i >= 0; i--) {
+		const struct mo_tp_op *op = &body->ops[i];
+		int y = op->out[0];
+		if (back[y] == UNKNOWN)
+			continue;
+		bool keeps = mo_op_table[op->kind].elementwise || along_axes(body, op);
+		for (int k = 0; k < op->n_in; k++) {
+			int x = op->in[k];
+			if (x < 0 || back[x] != UNKNOWN)
+				continue;
+			const struct mo_tensor *X = &body->tensors[x];
+			if (op->kind == MO_OP_TRANSPOSE)
+				back[x] = back[y] == NONE ? NONE : (int)op->p.axes[back[y]];
+			else if (keeps && back[y] == NONE)
+				back[x] = NONE;
+			else if (keeps)
+				for (int e = 0; e < X->rank; e++)
+					if (bcast_pos(X, &body->tensors[y], e) == back[y])
+						back[x] = e;
 		}
 	}
-	return false;
+	bool ok = split_forward(body, dim, back);
+	for (int i = 0; ok && i < src->n_steps; i++) {
+		const struct mo_mg_step *s = &src->steps[i];
+		if (s->kind == MO_STEP_SAVE && s->block == m)
+			ok = dim[s->in[0]] == (s->map[gp] == MO_PHI ? NONE : s->map[gp]);
+	}
+	return ok;
+}
+
+/* Whether the tiles of group g may grow along its grid dim G (split_dims
+ * of every member's grid dim that G is). */
+static bool grows_along(const struct merge *M, int g, int G)
+{
+	int dim[MO_MG_MAX];
+	for (int m = g; m < M->nb; m++)
+		for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
+			if (M->gmap[m][gp] == G && !split_dims(M, m, gp, dim))
+				return false;
+	return true;
 }
 
 /* Does src block b read a tensor saved by group g's blocks, each such read
@@ -228,14 +332,20 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 				if (s->map[k] == d && B->grid[k] > 1) /* (a dim of 1 splits nothing) */
 					gc = k;
 			if (gc < 0 && M->regrid && d != MO_PHI && d < read->rank && phi[G] < 0 &&
-			    read->dims[d] == src->kg.tensors[t].dims[d] && !mixes_along(M, g, G)) {
+			    read->dims[d] == src->kg.tensors[t].dims[d] && grows_along(M, g, G)) {
 				drop[G] = true; /* b reads the axis whole */
 				whole[d] *= M->ggrid[g][G];
 				continue;
 			}
-			if (gc < 0 || drop[G] || B->grid[gc] != M->ggrid[g][G] ||
-			    (phi[G] >= 0 && phi[G] != gc))
+			if (gc < 0 || drop[G] || (phi[G] >= 0 && phi[G] != gc))
 				return -1;
+			if (B->grid[gc] != M->ggrid[g][G]) { /* b's blocks read several of the group's */
+				int f = M->ggrid[g][G] / B->grid[gc];
+				if (!M->regrid || f < 2 || f * B->grid[gc] != M->ggrid[g][G] ||
+				    !grows_along(M, g, G))
+					return -1;
+				whole[d] *= f;
+			}
 			phi[G] = gc;
 		}
 		/* the saved tile (its dropped dims whole) and the iterator's: the same shape */
@@ -320,12 +430,17 @@ static bool group_blocks(struct merge *M, bool merge)
 		    block_of(M, g)->forloop == 1 &&
 		    reads_group_tiles(M, b, g, phi) == 1 &&
 		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
-			for (int G = 0; G < 3; G++)
-				M->dropped |= M->ggrid[g][G] > 1 && phi[G] < 0;
+			int grow[3]; /* how many of its blocks one of b's does, per group grid dim */
+			for (int G = 0; G < 3; G++) {
+				grow[G] = phi[G] >= 0 ? M->ggrid[g][G] / s->grid[phi[G]] : M->ggrid[g][G];
+				M->regridded |= grow[G] > 1;
+			}
 			for (int m = g; m < b; m++)
 				for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
-					if (M->gmap[m][gp] >= 0)
+					if (M->gmap[m][gp] >= 0) {
+						M->grow[m][gp] *= grow[M->gmap[m][gp]];
 						M->gmap[m][gp] = phi[M->gmap[m][gp]];
+					}
 			memcpy(M->ggrid[g], s->grid, sizeof M->ggrid[g]);
 			M->group[b] = g;
 			any = true;
@@ -452,12 +567,98 @@ static struct mo_op_params params_of(const struct mo_mg_step *s)
 	return p;
 }
 
+/* x reshaped to `shape` (rank r) and transposed by perm, the axes of 1 left
+ * out of both; x itself when the perm keeps the order of the others (the
+ * Reshape that follows does as much). */
+static int reorder(struct merge *M, struct mo_block_graph *D, int x, const int64_t *shape,
+		   const int *perm, int r)
+{
+	int64_t sq[MO_MAX_RANK];
+	int at[MO_MAX_RANK], n = 0, last = -1;
+	bool moves = false;
+	for (int e = 0; e < r; e++)
+		if (shape[e] > 1) {
+			at[e] = n;
+			sq[n++] = shape[e];
+		}
+	struct mo_op_params t = { .n_axes = 0 };
+	for (int e = 0; e < r; e++)
+		if (shape[perm[e]] > 1) {
+			moves |= at[perm[e]] < last;
+			last = at[perm[e]];
+			t.axes[t.n_axes++] = at[perm[e]];
+		}
+	if (!moves)
+		return x;
+	struct mo_op_params rp = { .sizes = sq, .n_sizes = n };
+	x = mo_bg_op(M->mg, D, MO_OP_RESHAPE, 1, &x, &rp);
+	return mo_bg_op(M->mg, D, MO_OP_TRANSPOSE, 1, &x, &t);
+}
+
+/* Reshape step s of src block b (its operand's tile I, its result's O) over
+ * x, b's tiles grown along its grid dims by M->grow: x holds, along each
+ * grown axis, the tiles of several of b's blocks in order, so the Reshape
+ * is applied to each of those (the grown axis split into its blocks and
+ * theirs moved to the front) and the results put in order along the axis
+ * the savers place them on (dim: split_dims per grid dim). */
+static int grow_reshape(struct merge *M, struct mo_block_graph *D, int b, const struct mo_mg_step *s,
+			int x, int y, int dim[3][MO_MG_MAX])
+{
+	const struct mo_tp *body = &M->src->blocks[b]->body;
+	const struct mo_tensor *I = &body->tensors[s->in[0]], *O = &body->tensors[y];
+	int nf = 0, f[3], fi[3], fo[3];
+	for (int gp = 0; gp < 3; gp++)
+		if (M->grow[b][gp] > 1 && dim[gp][s->in[0]] >= 0) {
+			f[nf] = M->grow[b][gp];
+			fi[nf] = dim[gp][s->in[0]];
+			fo[nf++] = dim[gp][y];
+		}
+	struct mo_op_params p = params_of(s);
+	if (nf && I->rank + nf <= MO_MAX_RANK && O->rank + nf <= MO_MAX_RANK) {
+		/* [.., blocks, I[e], ..] -> [blocks.., I..] */
+		int64_t a[MO_MAX_RANK], c[MO_MAX_RANK], out[MO_MAX_RANK];
+		int perm[MO_MAX_RANK], at[MO_MAX_RANK], n = 0;
+		for (int e = 0; e < I->rank; e++) {
+			for (int k = 0; k < nf; k++)
+				if (fi[k] == e)
+					a[at[k] = n++] = f[k];
+			a[at[nf + e] = n++] = I->dims[e];
+		}
+		for (int k = 0; k < nf + I->rank; k++)
+			perm[k] = at[k];
+		x = reorder(M, D, x, a, perm, n);
+		/* [blocks.., O..] -> [.., blocks, O[e], ..] */
+		n = 0;
+		for (int k = 0; k < nf; k++)
+			c[k] = f[k];
+		memcpy(c + nf, O->dims, sizeof(int64_t) * (size_t)O->rank);
+		memcpy(out, O->dims, sizeof(int64_t) * (size_t)O->rank);
+		for (int e = 0; e < O->rank; e++) {
+			for (int k = 0; k < nf; k++)
+				if (fo[k] == e) {
+					perm[n++] = k;
+					out[e] *= f[k];
+				}
+			perm[n++] = nf + e;
+		}
+		x = reorder(M, D, x, c, perm, n);
+		p.sizes = out;
+		p.n_sizes = O->rank;
+	}
+	return mo_bg_op(M->mg, D, MO_OP_RESHAPE, 1, &x, &p);
+}
+
 /* One src block's body into dst block D: its own iterators were made; an
  * iterator over a tile of its group is that tile. */
 static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 {
 	const struct mo_mugraph *src = M->src;
 	int *tile = M->tile[b];
+	int dim[3][MO_MG_MAX]; /* per grid dim b's tiles grow along: the dim of each */
+	for (int gp = 0; gp < 3; gp++)
+		if (M->grow[b][gp] > 1 && !split_dims(M, b, gp, dim[gp]))
+			snprintf(M->mg->error, sizeof M->mg->error,
+				 "merging: a block's tiles cannot grow");
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		if (s->block != b || s->kind == MO_STEP_BLOCK)
@@ -488,7 +689,9 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 			tile[M->step_tile[i]] = mo_bg_const(M->mg, D, s->value);
 			break;
 		case MO_STEP_OP:
-			tile[M->step_tile[i]] = mo_bg_op(M->mg, D, s->op, s->n_in, in, &p);
+			tile[M->step_tile[i]] = s->op == MO_OP_RESHAPE
+				? grow_reshape(M, D, b, s, in[0], M->step_tile[i], dim)
+				: mo_bg_op(M->mg, D, s->op, s->n_in, in, &p);
 			break;
 		case MO_STEP_ACCUM:
 			tile[M->step_tile[i]] = s->fmap == MO_ACC_RESCALED
@@ -597,13 +800,15 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, boo
 	M->src = src;
 	M->regrid = regrid;
 	M->pair = pair;
-	for (int b = 0; b < MO_MG_MAX; b++)
+	for (int b = 0; b < MO_MG_MAX; b++) {
 		M->group[b] = -1; /* a block's group is known once group_blocks reaches it */
+		M->grow[b][0] = M->grow[b][1] = M->grow[b][2] = 1;
+	}
 	struct mo_mugraph *mg = NULL;
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
 		goto out;
 	bool merged = group_blocks(M, !absorb);
-	if (absorb ? !absorb_slices(M) : !merged || (regrid && !M->dropped))
+	if (absorb ? !absorb_slices(M) : !merged || (regrid && !M->regridded))
 		goto out;
 	find_outside_reads(M);
 	for (int b = 0; b < MO_MG_MAX; b++)

@@ -220,8 +220,11 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
  * same maps, as one kernel (superopt/mugraph/merge.c). With `regrid`, a
  * grid dim of the kernel before that splits an axis the next one reads
  * whole is dropped too (each block of the merged kernel does that work for
- * the whole axis: a norm's rows in every block of a projection), and NULL
- * unless one is. NULL when no two kernels merge (or out of memory, or a
+ * the whole axis: a norm's rows in every block of a projection), and one
+ * it splits into more blocks than the next one does is coarsened to the
+ * next one's (each block does the work of several: the rotary of 8 query
+ * heads done in 2 blocks of 4, by the attention's blocks over 2 KV heads),
+ * and NULL unless one is. NULL when no two kernels merge (or out of memory, or a
  * builder refused the result). */
 struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid);
 /* The same for one pair: block graph b (creation order, > 0) merged into
