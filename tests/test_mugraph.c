@@ -948,53 +948,76 @@ static void merge_pairs(void **state)
 	test_program_free(&p);
 }
 
-/* A writer whose Reshape moves the axis its grid splits, merged into a
- * reader that reads two of its tiles a block: rmsnorm_tiny with X first
- * turned into Xᵀ [64, 4] by 4 blocks (a row of X a block, reshaped to a
- * column), then normalized and projected by 2 blocks of 2 rows (a
- * Transpose of their [64, 2] tile). Merged, each block reshapes 2 rows:
- * those must become 2 columns, not [64, 2] read in row order. */
-static void merge_regrids_a_reshape(void **state)
+/* rmsnorm_tiny with X first reshaped by a kernel of `wb` blocks (4 / wb
+ * rows each), then normalized and projected by one of `rb` blocks. With
+ * `columns` (wb = 4) the writer turns each row into a column of Xᵀ
+ * [64, 4], which the reader's blocks read [64, 4 / rb] and transpose;
+ * else it saves X as [4, 1, 64], which the reader reshapes back. */
+static struct mo_mugraph *norm_after_reshape(const struct test_program *p, int wb, int rb,
+					     bool columns)
 {
-	(void)state;
-	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
 	struct mo_mugraph *mg = mo_mg_new();
-	int x = mg_program_input(mg, p.tp, "X"), g = mg_program_input(mg, p.tp, "norm.weight");
-	int w = mg_program_input(mg, p.tp, "proj.weight");
-	struct mo_block_graph *a = mo_mg_block(mg, 4, 1, 1, 1);
+	int x = mg_program_input(mg, p->tp, "X"), g = mg_program_input(mg, p->tp, "norm.weight");
+	int w = mg_program_input(mg, p->tp, "proj.weight");
+	struct mo_block_graph *a = mo_mg_block(mg, wb, 1, 1, 1);
 	int xt = mo_bg_iter(mg, a, x, 0, MO_PHI, MO_PHI, MO_PHI);
-	int64_t col[2] = { 64, 1 };
-	struct mo_op_params rp = { .sizes = col, .n_sizes = 2 };
-	int t = mo_bg_save(mg, a, mo_bg_op(mg, a, MO_OP_RESHAPE, 1, &xt, &rp), 1, MO_PHI, MO_PHI);
-	struct mo_block_graph *b = mo_mg_block(mg, 2, 1, 1, 1);
-	int tt = mo_bg_iter(mg, b, t, 1, MO_PHI, MO_PHI, MO_PHI);
+	int64_t to[3] = { 64, 1 }, back[2] = { 4 / rb, 64 };
+	if (!columns)
+		memcpy(to, (int64_t[]){ 4 / wb, 1, 64 }, sizeof to);
+	struct mo_op_params rp = { .sizes = to, .n_sizes = columns ? 2 : 3 };
+	int t = mo_bg_save(mg, a, mo_bg_op(mg, a, MO_OP_RESHAPE, 1, &xt, &rp), columns ? 1 : 0,
+			   MO_PHI, MO_PHI);
+	struct mo_block_graph *b = mo_mg_block(mg, rb, 1, 1, 1);
+	int tt = mo_bg_iter(mg, b, t, columns ? 1 : 0, MO_PHI, MO_PHI, MO_PHI);
 	struct mo_op_params tr = { .n_axes = 2, .axes = { 1, 0 } };
-	int rows = mo_bg_op(mg, b, MO_OP_TRANSPOSE, 1, &tt, &tr);
+	struct mo_op_params bp = { .sizes = back, .n_sizes = 2 };
+	int rows = columns ? mo_bg_op(mg, b, MO_OP_TRANSPOSE, 1, &tt, &tr)
+			   : mo_bg_op(mg, b, MO_OP_RESHAPE, 1, &tt, &bp);
 	int gt = mo_bg_iter(mg, b, g, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
 	int wt = mo_bg_iter(mg, b, w, MO_PHI, MO_PHI, MO_PHI, MO_PHI);
 	struct mo_op_params ax = { .n_axes = 1, .keepdims = 1, .axes = { 1 } };
 	int rs = mo_bg_op(mg, b, MO_OP_REDUCE_SUM, 1, (int[]){ OP(b, MO_OP_MUL, rows, rows) }, &ax);
 	int rms = OP(b, MO_OP_SQRT, OP(b, MO_OP_ADD, OP(b, MO_OP_DIV, rs, mo_bg_const(mg, b, 64)),
-					mo_bg_const(mg, b, (double)(float)1e-6)));
+				       mo_bg_const(mg, b, (double)(float)1e-6)));
 	int n = OP(b, MO_OP_MUL, OP(b, MO_OP_DIV, rows, rms), gt);
 	mo_mg_output(mg, mo_bg_save(mg, b, OP(b, MO_OP_MATMUL, n, wt), 0, MO_PHI, MO_PHI),
 		     "/proj/MatMul_output_0");
 	assert_string_equal(mg->error, "");
-	assert_int_equal(verdict(mg, &p, NULL), MO_EQUIVALENT);
-	assert_null(mo_mg_merge_kernels(mg, false));
-	struct mo_mugraph *one = mo_mg_merge_kernels(mg, true);
-	assert_non_null(one);
-	assert_string_equal(one->error, "");
-	assert_int_equal(one->n_ops, 1);
-	const struct mo_block_graph *bg = one->ops[0].bg;
-	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 2);
-	int transposes = 0;
-	for (int i = 0; i < bg->body.n_ops; i++)
-		transposes += bg->body.ops[i].kind == MO_OP_TRANSPOSE;
-	assert_int_equal(transposes, 2); /* the reader's, and the rows into columns */
-	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
-	mo_mg_free(one);
-	mo_mg_free(mg);
+	return mg;
+}
+
+/* Merged regridded: its block count becomes the reader's, and its Reshape
+ * of a tile that grew or was split in parts still computes the same. */
+static void merge_regrids_a_reshape(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	const struct { int wb, rb; bool columns; int transposes; } cases[] = {
+		/* 2 rows a block: those must become 2 columns, not [64, 2] read in
+		 * row order (the reader's Transpose, and one of the writer's) */
+		{ 4, 2, true, 2 },
+		{ 4, 2, false, 0 }, /* [2, 64] to [2, 1, 64]: only the sizes */
+		{ 2, 4, false, 0 }, /* each writer block's 2 rows done in 2 blocks */
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		struct mo_mugraph *two = norm_after_reshape(&p, cases[c].wb, cases[c].rb,
+							    cases[c].columns);
+		assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
+		assert_null(mo_mg_merge_kernels(two, false));
+		struct mo_mugraph *one = mo_mg_merge_kernels(two, true);
+		assert_non_null(one);
+		assert_string_equal(one->error, "");
+		assert_int_equal(one->n_ops, 1);
+		const struct mo_block_graph *bg = one->ops[0].bg;
+		assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], cases[c].rb);
+		int transposes = 0;
+		for (int i = 0; i < bg->body.n_ops; i++)
+			transposes += bg->body.ops[i].kind == MO_OP_TRANSPOSE;
+		assert_int_equal(transposes, cases[c].transposes);
+		assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+		mo_mg_free(one);
+		mo_mg_free(two);
+	}
 	test_program_free(&p);
 }
 

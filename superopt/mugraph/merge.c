@@ -29,7 +29,7 @@
  * or a Concat along it), which would compute over the whole tile what each
  * block did over its part. A Reshape of a tile that grows is applied to
  * each of the blocks' parts it now holds, and the results put side by side
- * along the axis where its result is saved (grow_reshape: a Transpose
+ * along the axis where its result is saved (regrid_reshape: a Transpose
  * where that axis is not the outermost).
  *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
@@ -74,6 +74,7 @@ struct merge {
 	int tile[MO_MG_MAX][MO_MG_MAX]; /* src block, src tile -> dst tile */
 	int gmap[MO_MG_MAX][3];  /* src block's grid dim -> its group's, -1 for a dim of 1 */
 	int grow[MO_MG_MAX][3];  /* src block's grid dim -> how many of its blocks one does */
+	int part[MO_MG_MAX][3];  /* src block's grid dim -> in how many blocks one's work is split */
 	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
 	bool absorbed[MO_MG_MAX_STEPS]; /* a Slice kernel step its reader's group makes */
 };
@@ -244,6 +245,8 @@ static bool split_dims(const struct merge *M, int m, int gp, int *dim)
 			dim[t] = s->map[gp] == MO_PHI ? NONE : s->map[gp];
 		else if (s->kind == MO_STEP_CONST)
 			dim[t] = NONE;
+		else if (s->kind == MO_STEP_SAVE && s->range.hi && s->range.dim == gp)
+			return false; /* its range counts blocks along gp */
 		else if (s->kind == MO_STEP_SAVE)
 			back[t] = s->map[gp] == MO_PHI ? NONE : s->map[gp];
 	}
@@ -339,12 +342,15 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 			}
 			if (gc < 0 || drop[G] || (phi[G] >= 0 && phi[G] != gc))
 				return -1;
-			if (B->grid[gc] != M->ggrid[g][G]) { /* b's blocks read several of the group's */
-				int f = M->ggrid[g][G] / B->grid[gc];
-				if (!M->regrid || f < 2 || f * B->grid[gc] != M->ggrid[g][G] ||
+			int n = M->ggrid[g][G], m = B->grid[gc];
+			if (m != n) { /* b's blocks read several of the group's tiles, or parts of one */
+				if (!M->regrid || (n % m && m % n) || (m > n && whole[d] % (m / n)) ||
 				    !grows_along(M, g, G))
 					return -1;
-				whole[d] *= f;
+				if (m < n)
+					whole[d] *= n / m;
+				else
+					whole[d] /= m / n;
 			}
 			phi[G] = gc;
 		}
@@ -430,15 +436,20 @@ static bool group_blocks(struct merge *M, bool merge)
 		    block_of(M, g)->forloop == 1 &&
 		    reads_group_tiles(M, b, g, phi) == 1 &&
 		    (!has_free_dim(M, b, phi) || saves_read_within(M, g, b))) {
-			int grow[3]; /* how many of its blocks one of b's does, per group grid dim */
+			/* per group grid dim: how many of its blocks one of b's does,
+			 * and in how many of b's one of its blocks' work is split */
+			int grow[3], part[3];
 			for (int G = 0; G < 3; G++) {
-				grow[G] = phi[G] >= 0 ? M->ggrid[g][G] / s->grid[phi[G]] : M->ggrid[g][G];
-				M->regridded |= grow[G] > 1;
+				int n = M->ggrid[g][G], m = phi[G] >= 0 ? s->grid[phi[G]] : 1;
+				grow[G] = m < n ? n / m : 1;
+				part[G] = m > n ? m / n : 1;
+				M->regridded |= grow[G] > 1 || part[G] > 1;
 			}
 			for (int m = g; m < b; m++)
 				for (int gp = 0; gp < 3 && M->group[m] == g; gp++)
 					if (M->gmap[m][gp] >= 0) {
 						M->grow[m][gp] *= grow[M->gmap[m][gp]];
+						M->part[m][gp] *= part[M->gmap[m][gp]];
 						M->gmap[m][gp] = phi[M->gmap[m][gp]];
 					}
 			memcpy(M->ggrid[g], s->grid, sizeof M->ggrid[g]);
@@ -595,44 +606,76 @@ static int reorder(struct merge *M, struct mo_block_graph *D, int x, const int64
 	return mo_bg_op(M->mg, D, MO_OP_TRANSPOSE, 1, &x, &t);
 }
 
-/* Reshape step s of src block b (its operand's tile I, its result's O) over
- * x, b's tiles grown along its grid dims by M->grow: x holds, along each
- * grown axis, the tiles of several of b's blocks in order, so the Reshape
- * is applied to each of those (the grown axis split into its blocks and
- * theirs moved to the front) and the results put in order along the axis
- * the savers place them on (dim: split_dims per grid dim). */
-static int grow_reshape(struct merge *M, struct mo_block_graph *D, int b, const struct mo_mg_step *s,
-			int x, int y, int dim[3][MO_MG_MAX])
+/* Whether dim e is the outermost of more than one element of t: its parts
+ * are then runs of consecutive elements. */
+static bool outermost(const int64_t *dims, int e)
+{
+	for (int k = 0; k < e; k++)
+		if (dims[k] > 1)
+			return false;
+	return true;
+}
+
+/* Reshape step s of src block b (its operand's tile I, its result's O)
+ * over x, b's tiles regridded along its grid dims (dim: split_dims per
+ * grid dim). Where one of b's blocks' work is split in parts (M->part), the
+ * tiles along the split axis are parts of b's, which the same Reshape maps
+ * part to part when that axis is the outermost in both: its sizes divided.
+ * Where a block does the work of several (M->grow), x holds along the
+ * grown axis their tiles in order: the axis is split into them, theirs
+ * moved to the front, the Reshape applied to each, and the results put in
+ * order along the axis the savers place them on. */
+static int regrid_reshape(struct merge *M, struct mo_block_graph *D, int b,
+			  const struct mo_mg_step *s, int x, int y, int dim[3][MO_MG_MAX])
 {
 	const struct mo_tp *body = &M->src->blocks[b]->body;
 	const struct mo_tensor *I = &body->tensors[s->in[0]], *O = &body->tensors[y];
+	int64_t in[MO_MAX_RANK], out[MO_MAX_RANK];
+	memcpy(in, I->dims, sizeof(int64_t) * (size_t)I->rank);
+	memcpy(out, O->dims, sizeof(int64_t) * (size_t)O->rank);
 	int nf = 0, f[3], fi[3], fo[3];
-	for (int gp = 0; gp < 3; gp++)
-		if (M->grow[b][gp] > 1 && dim[gp][s->in[0]] >= 0) {
-			f[nf] = M->grow[b][gp];
-			fi[nf] = dim[gp][s->in[0]];
-			fo[nf++] = dim[gp][y];
+	for (int gp = 0; gp < 3; gp++) {
+		int i = dim[gp][s->in[0]], o = dim[gp][y], k = M->part[b][gp];
+		if (i < 0)
+			continue;
+		if (k > 1 && (!outermost(I->dims, i) || !outermost(O->dims, o) || in[i] % k ||
+			      out[o] % k)) {
+			snprintf(M->mg->error, sizeof M->mg->error,
+				 "merging: a Reshape's tiles cannot be split in parts");
+			return -1;
 		}
-	struct mo_op_params p = params_of(s);
-	if (nf && I->rank + nf <= MO_MAX_RANK && O->rank + nf <= MO_MAX_RANK) {
-		/* [.., blocks, I[e], ..] -> [blocks.., I..] */
-		int64_t a[MO_MAX_RANK], c[MO_MAX_RANK], out[MO_MAX_RANK];
+		if (k > 1) {
+			in[i] /= k;
+			out[o] /= k;
+		}
+		if (M->grow[b][gp] > 1) {
+			f[nf] = M->grow[b][gp];
+			fi[nf] = i;
+			fo[nf++] = o;
+		}
+	}
+	if (I->rank + nf > MO_MAX_RANK || O->rank + nf > MO_MAX_RANK) {
+		snprintf(M->mg->error, sizeof M->mg->error, "merging: a Reshape's tiles grow too many dims");
+		return -1;
+	}
+	if (nf) {
+		/* [.., blocks, in[e], ..] -> [blocks.., in..] */
+		int64_t a[MO_MAX_RANK], c[MO_MAX_RANK];
 		int perm[MO_MAX_RANK], at[MO_MAX_RANK], n = 0;
 		for (int e = 0; e < I->rank; e++) {
 			for (int k = 0; k < nf; k++)
 				if (fi[k] == e)
 					a[at[k] = n++] = f[k];
-			a[at[nf + e] = n++] = I->dims[e];
+			a[at[nf + e] = n++] = in[e];
 		}
 		for (int k = 0; k < nf + I->rank; k++)
 			perm[k] = at[k];
 		x = reorder(M, D, x, a, perm, n);
-		/* [blocks.., O..] -> [.., blocks, O[e], ..] */
+		/* [blocks.., out..] -> [.., blocks, out[e], ..] */
 		n = 0;
 		for (int k = 0; k < nf; k++)
 			c[k] = f[k];
-		memcpy(c + nf, O->dims, sizeof(int64_t) * (size_t)O->rank);
-		memcpy(out, O->dims, sizeof(int64_t) * (size_t)O->rank);
+		memcpy(c + nf, out, sizeof(int64_t) * (size_t)O->rank);
 		for (int e = 0; e < O->rank; e++) {
 			for (int k = 0; k < nf; k++)
 				if (fo[k] == e) {
@@ -642,9 +685,10 @@ static int grow_reshape(struct merge *M, struct mo_block_graph *D, int b, const 
 			perm[n++] = nf + e;
 		}
 		x = reorder(M, D, x, c, perm, n);
-		p.sizes = out;
-		p.n_sizes = O->rank;
 	}
+	struct mo_op_params p = params_of(s);
+	p.sizes = out;
+	p.n_sizes = O->rank;
 	return mo_bg_op(M->mg, D, MO_OP_RESHAPE, 1, &x, &p);
 }
 
@@ -656,7 +700,7 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 	int *tile = M->tile[b];
 	int dim[3][MO_MG_MAX]; /* per grid dim b's tiles grow along: the dim of each */
 	for (int gp = 0; gp < 3; gp++)
-		if (M->grow[b][gp] > 1 && !split_dims(M, b, gp, dim[gp]))
+		if ((M->grow[b][gp] > 1 || M->part[b][gp] > 1) && !split_dims(M, b, gp, dim[gp]))
 			snprintf(M->mg->error, sizeof M->mg->error,
 				 "merging: a block's tiles cannot grow");
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
@@ -690,7 +734,7 @@ static void emit_body(struct merge *M, int b, struct mo_block_graph *D)
 			break;
 		case MO_STEP_OP:
 			tile[M->step_tile[i]] = s->op == MO_OP_RESHAPE
-				? grow_reshape(M, D, b, s, in[0], M->step_tile[i], dim)
+				? regrid_reshape(M, D, b, s, in[0], M->step_tile[i], dim)
 				: mo_bg_op(M->mg, D, s->op, s->n_in, in, &p);
 			break;
 		case MO_STEP_ACCUM:
@@ -803,6 +847,7 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, boo
 	for (int b = 0; b < MO_MG_MAX; b++) {
 		M->group[b] = -1; /* a block's group is known once group_blocks reaches it */
 		M->grow[b][0] = M->grow[b][1] = M->grow[b][2] = 1;
+		M->part[b][0] = M->part[b][1] = M->part[b][2] = 1;
 	}
 	struct mo_mugraph *mg = NULL;
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
