@@ -22,7 +22,9 @@
  * check refuse what no longer fits). A grid dim of A that splits an axis B
  * splits into fewer blocks (the rotary of 8 query heads, the attention over
  * 2 groups of 4 that share a KV head) is coarsened the same way to B's:
- * each block does the work of several of A's. Each tile handed from A to B
+ * each block does the work of several of A's; one that B splits into more
+ * (the rotary's 4 blocks of 16 rows, the attention's 64 of one row) is
+ * refined: A's work for a block is split among several. Each tile handed from A to B
  * must then have the shape B read, never a smaller one broadcast, and no
  * op of A may mix values along the axis that grows (split_dims: a
  * reduction or a normalization over it, a MatMul contracting it, a Slice
@@ -30,7 +32,8 @@
  * block did over its part. A Reshape of a tile that grows is applied to
  * each of the blocks' parts it now holds, and the results put side by side
  * along the axis where its result is saved (regrid_reshape: a Transpose
- * where that axis is not the outermost).
+ * where that axis is not the outermost); one of a tile split in parts
+ * keeps its sizes divided, where the axis is the outermost in both.
  *
  * Only kernels without a for-loop merge (a tile B reads in a loop is not one
  * A holds at its end), only consecutive ones, and only when B reads one of
@@ -300,7 +303,9 @@ static bool grows_along(const struct merge *M, int g, int G)
  * dims of 1 and for dropped ones); 0: it reads none; -1: it reads one
  * otherwise. With M->regrid, a group's grid dim that splits an axis b reads
  * whole is dropped (phi -1): the group's blocks' work along it is done by
- * each of b's blocks, its tiles that many times larger. */
+ * each of b's blocks, its tiles that many times larger; one that b splits
+ * into fewer or more blocks becomes b's (the group's tiles larger or
+ * smaller). */
 static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 {
 	const struct mo_mugraph *src = M->src;
