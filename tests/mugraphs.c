@@ -118,7 +118,7 @@ struct mo_mugraph *mg_rmsnorm_matmul_sliced(const struct mo_tp *p, int64_t cut)
 				  .steps = { 1 } };
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &q), "q");
 	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_SLICE, 1, &y, &k), "k");
-	struct mo_mugraph *one = mo_mg_absorb_slices(mg);
+	struct mo_mugraph *one = mo_mg_absorb_copies(mg);
 	mo_mg_free(mg);
 	return one;
 }

@@ -37,7 +37,7 @@ struct mo_mugraph *mg_rmsnorm_matmul(const struct mo_tp *p, enum rms_mutant mut,
 				     int grid_y, int forloop);
 /* That kernel (grid (3, 4, 1), a for-loop of 4) with its result's columns
  * 0..cut-1 and cut..95 also saved as "q" and "k": two Slice kernels
- * absorbed (mo_mg_absorb_slices), so one kernel over a for-loop saving
+ * absorbed (mo_mg_absorb_copies), so one kernel over a for-loop saving
  * three tiles after it. At a cut of 64 (whole tiles of grid x's 32
  * columns) q's and k's savers are ranged (blocks x 0..1 and 2); at 48 grid
  * x is dropped and each part a block Slice. NULL when the absorption fails. */

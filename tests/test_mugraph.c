@@ -1080,7 +1080,7 @@ static void absorb_slices(void **state)
 		int64_t cut = c < 2 ? 48 : 64;
 		struct mo_mugraph *three = proj_then_slices(&p, keep, false, cut);
 		assert_int_equal(three->n_ops, 3);
-		struct mo_mugraph *one = mo_mg_absorb_slices(three);
+		struct mo_mugraph *one = mo_mg_absorb_copies(three);
 		assert_non_null(one);
 		assert_string_equal(one->error, "");
 		assert_int_equal(one->n_ops, 1);
@@ -1125,7 +1125,7 @@ static void absorb_slices(void **state)
 	 * made every kernel loop-free, so W's whole tile had to fit) */
 	struct mo_mugraph *sliced = norm_proj_slices(&p, 4, 3, 2, false, true);
 	assert_int_equal(sliced->n_ops, 4);
-	struct mo_mugraph *absorbed = mo_mg_absorb_slices(sliced);
+	struct mo_mugraph *absorbed = mo_mg_absorb_copies(sliced);
 	assert_non_null(absorbed);
 	assert_string_equal(absorbed->error, "");
 	assert_int_equal(absorbed->n_ops, 2);
@@ -1172,12 +1172,45 @@ static void absorb_slices(void **state)
 	mo_mg_free(whole);
 	/* a step of 2: not a part the tile holds contiguously; it stays */
 	struct mo_mugraph *three = proj_then_slices(&p, false, true, 64);
-	struct mo_mugraph *two = mo_mg_absorb_slices(three);
+	struct mo_mugraph *two = mo_mg_absorb_copies(three);
 	assert_non_null(two);
 	assert_int_equal(two->n_ops, 2);
 	same_outputs(three, two, &p);
 	mo_mg_free(two);
 	mo_mg_free(three);
+	test_program_free(&p);
+}
+
+/* rmsnorm_tiny's norm and projection as one kernel of grid (4, 3, 1) that
+ * saves Yᵀ [96, 4] (each block its [1, 32] tile transposed), turned into
+ * Y by a pre-defined Transpose: absorbed, each block transposes its tile
+ * back and saves it into Y itself, one kernel computing the same. */
+static void absorb_transposes(void **state)
+{
+	(void)state;
+	struct test_program p = test_program_load("rmsnorm_tiny_fp32.onnx");
+	struct mo_mugraph *mg = mo_mg_new();
+	int n, w;
+	struct mo_block_graph *a = rms_rows(mg, &p, 3, &n, &w);
+	int wt = mo_bg_iter(mg, a, w, MO_PHI, 1, MO_PHI, MO_PHI);
+	struct mo_op_params tr = { .n_axes = 2, .axes = { 1, 0 } };
+	int yt = mo_bg_op(mg, a, MO_OP_TRANSPOSE, 1, (int[]){ OP(a, MO_OP_MATMUL, n, wt) }, &tr);
+	int t = mo_bg_save(mg, a, yt, 1, 0, MO_PHI);
+	mo_mg_output(mg, mo_mg_kernel(mg, MO_OP_TRANSPOSE, 1, &t, &tr), "/proj/MatMul_output_0");
+	assert_string_equal(mg->error, "");
+	assert_int_equal(mg->n_ops, 2);
+	assert_int_equal(verdict(mg, &p, NULL), MO_EQUIVALENT);
+	struct mo_mugraph *one = mo_mg_absorb_copies(mg);
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	const struct mo_block_graph *bg = one->ops[0].bg;
+	assert_int_equal(bg->grid[0], 4);
+	assert_int_equal(bg->grid[1], 3);
+	assert_int_equal(bg->n_savers, 1); /* Yᵀ, read by nothing else, is not saved */
+	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
+	mo_mg_free(one);
+	mo_mg_free(mg);
 	test_program_free(&p);
 }
 
@@ -1265,6 +1298,7 @@ int main(void)
 		cmocka_unit_test(merge_pairs),
 		cmocka_unit_test(merge_regrids_a_reshape),
 		cmocka_unit_test(absorb_slices),
+		cmocka_unit_test(absorb_transposes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,7 +41,7 @@
  * the builders, so it is checked like any μGraph; the search keeps it only
  * when it is valid, estimated cheaper and proven (search.c, try_cover).
  *
- * The same rebuild absorbs slices (mo_mg_absorb_slices): a pre-defined
+ * The same rebuild absorbs copies (mo_mg_absorb_copies): a pre-defined
  * Slice kernel (a Split's part: a fused QKV projection's Q, K or V) over a
  * tensor a block saved is made by that block, so the parts leave the kernel
  * that computes them and no copy kernel runs. Where a grid dim splits the
@@ -50,7 +50,11 @@
  * it (a ranged saver); otherwise each block's tile must hold the whole
  * axis, a block Slice of it is saved, and the grid dim that split it is
  * dropped (its blocks' work done by one block), which the builders refuse
- * where the tiles no longer fit. */
+ * where the tiles no longer fit. A pre-defined Transpose kernel over such a
+ * tensor (an attention's [b, heads, s, d] result turned into the
+ * [b, s, heads, d] its output projection reads) is absorbed the same way:
+ * each block transposes its tile in shared memory and saves it where it
+ * lands in the result, through the omap permuted. */
 
 #include "mo_mugraph.h"
 
@@ -520,21 +524,28 @@ static bool slice_range(const struct merge *M, const struct mo_mg_step *s, int t
 	return true;
 }
 
-/* Marks the Slice kernels the group saving their operand makes instead:
- * one axis, step 1, over a tensor a block saved from every block. A grid
- * dim of the group that splits the axis stays where each part is whole
- * tiles (slice_range: a ranged saver), else it is dropped. False when none
- * is. */
-static bool absorb_slices(struct merge *M)
+/* Marks the Slice and Transpose kernels over a tensor a block saved from
+ * every block that the group saving it makes instead. A Slice of one axis,
+ * step 1: a grid dim of the group that splits the axis stays where each
+ * part is whole tiles (slice_range: a ranged saver), else it is dropped. A
+ * Transpose: each block transposes its tile and saves it where the tile
+ * lands in the result (an attention's [b, heads, s, d] saved as the
+ * [b, s, heads, d] its output projection reads). False when none is. */
+static bool absorb_copies(struct merge *M)
 {
 	const struct mo_mugraph *src = M->src;
 	bool any = false;
 	for (int i = 0; i < src->n_steps; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
-		int t = s->kind == MO_STEP_KERNEL && s->op == MO_OP_SLICE && s->n_in == 1 &&
-				s->p.n_axes == 1 && s->p.steps[0] == 1 ? saved_read(M, s, 0) : -1;
+		bool slice = s->op == MO_OP_SLICE && s->p.n_axes == 1 && s->p.steps[0] == 1;
+		int t = s->kind == MO_STEP_KERNEL && s->n_in == 1 &&
+				(slice || s->op == MO_OP_TRANSPOSE) ? saved_read(M, s, 0) : -1;
 		if (t < 0 || src->steps[M->save_step[t]].range.hi)
 			continue;
+		if (!slice) {
+			M->absorbed[i] = any = true;
+			continue;
+		}
 		const struct mo_mg_step *sv = &src->steps[M->save_step[t]];
 		int g = M->group[sv->block], rank = src->kg.tensors[t].rank, map[3];
 		int64_t d = s->p.axes[0] < 0 ? s->p.axes[0] + rank : s->p.axes[0];
@@ -804,7 +815,8 @@ static void emit_group(struct merge *M, int g)
 			M->kt[t] = mo_bg_save_range(M->mg, D, M->tile[s->block][s->in[0]], map,
 						    group_range(M, s));
 	}
-	/* the absorbed slices of what the group saved: sliced tiles, saved */
+	/* the absorbed copies of what the group saved: sliced or transposed
+	 * tiles, saved */
 	for (int i = 0; i < src->n_steps && !M->mg->error[0]; i++) {
 		const struct mo_mg_step *s = &src->steps[i];
 		if (!M->absorbed[i])
@@ -816,10 +828,19 @@ static void emit_group(struct merge *M, int g)
 		group_map(M, sv, map);
 		int64_t d = s->p.axes[0] < 0 ? s->p.axes[0] + rank : s->p.axes[0];
 		struct mo_bg_range r = { -1, 0, 0 };
-		for (int G = 0; G < 3 && r.dim < 0; G++)
+		for (int G = 0; G < 3 && r.dim < 0 && s->op == MO_OP_SLICE; G++)
 			if (map[G] == d && grid[G] > 1 && slice_range(M, s, t, (int)d, grid[G], &r))
 				r.dim = G;
-		if (r.dim >= 0) { /* the part's own blocks save their tile */
+		if (s->op == MO_OP_TRANSPOSE) { /* result dim e is the tile's dim perm[e] */
+			struct mo_op_params p = params_of(s);
+			int moved[3] = { MO_PHI, MO_PHI, MO_PHI };
+			for (int G = 0; G < 3; G++)
+				for (int e = 0; e < p.n_axes && map[G] != MO_PHI; e++)
+					if (p.axes[e] == map[G])
+						moved[G] = e;
+			int yt = mo_bg_op(M->mg, D, MO_OP_TRANSPOSE, 1, &y, &p);
+			M->kt[M->step_kt[i]] = mo_bg_save(M->mg, D, yt, moved[0], moved[1], moved[2]);
+		} else if (r.dim >= 0) { /* the part's own blocks save their tile */
 			M->kt[M->step_kt[i]] = mo_bg_save_range(M->mg, D, y, map, r);
 		} else { /* each block holds the axis whole: a block Slice of it */
 			struct mo_op_params p = params_of(s);
@@ -832,11 +853,11 @@ static void emit_group(struct merge *M, int g)
 		if (now && (now->rank != was->rank ||
 			    memcmp(now->dims, was->dims, sizeof(int64_t) * (size_t)was->rank) != 0))
 			snprintf(M->mg->error, sizeof M->mg->error,
-				 "absorbing a slice: the saved part has another shape");
+				 "absorbing a copy: the saved part has another shape");
 	}
 }
 
-/* src rebuilt with its slices absorbed (absorb), else with its consecutive
+/* src rebuilt with its copies absorbed (absorb), else with its consecutive
  * kernels merged; NULL when there is nothing to do. */
 static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, bool regrid,
 				  int pair)
@@ -858,7 +879,7 @@ static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, boo
 	if (src->error[0] || src->n_ops < 2 || !number_steps(M))
 		goto out;
 	bool merged = group_blocks(M, !absorb);
-	if (absorb ? !absorb_slices(M) : !merged || (regrid && !M->regridded))
+	if (absorb ? !absorb_copies(M) : !merged || (regrid && !M->regridded))
 		goto out;
 	find_outside_reads(M);
 	for (int b = 0; b < MO_MG_MAX; b++)
@@ -916,7 +937,7 @@ struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool re
 	return b > 0 ? rebuild(src, false, regrid, b) : NULL;
 }
 
-struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src)
+struct mo_mugraph *mo_mg_absorb_copies(const struct mo_mugraph *src)
 {
 	return rebuild(src, true, false, -1);
 }

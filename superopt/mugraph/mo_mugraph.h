@@ -56,7 +56,7 @@ struct mo_thread_graph {
  * the blocks whose index along grid dim `dim` lies in [lo, hi): the tensor
  * it makes then holds hi − lo tiles along that dim's tensor dim, block lo's
  * first. A Split of a projection whose grid splits its columns saves each
- * part from the blocks that compute it (mo_mg_absorb_slices). */
+ * part from the blocks that compute it (mo_mg_absorb_copies). */
 struct mo_bg_range {
 	int dim, lo, hi;
 };
@@ -237,9 +237,11 @@ struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool re
  * a block saved made by that block instead: where a grid dim splits the
  * axis into tiles the slice's ends fall between, a ranged saver of the
  * blocks that compute it; else a block Slice of the saved tile and its own
- * saver, the grid dim that split the axis dropped. NULL when there is none
+ * saver, the grid dim that split the axis dropped. Each pre-defined
+ * Transpose kernel over such a tensor likewise: every block transposes its
+ * tile and saves it where it lands in the result. NULL when there is none
  * (or out of memory, or a builder refused the result). */
-struct mo_mugraph *mo_mg_absorb_slices(const struct mo_mugraph *src);
+struct mo_mugraph *mo_mg_absorb_copies(const struct mo_mugraph *src);
 
 /* ---- serializing ---- */
 

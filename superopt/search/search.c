@@ -618,11 +618,13 @@ static enum mo_status prove_piece(struct kg *k, int i, int j, bool *ok,
 }
 
 /* The rewrites of a μGraph of several kernels the search tries
- * (superopt/mugraph/merge.c): its consecutive kernels merged, dropping a
- * grid dim of a kernel whose reader reads that axis whole (the norm's rows
- * computed again by every block of the projections) or not; and each of
- * those and the μGraph itself with the Slices of what a kernel saved made
- * by that kernel; and its kernels merged pair by pair (merge_pairwise).
+ * (superopt/mugraph/merge.c): its consecutive kernels merged, regridding
+ * a kernel whose reader reads an axis of it whole or in other blocks (the
+ * norm's rows computed again by every block of the projections, the rotary
+ * of 8 query heads done by the attention's 2 blocks of 4) or not; and each
+ * of those and the μGraph itself with the Slices and Transposes of what a
+ * kernel saved made by that kernel; and its kernels merged pair by pair
+ * (merge_pairwise).
  * `with` (when not NULL) is one more candidate, taken as it is. */
 enum { N_FORMS = 6 };
 struct forms {
@@ -631,10 +633,11 @@ struct forms {
 	struct mo_cost cost[N_FORMS];
 };
 
-/* mg's kernels merged pair by pair (mo_mg_merge_pair, a grid dim dropped
- * or not), each step taking the valid merge estimated cheapest while one is
- * estimated cheaper than what it merges, then its slices absorbed where that
- * is valid and cheaper; NULL when no merge is. */
+/* mg's kernels merged pair by pair (mo_mg_merge_pair, regridded or not),
+ * each step taking the valid merge estimated cheapest while one is
+ * estimated cheaper than what it merges, then its copies (Slice and
+ * Transpose kernels) absorbed where that is valid and cheaper; NULL when
+ * no merge is. */
 static struct mo_mugraph *merge_pairwise(const struct mo_mugraph *mg,
 					 const struct mo_search_options *o)
 {
@@ -668,7 +671,7 @@ static struct mo_mugraph *merge_pairwise(const struct mo_mugraph *mg,
 		cur = best;
 		cur_us = best_us;
 	}
-	struct mo_mugraph *a = cur ? mo_mg_absorb_slices(cur) : NULL;
+	struct mo_mugraph *a = cur ? mo_mg_absorb_copies(cur) : NULL;
 	if (a && mo_search_mg_valid(a, o, why, sizeof why)) {
 		mo_cost_mugraph(a, g, &c);
 		if (c.us < cur_us) {
@@ -688,12 +691,12 @@ static void forms_of(const struct mo_mugraph *mg, struct mo_mugraph *with, const
 	f->how[5] = "merged pair by pair into";
 	struct mo_mugraph *regrid = mo_mg_merge_kernels(mg, true);
 	struct mo_mugraph *merged = mo_mg_merge_kernels(mg, false);
-	f->mg[0] = regrid ? mo_mg_absorb_slices(regrid) : NULL;
-	f->how[0] = "merged (a grid dim read whole dropped), slices absorbed, into";
+	f->mg[0] = regrid ? mo_mg_absorb_copies(regrid) : NULL;
+	f->how[0] = "merged (regridded), copies absorbed, into";
 	f->mg[1] = regrid;
-	f->how[1] = "merged (a grid dim read whole dropped) into";
-	f->mg[2] = mo_mg_absorb_slices(merged ? merged : mg);
-	f->how[2] = merged ? "merged, slices absorbed, into" : "with slices absorbed into";
+	f->how[1] = "merged (regridded) into";
+	f->mg[2] = mo_mg_absorb_copies(merged ? merged : mg);
+	f->how[2] = merged ? "merged, copies absorbed, into" : "with copies absorbed into";
 	f->mg[3] = merged;
 	f->how[3] = "merged into";
 	f->mg[4] = with;
