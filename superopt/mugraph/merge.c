@@ -24,12 +24,12 @@
  * 2 groups of 4 that share a KV head) is coarsened the same way to B's:
  * each block does the work of several of A's; one that B splits into more
  * (the rotary's 4 blocks of 16 rows, the attention's 64 of one row) is
- * refined: A's work for a block is split among several. Each tile handed from A to B
- * must then have the shape B read, never a smaller one broadcast, and no
- * op of A may mix values along the axis that grows (split_dims: a
- * reduction or a normalization over it, a MatMul contracting it, a Slice
- * or a Concat along it), which would compute over the whole tile what each
- * block did over its part. A Reshape of a tile that grows is applied to
+ * refined: A's work for a block is split among several. Each tile handed
+ * from A to B must then have the shape B read, never a smaller one
+ * broadcast, and no op of A may mix values along the axis regridded
+ * (split_dims: a reduction or a normalization over it, a MatMul
+ * contracting it, a Slice or a Concat along it), which would compute over
+ * a block's tile what each block did over its own. A Reshape of a tile that grows is applied to
  * each of the blocks' parts it now holds, and the results put side by side
  * along the axis where its result is saved (regrid_reshape: a Transpose
  * where that axis is not the outermost); one of a tile split in parts
@@ -65,9 +65,9 @@ struct merge {
 	const struct mo_mugraph *src;
 	struct mo_mugraph *mg;
 	int nb, nk;
-	bool regrid;  /* a producer's grid dim its reader reads whole or in fewer blocks goes */
+	bool regrid;  /* a producer's grid dim its reader reads whole or in other blocks is regridded */
 	int pair;     /* >= 0: only this block merges, into the one before it */
-	bool regridded; /* one went */
+	bool regridded; /* one was */
 	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
 	int group[MO_MG_MAX];       /* src block -> the first block of its merged group */
 	/* per src kernel tensor: the block that saved it (-1: an input or a
@@ -83,7 +83,8 @@ struct merge {
 	int grow[MO_MG_MAX][3];  /* src block's grid dim -> how many of its blocks one does */
 	int part[MO_MG_MAX][3];  /* src block's grid dim -> in how many blocks one's work is split */
 	int ggrid[MO_MG_MAX][3]; /* group head -> the group's grid */
-	bool absorbed[MO_MG_MAX_STEPS]; /* a Slice kernel step its reader's group makes */
+	/* a Slice or Transpose kernel step the group saving its operand makes */
+	bool absorbed[MO_MG_MAX_STEPS];
 };
 
 /* Numbers what each step makes, as the builders did: kernel tensors
@@ -228,9 +229,9 @@ static bool split_forward(const struct mo_tp *body, int *dim, const int *back)
  * through ops that keep dims in place. True when every op keeps the split
  * dims apart (no reduction or normalization over one, no MatMul
  * contracting one, no Slice or Concat along one) and every saver's tile is
- * split where its omap puts the block's tile: the group's tiles may then
- * grow along gp, each block doing the work of several (the merge's
- * regrid). */
+ * split where its omap puts the block's tile: the group may then be
+ * regridded along gp, each block doing the work of several or a part of
+ * one's. */
 static bool split_dims(const struct merge *M, int m, int gp, int *dim)
 {
 	const struct mo_mugraph *src = M->src;
@@ -288,9 +289,9 @@ static bool split_dims(const struct merge *M, int m, int gp, int *dim)
 	return ok;
 }
 
-/* Whether the tiles of group g may grow along its grid dim G (split_dims
- * of every member's grid dim that G is). */
-static bool grows_along(const struct merge *M, int g, int G)
+/* Whether group g may be regridded along its grid dim G, its tiles grown
+ * or split in parts (split_dims of every member's grid dim that G is). */
+static bool regrids_along(const struct merge *M, int g, int G)
 {
 	int dim[MO_MG_MAX];
 	for (int m = g; m < M->nb; m++)
@@ -344,7 +345,7 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 				if (s->map[k] == d && B->grid[k] > 1) /* (a dim of 1 splits nothing) */
 					gc = k;
 			if (gc < 0 && M->regrid && d != MO_PHI && d < read->rank && phi[G] < 0 &&
-			    read->dims[d] == src->kg.tensors[t].dims[d] && grows_along(M, g, G)) {
+			    read->dims[d] == src->kg.tensors[t].dims[d] && regrids_along(M, g, G)) {
 				drop[G] = true; /* b reads the axis whole */
 				whole[d] *= M->ggrid[g][G];
 				continue;
@@ -354,7 +355,7 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 			int n = M->ggrid[g][G], m = B->grid[gc];
 			if (m != n) { /* b's blocks read several of the group's tiles, or parts of one */
 				if (!M->regrid || (n % m && m % n) || (m > n && whole[d] % (m / n)) ||
-				    !grows_along(M, g, G))
+				    !regrids_along(M, g, G))
 					return -1;
 				if (m < n)
 					whole[d] *= n / m;
