@@ -668,7 +668,11 @@ class Rows(unittest.TestCase):
         and was dropped (two parts of this model, many of Optimum 1.x's
         and TorchScript's exports). The scale, the same at every size the
         model was imported at, is now held as a value in place of the
-        chain, and the part is fused; the model is right at every size."""
+        chain, and the part is fused; the model is right at every size.
+        Since the merge regrids kernels (a writer's grid coarsened or
+        refined to its reader's), the cover of 2 kernels merges into one and
+        each attention region fuses whole, the scale with it: then that is
+        what must hold."""
         os.environ["MIRAGE_ONNX_CPU_KERNELS"] = "1"
         path = os.path.join(MODELS, "bert_optimum.onnx")
         model = onnx.load(path)
@@ -678,7 +682,10 @@ class Rows(unittest.TestCase):
         self.assertFalse([w for w in whys if "cyclic" in w], whys)
         parts = [g for g in regions if g["fused"] and "." in str(g["region"])
                  and any("/attention/self/" in n for n in g["nodes"])]
-        self.assertGreaterEqual(len(parts), 6, [(g["region"], g.get("why")) for g in regions])
+        whole = [g for g in regions if g["fused"] and "." not in str(g["region"])
+                 and any("/attention/self/Softmax" in n for n in g["nodes"])]
+        self.assertTrue(len(parts) >= 6 or len(whole) == 2,
+                        [(g["region"], g["fused"], g.get("why")) for g in regions])
         want_s, got_s = session(path), session(out, plugin)
         for b, s in ((1, 1), (3, 5), (2, 37), (2, 64)):  # 64: its positions
             sizes = {k: b if "batch" in k.lower() else s for k in symbolic_dims(model)}

@@ -776,7 +776,7 @@ static void merge_kernels(void **state)
 	struct mo_mugraph *two = norm_then_proj(&p, 4, 1, 1, false);
 	assert_int_equal(two->n_ops, 2);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
-	struct mo_mugraph *one = mo_mg_merge_kernels(two, false);
+	struct mo_mugraph *one = mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID);
 	assert_non_null(one);
 	assert_string_equal(one->error, "");
 	assert_int_equal(one->n_ops, 1);
@@ -792,7 +792,7 @@ static void merge_kernels(void **state)
 
 	/* the norm's result also an output: saved, still one kernel */
 	two = norm_then_proj(&p, 4, 1, 1, true);
-	one = mo_mg_merge_kernels(two, false);
+	one = mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID);
 	assert_non_null(one);
 	assert_int_equal(one->n_ops, 1);
 	assert_int_equal(one->ops[0].bg->n_savers, 2);
@@ -804,7 +804,7 @@ static void merge_kernels(void **state)
 	 * again in each of them, unless its result is read outside */
 	two = norm_then_proj(&p, 4, 3, 1, false);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
-	one = mo_mg_merge_kernels(two, false);
+	one = mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID);
 	assert_non_null(one);
 	assert_int_equal(one->n_ops, 1);
 	assert_int_equal(one->ops[0].bg->grid[0], 4);
@@ -814,7 +814,7 @@ static void merge_kernels(void **state)
 	mo_mg_free(one);
 	mo_mg_free(two);
 	two = norm_then_proj(&p, 4, 3, 1, true);
-	assert_null(mo_mg_merge_kernels(two, false));
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
 	mo_mg_free(two);
 
 	/* the projection's blocks read all 4 rows: merged only regridded, the
@@ -822,8 +822,8 @@ static void merge_kernels(void **state)
 	 * 4 rows), and only where nothing else reads the norm's result */
 	two = norm_then_proj(&p, 1, 3, 1, false);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
-	assert_null(mo_mg_merge_kernels(two, false));
-	one = mo_mg_merge_kernels(two, true);
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
+	one = mo_mg_merge_kernels(two, MO_MERGE_REGRID);
 	assert_non_null(one);
 	assert_string_equal(one->error, "");
 	assert_int_equal(one->n_ops, 1);
@@ -837,10 +837,10 @@ static void merge_kernels(void **state)
 	mo_mg_free(one);
 	mo_mg_free(two);
 	two = norm_then_proj(&p, 1, 3, 1, true);
-	assert_null(mo_mg_merge_kernels(two, true));
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_REGRID));
 	mo_mg_free(two);
 	two = norm_then_proj(&p, 4, 1, 1, false);
-	assert_null(mo_mg_merge_kernels(two, true)); /* merges, but drops nothing */
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_REGRID)); /* merges, but drops nothing */
 	mo_mg_free(two);
 
 	/* another grid: not the tile the same block wrote; regridded, each of
@@ -848,8 +848,8 @@ static void merge_kernels(void **state)
 	 * grid over rows coarsened from 4 to 2) */
 	two = norm_then_proj(&p, 2, 1, 1, false);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
-	assert_null(mo_mg_merge_kernels(two, false));
-	one = mo_mg_merge_kernels(two, true);
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
+	one = mo_mg_merge_kernels(two, MO_MERGE_REGRID);
 	assert_non_null(one);
 	assert_string_equal(one->error, "");
 	assert_int_equal(one->n_ops, 1);
@@ -863,7 +863,7 @@ static void merge_kernels(void **state)
 	mo_mg_free(two);
 	/* a for-loop over the tile: not one the norm's block holds at its end */
 	two = norm_then_proj(&p, 4, 1, 2, false);
-	assert_null(mo_mg_merge_kernels(two, false));
+	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
 	mo_mg_free(two);
 	test_program_free(&p);
 }
@@ -900,7 +900,7 @@ static void merge_pairs(void **state)
 	struct mo_mugraph *three = norm_proj_copy(&p);
 	assert_int_equal(three->n_ops, 3);
 	assert_int_equal(verdict(three, &p, NULL), MO_EQUIVALENT);
-	struct mo_mugraph *two = mo_mg_merge_pair(three, 1, true);
+	struct mo_mugraph *two = mo_mg_merge_pair(three, 1, MO_MERGE_REGRID);
 	assert_non_null(two);
 	assert_string_equal(two->error, "");
 	assert_int_equal(two->n_ops, 2);
@@ -908,15 +908,15 @@ static void merge_pairs(void **state)
 	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 3);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	mo_mg_free(two);
-	assert_null(mo_mg_merge_pair(three, 1, false)); /* only by dropping the rows' grid */
-	assert_null(mo_mg_merge_pair(three, 0, true));
-	two = mo_mg_merge_pair(three, 2, false); /* the copy into the projection */
+	assert_null(mo_mg_merge_pair(three, 1, MO_MERGE_SAME_GRID)); /* only by dropping the rows' grid */
+	assert_null(mo_mg_merge_pair(three, 0, MO_MERGE_REGRID));
+	two = mo_mg_merge_pair(three, 2, MO_MERGE_SAME_GRID); /* the copy into the projection */
 	assert_non_null(two);
 	assert_int_equal(two->n_ops, 2);
 	assert_int_equal(two->ops[0].bg->grid[0], 4);
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	mo_mg_free(two);
-	struct mo_mugraph *one = mo_mg_merge_kernels(three, true);
+	struct mo_mugraph *one = mo_mg_merge_kernels(three, MO_MERGE_REGRID);
 	assert_non_null(one);
 	assert_string_equal(one->error, "");
 	assert_int_equal(one->n_ops, 1);
@@ -942,8 +942,8 @@ static void merge_pairs(void **state)
 	int yt = mo_bg_op(mix, b, MO_OP_MATMUL, 2, (int[]){ nt, wt }, NULL);
 	mo_mg_output(mix, mo_bg_save(mix, b, yt, MO_PHI, 1, MO_PHI), "y");
 	assert_string_equal(mix->error, "");
-	assert_null(mo_mg_merge_kernels(mix, true));
-	assert_null(mo_mg_merge_pair(mix, 1, true));
+	assert_null(mo_mg_merge_kernels(mix, MO_MERGE_REGRID));
+	assert_null(mo_mg_merge_pair(mix, 1, MO_MERGE_REGRID));
 	mo_mg_free(mix);
 	test_program_free(&p);
 }
@@ -1003,8 +1003,8 @@ static void merge_regrids_a_reshape(void **state)
 		struct mo_mugraph *two = norm_after_reshape(&p, cases[c].wb, cases[c].rb,
 							    cases[c].columns);
 		assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
-		assert_null(mo_mg_merge_kernels(two, false));
-		struct mo_mugraph *one = mo_mg_merge_kernels(two, true);
+		assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
+		struct mo_mugraph *one = mo_mg_merge_kernels(two, MO_MERGE_REGRID);
 		assert_non_null(one);
 		assert_string_equal(one->error, "");
 		assert_int_equal(one->n_ops, 1);

@@ -65,7 +65,7 @@ struct merge {
 	const struct mo_mugraph *src;
 	struct mo_mugraph *mg;
 	int nb, nk;
-	bool regrid;  /* a producer's grid dim its reader reads whole or in other blocks is regridded */
+	enum mo_merge_grid regrid; /* what a producer's grid dim its reader reads otherwise may become */
 	int pair;     /* >= 0: only this block merges, into the one before it */
 	bool regridded; /* one was */
 	int block_step[MO_MG_MAX];  /* src block -> its MO_STEP_BLOCK */
@@ -306,11 +306,11 @@ static bool regrids_along(const struct merge *M, int g, int G)
  * group that splits it one of b's grid dims of the same size)? 1: yes, with
  * phi[G] the grid dim of b that the group's grid dim G becomes (-1 for
  * dims of 1 and for dropped ones); 0: it reads none; -1: it reads one
- * otherwise. With M->regrid, a group's grid dim that splits an axis b reads
+ * otherwise. With MO_MERGE_DROP, a group's grid dim that splits an axis b reads
  * whole is dropped (phi -1): the group's blocks' work along it is done by
- * each of b's blocks, its tiles that many times larger; one that b splits
- * into fewer or more blocks becomes b's (the group's tiles larger or
- * smaller). */
+ * each of b's blocks, its tiles that many times larger; with
+ * MO_MERGE_REGRID, one that b splits into fewer or more blocks becomes b's
+ * (the group's tiles larger or smaller). */
 static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 {
 	const struct mo_mugraph *src = M->src;
@@ -344,7 +344,8 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 			for (int k = 0; k < 3 && d != MO_PHI; k++)
 				if (s->map[k] == d && B->grid[k] > 1) /* (a dim of 1 splits nothing) */
 					gc = k;
-			if (gc < 0 && M->regrid && d != MO_PHI && d < read->rank && phi[G] < 0 &&
+			if (gc < 0 && M->regrid >= MO_MERGE_DROP && d != MO_PHI && d < read->rank &&
+			    phi[G] < 0 &&
 			    read->dims[d] == src->kg.tensors[t].dims[d] && regrids_along(M, g, G)) {
 				drop[G] = true; /* b reads the axis whole */
 				whole[d] *= M->ggrid[g][G];
@@ -354,7 +355,8 @@ static int reads_group_tiles(const struct merge *M, int b, int g, int *phi)
 				return -1;
 			int n = M->ggrid[g][G], m = B->grid[gc];
 			if (m != n) { /* b's blocks read several of the group's tiles, or parts of one */
-				if (!M->regrid || (n % m && m % n) || (m > n && whole[d] % (m / n)) ||
+				if (M->regrid != MO_MERGE_REGRID || (n % m && m % n) ||
+				    (m > n && whole[d] % (m / n)) ||
 				    !regrids_along(M, g, G))
 					return -1;
 				if (m < n)
@@ -860,8 +862,8 @@ static void emit_group(struct merge *M, int g)
 
 /* src rebuilt with its copies absorbed (absorb), else with its consecutive
  * kernels merged; NULL when there is nothing to do. */
-static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb, bool regrid,
-				  int pair)
+static struct mo_mugraph *rebuild(const struct mo_mugraph *src, bool absorb,
+				  enum mo_merge_grid regrid, int pair)
 {
 	static const struct merge zero;
 	struct merge *M = mo_malloc(sizeof *M);
@@ -928,17 +930,18 @@ out:
 	return mg;
 }
 
-struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid)
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, enum mo_merge_grid regrid)
 {
 	return rebuild(src, false, regrid, -1);
 }
 
-struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool regrid)
+struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b,
+				     enum mo_merge_grid regrid)
 {
 	return b > 0 ? rebuild(src, false, regrid, b) : NULL;
 }
 
 struct mo_mugraph *mo_mg_absorb_copies(const struct mo_mugraph *src)
 {
-	return rebuild(src, true, false, -1);
+	return rebuild(src, true, MO_MERGE_SAME_GRID, -1);
 }

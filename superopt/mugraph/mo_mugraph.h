@@ -217,22 +217,29 @@ struct mo_mugraph *mo_mg_split_loop(const struct mo_mugraph *src, int parts);
 
 /* src with each run of consecutive graph-defined kernels without a for-loop,
  * the same grid, each reading the tiles the one before saved through the
- * same maps, as one kernel (superopt/mugraph/merge.c). With `regrid`, a
+ * same maps, as one kernel (superopt/mugraph/merge.c). With MO_MERGE_DROP, a
  * grid dim of the kernel before that splits an axis the next one reads
  * whole is dropped too (each block of the merged kernel does that work for
- * the whole axis: a norm's rows in every block of a projection), and one
- * it splits into more blocks than the next one does is coarsened to the
- * next one's (each block does the work of several: the rotary of 8 query
- * heads done in 2 blocks of 4, by the attention's blocks over 2 KV heads),
- * and NULL unless one is. NULL when no two kernels merge (or out of memory, or a
- * builder refused the result). */
-struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, bool regrid);
+ * the whole axis: a norm's rows in every block of a projection); with
+ * MO_MERGE_REGRID also one it splits into more or fewer blocks than the
+ * next one does becomes the next one's (each block does the work of
+ * several, or a part of one's: the rotary of 8 query heads done in 2
+ * blocks of 4, by the attention's blocks over 2 KV heads); with either,
+ * NULL unless one is. NULL when no two kernels merge (or out of memory, or
+ * a builder refused the result). */
+enum mo_merge_grid {
+	MO_MERGE_SAME_GRID, /* only kernels whose shared grid dims are the same */
+	MO_MERGE_DROP,      /* and dropping a grid dim the next kernel reads whole */
+	MO_MERGE_REGRID,    /* and coarsening or refining one it splits otherwise */
+};
+struct mo_mugraph *mo_mg_merge_kernels(const struct mo_mugraph *src, enum mo_merge_grid regrid);
 /* The same for one pair: block graph b (creation order, > 0) merged into
  * the kernel just before it, nothing else (NULL when they do not merge).
  * Merging every pair at once may make one kernel too large where merging
  * some is best: a norm's kernel into the projections', and not those into
  * the down projection's (whose blocks would then compute every column). */
-struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b, bool regrid);
+struct mo_mugraph *mo_mg_merge_pair(const struct mo_mugraph *src, int b,
+				     enum mo_merge_grid regrid);
 /* src with each pre-defined Slice kernel (one axis, step 1) over a tensor
  * a block saved made by that block instead: where a grid dim splits the
  * axis into tiles the slice's ends fall between, a ranged saver of the

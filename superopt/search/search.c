@@ -46,6 +46,9 @@ struct piece {
 	bool searched;            /* search_piece ran on it */
 	struct mo_cost cost;
 	double unfused_us;        /* its ops one by one, under the cost model */
+	/* mg is two kernels merged with one's grid regridded to the other's
+	 * (MO_MERGE_REGRID): a cover may use it, a part may not (best_parts) */
+	bool regridded;
 };
 
 struct kg {
@@ -413,8 +416,9 @@ static struct mo_mugraph *compose(struct kg *k, const int *cut, int n_cut)
 /* Runs (i, j) no one kernel was found for (more block ops than a kernel's
  * search holds, or its share of the budget spent) whose two halves (i, m)
  * and (m, j) each fused into one graph-defined kernel: the two composed and
- * merged (mo_mg_merge_kernels, a grid dim the second reads whole dropped or
- * not) become the run's kernel when that is one valid kernel estimated
+ * merged (mo_mg_merge_kernels: on the same grid, a grid dim the second reads
+ * whole dropped, or one it splits otherwise regridded, then not a part's:
+ * best_parts) become the run's kernel when that is one valid kernel estimated
  * cheaper than the two; the cheapest such split wins. Like every piece it
  * is proven with the cover that uses it (and, when the cover fails, on its
  * own: prove_piece); the merge only rebuilds what the halves compute. */
@@ -443,7 +447,8 @@ static enum mo_status merge_pieces(struct kg *k, struct mo_diag *d)
 						return s;
 				}
 				struct mo_mugraph *two = compose_for(k, (int[]){ i, m, j }, 2, sub);
-				for (int regrid = 0; regrid < 2 && two; regrid++) {
+				for (int regrid = MO_MERGE_SAME_GRID; regrid <= MO_MERGE_REGRID && two;
+				     regrid++) {
 					struct mo_mugraph *one = mo_mg_merge_kernels(two, regrid);
 					struct mo_cost c;
 					char why[200];
@@ -456,6 +461,8 @@ static enum mo_status merge_pieces(struct kg *k, struct mo_diag *d)
 							best = one;
 							best_c = c;
 							pc->unfused_us = a->unfused_us + b->unfused_us;
+							pc->regridded = regrid == MO_MERGE_REGRID ||
+									a->regridded || b->regridded;
 							one = NULL;
 						}
 					}
@@ -549,7 +556,11 @@ static enum mo_status best_parts(struct kg *k, struct mo_search_result *r, struc
 		from[j] = j;
 		for (int i = 0; i + 1 < j; i++) {
 			struct piece *pc = piece_at(k, i, j);
-			double gain = pc->mg ? pc->unfused_us - pc->cost.us : 0;
+			/* (a part is searched again as a region of its own, whose
+			 * budget need not reach a run regridded into one kernel: at a
+			 * budget of 2 a Llama layer's rotary and attention, 22 ops,
+			 * were not found again, and its parts were lost) */
+			double gain = pc->mg && !pc->regridded ? pc->unfused_us - pc->cost.us : 0;
 			if (gain > 0 && gain >= worth && saved[i] + gain > saved[j]) {
 				saved[j] = saved[i] + gain;
 				from[j] = i;
@@ -652,7 +663,8 @@ static struct mo_mugraph *merge_pairwise(const struct mo_mugraph *mg,
 		struct mo_mugraph *best = NULL;
 		double best_us = cur_us;
 		for (int b = 1; b < base->n_blocks; b++)
-			for (int regrid = 0; regrid < 2; regrid++) {
+			for (int regrid = MO_MERGE_SAME_GRID; regrid <= MO_MERGE_REGRID;
+			     regrid += MO_MERGE_REGRID) {
 				struct mo_mugraph *m = mo_mg_merge_pair(base, b, regrid);
 				if (m && mo_search_mg_valid(m, o, why, sizeof why)) {
 					mo_cost_mugraph(m, g, &c);
@@ -689,8 +701,8 @@ static void forms_of(const struct mo_mugraph *mg, struct mo_mugraph *with, const
 	memset(f, 0, sizeof *f);
 	f->mg[5] = merge_pairwise(mg, o);
 	f->how[5] = "merged pair by pair into";
-	struct mo_mugraph *regrid = mo_mg_merge_kernels(mg, true);
-	struct mo_mugraph *merged = mo_mg_merge_kernels(mg, false);
+	struct mo_mugraph *regrid = mo_mg_merge_kernels(mg, MO_MERGE_REGRID);
+	struct mo_mugraph *merged = mo_mg_merge_kernels(mg, MO_MERGE_SAME_GRID);
 	f->mg[0] = regrid ? mo_mg_absorb_copies(regrid) : NULL;
 	f->how[0] = "merged (regridded), copies absorbed, into";
 	f->mg[1] = regrid;
