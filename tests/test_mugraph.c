@@ -767,6 +767,21 @@ static struct mo_mugraph *norm_then_proj(const struct test_program *p, int grid_
 	return norm_proj_slices(p, grid_b, cols, loop, keep, false);
 }
 
+/* `one` is one graph-defined kernel of `blocks` blocks, each reading `rows`
+ * rows of rmsnorm_tiny's X [4, 64]. */
+static void one_kernel_over_rows(const struct mo_mugraph *one, int blocks, int rows)
+{
+	assert_non_null(one);
+	assert_string_equal(one->error, "");
+	assert_int_equal(one->n_ops, 1);
+	const struct mo_block_graph *bg = one->ops[0].bg;
+	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], blocks);
+	for (int i = 0; i < bg->n_iters; i++)
+		if (bg->iters[i].tensor == one->kg.inputs[0])
+			assert_int_equal(mo_tensor_numel(&bg->body.tensors[bg->iters[i].tile]),
+					 rows * 64);
+}
+
 /* Kernels that hand each other tiles merge into one that computes the same;
  * the others stay apart. */
 static void merge_kernels(void **state)
@@ -824,15 +839,8 @@ static void merge_kernels(void **state)
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
 	one = mo_mg_merge_kernels(two, MO_MERGE_REGRID);
-	assert_non_null(one);
-	assert_string_equal(one->error, "");
-	assert_int_equal(one->n_ops, 1);
-	bg = one->ops[0].bg;
-	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 3);
-	assert_int_equal(bg->n_iters, 3);
-	for (int i = 0; i < bg->n_iters; i++)
-		if (bg->iters[i].tensor == one->kg.inputs[0]) /* X: whole in each block */
-			assert_int_equal(mo_tensor_numel(&bg->body.tensors[bg->iters[i].tile]), 4 * 64);
+	one_kernel_over_rows(one, 3, 4); /* X: whole in each block */
+	assert_int_equal(one->ops[0].bg->n_iters, 3);
 	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
 	mo_mg_free(one);
 	mo_mg_free(two);
@@ -850,14 +858,7 @@ static void merge_kernels(void **state)
 	assert_int_equal(verdict(two, &p, NULL), MO_EQUIVALENT);
 	assert_null(mo_mg_merge_kernels(two, MO_MERGE_SAME_GRID));
 	one = mo_mg_merge_kernels(two, MO_MERGE_REGRID);
-	assert_non_null(one);
-	assert_string_equal(one->error, "");
-	assert_int_equal(one->n_ops, 1);
-	bg = one->ops[0].bg;
-	assert_int_equal(bg->grid[0] * bg->grid[1] * bg->grid[2], 2);
-	for (int i = 0; i < bg->n_iters; i++)
-		if (bg->iters[i].tensor == one->kg.inputs[0]) /* X: 2 rows a block */
-			assert_int_equal(mo_tensor_numel(&bg->body.tensors[bg->iters[i].tile]), 2 * 64);
+	one_kernel_over_rows(one, 2, 2); /* X: 2 rows a block */
 	assert_int_equal(verdict(one, &p, NULL), MO_EQUIVALENT);
 	mo_mg_free(one);
 	mo_mg_free(two);

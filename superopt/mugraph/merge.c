@@ -185,7 +185,7 @@ static bool split_forward(const struct mo_tp *body, int *dim, const int *back)
 		const struct mo_tensor *A = &body->tensors[op->in[0]];
 		int da = dim[op->in[0]];
 		if (op->kind == MO_OP_RESHAPE) {
-			if (!back || back[y] < 0)
+			if (back[y] < 0)
 				return false; /* its result's split dim unknown */
 			dim[y] = back[y];
 		} else if (op->kind == MO_OP_TRANSPOSE) {

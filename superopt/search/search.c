@@ -662,10 +662,11 @@ static struct mo_mugraph *merge_pairwise(const struct mo_mugraph *mg,
 		const struct mo_mugraph *base = cur ? cur : mg;
 		struct mo_mugraph *best = NULL;
 		double best_us = cur_us;
+		/* (regridding covers dropping) */
+		static const enum mo_merge_grid how[] = { MO_MERGE_SAME_GRID, MO_MERGE_REGRID };
 		for (int b = 1; b < base->n_blocks; b++)
-			for (int regrid = MO_MERGE_SAME_GRID; regrid <= MO_MERGE_REGRID;
-			     regrid += MO_MERGE_REGRID) {
-				struct mo_mugraph *m = mo_mg_merge_pair(base, b, regrid);
+			for (size_t h = 0; h < sizeof how / sizeof how[0]; h++) {
+				struct mo_mugraph *m = mo_mg_merge_pair(base, b, how[h]);
 				if (m && mo_search_mg_valid(m, o, why, sizeof why)) {
 					mo_cost_mugraph(m, g, &c);
 					if (c.us < best_us) {
